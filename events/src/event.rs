@@ -1,0 +1,530 @@
+//! The events: every change to a batch, a job, or the queue as a whole.
+//!
+//! Each event is a struct of its own, wrapped in the [`Event`] enum. On disk an
+//! event is stored under its *kind* name with its own bincode payload (see
+//! [`crate::codec`]), so reordering the enum can never reinterpret old bytes,
+//! and a changed payload gets a new schema version with an upcaster.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::ids::{Bid, Jid};
+use crate::lifecycle::JobState;
+
+/// The stream an event belongs to: one batch, one job, or the system stream
+/// (queue pauses, collection holds, repairs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum StreamId {
+    /// Queue-wide events.
+    System,
+    /// One batch.
+    Batch(Bid),
+    /// One job.
+    Job(Jid),
+}
+
+impl StreamId {
+    /// The key prefix of this stream in the stream index: a tag byte and the id
+    /// big-endian, so a stream's events sort by version under one prefix.
+    pub fn key(self) -> [u8; 9] {
+        let (tag, n) = match self {
+            StreamId::System => (b's', 0),
+            StreamId::Batch(b) => (b'b', b.0),
+            StreamId::Job(j) => (b'j', j.0),
+        };
+        let mut k = [0u8; 9];
+        k[0] = tag;
+        k[1..].copy_from_slice(&n.to_be_bytes());
+        k
+    }
+}
+
+impl fmt::Display for StreamId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StreamId::System => f.write_str("system"),
+            StreamId::Batch(b) => b.fmt(f),
+            StreamId::Job(j) => j.fmt(f),
+        }
+    }
+}
+
+/// Who caused an event.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Actor {
+    /// The kind of actor.
+    pub kind: ActorKind,
+    /// A name within the kind: a worker's name, an admin's user name.
+    pub name: String,
+}
+
+/// The kinds of actor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub enum ActorKind {
+    Engine,
+    Admin,
+    Worker,
+    Depositor,
+}
+
+impl Actor {
+    /// The engine itself (automatic moves such as a batch reaching Reporting).
+    pub fn engine() -> Actor {
+        Actor {
+            kind: ActorKind::Engine,
+            name: "engine".into(),
+        }
+    }
+    /// An admin by name.
+    pub fn admin(name: impl Into<String>) -> Actor {
+        Actor {
+            kind: ActorKind::Admin,
+            name: name.into(),
+        }
+    }
+    /// A worker by name.
+    pub fn worker(name: impl Into<String>) -> Actor {
+        Actor {
+            kind: ActorKind::Worker,
+            name: name.into(),
+        }
+    }
+    /// A depositor by name.
+    pub fn depositor(name: impl Into<String>) -> Actor {
+        Actor {
+            kind: ActorKind::Depositor,
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for Actor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.kind {
+            ActorKind::Engine => "engine",
+            ActorKind::Admin => "admin",
+            ActorKind::Worker => "worker",
+            ActorKind::Depositor => "depositor",
+        };
+        if self.kind == ActorKind::Engine && self.name == "engine" {
+            f.write_str(kind)
+        } else {
+            write!(f, "{kind}:{}", self.name)
+        }
+    }
+}
+
+impl std::str::FromStr for Actor {
+    type Err = String;
+    /// `admin:alice`, `worker:w1`, `depositor:bob`, `engine`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (kind, name) = s.split_once(':').unwrap_or((s, ""));
+        let kind = match kind {
+            "engine" => ActorKind::Engine,
+            "admin" => ActorKind::Admin,
+            "worker" => ActorKind::Worker,
+            "depositor" => ActorKind::Depositor,
+            other => return Err(format!("unknown actor kind {other:?} in {s:?} (expected admin:NAME, worker:NAME, depositor:NAME or engine)")),
+        };
+        let name = if name.is_empty() && kind == ActorKind::Engine {
+            "engine"
+        } else {
+            name
+        };
+        if name.is_empty() || name.chars().any(char::is_control) {
+            return Err(format!(
+                "actor {s:?} needs a name after the colon, e.g. admin:alice"
+            ));
+        }
+        Ok(Actor {
+            kind,
+            name: name.to_string(),
+        })
+    }
+}
+
+/// The kinds of payload Merritt accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PayloadType {
+    /// One file: one object.
+    File,
+    /// One container (zip, tar): one object.
+    Container,
+    /// An object manifest (`mrt-ingest-manifest`): one object of the listed files.
+    ObjectManifest,
+    /// `mrt-single-file-batch-manifest`: one object per line.
+    SingleFileBatchManifest,
+    /// `mrt-container-batch-manifest`: one object per container.
+    ContainerBatchManifest,
+    /// `mrt-batch-manifest`: one object per listed object manifest.
+    BatchManifest,
+}
+
+impl PayloadType {
+    /// Every type.
+    pub const ALL: [PayloadType; 6] = [
+        PayloadType::File,
+        PayloadType::Container,
+        PayloadType::ObjectManifest,
+        PayloadType::SingleFileBatchManifest,
+        PayloadType::ContainerBatchManifest,
+        PayloadType::BatchManifest,
+    ];
+
+    /// The name used in submissions and in ZooKeeper (`object-manifest`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            PayloadType::File => "file",
+            PayloadType::Container => "container",
+            PayloadType::ObjectManifest => "object-manifest",
+            PayloadType::SingleFileBatchManifest => "single-file-batch-manifest",
+            PayloadType::ContainerBatchManifest => "container-batch-manifest",
+            PayloadType::BatchManifest => "batch-manifest",
+        }
+    }
+}
+
+impl fmt::Display for PayloadType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for PayloadType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let folded = s.to_ascii_lowercase().replace('_', "-");
+        let folded = folded.strip_prefix("mrt-").unwrap_or(&folded);
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|t| {
+                t.name() == folded
+                    || (folded == "ingest-manifest" && *t == PayloadType::ObjectManifest)
+            })
+            .ok_or_else(|| {
+                format!(
+                    "unknown payload type {s:?} (expected one of {})",
+                    Self::ALL
+                        .iter()
+                        .map(|t| t.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })
+    }
+}
+
+/// Whether a submission adds new objects or new versions of existing ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub enum SubmissionMode {
+    Add,
+    Update,
+}
+
+impl SubmissionMode {
+    /// `add` or `update`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SubmissionMode::Add => "add",
+            SubmissionMode::Update => "update",
+        }
+    }
+}
+
+impl std::str::FromStr for SubmissionMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "add" => Ok(SubmissionMode::Add),
+            "update" => Ok(SubmissionMode::Update),
+            _ => Err(format!(
+                "unknown submission mode {s:?} (expected add or update)"
+            )),
+        }
+    }
+}
+
+/// A depositor's submission: what `POST /batches` and `ingest submit` take.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Submission {
+    /// The collection profile.
+    pub profile_name: String,
+    /// Who submitted it.
+    pub submitter: String,
+    /// Where the payload is.
+    pub payload_url: String,
+    /// What kind of payload it is.
+    pub payload_type: PayloadType,
+    /// How the depositor wants the response (`json`, `xml`, …); free text.
+    pub response_type: String,
+    /// Add or update.
+    pub submission_mode: SubmissionMode,
+    /// Inline manifest lines (`file1.checkm loc001`, `file3.checkm loc003 ark123`).
+    pub manifest: Vec<String>,
+    /// ERC who/what/when/where.
+    pub erc: Erc,
+    /// The depositor's digest of a single-file payload (`(algorithm, hex)`).
+    pub digest: Option<Digest>,
+    /// Any further fields, kept and projected as given.
+    pub extra: BTreeMap<String, String>,
+}
+
+/// A digest a depositor supplied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Digest {
+    /// `md5`, `sha1`, `sha256`, `sha512`.
+    pub algorithm: String,
+    /// Lower-case hex.
+    pub value: String,
+}
+
+/// Electronic Resource Citation fields.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub struct Erc {
+    pub who: Option<String>,
+    pub what: Option<String>,
+    pub when: Option<String>,
+    pub r#where: Option<String>,
+}
+
+/// A job's configuration (`/jobs/JID/configuration`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobConfiguration {
+    /// The collection profile.
+    pub profile_name: String,
+    /// Who submitted the batch.
+    pub submitter: String,
+    /// This job's payload.
+    pub payload_url: String,
+    /// This job's payload type.
+    pub payload_type: PayloadType,
+    /// The depositor's response type.
+    pub response_type: String,
+    /// Add or update.
+    pub submission_mode: SubmissionMode,
+    /// The depositor's digest of this job's payload, if any.
+    pub digest: Option<Digest>,
+}
+
+/// A job's identifiers (`/jobs/JID/identifiers`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identifiers {
+    /// The ark, once supplied or minted.
+    pub primary_id: Option<String>,
+    /// The depositor's local ids.
+    pub local_ids: Vec<String>,
+}
+
+/// Parameters of the storage step (`/jobs/JID/store`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreParams {
+    /// Where the storage manifest is.
+    pub manifest_url: String,
+    /// `add` or `update`.
+    pub mode: String,
+    /// Whether files absent from the manifest are deleted.
+    pub delete: bool,
+}
+
+/// Parameters of the inventory step (`/jobs/JID/inventory`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InventoryParams {
+    /// Where the storage manifest is.
+    pub manifest_url: String,
+    /// `add` or `update`.
+    pub mode: String,
+}
+
+macro_rules! events {
+    ($($(#[$doc:meta])* $kind:ident $body:tt)+) => {
+        $(
+            $(#[$doc])*
+            ///
+            /// Its fields are named as in the ZooKeeper layout and the seed documents.
+            #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+            #[allow(missing_docs)]
+            pub struct $kind $body
+        )+
+
+        /// Every change the engine records.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        #[allow(missing_docs)]
+        pub enum Event {
+            $($kind($kind)),+
+        }
+
+        impl Event {
+            /// Every kind name, as stored on disk.
+            pub const KINDS: &'static [&'static str] = &[$(stringify!($kind)),+];
+
+            /// This event's kind name, as stored on disk.
+            pub fn kind(&self) -> &'static str {
+                match self { $(Event::$kind(_) => stringify!($kind)),+ }
+            }
+
+            /// Encodes the payload alone (current schema).
+            pub(crate) fn encode_payload(&self) -> Vec<u8> {
+                match self { $(Event::$kind(p) => crate::codec::encode_value(p)),+ }
+            }
+
+            /// Decodes a payload of the current schema.
+            pub(crate) fn decode_payload(kind: &str, bytes: &[u8]) -> Result<Event, crate::codec::DecodeError> {
+                match kind {
+                    $(stringify!($kind) => Ok(Event::$kind(crate::codec::decode_value(bytes)?)),)+
+                    other => Err(crate::codec::DecodeError::UnknownKind(other.to_string())),
+                }
+            }
+        }
+
+        $(
+            impl From<$kind> for Event {
+                fn from(e: $kind) -> Event { Event::$kind(e) }
+            }
+        )+
+    };
+}
+
+events! {
+    /// A depositor submitted a batch (→ Pending).
+    BatchSubmitted { pub uuid: Uuid, pub submission: Submission }
+    /// The batch's collection was held when it was acquired (Pending → Held).
+    BatchHeld { pub reason: String }
+    /// A held batch was released (Held → Pending).
+    BatchReleased { pub reason: String }
+    /// The batch was acquired and expanded into these jobs, created by the
+    /// `JobCreated` events of the same append (Pending → Processing).
+    BatchAcquired { pub jobs: Vec<Jid> }
+    /// Every job of the batch finished (Processing → Reporting).
+    BatchReportingStarted { pub reason: String }
+    /// The batch was reported (`/batches/BID/status-report`).
+    BatchReported { pub successful_jobs: Vec<Jid>, pub failed_jobs: Vec<Jid>, pub update: bool }
+    /// An admin asked for a new report of a failed batch (Failed → UpdateReporting).
+    BatchUpdateReporting { pub reason: String }
+    /// The batch ended well (→ Completed).
+    BatchCompleted { pub message: String }
+    /// The batch ended with failures (→ Failed).
+    BatchFailed { pub message: String }
+    /// An admin deleted the batch (→ Deleted).
+    BatchDeleted { pub reason: String }
+    /// Cleanup removed the finished batch and its jobs from the live tree; the
+    /// history stays in the log.
+    BatchCleanedUp { pub jobs: Vec<Jid> }
+    /// A job was created in its batch (→ Pending).
+    JobCreated {
+        pub bid: Bid,
+        pub priority: u8,
+        pub configuration: JobConfiguration,
+        pub identifiers: Identifiers,
+        pub metadata: Erc,
+    }
+    /// A job moved from one state to another.
+    JobStatusChanged {
+        pub from: JobState,
+        pub to: JobState,
+        pub message: String,
+        /// An admin requeue (`retry_count` grows by one).
+        pub retry: bool,
+        /// A new priority set together with the move.
+        pub priority: Option<u8>,
+    }
+    /// The estimating step measured the space the job needs.
+    JobSpaceEstimated { pub space_needed: u64, pub priority: Option<u8> }
+    /// The job's ark and local ids were assigned.
+    JobIdentifiersAssigned { pub identifiers: Identifiers }
+    /// The storage step's parameters.
+    JobStoreRecorded { pub store: StoreParams }
+    /// The inventory step's parameters.
+    JobInventoryRecorded { pub inventory: InventoryParams }
+    /// An admin deleted the job (→ Deleted).
+    JobDeleted { pub from: JobState, pub reason: String }
+    /// A step hit a recoverable error and will try again.
+    JobStepRetried { pub state: JobState, pub attempt: u32, pub message: String }
+    /// A collection was held: its new batches and jobs are parked in Held.
+    CollectionHeld { pub profile: String, pub reason: String }
+    /// A collection hold was released.
+    CollectionReleased { pub profile: String, pub reason: String }
+    /// The ingest queue was paused: no job leaves Pending.
+    QueuePaused { pub reason: String }
+    /// The ingest queue was resumed.
+    QueueResumed { pub reason: String }
+    /// An admin repaired drift between the live ZooKeeper tree and the log.
+    TreeRepaired { pub paths: Vec<String> }
+}
+
+impl Event {
+    /// A one-line description for history listings (the transition, or what was recorded).
+    pub fn describe(&self) -> String {
+        match self {
+            Event::BatchSubmitted(e) => format!(
+                "submitted ({} {} by {})",
+                e.submission.payload_type, e.submission.payload_url, e.submission.submitter
+            ),
+            Event::BatchHeld(e) => format!("Pending -> Held ({})", e.reason),
+            Event::BatchReleased(e) => format!("Held -> Pending ({})", e.reason),
+            Event::BatchAcquired(e) => format!("Pending -> Processing ({} jobs)", e.jobs.len()),
+            Event::BatchReportingStarted(e) => format!("Processing -> Reporting ({})", e.reason),
+            Event::BatchReported(e) => format!(
+                "{}reported: {} successful, {} failed",
+                if e.update { "update " } else { "" },
+                e.successful_jobs.len(),
+                e.failed_jobs.len()
+            ),
+            Event::BatchUpdateReporting(e) => format!("Failed -> UpdateReporting ({})", e.reason),
+            Event::BatchCompleted(e) => format!("-> Completed ({})", e.message),
+            Event::BatchFailed(e) => format!("-> Failed ({})", e.message),
+            Event::BatchDeleted(e) => format!("-> Deleted ({})", e.reason),
+            Event::BatchCleanedUp(e) => {
+                format!("cleaned up from the live tree ({} jobs)", e.jobs.len())
+            }
+            Event::JobCreated(e) => format!(
+                "created in {} at priority {:02} ({} {})",
+                e.bid, e.priority, e.configuration.payload_type, e.configuration.payload_url
+            ),
+            Event::JobStatusChanged(e) => {
+                let mut s = format!("{} -> {}", e.from, e.to);
+                if e.retry {
+                    s.push_str(" (requeue)");
+                }
+                if let Some(p) = e.priority {
+                    s.push_str(&format!(" priority {p:02}"));
+                }
+                if !e.message.is_empty() {
+                    s.push_str(&format!(": {}", e.message));
+                }
+                s
+            }
+            Event::JobSpaceEstimated(e) => match e.priority {
+                Some(p) => format!("space needed {} bytes, priority {p:02}", e.space_needed),
+                None => format!("space needed {} bytes", e.space_needed),
+            },
+            Event::JobIdentifiersAssigned(e) => format!(
+                "identifiers: {} [{}]",
+                e.identifiers.primary_id.as_deref().unwrap_or("-"),
+                e.identifiers.local_ids.join(";")
+            ),
+            Event::JobStoreRecorded(e) => {
+                format!("store: {} ({})", e.store.manifest_url, e.store.mode)
+            }
+            Event::JobInventoryRecorded(e) => format!(
+                "inventory: {} ({})",
+                e.inventory.manifest_url, e.inventory.mode
+            ),
+            Event::JobDeleted(e) => format!("{} -> Deleted ({})", e.from, e.reason),
+            Event::JobStepRetried(e) => format!("{} retry {}: {}", e.state, e.attempt, e.message),
+            Event::CollectionHeld(e) => format!("collection {} held ({})", e.profile, e.reason),
+            Event::CollectionReleased(e) => {
+                format!("collection {} released ({})", e.profile, e.reason)
+            }
+            Event::QueuePaused(e) => format!("queue paused ({})", e.reason),
+            Event::QueueResumed(e) => format!("queue resumed ({})", e.reason),
+            Event::TreeRepaired(e) => format!("tree repaired ({} paths)", e.paths.len()),
+        }
+    }
+}

@@ -1,0 +1,832 @@
+//! The append-only event log, kept in sled.
+//!
+//! ## Layout
+//! One sled tree, `log`, holds two kinds of keys:
+//! - `e` + position (u64 big-endian) → the encoded record ([`crate::codec`]);
+//! - `i` + stream key ([`StreamId::key`]) + version (u64 big-endian) → position.
+//!
+//! An append writes all of a command's records and their index entries in one
+//! `sled::Batch`, which sled applies atomically: after a crash a command's
+//! events are all there or none are.
+//!
+//! ## Durability: group commit
+//! [`Log::append`] returns only after its records are flushed. The first
+//! appender that finds no flush running becomes the leader: it notes the
+//! written head, flushes, publishes the durable position and wakes the others.
+//! Appenders that arrived meanwhile are covered by that flush or elect the
+//! next leader, so concurrent appends share flushes instead of queueing one
+//! flush each.
+//!
+//! ## The hash chain
+//! Each record carries the previous record's hash and its own. [`Log::open`]
+//! re-checks the tail; if it fails, the log opens read-only and appends are
+//! refused with [`LogError::NeedsRepair`] until [`Log::repair_tail`] truncates
+//! the torn tail. [`Log::verify`] re-checks the whole chain and the index.
+
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::codec::{decode_record, encode_record, Hash, NewRecord, Recorded, GENESIS_HASH};
+use crate::event::{Actor, Event, StreamId};
+
+const EVENT: u8 = b'e';
+const INDEX: u8 = b'i';
+/// How many records at the tail [`Log::open`] re-checks.
+const TAIL_CHECK: u64 = 64;
+
+/// What the writer of an append expects a stream's version to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpectedVersion {
+    /// No check.
+    Any,
+    /// The stream must not exist yet.
+    NoStream,
+    /// The stream's last version must be exactly this.
+    Exact(u64),
+}
+
+impl std::fmt::Display for ExpectedVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExpectedVersion::Any => f.write_str("any version"),
+            ExpectedVersion::NoStream => f.write_str("no stream"),
+            ExpectedVersion::Exact(v) => write!(f, "version {v}"),
+        }
+    }
+}
+
+/// One event to append, with the stream it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proposed {
+    /// The stream.
+    pub stream: StreamId,
+    /// The event.
+    pub event: Event,
+}
+
+/// The events of one command, appended atomically.
+#[derive(Debug, Clone)]
+pub struct AppendRequest {
+    /// Who caused the events.
+    pub actor: Actor,
+    /// Ties the events to the command.
+    pub correlation_id: Uuid,
+    /// The engine's time for the command. The log never lets time go backwards:
+    /// a timestamp before the head's is raised to the head's.
+    pub timestamp: DateTime<Utc>,
+    /// Stream versions the command was decided against.
+    pub expectations: Vec<(StreamId, ExpectedVersion)>,
+    /// The events, in order.
+    pub events: Vec<Proposed>,
+}
+
+/// A stream version did not match what the command expected.
+///
+/// ### Handling
+/// A logical conflict, not an I/O failure: nothing was appended. Re-read the
+/// stream, decide again, or report 409 to the caller.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("stream {stream} is at version {actual}, the command expected {expected}")]
+pub struct Conflict {
+    /// The stream.
+    pub stream: StreamId,
+    /// What the command expected.
+    pub expected: ExpectedVersion,
+    /// What the log holds (0 when the stream does not exist).
+    pub actual: u64,
+}
+
+/// The result of an append that went through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    /// The positions written, first to last (empty for an empty request).
+    pub positions: RangeInclusive<u64>,
+    /// The records written, as they will be read back.
+    pub records: Vec<Recorded>,
+}
+
+/// The log could not do what was asked for a reason other than a conflict.
+///
+/// ### Handling
+/// `Storage` is an I/O failure: the append's outcome is unknown until the log
+/// is re-opened and read. `NeedsRepair` and `Corrupt` need an operator.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LogError {
+    /// sled failed (disk full, I/O error).
+    #[error("event log storage error: {0}")]
+    Storage(#[from] sled::Error),
+    /// Another process holds the log.
+    #[error("the event log at {path} is in use by another process (sled allows one process per data directory); stop that process or talk to it through its API")]
+    Locked {
+        /// The log's directory.
+        path: PathBuf,
+    },
+    /// The tail of the log fails the hash chain; appends are refused.
+    #[error("the event log fails its hash chain at position {position} ({reason}); appends are refused until an operator runs `ingest repair`, which truncates the torn tail")]
+    NeedsRepair {
+        /// The first bad position.
+        position: u64,
+        /// What is wrong there.
+        reason: String,
+    },
+    /// A record read back is corrupt.
+    #[error("event log record at position {position} is corrupt: {reason}")]
+    Corrupt {
+        /// Where.
+        position: u64,
+        /// What.
+        reason: String,
+    },
+    /// A repair was asked for where it cannot help.
+    #[error("cannot repair: {0}")]
+    Unrepairable(String),
+}
+
+/// Options for opening a log.
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    /// sled's page cache, in bytes.
+    pub cache_capacity: u64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            cache_capacity: 256 * 1024 * 1024,
+        }
+    }
+}
+
+/// What `verify` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// How many records were checked.
+    pub events_checked: u64,
+    /// The hash of the last good record ([`GENESIS_HASH`] for an empty log).
+    pub head_hash: Hash,
+    /// The last position checked.
+    pub head_position: u64,
+    /// Stream index entries checked.
+    pub index_entries_checked: u64,
+    /// Every problem, by position.
+    pub problems: Vec<VerifyProblem>,
+}
+
+/// One problem `verify` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyProblem {
+    /// Where (0 for a problem of the index that has no position).
+    pub position: u64,
+    /// What.
+    pub message: String,
+}
+
+/// The append-only event log. One per data directory; cheap to share by reference.
+pub struct Log {
+    db: sled::Db,
+    tree: sled::Tree,
+    path: PathBuf,
+    writer: Mutex<Writer>,
+    durable: Mutex<Durable>,
+    durable_changed: Condvar,
+    durable_tx: watch::Sender<u64>,
+}
+
+struct Writer {
+    head: u64,
+    head_hash: Hash,
+    head_time: DateTime<Utc>,
+    needs_repair: Option<(u64, String)>,
+}
+
+struct Durable {
+    position: u64,
+    flushing: bool,
+    failed: Option<String>,
+}
+
+fn event_key(pos: u64) -> [u8; 9] {
+    let mut k = [0u8; 9];
+    k[0] = EVENT;
+    k[1..].copy_from_slice(&pos.to_be_bytes());
+    k
+}
+
+fn index_key(stream: StreamId, version: u64) -> [u8; 18] {
+    let mut k = [0u8; 18];
+    k[0] = INDEX;
+    k[1..10].copy_from_slice(&stream.key());
+    k[10..].copy_from_slice(&version.to_be_bytes());
+    k
+}
+
+fn index_prefix(stream: StreamId) -> [u8; 10] {
+    let mut k = [0u8; 10];
+    k[0] = INDEX;
+    k[1..].copy_from_slice(&stream.key());
+    k
+}
+
+fn be_u64(bytes: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(bytes.try_into().ok()?))
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding these locks leaves plain numbers behind, which
+    // stay consistent; keep going rather than poisoning every later append.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Log {
+    /// Opens (or creates) the log in `dir`.
+    ///
+    /// # Errors
+    /// [`LogError::Locked`] when another process has it open,
+    /// [`LogError::Storage`] on I/O errors. A tail that fails the hash chain
+    /// does not fail the open: the log opens read-only (see [`Log::needs_repair`]).
+    pub fn open(dir: &Path, config: &LogConfig) -> Result<Log, LogError> {
+        let db = sled::Config::new()
+            .path(dir)
+            .cache_capacity(config.cache_capacity)
+            .flush_every_ms(None)
+            .open()
+            .map_err(|e| match e {
+                sled::Error::Io(ref io)
+                    if io.kind() == std::io::ErrorKind::WouldBlock
+                        || io.to_string().contains("lock") =>
+                {
+                    LogError::Locked {
+                        path: dir.to_path_buf(),
+                    }
+                }
+                other => LogError::Storage(other),
+            })?;
+        let tree = db.open_tree("log")?;
+        let mut writer = Writer {
+            head: 0,
+            head_hash: GENESIS_HASH,
+            head_time: DateTime::<Utc>::MIN_UTC,
+            needs_repair: None,
+        };
+        if let Some((k, _)) = tree.scan_prefix([EVENT]).next_back().transpose()? {
+            writer.head = be_u64(&k[1..]).unwrap_or(0);
+        }
+        let mut log = Log {
+            db,
+            tree,
+            path: dir.to_path_buf(),
+            writer: Mutex::new(Writer {
+                head: 0,
+                head_hash: GENESIS_HASH,
+                head_time: writer.head_time,
+                needs_repair: None,
+            }),
+            durable: Mutex::new(Durable {
+                position: writer.head,
+                flushing: false,
+                failed: None,
+            }),
+            durable_changed: Condvar::new(),
+            durable_tx: watch::channel(writer.head).0,
+        };
+        log.check_tail(&mut writer)?;
+        *log.writer.get_mut().unwrap_or_else(|e| e.into_inner()) = writer;
+        Ok(log)
+    }
+
+    /// Re-checks the last records; sets `needs_repair` on the first failure.
+    fn check_tail(&self, w: &mut Writer) -> Result<(), LogError> {
+        if w.head == 0 {
+            return Ok(());
+        }
+        let start = w.head.saturating_sub(TAIL_CHECK).max(1);
+        let mut prev = if start == 1 {
+            Some(GENESIS_HASH)
+        } else {
+            match self.read_one(start - 1) {
+                Ok(r) => Some(r.envelope.hash),
+                Err(_) => None,
+            }
+        };
+        for pos in start..=w.head {
+            match self.read_one(pos) {
+                Ok(r) => {
+                    if let Some(p) = prev {
+                        if r.envelope.prev_hash != p {
+                            w.needs_repair = Some((pos, "previous-hash link broken".into()));
+                            return Ok(());
+                        }
+                    }
+                    prev = Some(r.envelope.hash);
+                    w.head_hash = r.envelope.hash;
+                    w.head_time = r.envelope.timestamp;
+                }
+                Err(LogError::Storage(e)) => return Err(LogError::Storage(e)),
+                Err(e) => {
+                    let reason = match e {
+                        LogError::Corrupt { reason, .. } => reason,
+                        other => other.to_string(),
+                    };
+                    w.needs_repair = Some((pos, reason));
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The directory the log lives in.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Where the tail fails the chain, if it does.
+    pub fn needs_repair(&self) -> Option<(u64, String)> {
+        lock(&self.writer).needs_repair.clone()
+    }
+
+    /// The last written position (durable or not) and its hash.
+    pub fn head(&self) -> (u64, Hash) {
+        let w = lock(&self.writer);
+        (w.head, w.head_hash)
+    }
+
+    /// The last position known to be on disk.
+    pub fn durable_position(&self) -> u64 {
+        lock(&self.durable).position
+    }
+
+    /// A receiver that sees the durable position each time it advances: the
+    /// live tail for projectors. Read up to the value seen, then await a change.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.durable_tx.subscribe()
+    }
+
+    /// The current version of a stream (0 when it has no events).
+    ///
+    /// # Errors
+    /// [`LogError::Storage`] on I/O errors.
+    pub fn stream_version(&self, stream: StreamId) -> Result<u64, LogError> {
+        Ok(
+            match self
+                .tree
+                .scan_prefix(index_prefix(stream))
+                .next_back()
+                .transpose()?
+            {
+                Some((k, _)) => be_u64(&k[10..]).unwrap_or(0),
+                None => 0,
+            },
+        )
+    }
+
+    /// Appends one command's events atomically and returns once they are durable.
+    ///
+    /// # Errors
+    /// The outer error is I/O or a log that needs repair: the append's effect
+    /// is unknown (`Storage`) or nothing was written (`NeedsRepair`). The inner
+    /// [`Conflict`] means an expectation failed and nothing was written.
+    pub fn append(&self, request: &AppendRequest) -> Result<Result<Appended, Conflict>, LogError> {
+        let appended = match self.append_unflushed(request)? {
+            Ok(a) => a,
+            Err(c) => return Ok(Err(c)),
+        };
+        self.wait_durable(*appended.positions.end())?;
+        Ok(Ok(appended))
+    }
+
+    /// Writes one command's events atomically without waiting for the flush.
+    /// The caller must not acknowledge them before [`Log::wait_durable`]
+    /// returns for the last position. This lets a single writer decide the
+    /// next command while the previous one's flush is still running.
+    ///
+    /// # Errors
+    /// As [`Log::append`].
+    pub fn append_unflushed(
+        &self,
+        request: &AppendRequest,
+    ) -> Result<Result<Appended, Conflict>, LogError> {
+        let mut w = lock(&self.writer);
+        if let Some((position, reason)) = &w.needs_repair {
+            return Err(LogError::NeedsRepair {
+                position: *position,
+                reason: reason.clone(),
+            });
+        }
+        for (stream, expected) in &request.expectations {
+            let actual = self.stream_version(*stream)?;
+            let ok = match expected {
+                ExpectedVersion::Any => true,
+                ExpectedVersion::NoStream => actual == 0,
+                ExpectedVersion::Exact(v) => actual == *v,
+            };
+            if !ok {
+                return Ok(Err(Conflict {
+                    stream: *stream,
+                    expected: *expected,
+                    actual,
+                }));
+            }
+        }
+        if request.events.is_empty() {
+            return Ok(Ok(Appended {
+                positions: (w.head + 1)..=w.head,
+                records: Vec::new(),
+            }));
+        }
+        let timestamp = request.timestamp.max(w.head_time);
+        let mut batch = sled::Batch::default();
+        let mut versions: Vec<(StreamId, u64)> = Vec::new();
+        let mut records = Vec::with_capacity(request.events.len());
+        let mut pos = w.head;
+        let mut prev_hash = w.head_hash;
+        for p in &request.events {
+            pos += 1;
+            let version = match versions.iter_mut().find(|(s, _)| *s == p.stream) {
+                Some((_, v)) => {
+                    *v += 1;
+                    *v
+                }
+                None => {
+                    let v = self.stream_version(p.stream)? + 1;
+                    versions.push((p.stream, v));
+                    v
+                }
+            };
+            let new = NewRecord {
+                position: pos,
+                stream: p.stream,
+                version,
+                timestamp,
+                actor: &request.actor,
+                correlation_id: request.correlation_id,
+                prev_hash,
+                event: &p.event,
+            };
+            let (bytes, hash) = encode_record(&new);
+            batch.insert(&event_key(pos), bytes);
+            batch.insert(&index_key(p.stream, version), &pos.to_be_bytes());
+            records.push(Recorded {
+                envelope: crate::codec::Envelope {
+                    position: pos,
+                    stream: p.stream,
+                    version,
+                    timestamp: chrono_micros(timestamp),
+                    actor: request.actor.clone(),
+                    correlation_id: request.correlation_id,
+                    schema_version: crate::codec::SCHEMA_VERSION,
+                    prev_hash,
+                    hash,
+                },
+                event: p.event.clone(),
+            });
+            prev_hash = hash;
+        }
+        self.tree.apply_batch(batch)?;
+        let first = w.head + 1;
+        w.head = pos;
+        w.head_hash = prev_hash;
+        w.head_time = timestamp;
+        Ok(Ok(Appended {
+            positions: first..=pos,
+            records,
+        }))
+    }
+
+    /// Blocks until `position` is durable, flushing if no flush is running
+    /// (group commit: one flush covers every append written before it started).
+    ///
+    /// # Errors
+    /// [`LogError::Storage`] when the flush fails; the outcome of the appends
+    /// it covered is then unknown.
+    pub fn wait_durable(&self, position: u64) -> Result<(), LogError> {
+        let mut d = lock(&self.durable);
+        loop {
+            if let Some(reason) = &d.failed {
+                return Err(LogError::Storage(sled::Error::Io(std::io::Error::other(
+                    reason.clone(),
+                ))));
+            }
+            if d.position >= position {
+                return Ok(());
+            }
+            if d.flushing {
+                d = self
+                    .durable_changed
+                    .wait(d)
+                    .unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            d.flushing = true;
+            drop(d);
+            // Everything written before this point is covered by the flush.
+            let target = lock(&self.writer).head;
+            let result = self.db.flush();
+            d = lock(&self.durable);
+            d.flushing = false;
+            match result {
+                Ok(_) => {
+                    d.position = d.position.max(target);
+                    self.durable_tx.send_replace(d.position);
+                }
+                Err(e) => {
+                    // A failed flush leaves the on-disk state unknown; refuse
+                    // to acknowledge anything further in this process.
+                    d.failed = Some(e.to_string());
+                }
+            }
+            self.durable_changed.notify_all();
+        }
+    }
+
+    /// Reads one record.
+    ///
+    /// # Errors
+    /// [`LogError::Corrupt`] when the position is missing or the record does
+    /// not decode; [`LogError::Storage`] on I/O errors.
+    pub fn read_one(&self, position: u64) -> Result<Recorded, LogError> {
+        let bytes = self
+            .tree
+            .get(event_key(position))?
+            .ok_or_else(|| LogError::Corrupt {
+                position,
+                reason: "missing".into(),
+            })?;
+        let r = decode_record(&bytes).map_err(|e| LogError::Corrupt {
+            position,
+            reason: e.to_string(),
+        })?;
+        if r.envelope.position != position {
+            return Err(LogError::Corrupt {
+                position,
+                reason: format!("record claims position {}", r.envelope.position),
+            });
+        }
+        Ok(r)
+    }
+
+    /// Reads records by position, forwards, from `from` up to and including
+    /// `to` (clamped to the written head).
+    pub fn read_range(
+        &self,
+        from: u64,
+        to: u64,
+    ) -> impl Iterator<Item = Result<Recorded, LogError>> + '_ {
+        let from = from.max(1);
+        let iter = self.tree.range(event_key(from)..=event_key(to.max(from)));
+        let mut expected = from;
+        iter.take_while(move |_| from <= to).map(move |item| {
+            let (k, v) = item?;
+            let position = be_u64(&k[1..]).unwrap_or(0);
+            if position != expected {
+                return Err(LogError::Corrupt {
+                    position: expected,
+                    reason: "missing (gap in positions)".into(),
+                });
+            }
+            expected += 1;
+            let r = decode_record(&v).map_err(|e| LogError::Corrupt {
+                position,
+                reason: e.to_string(),
+            })?;
+            Ok(r)
+        })
+    }
+
+    /// Reads every durable record from `from` on.
+    pub fn read_from(&self, from: u64) -> impl Iterator<Item = Result<Recorded, LogError>> + '_ {
+        self.read_range(from, self.durable_position())
+    }
+
+    /// Reads every record of one stream, in version order.
+    ///
+    /// # Errors
+    /// [`LogError::Corrupt`] when an index entry points nowhere valid.
+    pub fn read_stream(&self, stream: StreamId) -> Result<Vec<Recorded>, LogError> {
+        let mut out = Vec::new();
+        for item in self.tree.scan_prefix(index_prefix(stream)) {
+            let (_, v) = item?;
+            let position = be_u64(&v).ok_or_else(|| LogError::Corrupt {
+                position: 0,
+                reason: format!("bad index entry for {stream}"),
+            })?;
+            out.push(self.read_one(position)?);
+        }
+        Ok(out)
+    }
+
+    /// Blocks until the durable position passes `position` or the timeout ends;
+    /// returns the durable position.
+    pub fn wait_beyond(&self, position: u64, timeout: Duration) -> u64 {
+        let deadline = Instant::now() + timeout;
+        let mut d = lock(&self.durable);
+        while d.position <= position {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            d = self
+                .durable_changed
+                .wait_timeout(d, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        d.position
+    }
+
+    /// Re-checks the whole hash chain and every stream index entry.
+    /// `progress` is called with each position checked.
+    ///
+    /// # Errors
+    /// [`LogError::Storage`] on I/O errors; corruption is reported in the
+    /// [`VerifyReport`], not as an error.
+    pub fn verify(&self, mut progress: impl FnMut(u64)) -> Result<VerifyReport, LogError> {
+        let mut report = VerifyReport {
+            events_checked: 0,
+            head_hash: GENESIS_HASH,
+            head_position: 0,
+            index_entries_checked: 0,
+            problems: Vec::new(),
+        };
+        let mut prev_hash = GENESIS_HASH;
+        let mut expected_pos = 1u64;
+        let mut streams: std::collections::HashMap<StreamId, u64> =
+            std::collections::HashMap::new();
+        for item in self.tree.scan_prefix([EVENT]) {
+            let (k, v) = item?;
+            let position = be_u64(&k[1..]).unwrap_or(0);
+            progress(position);
+            report.events_checked += 1;
+            if position != expected_pos {
+                report.problems.push(VerifyProblem {
+                    position: expected_pos,
+                    message: format!("positions jump from {} to {position}", expected_pos - 1),
+                });
+            }
+            expected_pos = position + 1;
+            match decode_record(&v) {
+                Err(e) => {
+                    report.problems.push(VerifyProblem {
+                        position,
+                        message: e.to_string(),
+                    });
+                    // Chain from what the next record claims, so one bad record is one problem.
+                    prev_hash = GENESIS_HASH;
+                    continue;
+                }
+                Ok(r) => {
+                    let env = &r.envelope;
+                    if env.position != position {
+                        report.problems.push(VerifyProblem {
+                            position,
+                            message: format!("record claims position {}", env.position),
+                        });
+                    }
+                    if env.prev_hash != prev_hash && !(prev_hash == GENESIS_HASH && position != 1) {
+                        report.problems.push(VerifyProblem {
+                            position,
+                            message: format!(
+                                "previous-hash link broken: record says {}, previous record hashes to {}",
+                                hex::encode(env.prev_hash),
+                                hex::encode(prev_hash)
+                            ),
+                        });
+                    }
+                    let v = streams.entry(env.stream).or_insert(0);
+                    *v += 1;
+                    if env.version != *v {
+                        report.problems.push(VerifyProblem {
+                            position,
+                            message: format!(
+                                "stream {} version {} where {} was expected",
+                                env.stream, env.version, v
+                            ),
+                        });
+                        *v = env.version;
+                    }
+                    match self.tree.get(index_key(env.stream, env.version))? {
+                        Some(p) if be_u64(&p) == Some(position) => {}
+                        Some(p) => report.problems.push(VerifyProblem {
+                            position,
+                            message: format!(
+                                "stream index {}#{} points at position {:?}",
+                                env.stream,
+                                env.version,
+                                be_u64(&p)
+                            ),
+                        }),
+                        None => report.problems.push(VerifyProblem {
+                            position,
+                            message: format!(
+                                "stream index has no entry for {}#{}",
+                                env.stream, env.version
+                            ),
+                        }),
+                    }
+                    prev_hash = env.hash;
+                    report.head_hash = env.hash;
+                    report.head_position = position;
+                }
+            }
+        }
+        let total_versions: u64 = streams.values().sum();
+        for item in self.tree.scan_prefix([INDEX]) {
+            let (_, v) = item?;
+            report.index_entries_checked += 1;
+            let pos = be_u64(&v).unwrap_or(0);
+            if pos == 0 || pos >= expected_pos {
+                report.problems.push(VerifyProblem {
+                    position: pos,
+                    message: "stream index entry points past the end of the log".into(),
+                });
+            }
+        }
+        if report.index_entries_checked != total_versions && report.problems.is_empty() {
+            report.problems.push(VerifyProblem {
+                position: 0,
+                message: format!(
+                    "stream index has {} entries for {} events",
+                    report.index_entries_checked, total_versions
+                ),
+            });
+        }
+        report.problems.sort_by_key(|p| p.position);
+        Ok(report)
+    }
+
+    /// Truncates a torn tail: the records from the first failing position to
+    /// the head, when none of them is intact. Returns the positions removed.
+    ///
+    /// # Errors
+    /// [`LogError::Unrepairable`] when the log does not need repair or the
+    /// damage is not confined to the tail (an intact record follows it).
+    pub fn repair_tail(&self) -> Result<RangeInclusive<u64>, LogError> {
+        let mut w = lock(&self.writer);
+        let Some((first_bad, _)) = w.needs_repair.clone() else {
+            return Err(LogError::Unrepairable(
+                "the log's tail verifies; nothing to repair".into(),
+            ));
+        };
+        let head = w.head;
+        for pos in (first_bad + 1)..=head {
+            if self.read_one(pos).is_ok() {
+                return Err(LogError::Unrepairable(format!(
+                    "position {first_bad} is damaged but position {pos} after it is intact: this is not a torn tail; run `ingest verify` and restore the data directory from a backup"
+                )));
+            }
+        }
+        let mut batch = sled::Batch::default();
+        for pos in first_bad..=head {
+            batch.remove(&event_key(pos));
+        }
+        for item in self.tree.scan_prefix([INDEX]) {
+            let (k, v) = item?;
+            if be_u64(&v).is_some_and(|p| p >= first_bad) {
+                batch.remove(k);
+            }
+        }
+        self.tree.apply_batch(batch)?;
+        self.db.flush()?;
+        let mut fresh = Writer {
+            head: first_bad - 1,
+            head_hash: GENESIS_HASH,
+            head_time: DateTime::<Utc>::MIN_UTC,
+            needs_repair: None,
+        };
+        self.check_tail(&mut fresh)?;
+        if let Some((p, reason)) = &fresh.needs_repair {
+            return Err(LogError::Unrepairable(format!(
+                "after truncation position {p} still fails: {reason}"
+            )));
+        }
+        *w = fresh;
+        let mut d = lock(&self.durable);
+        d.position = w.head;
+        self.durable_tx.send_replace(d.position);
+        Ok(first_bad..=head)
+    }
+
+    /// Test and tooling access to the raw tree (fault injection, benches).
+    #[doc(hidden)]
+    pub fn raw_tree(&self) -> &sled::Tree {
+        &self.tree
+    }
+
+    /// The raw key of a record, for fault injection in tests.
+    #[doc(hidden)]
+    pub fn raw_event_key(position: u64) -> [u8; 9] {
+        event_key(position)
+    }
+}
+
+fn chrono_micros(t: DateTime<Utc>) -> DateTime<Utc> {
+    // Records store microseconds; report what will be read back.
+    DateTime::from_timestamp_micros(t.timestamp_micros()).unwrap_or(t)
+}
