@@ -1,0 +1,2 @@
+//! Placeholder, replaced by the log benchmarks.
+fn main() {}
