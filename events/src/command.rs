@@ -835,12 +835,24 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
     Ok(d)
 }
 
-/// Where a requeue sends a failed job: the success successor of its
+/// Where a requeue sends a failed job: the step after its
 /// `last_successful_status`, or Pending when it has none (a job that failed
 /// before any step succeeded starts over).
+///
+/// The step after a state is its success successor; for a state without one
+/// (Pending, Held) it is the first target that moves forward (not Held,
+/// Failed or Deleted): Pending → Estimating, Held → Pending.
 pub fn requeue_target(lc: &Lifecycle, job: &Job) -> JobState {
     job.last_successful_status
-        .and_then(|s| lc.jobs.success(s))
+        .and_then(|s| {
+            lc.jobs.success(s).or_else(|| {
+                lc.jobs
+                    .allowed(s)
+                    .iter()
+                    .copied()
+                    .find(|t| !matches!(t, JobState::Held | JobState::Failed | JobState::Deleted))
+            })
+        })
         .filter(|t| lc.jobs.can(JobState::Failed, *t))
         .unwrap_or(JobState::Pending)
 }

@@ -1,0 +1,814 @@
+//! The `ingest` command line.
+//!
+//! Grammar: `ingest [GLOBAL OPTIONS] NOUN [ID] VERB [OPTIONS]` for actions on
+//! one item (`ingest job jid0000000001 fail --message "…"`,
+//! `ingest collection demo hold --reason "…"`), and plain verbs for the rest
+//! (`submit`, `show`, `history`, `verify`, `repair`, `lifecycle`, `cleanup`,
+//! `status`).
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use ingest_events::command::{Command, JobSpec, Target};
+use ingest_events::event::{Identifiers, InventoryParams, StoreParams};
+use ingest_events::{Actor, Bid, Jid, JobState, Lifecycle, Recorded};
+use serde::Serialize;
+
+use crate::engine::{Engine, EngineConfig, EngineError};
+use crate::history;
+use crate::submission::{expand_simple, split_local_ids, SubmissionInput};
+
+/// `ingest`: an event-sourced ingest queue for digital-preservation repositories.
+#[derive(Debug, Parser)]
+#[command(
+    name = "ingest",
+    version,
+    about = "An event-sourced ingest queue for digital-preservation repositories",
+    long_about = "An event-sourced ingest queue for digital-preservation repositories.\n\n\
+Every change to a batch or job is an event appended to a hash-chained log in the data \
+directory (the source of truth); the ZooKeeper queue tree Merritt's workers read is \
+projected from it.\n\n\
+Grammar: `ingest NOUN ID VERB` acts on one item (batch, job, collection, queue); \
+`submit`, `show`, `history`, `verify`, `repair`, `lifecycle`, `cleanup` and `status` stand alone.",
+    after_help = "Examples:\n  ingest submit --profile demo --submitter alice --payload-url https://example.org/a.zip --type container\n  ingest batch bid0000000001 acquire\n  ingest job jid0000000001 start\n  ingest job jid0000000001 success\n  ingest job jid0000000001 fail --message 'HEAD https://… returned 404'\n  ingest job jid0000000001 requeue --reason 'server fixed'\n  ingest collection demo hold --reason 'storage migration'\n  ingest history --batch bid0000000001 --format table\n  ingest verify"
+)]
+pub struct Cli {
+    /// The data directory holding the event log.
+    #[arg(
+        long,
+        global = true,
+        env = "INGEST_DATA_DIR",
+        default_value = "./ingest-data"
+    )]
+    pub data_dir: PathBuf,
+    /// A lifecycle file (mrt-zk states.yml format) to use instead of the built-in one.
+    #[arg(long, global = true, env = "INGEST_STATES", value_name = "FILE")]
+    pub states: Option<PathBuf>,
+    /// Who is acting: admin:NAME, worker:NAME, depositor:NAME (default admin:$USER; depositor:SUBMITTER for submit).
+    #[arg(long, global = true, env = "INGEST_ACTOR")]
+    pub actor: Option<String>,
+    /// Log output on stderr.
+    #[arg(long, global = true, env = "INGEST_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+/// Log output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Readable lines.
+    Human,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Output formats of listings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// YAML.
+    Yaml,
+    /// JSON.
+    Json,
+    /// An aligned text table.
+    Table,
+}
+
+/// Lifecycle output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LifecycleFormat {
+    /// The transition table.
+    Table,
+    /// A Mermaid state diagram generated from the table.
+    Mermaid,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Submit a batch (fields as options, or --file submission.yml; options override the file).
+    Submit(Box<SubmitArgs>),
+    /// Show a batch or a job as the log says it is now.
+    Show {
+        /// What to show.
+        #[command(subcommand)]
+        what: ShowWhat,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Yaml)]
+        format: Format,
+    },
+    /// Every event of a batch and its jobs (or of one job), in log order.
+    History {
+        /// The batch.
+        #[arg(long, conflicts_with = "job", required_unless_present = "job")]
+        batch: Option<Bid>,
+        /// The job.
+        #[arg(long)]
+        job: Option<Jid>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+    /// Re-check the whole hash chain and every stream index entry.
+    Verify,
+    /// Truncate a torn tail that fails the hash chain (only the tail; never the middle).
+    Repair {
+        /// Do it: without this, only say what would be removed.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Print the job and batch lifecycle.
+    Lifecycle {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = LifecycleFormat::Table)]
+        format: LifecycleFormat,
+    },
+    /// Act on a batch.
+    Batch {
+        /// The batch id (bid0000000001).
+        bid: Bid,
+        /// The action.
+        #[command(subcommand)]
+        action: BatchAction,
+    },
+    /// Act on a job.
+    Job {
+        /// The job id (jid0000000001).
+        jid: Jid,
+        /// The action.
+        #[command(subcommand)]
+        action: JobAction,
+    },
+    /// Hold or release a collection.
+    Collection {
+        /// The collection profile.
+        profile: String,
+        /// The action.
+        #[command(subcommand)]
+        action: CollectionAction,
+    },
+    /// Pause or resume the ingest queue.
+    Queue {
+        /// The action.
+        #[command(subcommand)]
+        action: QueueAction,
+    },
+    /// Remove finished (Completed or Deleted) batches from the live tree; their history stays.
+    Cleanup {
+        /// Only batches last changed before this time (RFC 3339).
+        #[arg(long)]
+        before: Option<chrono::DateTime<chrono::Utc>>,
+    },
+    /// Counts of batches and jobs by state, holds, pause, log head.
+    Status {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Yaml)]
+        format: Format,
+    },
+}
+
+/// `ingest submit` options.
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// A submission file (YAML or JSON) with the fields below.
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// The collection profile.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Who submits.
+    #[arg(long)]
+    pub submitter: Option<String>,
+    /// The payload URL.
+    #[arg(long)]
+    pub payload_url: Option<String>,
+    /// file, container, object-manifest, single-file-batch-manifest, container-batch-manifest, batch-manifest.
+    #[arg(long = "type")]
+    pub payload_type: Option<String>,
+    /// add or update.
+    #[arg(long)]
+    pub submission_mode: Option<String>,
+    /// The response type (json, xml, …).
+    #[arg(long)]
+    pub response_type: Option<String>,
+    /// An inline manifest line `URL [LOCAL_ID [ARK]]`; repeat for several.
+    #[arg(long = "manifest", value_name = "LINE")]
+    pub manifest: Vec<String>,
+    /// ERC who.
+    #[arg(long)]
+    pub erc_who: Option<String>,
+    /// ERC what (title).
+    #[arg(long)]
+    pub erc_what: Option<String>,
+    /// ERC when (date).
+    #[arg(long)]
+    pub erc_when: Option<String>,
+    /// ERC where (local id).
+    #[arg(long)]
+    pub erc_where: Option<String>,
+    /// The depositor's digest of a single-file payload, ALGORITHM:HEX.
+    #[arg(long)]
+    pub digest: Option<String>,
+}
+
+/// What `show` shows.
+#[derive(Debug, Subcommand)]
+pub enum ShowWhat {
+    /// A batch with its jobs.
+    Batch {
+        /// The batch id.
+        bid: Bid,
+    },
+    /// A job.
+    Job {
+        /// The job id.
+        jid: Jid,
+    },
+}
+
+/// Actions on a batch.
+#[derive(Debug, Subcommand)]
+pub enum BatchAction {
+    /// Acquire a pending batch: Held if its collection is held, else create its jobs (Processing).
+    Acquire,
+    /// Release a held batch (Held -> Pending) once its collection is no longer held.
+    Release(Reason),
+    /// Ask for a new report of a failed batch (Failed -> UpdateReporting).
+    UpdateReporting(Reason),
+    /// Report a batch in Reporting or UpdateReporting (-> Completed or Failed).
+    Report {
+        /// The error of sending the report, if it failed.
+        #[arg(long)]
+        notification_error: Option<String>,
+    },
+    /// Delete a Held or Failed batch and its deletable jobs (soft: status Deleted).
+    Delete(Reason),
+}
+
+/// Actions on a job.
+#[derive(Debug, Subcommand)]
+pub enum JobAction {
+    /// Acquire a pending job: Held if its collection is held, else Estimating.
+    Start,
+    /// The current step succeeded: move to its success state.
+    Success(MoveArgs),
+    /// The current step failed: move to its fail state.
+    Fail(MoveArgs),
+    /// Move to an explicit state (an admin's force, e.g. `move failed`).
+    Move {
+        /// The target state.
+        state: JobState,
+        /// Options.
+        #[command(flatten)]
+        args: MoveArgs,
+    },
+    /// Record the space the job needs (estimating).
+    Space {
+        /// Bytes.
+        bytes: u64,
+        /// A new priority (0-99).
+        #[arg(long)]
+        priority: Option<u8>,
+    },
+    /// Record the job's ark and local ids (processing).
+    Identifiers {
+        /// The ark.
+        #[arg(long)]
+        ark: Option<String>,
+        /// Local ids, `;`-separated.
+        #[arg(long)]
+        local_id: Option<String>,
+    },
+    /// Record the storage step's parameters.
+    Store {
+        /// The storage manifest URL.
+        #[arg(long)]
+        manifest_url: String,
+        /// add or update.
+        #[arg(long, default_value = "add")]
+        mode: String,
+        /// Delete files absent from the manifest.
+        #[arg(long)]
+        delete: bool,
+    },
+    /// Record the inventory step's parameters.
+    Inventory {
+        /// The storage manifest URL.
+        #[arg(long)]
+        manifest_url: String,
+        /// add or update.
+        #[arg(long, default_value = "add")]
+        mode: String,
+    },
+    /// Requeue a Failed job at the step after its last successful status (retry_count + 1).
+    Requeue(Reason),
+    /// Hold a Pending job.
+    Hold(Reason),
+    /// Release a Held job (-> Pending).
+    Release(Reason),
+    /// Delete a Held or Failed job (soft: status Deleted).
+    Delete(Reason),
+}
+
+/// Options of a status move.
+#[derive(Debug, Args)]
+pub struct MoveArgs {
+    /// Why (the step's error for a failure).
+    #[arg(long, default_value = "")]
+    pub message: String,
+    /// A new priority (0-99) set together with the move.
+    #[arg(long)]
+    pub priority: Option<u8>,
+}
+
+/// A reason recorded with an admin action.
+#[derive(Debug, Args)]
+pub struct Reason {
+    /// Why; recorded with the event.
+    #[arg(long, default_value = "")]
+    pub reason: String,
+}
+
+/// Actions on a collection.
+#[derive(Debug, Subcommand)]
+pub enum CollectionAction {
+    /// Hold the collection: its new batches and jobs park in Held.
+    Hold(Reason),
+    /// Release the collection and every held batch and job of it.
+    Release(Reason),
+    /// Release every held job of the collection (the hold stays).
+    ReleaseJobs(Reason),
+}
+
+/// Actions on the queue.
+#[derive(Debug, Subcommand)]
+pub enum QueueAction {
+    /// Pause: no job leaves Pending.
+    Pause(Reason),
+    /// Resume.
+    Resume(Reason),
+}
+
+/// Runs the CLI; returns the process exit code.
+///
+/// # Errors
+/// Anything that went wrong, with context naming what.
+pub fn run(cli: Cli) -> Result<i32> {
+    let lifecycle = match &cli.states {
+        Some(p) => Lifecycle::load(p)?,
+        None => Lifecycle::builtin(),
+    };
+    if let Cmd::Lifecycle { format } = &cli.command {
+        print!(
+            "{}",
+            match format {
+                LifecycleFormat::Table => lifecycle.table(),
+                LifecycleFormat::Mermaid => lifecycle.mermaid(),
+            }
+        );
+        return Ok(0);
+    }
+    let mut config = EngineConfig::new(&cli.data_dir);
+    config.lifecycle = lifecycle;
+    let mut engine = Engine::open(config)
+        .with_context(|| format!("cannot open the engine in {}", cli.data_dir.display()))?;
+    let default_actor = || Actor::admin(std::env::var("USER").unwrap_or_else(|_| "cli".into()));
+    let actor = match &cli.actor {
+        Some(a) => a
+            .parse::<Actor>()
+            .map_err(anyhow::Error::msg)
+            .context("invalid --actor")?,
+        None => default_actor(),
+    };
+    match cli.command {
+        Cmd::Lifecycle { .. } => Ok(0),
+        Cmd::Submit(args) => submit(&mut engine, cli.actor.is_some().then_some(actor), *args),
+        Cmd::Show { what, format } => {
+            let state = engine.state();
+            match what {
+                ShowWhat::Batch { bid } => {
+                    let b = state
+                        .batches
+                        .get(&bid)
+                        .with_context(|| format!("batch {bid} does not exist"))?;
+                    let jobs: Vec<_> = state.batch_jobs(b).map(JobView::from).collect();
+                    emit(&BatchView::new(b, jobs), format)?;
+                }
+                ShowWhat::Job { jid } => {
+                    let j = state
+                        .jobs
+                        .get(&jid)
+                        .with_context(|| format!("job {jid} does not exist"))?;
+                    emit(&JobView::from(j), format)?;
+                }
+            }
+            Ok(0)
+        }
+        Cmd::History { batch, job, format } => {
+            let rows = match (batch, job) {
+                (Some(bid), _) => history::batch_history(engine.log(), engine.state(), bid)?,
+                (None, Some(jid)) => history::job_history(engine.log(), engine.state(), jid)?,
+                (None, None) => bail!("give --batch BID or --job JID"),
+            };
+            match format {
+                Format::Table => print!("{}", history::table(&rows)),
+                f => emit(&rows, f)?,
+            }
+            Ok(0)
+        }
+        Cmd::Verify => verify(&engine),
+        Cmd::Repair { yes } => repair(&engine, yes),
+        Cmd::Batch { bid, action } => {
+            let command = match action {
+                BatchAction::Acquire => {
+                    let b = engine
+                        .state()
+                        .batches
+                        .get(&bid)
+                        .with_context(|| format!("batch {bid} does not exist"))?;
+                    let jobs: Vec<JobSpec> = expand_simple(&b.submission)
+                        .with_context(|| format!("cannot expand batch {bid}"))?;
+                    Command::AcquireBatch { bid, jobs }
+                }
+                BatchAction::Release(r) => Command::ReleaseBatch {
+                    bid,
+                    reason: r.reason,
+                },
+                BatchAction::UpdateReporting(r) => Command::UpdateReporting {
+                    bid,
+                    reason: r.reason,
+                },
+                BatchAction::Report { notification_error } => Command::ReportBatch {
+                    bid,
+                    notification_error,
+                },
+                BatchAction::Delete(r) => Command::DeleteBatch {
+                    bid,
+                    reason: r.reason,
+                },
+            };
+            execute(&mut engine, &actor, &command)
+        }
+        Cmd::Job { jid, action } => {
+            let command = match action {
+                JobAction::Start => Command::StartJob { jid },
+                JobAction::Success(m) => Command::SetJobStatus {
+                    jid,
+                    target: Target::Success,
+                    message: m.message,
+                    priority: m.priority,
+                },
+                JobAction::Fail(m) => Command::SetJobStatus {
+                    jid,
+                    target: Target::Fail,
+                    message: m.message,
+                    priority: m.priority,
+                },
+                JobAction::Move { state, args } => Command::SetJobStatus {
+                    jid,
+                    target: Target::To(state),
+                    message: args.message,
+                    priority: args.priority,
+                },
+                JobAction::Space { bytes, priority } => Command::RecordSpace {
+                    jid,
+                    space_needed: bytes,
+                    priority,
+                },
+                JobAction::Identifiers { ark, local_id } => Command::RecordIdentifiers {
+                    jid,
+                    identifiers: Identifiers {
+                        primary_id: ark,
+                        local_ids: local_id.as_deref().map(split_local_ids).unwrap_or_default(),
+                    },
+                },
+                JobAction::Store {
+                    manifest_url,
+                    mode,
+                    delete,
+                } => Command::RecordStore {
+                    jid,
+                    store: StoreParams {
+                        manifest_url,
+                        mode,
+                        delete,
+                    },
+                },
+                JobAction::Inventory { manifest_url, mode } => Command::RecordInventory {
+                    jid,
+                    inventory: InventoryParams { manifest_url, mode },
+                },
+                JobAction::Requeue(r) => Command::RequeueJob {
+                    jid,
+                    reason: r.reason,
+                },
+                JobAction::Hold(r) => Command::HoldJob {
+                    jid,
+                    reason: r.reason,
+                },
+                JobAction::Release(r) => Command::ReleaseJob {
+                    jid,
+                    reason: r.reason,
+                },
+                JobAction::Delete(r) => Command::DeleteJob {
+                    jid,
+                    reason: r.reason,
+                },
+            };
+            execute(&mut engine, &actor, &command)
+        }
+        Cmd::Collection { profile, action } => {
+            let command = match action {
+                CollectionAction::Hold(r) => Command::HoldCollection {
+                    profile,
+                    reason: r.reason,
+                },
+                CollectionAction::Release(r) => Command::ReleaseCollection {
+                    profile,
+                    reason: r.reason,
+                },
+                CollectionAction::ReleaseJobs(r) => Command::ReleaseHeldJobs {
+                    profile,
+                    reason: r.reason,
+                },
+            };
+            execute(&mut engine, &actor, &command)
+        }
+        Cmd::Queue { action } => {
+            let command = match action {
+                QueueAction::Pause(r) => Command::PauseQueue { reason: r.reason },
+                QueueAction::Resume(r) => Command::ResumeQueue { reason: r.reason },
+            };
+            execute(&mut engine, &actor, &command)
+        }
+        Cmd::Cleanup { before } => {
+            let code = execute(&mut engine, &actor, &Command::Cleanup { before })?;
+            Ok(code)
+        }
+        Cmd::Status { format } => {
+            emit(&StatusView::new(&engine), format)?;
+            Ok(0)
+        }
+    }
+}
+
+fn submit(engine: &mut Engine, actor: Option<Actor>, args: SubmitArgs) -> Result<i32> {
+    let from_options = SubmissionInput {
+        submitter: args.submitter,
+        profile: args.profile,
+        payload_type: args.payload_type,
+        payload_url: args.payload_url,
+        submission_mode: args.submission_mode,
+        response_type: args.response_type,
+        manifest: args.manifest,
+        erc_who: args.erc_who,
+        erc_what: args.erc_what,
+        erc_when: args.erc_when,
+        erc_where: args.erc_where,
+        digest: args.digest,
+        extra: Default::default(),
+    };
+    let input = match &args.file {
+        Some(path) => from_options.or(SubmissionInput::from_file(path)?),
+        None => from_options,
+    };
+    let submission = input.build().context("invalid submission")?;
+    let actor = actor.unwrap_or_else(|| Actor::depositor(submission.submitter.clone()));
+    let uuid = uuid::Uuid::new_v4();
+    execute(engine, &actor, &Command::SubmitBatch { uuid, submission })
+}
+
+fn execute(engine: &mut Engine, actor: &Actor, command: &Command) -> Result<i32> {
+    match engine.execute(actor, command) {
+        Ok(outcome) => {
+            if outcome.records.is_empty() {
+                println!("nothing to do");
+            }
+            print_records(&outcome.records);
+            Ok(0)
+        }
+        Err(EngineError::Rejected(r)) => {
+            eprintln!("refused: {r}");
+            Ok(1)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn print_records(records: &[Recorded]) {
+    let mut out = std::io::stdout().lock();
+    for r in records {
+        let _ = writeln!(
+            out,
+            "#{:<6} {:<13} {:<22} {}",
+            r.envelope.position,
+            r.envelope.stream,
+            r.event.kind(),
+            r.event.describe()
+        );
+    }
+}
+
+fn verify(engine: &Engine) -> Result<i32> {
+    let log = engine.log();
+    let (head, _) = log.head();
+    let report = log.verify(|p| {
+        if p % 100_000 == 0 {
+            tracing::info!(position = p, head, "verifying");
+        }
+    })?;
+    for p in &report.problems {
+        println!("position {}: {}", p.position, p.message);
+    }
+    println!(
+        "{} events checked, {} stream index entries checked, head position {}, head hash {}",
+        report.events_checked,
+        report.index_entries_checked,
+        report.head_position,
+        hex::encode(report.head_hash)
+    );
+    if report.problems.is_empty() {
+        println!("ok: the hash chain and the stream index verify");
+        Ok(0)
+    } else {
+        println!("FAILED: {} problem(s)", report.problems.len());
+        Ok(1)
+    }
+}
+
+fn repair(engine: &Engine, yes: bool) -> Result<i32> {
+    let log = engine.log();
+    let Some((position, reason)) = log.needs_repair() else {
+        println!(
+            "the log's tail verifies; nothing to repair (run `ingest verify` for the whole chain)"
+        );
+        return Ok(0);
+    };
+    let (head, _) = log.head();
+    if !yes {
+        println!("the tail fails at position {position} ({reason}); `ingest repair --yes` would remove positions {position}..={head}");
+        return Ok(1);
+    }
+    let removed = log.repair_tail()?;
+    println!(
+        "removed the torn tail, positions {}..={} ({} event(s)); the log now ends at {} and accepts appends",
+        removed.start(),
+        removed.end(),
+        removed.end() - removed.start() + 1,
+        removed.start() - 1
+    );
+    Ok(0)
+}
+
+fn emit<T: Serialize>(value: &T, format: Format) -> Result<()> {
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(value)?),
+        Format::Yaml | Format::Table => print!("{}", serde_norway::to_string(value)?),
+    }
+    Ok(())
+}
+
+/// A job as `show` prints it.
+#[derive(Debug, Serialize)]
+pub struct JobView {
+    jid: String,
+    bid: String,
+    status: String,
+    last_successful_status: Option<String>,
+    retry_count: u32,
+    priority: u8,
+    space_needed: u64,
+    profile: String,
+    payload_url: String,
+    payload_type: String,
+    primary_id: Option<String>,
+    local_ids: Vec<String>,
+    message: String,
+    step_retries: u32,
+    created: String,
+    last_modified: String,
+    cleaned_up: bool,
+}
+
+impl From<&ingest_events::state::Job> for JobView {
+    fn from(j: &ingest_events::state::Job) -> JobView {
+        JobView {
+            jid: j.jid.to_string(),
+            bid: j.bid.to_string(),
+            status: j.status.to_string(),
+            last_successful_status: j.last_successful_status.map(|s| s.to_string()),
+            retry_count: j.retry_count,
+            priority: j.priority,
+            space_needed: j.space_needed,
+            profile: j.configuration.profile_name.clone(),
+            payload_url: j.configuration.payload_url.clone(),
+            payload_type: j.configuration.payload_type.to_string(),
+            primary_id: j.identifiers.primary_id.clone(),
+            local_ids: j.identifiers.local_ids.clone(),
+            message: j.message.clone(),
+            step_retries: j.step_retries,
+            created: j.created.to_rfc3339(),
+            last_modified: j.last_modified.to_rfc3339(),
+            cleaned_up: j.cleaned_up,
+        }
+    }
+}
+
+/// A batch as `show` prints it.
+#[derive(Debug, Serialize)]
+pub struct BatchView {
+    bid: String,
+    uuid: String,
+    status: String,
+    message: String,
+    profile: String,
+    submitter: String,
+    payload_url: String,
+    payload_type: String,
+    created: String,
+    last_modified: String,
+    cleaned_up: bool,
+    report: Option<ReportView>,
+    jobs: Vec<JobView>,
+}
+
+#[derive(Debug, Serialize)]
+struct ReportView {
+    successful_jobs: Vec<String>,
+    failed_jobs: Vec<String>,
+    update: bool,
+    at: String,
+}
+
+impl BatchView {
+    fn new(b: &ingest_events::state::Batch, jobs: Vec<JobView>) -> BatchView {
+        BatchView {
+            bid: b.bid.to_string(),
+            uuid: b.uuid.to_string(),
+            status: b.status.to_string(),
+            message: b.message.clone(),
+            profile: b.submission.profile_name.clone(),
+            submitter: b.submission.submitter.clone(),
+            payload_url: b.submission.payload_url.clone(),
+            payload_type: b.submission.payload_type.to_string(),
+            created: b.created.to_rfc3339(),
+            last_modified: b.last_modified.to_rfc3339(),
+            cleaned_up: b.cleaned_up,
+            report: b.report.as_ref().map(|r| ReportView {
+                successful_jobs: r.successful_jobs.iter().map(ToString::to_string).collect(),
+                failed_jobs: r.failed_jobs.iter().map(ToString::to_string).collect(),
+                update: r.update,
+                at: r.at.to_rfc3339(),
+            }),
+            jobs,
+        }
+    }
+}
+
+/// Queue-wide figures.
+#[derive(Debug, Serialize)]
+pub struct StatusView {
+    data_dir: String,
+    head_position: u64,
+    head_hash: String,
+    durable_position: u64,
+    needs_repair: Option<String>,
+    paused: bool,
+    held_collections: Vec<String>,
+    batches_by_state: std::collections::BTreeMap<String, usize>,
+    jobs_by_state: std::collections::BTreeMap<String, usize>,
+    startup_fold_ms: u128,
+}
+
+impl StatusView {
+    fn new(engine: &Engine) -> StatusView {
+        let state = engine.state();
+        let (head, hash) = engine.log().head();
+        let mut batches = std::collections::BTreeMap::new();
+        for b in state.batches.values().filter(|b| !b.cleaned_up) {
+            *batches.entry(b.status.to_string()).or_insert(0) += 1;
+        }
+        let mut jobs = std::collections::BTreeMap::new();
+        for j in state.jobs.values().filter(|j| !j.cleaned_up) {
+            *jobs.entry(j.status.to_string()).or_insert(0) += 1;
+        }
+        StatusView {
+            data_dir: engine.data_dir().display().to_string(),
+            head_position: head,
+            head_hash: hex::encode(hash),
+            durable_position: engine.log().durable_position(),
+            needs_repair: engine
+                .log()
+                .needs_repair()
+                .map(|(p, r)| format!("position {p}: {r}")),
+            paused: state.paused,
+            held_collections: state.held_collections.iter().cloned().collect(),
+            batches_by_state: batches,
+            jobs_by_state: jobs,
+            startup_fold_ms: engine.startup.elapsed.as_millis(),
+        }
+    }
+}
