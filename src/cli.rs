@@ -97,7 +97,7 @@ pub enum Cmd {
         #[command(subcommand)]
         what: ShowWhat,
         /// Output format.
-        #[arg(long, value_enum, default_value_t = Format::Yaml)]
+        #[arg(long, global = true, value_enum, default_value_t = Format::Yaml)]
         format: Format,
     },
     /// Every event of a batch and its jobs (or of one job), in log order.

@@ -259,8 +259,7 @@ impl Log {
             .open()
             .map_err(|e| match e {
                 sled::Error::Io(ref io)
-                    if io.kind() == std::io::ErrorKind::WouldBlock
-                        || io.to_string().contains("lock") =>
+                    if io.to_string().contains("could not acquire lock") =>
                 {
                     LogError::Locked {
                         path: dir.to_path_buf(),

@@ -1,0 +1,417 @@
+//! The CLI as an operator runs it: a batch walked to Completed, admin actions,
+//! and bad input that changes nothing.
+
+use crate::util::Ingest;
+
+const STEPS: [&str; 8] = [
+    "Estimating",
+    "Provisioning",
+    "Downloading",
+    "Processing",
+    "Storing",
+    "Recording",
+    "Notify",
+    "Completed",
+];
+
+fn submit_three(ing: &Ingest) {
+    ing.run(&[
+        "submit",
+        "--profile",
+        "demo_content",
+        "--submitter",
+        "alice",
+        "--payload-url",
+        "https://example.org/batch.checkm",
+        "--manifest",
+        "file1.checkm loc001",
+        "--manifest",
+        "file2.checkm loc002",
+        "--manifest",
+        "file3.checkm loc003 ark123",
+    ])
+    .ok();
+}
+
+#[test]
+fn a_batch_walks_through_every_state_to_completed() {
+    let ing = Ingest::new();
+    submit_three(&ing);
+    assert_eq!(ing.batch_status("bid0000000001"), "Pending");
+    let out = ing.run(&["batch", "bid0000000001", "acquire"]).ok();
+    assert!(
+        out.stdout.contains("Pending -> Processing (3 jobs)"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(ing.show("job", "jid0000000003")["primary_id"], "ark123");
+    for j in 1..=3 {
+        let jid = format!("jid000000000{j}");
+        assert_eq!(ing.job_status(&jid), "Pending");
+        ing.run(&["job", &jid, "start"]).ok();
+        assert_eq!(ing.job_status(&jid), STEPS[0]);
+        for step in &STEPS[1..] {
+            ing.run(&["job", &jid, "success"]).ok();
+            assert_eq!(&ing.job_status(&jid), step);
+        }
+        let expected = if j < 3 { "Processing" } else { "Reporting" };
+        assert_eq!(ing.batch_status("bid0000000001"), expected, "after job {j}");
+    }
+    let out = ing.run(&["batch", "bid0000000001", "report"]).ok();
+    assert!(
+        out.stdout.contains("reported: 3 successful, 0 failed"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(ing.batch_status("bid0000000001"), "Completed");
+
+    let history = ing
+        .run(&["history", "--batch", "bid0000000001"])
+        .ok()
+        .stdout;
+    // submit + acquire + 3 creates + 3×8 moves + reporting started + reported + completed.
+    assert_eq!(history.lines().count() - 1, 1 + 1 + 3 + 24 + 3, "{history}");
+    assert!(history.contains("Notify -> Completed"));
+    assert!(history.contains("admin:tester"));
+
+    let yaml = ing
+        .run(&["history", "--job", "jid0000000003", "--format", "yaml"])
+        .ok()
+        .stdout;
+    let rows: Vec<serde_json::Value> = serde_norway::from_str(&yaml).expect("history yaml");
+    assert_eq!(rows.len(), 9);
+    let positions: Vec<u64> = rows
+        .iter()
+        .map(|r| r["position"].as_u64().unwrap())
+        .collect();
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "{positions:?}");
+
+    let verify = ing.run(&["verify"]).ok().stdout;
+    assert!(verify.contains("32 events checked"), "{verify}");
+    assert!(verify.contains("ok: the hash chain and the stream index verify"));
+
+    let cleanup = ing.run(&["cleanup"]).ok().stdout;
+    assert!(cleanup.contains("BatchCleanedUp"), "{cleanup}");
+    let again = ing.run(&["job", "jid0000000001", "hold"]).failed();
+    assert!(again.stderr.contains("was cleaned up"), "{}", again.stderr);
+}
+
+#[test]
+fn admin_actions_fail_requeue_hold_pause_delete() {
+    let ing = Ingest::new();
+    submit_three(&ing);
+    ing.run(&["batch", "bid0000000001", "acquire"]).ok();
+    // Job 1 fails in Storing and is requeued at Storing with retry_count 1.
+    ing.run(&["job", "jid0000000001", "start"]).ok();
+    for _ in 0..4 {
+        ing.run(&["job", "jid0000000001", "success"]).ok();
+    }
+    assert_eq!(ing.job_status("jid0000000001"), "Storing");
+    ing.run(&[
+        "job",
+        "jid0000000001",
+        "fail",
+        "--message",
+        "storage returned 503",
+    ])
+    .ok();
+    ing.run(&[
+        "job",
+        "jid0000000001",
+        "requeue",
+        "--reason",
+        "storage is back",
+    ])
+    .ok();
+    let job = ing.show("job", "jid0000000001");
+    assert_eq!(job["status"], "Storing");
+    assert_eq!(job["retry_count"], 1);
+    assert_eq!(job["last_successful_status"], "Processing");
+
+    // A held collection parks a job that starts; releasing it releases the job.
+    ing.run(&[
+        "collection",
+        "demo_content",
+        "hold",
+        "--reason",
+        "migration",
+    ])
+    .ok();
+    ing.run(&["job", "jid0000000002", "start"]).ok();
+    assert_eq!(ing.job_status("jid0000000002"), "Held");
+    let out = ing
+        .run(&["collection", "demo_content", "release", "--reason", "done"])
+        .ok();
+    assert!(out.stdout.contains("Held -> Pending"), "{}", out.stdout);
+    assert_eq!(ing.job_status("jid0000000002"), "Pending");
+
+    // A paused queue keeps jobs Pending.
+    ing.run(&["queue", "pause", "--reason", "maintenance"]).ok();
+    let head = ing.head();
+    let refused = ing.run(&["job", "jid0000000002", "start"]).failed();
+    assert!(
+        refused.stderr.contains("the ingest queue is paused"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(ing.head(), head, "a refused command appends nothing");
+    ing.run(&["queue", "resume"]).ok();
+    ing.run(&["job", "jid0000000002", "start"]).ok();
+
+    // Delete: refused while the job is at work, allowed once it failed.
+    let refused = ing.run(&["job", "jid0000000002", "delete"]).failed();
+    assert!(
+        refused.stderr.contains("job jid0000000002 is Estimating; it cannot go to Deleted (allowed: Provisioning, Failed)"),
+        "{}",
+        refused.stderr
+    );
+    ing.run(&[
+        "job",
+        "jid0000000002",
+        "fail",
+        "--message",
+        "HEAD returned 404",
+    ])
+    .ok();
+    ing.run(&[
+        "job",
+        "jid0000000002",
+        "delete",
+        "--reason",
+        "depositor withdrew",
+    ])
+    .ok();
+    assert_eq!(ing.job_status("jid0000000002"), "Deleted");
+
+    let history = ing
+        .run(&["history", "--batch", "bid0000000001"])
+        .ok()
+        .stdout;
+    for needle in [
+        "Storing -> Failed: storage returned 503",
+        "Failed -> Storing (requeue): storage is back",
+        "Pending -> Held: collection demo_content is held",
+        "Failed -> Deleted (depositor withdrew)",
+    ] {
+        assert!(history.contains(needle), "missing {needle:?} in\n{history}");
+    }
+}
+
+#[test]
+fn bad_input_is_named_and_appends_nothing() {
+    let ing = Ingest::new();
+    submit_three(&ing);
+    let head = ing.head();
+
+    let out = ing
+        .run(&[
+            "submit",
+            "--submitter",
+            "alice",
+            "--payload-url",
+            "https://x",
+        ])
+        .failed();
+    assert!(
+        out.stderr.contains("missing field `profile`"),
+        "{}",
+        out.stderr
+    );
+    let out = ing
+        .run(&[
+            "submit",
+            "--profile",
+            "a/b",
+            "--submitter",
+            "alice",
+            "--payload-url",
+            "https://x",
+        ])
+        .failed();
+    assert!(
+        out.stderr.contains("invalid profile: \"a/b\""),
+        "{}",
+        out.stderr
+    );
+    let out = ing
+        .run(&[
+            "submit",
+            "--profile",
+            "p",
+            "--submitter",
+            "a",
+            "--payload-url",
+            "u",
+            "--type",
+            "tarball",
+        ])
+        .failed();
+    assert!(
+        out.stderr.contains("unknown payload type \"tarball\""),
+        "{}",
+        out.stderr
+    );
+    let out = ing
+        .run(&[
+            "submit",
+            "--profile",
+            "p",
+            "--submitter",
+            "a",
+            "--payload-url",
+            "u",
+            "--digest",
+            "md5:xyz",
+        ])
+        .failed();
+    assert!(
+        out.stderr.contains("a md5 digest is 32 hex digits"),
+        "{}",
+        out.stderr
+    );
+
+    let file = ing.data_dir().join("bad.yml");
+    std::fs::write(
+        &file,
+        "submitter: alice\nprofile: demo\npayload_url: https://x\ncolour: blue\n",
+    )
+    .unwrap();
+    let out = ing
+        .run(&["submit", "--file", file.to_str().unwrap()])
+        .failed();
+    assert!(
+        out.stderr.contains("bad.yml")
+            && out.stderr.contains("unknown field `colour`")
+            && out.stderr.contains("line 4"),
+        "{}",
+        out.stderr
+    );
+
+    let out = ing.run(&["job", "jid12", "start"]).failed();
+    assert!(
+        out.stderr
+            .contains("is not a job id (expected jid followed by 10 digits"),
+        "{}",
+        out.stderr
+    );
+    let out = ing.run(&["job", "jid0000000099", "start"]).failed();
+    assert!(
+        out.stderr.contains("job jid0000000099 does not exist"),
+        "{}",
+        out.stderr
+    );
+    let out = ing.run(&["batch", "bid0000000001", "report"]).failed();
+    assert!(
+        out.stderr.contains(
+            "batch bid0000000001 is Pending; it cannot go to a report (allowed: Held, Processing)"
+        ),
+        "{}",
+        out.stderr
+    );
+
+    assert_eq!(ing.head(), head, "no rejected command appended anything");
+    ing.run(&["verify"]).ok();
+}
+
+#[test]
+fn a_lifecycle_file_is_validated_with_lines() {
+    let ing = Ingest::new();
+    let states = ing.data_dir().join("states.yml");
+    let builtin = ingest_events::lifecycle::BUILTIN_STATES_YML;
+    std::fs::write(
+        &states,
+        builtin.replacen(
+            "    Provisioning: {success: true}",
+            "    Provisionning: {success: true}",
+            1,
+        ),
+    )
+    .unwrap();
+    let out = ing
+        .run(&["--states", states.to_str().unwrap(), "lifecycle"])
+        .failed();
+    let line = builtin
+        .lines()
+        .position(|l| l.contains("Provisioning: {success: true}"))
+        .unwrap()
+        + 1;
+    assert!(
+        out.stderr.contains(&format!(
+            "states.yml:{line}: success marker on transition Estimating -> Provisionning"
+        )),
+        "{}",
+        out.stderr
+    );
+
+    let table = ing.run(&["lifecycle"]).ok().stdout;
+    assert!(
+        table.contains("Jobs (12 states)") && table.contains("Batches (8 states)"),
+        "{table}"
+    );
+    let mermaid = ing.run(&["lifecycle", "--format", "mermaid"]).ok().stdout;
+    let lc = ingest_events::Lifecycle::builtin();
+    for (s, rule) in lc.jobs.iter() {
+        for t in &rule.targets {
+            assert!(
+                mermaid.contains(&format!("{s} --> {t}")),
+                "missing {s} --> {t}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_second_process_on_the_data_dir_is_told_so() {
+    let ing = Ingest::new();
+    submit_three(&ing);
+    let held = ingest_events::Log::open(&ing.data_dir().join("log"), &Default::default())
+        .expect("open log");
+    let out = ing.run(&["status"]).failed();
+    assert!(
+        out.stderr.contains("is in use by another process"),
+        "{}",
+        out.stderr
+    );
+    drop(held);
+    ing.run(&["status"]).ok();
+}
+
+#[test]
+fn a_torn_tail_refuses_appends_until_repaired() {
+    let ing = Ingest::new();
+    submit_three(&ing);
+    ing.run(&["batch", "bid0000000001", "acquire"]).ok();
+    {
+        let log = ingest_events::Log::open(&ing.data_dir().join("log"), &Default::default())
+            .expect("open log");
+        let key = ingest_events::Log::raw_event_key(5);
+        let mut bytes = log.raw_tree().get(key).unwrap().unwrap().to_vec();
+        let n = bytes.len();
+        bytes.truncate(n / 2);
+        log.raw_tree().insert(key, bytes).unwrap();
+        log.raw_tree().flush().unwrap();
+    }
+    let out = ing.run(&["verify"]).failed();
+    assert!(out.stdout.contains("position 5:"), "{}", out.stdout);
+    let out = ing.run(&["job", "jid0000000001", "start"]).failed();
+    assert!(
+        out.stderr.contains("fails its hash chain at position 5")
+            && out.stderr.contains("ingest repair"),
+        "{}",
+        out.stderr
+    );
+    let out = ing.run(&["repair"]).failed();
+    assert!(
+        out.stdout.contains("would remove positions 5..=5"),
+        "{}",
+        out.stdout
+    );
+    let out = ing.run(&["repair", "--yes"]).ok();
+    assert!(
+        out.stdout.contains("positions 5..=5 (1 event(s))"),
+        "{}",
+        out.stdout
+    );
+    ing.run(&["verify"]).ok();
+    ing.run(&["job", "jid0000000001", "start"]).ok();
+}

@@ -1,0 +1,5 @@
+//! Integration tests of the `ingest` binary and services. One test target
+//! with shared helpers in `util`, as ripgrep keeps `tests/util.rs`.
+
+mod cli;
+mod util;

@@ -1,0 +1,110 @@
+//! Shared helpers: running the `ingest` binary against a temporary data directory.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A temporary data directory and a way to run `ingest` against it.
+pub struct Ingest {
+    /// Keeps the directory alive.
+    pub dir: tempfile::TempDir,
+}
+
+/// What a run printed and how it ended.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    fn from(out: Output) -> Run {
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Panics with the whole output unless the run succeeded.
+    #[track_caller]
+    pub fn ok(self) -> Run {
+        assert_eq!(
+            self.code, 0,
+            "expected success\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+
+    /// Panics with the whole output unless the run failed.
+    #[track_caller]
+    pub fn failed(self) -> Run {
+        assert_ne!(
+            self.code, 0,
+            "expected failure\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+}
+
+/// The path of the `ingest` binary under test.
+pub fn ingest_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_ingest"))
+}
+
+impl Ingest {
+    pub fn new() -> Ingest {
+        Ingest {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Runs `ingest ARGS` with this data directory.
+    pub fn run(&self, args: &[&str]) -> Run {
+        let out = Command::new(ingest_bin())
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .args(args)
+            .env("INGEST_ACTOR", "admin:tester")
+            .env_remove("INGEST_DATA_DIR")
+            .env_remove("INGEST_STATES")
+            .output()
+            .expect("run ingest");
+        Run::from(out)
+    }
+
+    /// The log's head position, read through `ingest status`.
+    pub fn head(&self) -> u64 {
+        let out = self.run(&["status", "--format", "json"]).ok();
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("status json");
+        v["head_position"].as_u64().expect("head_position")
+    }
+
+    /// A job's status through `ingest show job`.
+    pub fn job_status(&self, jid: &str) -> String {
+        self.show("job", jid)["status"]
+            .as_str()
+            .expect("status")
+            .to_string()
+    }
+
+    /// A batch's status through `ingest show batch`.
+    pub fn batch_status(&self, bid: &str) -> String {
+        self.show("batch", bid)["status"]
+            .as_str()
+            .expect("status")
+            .to_string()
+    }
+
+    /// `ingest show KIND ID --format json`, parsed.
+    pub fn show(&self, kind: &str, id: &str) -> serde_json::Value {
+        let out = self.run(&["show", kind, id, "--format", "json"]).ok();
+        serde_json::from_str(&out.stdout).expect("show json")
+    }
+}
