@@ -483,6 +483,13 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
             job_move(lc, j, to)?;
             if let Some(p) = priority {
                 check_priority(*p)?;
+                if to == JobState::Deleted {
+                    return Err(Rejection::Invalid {
+                        field: "priority".into(),
+                        reason: "a deleted job keeps its priority; do not set one with a delete"
+                            .into(),
+                    });
+                }
             }
             if to == JobState::Deleted {
                 d.push(
@@ -1052,6 +1059,19 @@ fn check_priority(p: u8) -> Result<(), Rejection> {
 }
 
 /// A profile name becomes a ZooKeeper path segment (`/locks/collections/<profile>`).
+/// Whether ZooKeeper accepts the character in a path segment (its
+/// `PathUtils.validatePath` refuses surrogates, private use, U+FFF0–U+FFFF,
+/// anything above the BMP, and control characters).
+fn zookeeper_path_char(c: char) -> bool {
+    let u = c as u32;
+    !(u == 0
+        || (0x1..=0x1f).contains(&u)
+        || (0x7f..=0x9f).contains(&u)
+        || (0xd800..=0xf8ff).contains(&u)
+        || (0xfff0..=0xffff).contains(&u)
+        || u > 0xffff)
+}
+
 fn check_profile(profile: &str) -> Result<(), Rejection> {
     let bad = |reason: &str| Rejection::Invalid {
         field: "profile".into(),
@@ -1066,10 +1086,12 @@ fn check_profile(profile: &str) -> Result<(), Rejection> {
     if profile == "."
         || profile == ".."
         || profile.contains('/')
-        || profile.chars().any(char::is_control)
+        || profile
+            .chars()
+            .any(|c| c.is_control() || !zookeeper_path_char(c))
     {
         return Err(bad(
-            "must be a single path segment without '/', control characters, '.' or '..'",
+            "must be a single ZooKeeper path segment: no '/', no control, private-use or non-BMP characters, not '.' or '..'",
         ));
     }
     Ok(())
@@ -1114,8 +1136,35 @@ fn validate_submission(s: &Submission) -> Result<(), Rejection> {
     if let Some(d) = &s.digest {
         validate_digest(d)?;
     }
+    for key in s.extra.keys() {
+        if RESERVED_SUBMISSION_KEYS.contains(&key.as_str()) {
+            return Err(Rejection::Invalid {
+                field: format!("extra.{key}"),
+                reason: format!("{key:?} is a submission field of its own; give it as that field"),
+            });
+        }
+        check_text(&format!("extra.{key}"), key)?;
+    }
     Ok(())
 }
+
+/// Keys of the projected submission node that extra fields may not shadow.
+pub const RESERVED_SUBMISSION_KEYS: [&str; 14] = [
+    "profile_name",
+    "submitter",
+    "payload_url",
+    "type",
+    "response_type",
+    "submission_mode",
+    "erc_who",
+    "erc_what",
+    "erc_when",
+    "erc_where",
+    "batchID",
+    "manifest",
+    "digest_type",
+    "digest_value",
+];
 
 fn validate_spec(spec: &JobSpec) -> Result<(), Rejection> {
     if spec.payload_url.trim().is_empty() {
@@ -1158,4 +1207,70 @@ fn validate_digest(d: &Digest) -> Result<(), Rejection> {
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{PayloadType, SubmissionMode};
+
+    fn submission(profile: &str) -> Submission {
+        Submission {
+            profile_name: profile.into(),
+            submitter: "alice".into(),
+            payload_url: "https://example.org/a".into(),
+            payload_type: PayloadType::File,
+            response_type: "json".into(),
+            submission_mode: SubmissionMode::Add,
+            manifest: vec![],
+            erc: Erc::default(),
+            digest: None,
+            extra: BTreeMap::new(),
+        }
+    }
+
+    fn field_of(r: Result<Decision, Rejection>) -> String {
+        match r {
+            Err(Rejection::Invalid { field, .. }) => field,
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    // A profile ZooKeeper refuses as a path segment stopped the projector for good.
+    #[test]
+    fn profiles_zookeeper_cannot_hold_are_refused() {
+        let (state, lc) = (State::new(), Lifecycle::builtin());
+        for bad in ["coll😀", "a\u{e000}b", "x\u{fff5}", "nul\0"] {
+            let cmd = Command::HoldCollection {
+                profile: bad.into(),
+                reason: String::new(),
+            };
+            assert_eq!(field_of(decide(&state, &lc, &cmd)), "profile", "{bad:?}");
+            let cmd = Command::SubmitBatch {
+                uuid: Uuid::nil(),
+                submission: submission(bad),
+            };
+            assert_eq!(field_of(decide(&state, &lc, &cmd)), "profile", "{bad:?}");
+        }
+        let ok = Command::HoldCollection {
+            profile: "ucb_lib_étude".into(),
+            reason: String::new(),
+        };
+        assert!(decide(&state, &lc, &ok).is_ok());
+    }
+
+    // An extra field named like a projected one was accepted and then dropped.
+    #[test]
+    fn extra_fields_may_not_shadow_submission_fields() {
+        let mut s = submission("demo");
+        s.extra.insert("batchID".into(), "not-the-uuid".into());
+        let cmd = Command::SubmitBatch {
+            uuid: Uuid::nil(),
+            submission: s,
+        };
+        assert_eq!(
+            field_of(decide(&State::new(), &Lifecycle::builtin(), &cmd)),
+            "extra.batchID"
+        );
+    }
 }

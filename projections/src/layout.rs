@@ -1,0 +1,457 @@
+//! The Merritt ZooKeeper layout (mrt-zk 2.x): node paths and node data.
+//!
+//! Every path the projection writes and every byte of node data comes from
+//! here, so the projector, the sink and the tools agree on them. Data is UTF-8:
+//! JSON objects with a fixed key order (written by hand, not through a map, so
+//! the bytes never depend on serde_json's features), plain decimal text for
+//! numbers, the id for id nodes, and empty data for reference nodes.
+//!
+//! Where mrt-zk and the seed documents leave a choice, the choice is the one
+//! that a Merritt reader (mrt-zk's `Job`/`Batch` loaders) accepts:
+//! - absent strings are written as `""`, never `null` (mrt-zk reads them with
+//!   `getString`), except `last_successful_status`, which mrt-zk itself
+//!   writes as `null` until the first move;
+//! - `/jobs/JID/identifiers` and `/jobs/JID/metadata` exist only when they
+//!   carry something: mrt-zk's `createJob` skips empty ones, and its readers
+//!   treat a missing node as an empty object;
+//! - the `delete` flag of `/jobs/JID/store` is the text `"true"`/`"false"`,
+//!   as mrt-zk's `Job.setStore` writes it.
+
+use std::fmt::Display;
+
+use chrono::{DateTime, Utc};
+use ingest_events::event::{
+    Digest, Erc, Identifiers, InventoryParams, JobConfiguration, StoreParams, Submission,
+};
+use ingest_events::lifecycle::{BatchState, JobState, StateKind};
+use ingest_events::state::{Job, Report};
+use ingest_events::{Bid, Jid};
+
+/// Parent of every batch.
+pub const BATCHES: &str = "/batches";
+/// Parent of the submission-uuid index.
+pub const BATCH_UUIDS: &str = "/batch-uuids";
+/// Parent of every job (and of the job queues).
+pub const JOBS: &str = "/jobs";
+/// Parent of the job queues, one child per job state.
+pub const JOB_STATES: &str = "/jobs/states";
+/// Parent of the admin locks.
+pub const LOCKS: &str = "/locks";
+/// Parent of the queue locks.
+pub const LOCKS_QUEUE: &str = "/locks/queue";
+/// Parent of the collection holds.
+pub const LOCKS_COLLECTIONS: &str = "/locks/collections";
+/// Present while the ingest queue is paused.
+pub const QUEUE_LOCK: &str = "/locks/queue/ingest";
+
+/// The base nodes, parents first: what mrt-zk's `initNodes` creates, plus the
+/// lock parents.
+pub fn base_paths() -> Vec<String> {
+    let mut out: Vec<String> = [BATCHES, BATCH_UUIDS, JOBS, JOB_STATES]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    out.extend(JobState::ALL.iter().map(|s| queue(*s)));
+    out.extend(
+        [LOCKS, LOCKS_QUEUE, LOCKS_COLLECTIONS]
+            .iter()
+            .map(|s| s.to_string()),
+    );
+    out
+}
+
+/// The four sets a batch sorts its jobs into (`/batches/BID/states/batch-*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum BatchSet {
+    /// `batch-processing`: every job that is not completed, failed or deleted.
+    Processing,
+    /// `batch-completed`.
+    Completed,
+    /// `batch-failed`.
+    Failed,
+    /// `batch-deleted`.
+    Deleted,
+}
+
+impl BatchSet {
+    /// Every set.
+    pub const ALL: [BatchSet; 4] = [
+        BatchSet::Processing,
+        BatchSet::Completed,
+        BatchSet::Failed,
+        BatchSet::Deleted,
+    ];
+
+    /// The node name (`batch-processing`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            BatchSet::Processing => "batch-processing",
+            BatchSet::Completed => "batch-completed",
+            BatchSet::Failed => "batch-failed",
+            BatchSet::Deleted => "batch-deleted",
+        }
+    }
+
+    /// The set a job in `state` belongs to (mrt-zk's `batchStateSubpath`).
+    pub fn of(state: JobState) -> BatchSet {
+        match state {
+            JobState::Failed => BatchSet::Failed,
+            JobState::Completed => BatchSet::Completed,
+            JobState::Deleted => BatchSet::Deleted,
+            _ => BatchSet::Processing,
+        }
+    }
+}
+
+/// `/batches/BID`.
+pub fn batch(bid: Bid) -> String {
+    format!("{BATCHES}/{bid}")
+}
+
+/// `/batches/BID/submission`.
+pub fn batch_submission(bid: Bid) -> String {
+    format!("{BATCHES}/{bid}/submission")
+}
+
+/// `/batches/BID/status`.
+pub fn batch_status(bid: Bid) -> String {
+    format!("{BATCHES}/{bid}/status")
+}
+
+/// `/batches/BID/status-report`.
+pub fn batch_status_report(bid: Bid) -> String {
+    format!("{BATCHES}/{bid}/status-report")
+}
+
+/// `/batches/BID/states`; its absence marks a batch that was never acquired.
+pub fn batch_states(bid: Bid) -> String {
+    format!("{BATCHES}/{bid}/states")
+}
+
+/// `/batches/BID/states/batch-SET`.
+pub fn batch_set(bid: Bid, set: BatchSet) -> String {
+    format!("{BATCHES}/{bid}/states/{}", set.name())
+}
+
+/// `/batches/BID/states/batch-SET/JID`.
+pub fn batch_child(bid: Bid, set: BatchSet, jid: Jid) -> String {
+    format!("{BATCHES}/{bid}/states/{}/{jid}", set.name())
+}
+
+/// `/batch-uuids/UUID`.
+pub fn batch_uuid(uuid: &impl Display) -> String {
+    format!("{BATCH_UUIDS}/{uuid}")
+}
+
+/// `/jobs/JID`.
+pub fn job(jid: Jid) -> String {
+    format!("{JOBS}/{jid}")
+}
+
+/// `/jobs/JID/bid`.
+pub fn job_bid(jid: Jid) -> String {
+    format!("{JOBS}/{jid}/bid")
+}
+
+/// `/jobs/JID/priority`.
+pub fn job_priority(jid: Jid) -> String {
+    format!("{JOBS}/{jid}/priority")
+}
+
+/// `/jobs/JID/space_needed`.
+pub fn job_space_needed(jid: Jid) -> String {
+    format!("{JOBS}/{jid}/space_needed")
+}
+
+/// `/jobs/JID/configuration`.
+pub fn job_configuration(jid: Jid) -> String {
+    format!("{JOBS}/{jid}/configuration")
+}
+
+/// `/jobs/JID/identifiers`.
+pub fn job_identifiers(jid: Jid) -> String {
+    format!("{JOBS}/{jid}/identifiers")
+}
+
+/// `/jobs/JID/metadata`.
+pub fn job_metadata(jid: Jid) -> String {
+    format!("{JOBS}/{jid}/metadata")
+}
+
+/// `/jobs/JID/status`.
+pub fn job_status(jid: Jid) -> String {
+    format!("{JOBS}/{jid}/status")
+}
+
+/// `/jobs/JID/store`.
+pub fn job_store(jid: Jid) -> String {
+    format!("{JOBS}/{jid}/store")
+}
+
+/// `/jobs/JID/inventory`.
+pub fn job_inventory(jid: Jid) -> String {
+    format!("{JOBS}/{jid}/inventory")
+}
+
+/// `/jobs/states/<state lower-case>`.
+pub fn queue(state: JobState) -> String {
+    format!("{JOB_STATES}/{}", state.queue_name())
+}
+
+/// `/jobs/states/<state lower-case>/PP-JID`, `PP` the priority as two digits.
+pub fn queue_ref(state: JobState, priority: u8, jid: Jid) -> String {
+    format!("{JOB_STATES}/{}/{priority:02}-{jid}", state.queue_name())
+}
+
+/// `/locks/collections/<profile>`.
+pub fn collection_lock(profile: &str) -> String {
+    format!("{LOCKS_COLLECTIONS}/{profile}")
+}
+
+/// Whether `path` is a worker's ephemeral lock (`/batches/BID/lock`,
+/// `/jobs/JID/lock`), which the projection never writes and diffs ignore.
+pub fn is_ephemeral_lock(path: &str) -> bool {
+    let mut parts = path.split('/');
+    matches!(
+        (parts.next(), parts.next(), parts.next(), parts.next(), parts.next()),
+        (Some(""), Some("batches" | "jobs"), Some(id), Some("lock"), None) if !id.is_empty() && id != "states"
+    )
+}
+
+/// A timestamp as mrt-zk writes `last_modified` (`2024-05-16 10:11:12 +0000`).
+pub fn timestamp(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m-%d %H:%M:%S %z").to_string()
+}
+
+/// `/batches/BID/submission`: the submission as given, with its uuid.
+///
+/// Keys: `profile_name`, `submitter`, `payload_url`, `type`, `response_type`,
+/// `submission_mode`, `erc_what`, `erc_who`, `erc_when`, `erc_where`,
+/// `batchID`, then `manifest` (the inline lines) and `digest_type` /
+/// `digest_value` when present, then the extra fields in key order. An extra
+/// field whose name is already taken is left out: the named fields win.
+pub fn submission_json(uuid: &impl Display, s: &Submission) -> String {
+    let mut o = JsonObject::new();
+    o.str("profile_name", &s.profile_name)
+        .str("submitter", &s.submitter)
+        .str("payload_url", &s.payload_url)
+        .str("type", s.payload_type.name())
+        .str("response_type", &s.response_type)
+        .str("submission_mode", s.submission_mode.name())
+        .str("erc_what", opt(&s.erc.what))
+        .str("erc_who", opt(&s.erc.who))
+        .str("erc_when", opt(&s.erc.when))
+        .str("erc_where", opt(&s.erc.r#where))
+        .str("batchID", &uuid.to_string());
+    if !s.manifest.is_empty() {
+        o.strings("manifest", &s.manifest);
+    }
+    digest(&mut o, s.digest.as_ref());
+    for (k, v) in &s.extra {
+        if !o.has(k) {
+            o.str(k, v);
+        }
+    }
+    o.finish()
+}
+
+/// `/batches/BID/status`: `{"status","last_modified","message"}`.
+pub fn batch_status_json(status: BatchState, at: DateTime<Utc>, message: &str) -> String {
+    let mut o = JsonObject::new();
+    o.str("status", status.name())
+        .str("last_modified", &timestamp(at))
+        .str("message", message);
+    o.finish()
+}
+
+/// `/batches/BID/status-report`: `{"last_modified","failed_jobs","successful_jobs"}`.
+pub fn status_report_json(report: &Report) -> String {
+    let ids = |v: &[Jid]| v.iter().map(|j| j.to_string()).collect::<Vec<_>>();
+    let mut o = JsonObject::new();
+    o.str("last_modified", &timestamp(report.at))
+        .strings("failed_jobs", &ids(&report.failed_jobs))
+        .strings("successful_jobs", &ids(&report.successful_jobs));
+    o.finish()
+}
+
+/// `/jobs/JID/status`: `{"status","last_modified","message","last_successful_status","retry_count"}`.
+pub fn job_status_json(job: &Job) -> String {
+    let mut o = JsonObject::new();
+    o.str("status", job.status.name())
+        .str("last_modified", &timestamp(job.last_modified))
+        .str("message", &job.message);
+    match job.last_successful_status {
+        Some(s) => o.str("last_successful_status", s.name()),
+        None => o.null("last_successful_status"),
+    };
+    o.raw("retry_count", &job.retry_count.to_string());
+    o.finish()
+}
+
+/// `/jobs/JID/configuration`: `profile_name`, `submitter`, `payload_url`,
+/// `payload_type`, `response_type`, `submission_mode`, then `digest_type` /
+/// `digest_value` when the depositor gave a digest.
+pub fn configuration_json(c: &JobConfiguration) -> String {
+    let mut o = JsonObject::new();
+    o.str("profile_name", &c.profile_name)
+        .str("submitter", &c.submitter)
+        .str("payload_url", &c.payload_url)
+        .str("payload_type", c.payload_type.name())
+        .str("response_type", &c.response_type)
+        .str("submission_mode", c.submission_mode.name());
+    digest(&mut o, c.digest.as_ref());
+    o.finish()
+}
+
+/// `/jobs/JID/identifiers`: `{"primary_id","local_id":[…]}`, or `None` when
+/// the job has neither (the node is then absent, as mrt-zk leaves it).
+pub fn identifiers_json(ids: &Identifiers) -> Option<String> {
+    if ids.primary_id.is_none() && ids.local_ids.is_empty() {
+        return None;
+    }
+    let mut o = JsonObject::new();
+    o.str("primary_id", opt(&ids.primary_id))
+        .strings("local_id", &ids.local_ids);
+    Some(o.finish())
+}
+
+/// `/jobs/JID/metadata`: `{"erc_who","erc_what","erc_when","erc_where"}`, or
+/// `None` when every field is absent (the node is then absent).
+pub fn metadata_json(erc: &Erc) -> Option<String> {
+    if erc.who.is_none() && erc.what.is_none() && erc.when.is_none() && erc.r#where.is_none() {
+        return None;
+    }
+    let mut o = JsonObject::new();
+    o.str("erc_who", opt(&erc.who))
+        .str("erc_what", opt(&erc.what))
+        .str("erc_when", opt(&erc.when))
+        .str("erc_where", opt(&erc.r#where));
+    Some(o.finish())
+}
+
+/// `/jobs/JID/store`: `{"manifest_url","mode","delete"}` (`delete` as text).
+pub fn store_json(s: &StoreParams) -> String {
+    let mut o = JsonObject::new();
+    o.str("manifest_url", &s.manifest_url)
+        .str("mode", &s.mode)
+        .str("delete", if s.delete { "true" } else { "false" });
+    o.finish()
+}
+
+/// `/jobs/JID/inventory`: `{"manifest_url","mode"}`.
+pub fn inventory_json(i: &InventoryParams) -> String {
+    let mut o = JsonObject::new();
+    o.str("manifest_url", &i.manifest_url).str("mode", &i.mode);
+    o.finish()
+}
+
+fn opt(v: &Option<String>) -> &str {
+    v.as_deref().unwrap_or("")
+}
+
+fn digest(o: &mut JsonObject, d: Option<&Digest>) {
+    if let Some(d) = d {
+        o.str("digest_type", &d.algorithm)
+            .str("digest_value", &d.value);
+    }
+}
+
+/// A JSON object written field by field, in the order the fields are added.
+struct JsonObject {
+    out: String,
+    keys: Vec<String>,
+}
+
+impl JsonObject {
+    fn new() -> JsonObject {
+        JsonObject {
+            out: String::from("{"),
+            keys: Vec::new(),
+        }
+    }
+
+    fn has(&self, key: &str) -> bool {
+        self.keys.iter().any(|k| k == key)
+    }
+
+    fn raw(&mut self, key: &str, json: &str) -> &mut JsonObject {
+        if !self.keys.is_empty() {
+            self.out.push(',');
+        }
+        self.out.push_str(&quote(key));
+        self.out.push(':');
+        self.out.push_str(json);
+        self.keys.push(key.to_string());
+        self
+    }
+
+    fn str(&mut self, key: &str, value: &str) -> &mut JsonObject {
+        self.raw(key, &quote(value))
+    }
+
+    fn null(&mut self, key: &str) -> &mut JsonObject {
+        self.raw(key, "null")
+    }
+
+    fn strings(&mut self, key: &str, values: &[String]) -> &mut JsonObject {
+        let items: Vec<String> = values.iter().map(|v| quote(v)).collect();
+        self.raw(key, &format!("[{}]", items.join(",")))
+    }
+
+    fn finish(mut self) -> String {
+        self.out.push('}');
+        self.out
+    }
+}
+
+fn quote(s: &str) -> String {
+    // Serializing a str into a String cannot fail; the fallback is unreachable.
+    serde_json::to_string(s).unwrap_or_else(|_| String::from("\"\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn timestamp_has_the_mrt_zk_form() {
+        let at = Utc.with_ymd_and_hms(2024, 5, 16, 10, 11, 12).single();
+        assert_eq!(
+            at.map(timestamp).as_deref(),
+            Some("2024-05-16 10:11:12 +0000")
+        );
+    }
+
+    #[test]
+    fn queue_refs_carry_a_two_digit_priority() {
+        assert_eq!(
+            queue_ref(JobState::Pending, 5, Jid(1)),
+            "/jobs/states/pending/05-jid0000000001"
+        );
+    }
+
+    #[test]
+    fn lock_paths_are_recognized() {
+        assert!(is_ephemeral_lock("/jobs/jid0000000001/lock"));
+        assert!(is_ephemeral_lock("/batches/bid0000000001/lock"));
+        assert!(!is_ephemeral_lock("/locks/queue/ingest"));
+        assert!(!is_ephemeral_lock("/jobs/states/lock"));
+        assert!(!is_ephemeral_lock("/jobs/jid0000000001/lock/x"));
+        assert!(!is_ephemeral_lock("/jobs/jid0000000001/status"));
+    }
+
+    #[test]
+    fn json_keeps_key_order_and_escapes() {
+        let s = store_json(&StoreParams {
+            manifest_url: "http://x/\"m\"".into(),
+            mode: "add".into(),
+            delete: false,
+        });
+        assert_eq!(
+            s,
+            r#"{"manifest_url":"http://x/\"m\"","mode":"add","delete":"false"}"#
+        );
+        assert_eq!(identifiers_json(&Identifiers::default()), None);
+    }
+}
