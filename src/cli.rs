@@ -162,6 +162,14 @@ pub enum Cmd {
         #[arg(long)]
         before: Option<chrono::DateTime<chrono::Utc>>,
     },
+    /// Print the ZooKeeper tree the log projects (or, with --live, the live one), as YAML.
+    Tree(crate::zkcmd::TreeArgs),
+    /// Project the log into ZooKeeper: catch up from the checkpoint (and, with --follow, keep going).
+    Project(crate::zkcmd::ProjectArgs),
+    /// Rebuild the live ZooKeeper tree from the log after an incident (worker locks are left alone).
+    Rebuild(crate::zkcmd::RebuildArgs),
+    /// Compare the live ZooKeeper tree with what the log says it should be (exit 1 on drift).
+    Diff(crate::zkcmd::DiffArgs),
     /// Counts of batches and jobs by state, holds, pause, log head.
     Status {
         /// Output format.
@@ -548,6 +556,10 @@ pub fn run(cli: Cli) -> Result<i32> {
             let code = execute(&mut engine, &actor, &Command::Cleanup { before })?;
             Ok(code)
         }
+        Cmd::Tree(args) => crate::zkcmd::tree(&mut engine, args),
+        Cmd::Project(args) => crate::zkcmd::project(&mut engine, args),
+        Cmd::Rebuild(args) => crate::zkcmd::rebuild(&mut engine, args),
+        Cmd::Diff(args) => crate::zkcmd::diff(&mut engine, &actor, args),
         Cmd::Status { format } => {
             emit(&StatusView::new(&engine), format)?;
             Ok(0)

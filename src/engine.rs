@@ -76,7 +76,7 @@ pub struct Outcome {
 
 /// The engine over one data directory.
 pub struct Engine {
-    log: Log,
+    log: Arc<Log>,
     state: State,
     lifecycle: Lifecycle,
     clock: Clock,
@@ -107,7 +107,7 @@ impl Engine {
     /// [`EngineError::Fold`] when a record does not fit.
     pub fn open(config: EngineConfig) -> Result<Engine, EngineError> {
         std::fs::create_dir_all(&config.data_dir).map_err(|e| LogError::Storage(e.into()))?;
-        let log = Log::open(&log_dir(&config.data_dir), &config.log)?;
+        let log = Arc::new(Log::open(&log_dir(&config.data_dir), &config.log)?);
         let started = Instant::now();
         let mut state = State::new();
         let (head, _) = log.head();
@@ -185,6 +185,11 @@ impl Engine {
     /// The log.
     pub fn log(&self) -> &Log {
         &self.log
+    }
+
+    /// A shared handle on the log, for readers that outlive a borrow (the projector).
+    pub fn shared_log(&self) -> Arc<Log> {
+        Arc::clone(&self.log)
     }
 
     /// The lifecycle enforced.

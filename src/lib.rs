@@ -9,6 +9,7 @@ pub mod cli;
 pub mod engine;
 pub mod history;
 pub mod submission;
+pub mod zkcmd;
 
 /// Sets up tracing on stderr, human-readable or JSON, filtered by
 /// `INGEST_LOG` (or `RUST_LOG`), default `info` for `ingest` crates and `warn`

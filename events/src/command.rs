@@ -224,6 +224,12 @@ pub enum Command {
         /// The notification's error, if sending the report failed.
         notification_error: Option<String>,
     },
+    /// An admin repaired drift between the live ZooKeeper tree and the log;
+    /// records which paths were repaired.
+    RecordRepair {
+        /// The paths created, set or deleted.
+        paths: Vec<String>,
+    },
     /// Removes finished (Completed or Deleted) batches from the live tree.
     Cleanup {
         /// Only batches last changed before this time.
@@ -823,6 +829,12 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
                 }
                 _ => return Err(batch_illegal(lc, b, "Completed or Failed")),
             }
+        }
+        Command::RecordRepair { paths } => {
+            if paths.is_empty() {
+                return Err(Rejection::NoChange("no paths were repaired".into()));
+            }
+            d.push(state, StreamId::System, event::TreeRepaired { paths: paths.clone() });
         }
         Command::Cleanup { before } => {
             for b in state.batches.values() {
