@@ -1,0 +1,2 @@
+//! Placeholder, replaced by the projection throughput bench.
+fn main() {}
