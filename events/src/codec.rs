@@ -110,8 +110,21 @@ pub enum DecodeError {
     },
 }
 
+/// The largest record the decoder accepts. A corrupt length prefix must
+/// give an error, not an allocation of petabytes (bincode allocates what a
+/// length prefix claims unless a limit is set).
+pub const MAX_RECORD_BYTES: usize = 16 * 1024 * 1024;
+
 fn config() -> bincode::config::Configuration {
     bincode::config::standard()
+}
+
+fn decode_config() -> bincode::config::Configuration<
+    bincode::config::LittleEndian,
+    bincode::config::Varint,
+    bincode::config::Limit<MAX_RECORD_BYTES>,
+> {
+    bincode::config::standard().with_limit::<MAX_RECORD_BYTES>()
 }
 
 pub(crate) fn encode_value<T: Serialize>(value: &T) -> Vec<u8> {
@@ -123,7 +136,7 @@ pub(crate) fn encode_value<T: Serialize>(value: &T) -> Vec<u8> {
 }
 
 pub(crate) fn decode_value<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
-    let (value, used) = bincode::serde::decode_from_slice(bytes, config())
+    let (value, used) = bincode::serde::decode_from_slice(bytes, decode_config())
         .map_err(|e| DecodeError::Malformed(e.to_string()))?;
     if used != bytes.len() {
         return Err(DecodeError::Malformed(format!(
@@ -162,7 +175,7 @@ fn encode_record_with(r: &NewRecord<'_>, schema_version: u16, payload: Vec<u8>) 
         correlation_id: r.correlation_id,
         prev_hash: r.prev_hash,
     };
-    let hash = record_hash(&header, &payload);
+    let hash = record_hash(&header, r.event.kind(), &payload);
     let stored = StoredRecord {
         header,
         kind: r.event.kind().to_string(),
@@ -172,9 +185,13 @@ fn encode_record_with(r: &NewRecord<'_>, schema_version: u16, payload: Vec<u8>) 
     (encode_value(&stored), hash)
 }
 
-fn record_hash(header: &Header, payload: &[u8]) -> Hash {
+fn record_hash(header: &Header, kind: &str, payload: &[u8]) -> Hash {
     let mut h = blake3::Hasher::new();
     h.update(&encode_value(header));
+    // The kind decides how the payload is read, so it is covered too,
+    // length-prefixed so kind and payload cannot trade bytes.
+    h.update(&(kind.len() as u64).to_le_bytes());
+    h.update(kind.as_bytes());
     h.update(payload);
     *h.finalize().as_bytes()
 }
@@ -186,7 +203,7 @@ fn record_hash(header: &Header, payload: &[u8]) -> Hash {
 /// the content, or the kind or schema is unknown.
 pub fn decode_record(bytes: &[u8]) -> Result<Recorded, DecodeError> {
     let stored: StoredRecord = decode_value(bytes)?;
-    let computed = record_hash(&stored.header, &stored.payload);
+    let computed = record_hash(&stored.header, &stored.kind, &stored.payload);
     if computed != stored.hash {
         return Err(DecodeError::HashMismatch {
             stored: hex::encode(stored.hash),

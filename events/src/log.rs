@@ -258,9 +258,7 @@ impl Log {
             .flush_every_ms(None)
             .open()
             .map_err(|e| match e {
-                sled::Error::Io(ref io)
-                    if io.to_string().contains("could not acquire lock") =>
-                {
+                sled::Error::Io(ref io) if io.to_string().contains("could not acquire lock") => {
                     LogError::Locked {
                         path: dir.to_path_buf(),
                     }
