@@ -155,6 +155,26 @@ impl Engine {
         correlation_id: Uuid,
         command: &Command,
     ) -> Result<Outcome, EngineError> {
+        let outcome = self.execute_unflushed(actor, correlation_id, command)?;
+        if let Some(last) = outcome.records.last() {
+            self.log.wait_durable(last.envelope.position)?;
+        }
+        Ok(outcome)
+    }
+
+    /// Decides, appends and applies a command without waiting for its flush.
+    /// The caller must not acknowledge it before [`Engine::wait_durable`]
+    /// returns for its last position. This lets the single writer decide the
+    /// next command while earlier ones share one flush (group commit).
+    ///
+    /// # Errors
+    /// See [`Engine::execute`].
+    pub fn execute_unflushed(
+        &mut self,
+        actor: &Actor,
+        correlation_id: Uuid,
+        command: &Command,
+    ) -> Result<Outcome, EngineError> {
         let decision = decide(&self.state, &self.lifecycle, command)?;
         if decision.events.is_empty() {
             return Ok(Outcome {
@@ -168,13 +188,22 @@ impl Engine {
             expectations: decision.expectations,
             events: decision.events,
         };
-        let appended = self.log.append(&request)??;
+        let appended = self.log.append_unflushed(&request)??;
         for r in &appended.records {
             self.state.apply(r)?;
         }
         Ok(Outcome {
             records: appended.records,
         })
+    }
+
+    /// Blocks until `position` is durable.
+    ///
+    /// # Errors
+    /// [`EngineError::Log`] when the flush fails: the outcome of every
+    /// unacknowledged command is then unknown.
+    pub fn wait_durable(&self, position: u64) -> Result<(), EngineError> {
+        Ok(self.log.wait_durable(position)?)
     }
 
     /// The folded state.

@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod engine;
 pub mod history;
+pub mod service;
 pub mod submission;
 pub mod zkcmd;
 

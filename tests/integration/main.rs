@@ -2,4 +2,5 @@
 //! with shared helpers in `util`, as ripgrep keeps `tests/util.rs`.
 
 mod cli;
+mod service;
 mod util;

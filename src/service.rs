@@ -1,0 +1,243 @@
+//! The engine as a service: one writer thread, many callers.
+//!
+//! HTTP handlers, worker daemons and admin tools send commands through an
+//! [`EngineHandle`]. The writer thread takes every command waiting in its
+//! queue, decides and appends each one (each command's events atomically),
+//! then waits for ONE flush that covers them all before answering any of them:
+//! group commit across callers. Rejections are answered at once.
+//!
+//! Readers see the *published* state, which the writer updates only after the
+//! flush, so nothing a reader sees can be lost by a crash.
+
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::thread::JoinHandle;
+
+use ingest_events::command::Command;
+use ingest_events::log::{Log, LogError};
+use ingest_events::{Actor, Lifecycle, Recorded, State};
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use crate::engine::{Engine, EngineError, Outcome};
+
+/// How many queued commands one group commit takes at most.
+const MAX_GROUP: usize = 512;
+
+enum Msg {
+    Command(Request),
+    Shutdown,
+}
+
+struct Request {
+    actor: Actor,
+    correlation_id: Uuid,
+    command: Command,
+    reply: oneshot::Sender<Result<Outcome, EngineError>>,
+}
+
+/// A cheap, cloneable handle on the engine service.
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: mpsc::Sender<Msg>,
+    published: Arc<RwLock<State>>,
+    log: Arc<Log>,
+    lifecycle: Arc<Lifecycle>,
+}
+
+/// The engine service: owns the writer thread.
+pub struct EngineService {
+    handle: EngineHandle,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Why the service could not take a command.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServiceError {
+    /// The command was decided and answered (accepted or refused).
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The writer thread has stopped (shutdown or a fatal log error); the
+    /// command's outcome is unknown if it was already sent.
+    #[error("the engine has stopped; the command was not taken")]
+    Stopped,
+}
+
+impl EngineService {
+    /// Starts the writer thread over an opened engine.
+    pub fn start(engine: Engine) -> EngineService {
+        let (tx, rx) = mpsc::channel(4096);
+        let published = Arc::new(RwLock::new(engine.state().clone()));
+        let handle = EngineHandle {
+            tx,
+            published: Arc::clone(&published),
+            log: engine.shared_log(),
+            lifecycle: Arc::new(engine.lifecycle().clone()),
+        };
+        let thread = std::thread::Builder::new()
+            .name("ingest-writer".into())
+            .spawn(move || writer_loop(engine, rx, published))
+            .ok();
+        EngineService { handle, thread }
+    }
+
+    /// A handle for callers.
+    pub fn handle(&self) -> EngineHandle {
+        self.handle.clone()
+    }
+
+    /// Stops taking commands, answers every command already queued, and
+    /// joins the writer. Later calls on any handle get [`ServiceError::Stopped`].
+    pub async fn shutdown(mut self) {
+        let _ = self.handle.tx.send(Msg::Shutdown).await;
+        if let Some(t) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+    }
+}
+
+fn writer_loop(mut engine: Engine, mut rx: mpsc::Receiver<Msg>, published: Arc<RwLock<State>>) {
+    let mut group: Vec<Request> = Vec::with_capacity(MAX_GROUP);
+    let mut stopping = false;
+    while !stopping {
+        match rx.blocking_recv() {
+            Some(Msg::Command(r)) => group.push(r),
+            Some(Msg::Shutdown) | None => stopping = true,
+        }
+        // Take what else is queued, so it shares this flush; on shutdown, take
+        // everything so no queued caller is left without an answer.
+        while stopping || group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(Msg::Command(r)) => group.push(r),
+                Ok(Msg::Shutdown) => stopping = true,
+                Err(_) => break,
+            }
+        }
+        if stopping {
+            rx.close();
+            while let Ok(Msg::Command(r)) = rx.try_recv() {
+                group.push(r);
+            }
+        }
+        if !commit_group(&mut engine, &mut group, &published) {
+            return;
+        }
+    }
+    tracing::info!("the writer stopped");
+}
+
+/// Decides and appends every command of the group, waits for one flush,
+/// publishes and answers. Returns false when the writer must stop.
+fn commit_group(engine: &mut Engine, group: &mut Vec<Request>, published: &RwLock<State>) -> bool {
+    let mut accepted: Vec<(oneshot::Sender<Result<Outcome, EngineError>>, Outcome)> = Vec::new();
+    for req in group.drain(..) {
+        match engine.execute_unflushed(&req.actor, req.correlation_id, &req.command) {
+            Ok(outcome) => accepted.push((req.reply, outcome)),
+            Err(e) => {
+                let fatal = matches!(
+                    e,
+                    EngineError::Log(LogError::Storage(_)) | EngineError::Fold(_)
+                );
+                let _ = req.reply.send(Err(e));
+                if fatal {
+                    tracing::error!(
+                        "the writer stops: the log failed; restart the engine to re-read it"
+                    );
+                    fail_all(
+                        accepted,
+                        "the log failed before these commands were durable",
+                    );
+                    return false;
+                }
+            }
+        }
+    }
+    let last = accepted
+        .iter()
+        .filter_map(|(_, o)| o.records.last())
+        .map(|r| r.envelope.position)
+        .max();
+    if let Some(last) = last {
+        if let Err(e) = engine.wait_durable(last) {
+            tracing::error!(error = %e, position = last, "flush failed; the writer stops");
+            fail_all(accepted, "the flush failed; the outcome is unknown until the engine restarts and re-reads the log");
+            return false;
+        }
+        publish(
+            published,
+            accepted.iter().flat_map(|(_, o)| o.records.iter()),
+        );
+        tracing::debug!(commands = accepted.len(), durable = last, "group committed");
+    }
+    for (reply, outcome) in accepted {
+        let _ = reply.send(Ok(outcome));
+    }
+    true
+}
+
+fn publish<'a>(published: &RwLock<State>, records: impl Iterator<Item = &'a Recorded>) {
+    let mut state = published.write().unwrap_or_else(|e| e.into_inner());
+    for r in records {
+        if let Err(e) = state.apply(r) {
+            // The writer applied the same records to its own state already.
+            tracing::error!(error = %e, "published state diverged from the writer's");
+        }
+    }
+}
+
+fn fail_all(accepted: Vec<(oneshot::Sender<Result<Outcome, EngineError>>, Outcome)>, why: &str) {
+    for (reply, _) in accepted {
+        let err = LogError::Storage(sled::Error::Io(std::io::Error::other(why.to_string())));
+        let _ = reply.send(Err(EngineError::Log(err)));
+    }
+}
+
+impl EngineHandle {
+    /// Sends a command and waits for its answer (after its events are durable).
+    ///
+    /// # Errors
+    /// [`ServiceError::Engine`] for a refused command or a log failure,
+    /// [`ServiceError::Stopped`] when the writer is gone.
+    pub async fn execute(&self, actor: Actor, command: Command) -> Result<Outcome, ServiceError> {
+        self.execute_correlated(actor, Uuid::new_v4(), command)
+            .await
+    }
+
+    /// As [`EngineHandle::execute`], with the caller's correlation id.
+    ///
+    /// # Errors
+    /// See [`EngineHandle::execute`].
+    pub async fn execute_correlated(
+        &self,
+        actor: Actor,
+        correlation_id: Uuid,
+        command: Command,
+    ) -> Result<Outcome, ServiceError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::Command(Request {
+                actor,
+                correlation_id,
+                command,
+                reply,
+            }))
+            .await
+            .map_err(|_| ServiceError::Stopped)?;
+        Ok(rx.await.map_err(|_| ServiceError::Stopped)??)
+    }
+
+    /// Reads the published (durable) state.
+    pub fn state(&self) -> RwLockReadGuard<'_, State> {
+        self.published.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The log, for history and the projector.
+    pub fn log(&self) -> &Arc<Log> {
+        &self.log
+    }
+
+    /// The lifecycle enforced.
+    pub fn lifecycle(&self) -> &Lifecycle {
+        &self.lifecycle
+    }
+}
