@@ -487,6 +487,35 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
                     .ok_or_else(|| no_successor(lc, j, "fail"))?,
             };
             job_move(lc, j, to)?;
+            // Moves with rules of their own go through their own command, so
+            // an explicit target cannot skip them.
+            if j.status == JobState::Failed && to != JobState::Deleted {
+                return Err(Rejection::IllegalTransition {
+                    item: Item::Job(*jid),
+                    current: j.status.to_string(),
+                    requested: format!("{to} by a status change"),
+                    allowed: vec![
+                        format!(
+                            "a requeue (resumes at {}, retry_count + 1)",
+                            requeue_target(lc, j)
+                        ),
+                        "Deleted".into(),
+                    ],
+                });
+            }
+            if j.status == JobState::Pending && to == JobState::Estimating {
+                let profile = &j.configuration.profile_name;
+                if state.held_collections.contains(profile) {
+                    return Err(Rejection::CollectionStillHeld {
+                        profile: profile.clone(),
+                    });
+                }
+                if state.paused {
+                    return Err(Rejection::QueuePaused {
+                        item: Item::Job(*jid),
+                    });
+                }
+            }
             if let Some(p) = priority {
                 check_priority(*p)?;
                 if to == JobState::Deleted {
@@ -535,6 +564,9 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
         }
         Command::RecordIdentifiers { jid, identifiers } => {
             let j = changeable_job(state, lc, *jid)?;
+            let ids = identifiers.primary_id.as_ref().map_or(0, String::len)
+                + identifiers.local_ids.iter().map(String::len).sum::<usize>();
+            check_size("identifiers", ids, MAX_JOB_FIELD_BYTES)?;
             if let Some(p) = &identifiers.primary_id {
                 check_text("primary_id", p)?;
             }
@@ -834,7 +866,13 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
             if paths.is_empty() {
                 return Err(Rejection::NoChange("no paths were repaired".into()));
             }
-            d.push(state, StreamId::System, event::TreeRepaired { paths: paths.clone() });
+            d.push(
+                state,
+                StreamId::System,
+                event::TreeRepaired {
+                    paths: paths.clone(),
+                },
+            );
         }
         Command::Cleanup { before } => {
             for b in state.batches.values() {
@@ -1070,7 +1108,6 @@ fn check_priority(p: u8) -> Result<(), Rejection> {
     Ok(())
 }
 
-/// A profile name becomes a ZooKeeper path segment (`/locks/collections/<profile>`).
 /// Whether ZooKeeper accepts the character in a path segment (its
 /// `PathUtils.validatePath` refuses surrogates, private use, U+FFF0–U+FFFF,
 /// anything above the BMP, and control characters).
@@ -1084,6 +1121,7 @@ fn zookeeper_path_char(c: char) -> bool {
         || u > 0xffff)
 }
 
+/// A profile name becomes a ZooKeeper path segment (`/locks/collections/<profile>`).
 fn check_profile(profile: &str) -> Result<(), Rejection> {
     let bad = |reason: &str| Rejection::Invalid {
         field: "profile".into(),
@@ -1119,7 +1157,45 @@ fn check_text(field: &str, value: &str) -> Result<(), Rejection> {
     Ok(())
 }
 
+/// The most text a submission may carry (its fields, manifest lines and
+/// extra fields together). It is projected into one ZooKeeper node, which
+/// must stay well under ZooKeeper's 1 MiB `jute.maxbuffer`.
+pub const MAX_SUBMISSION_BYTES: usize = 512 * 1024;
+/// The most text one job's payload URL, identifiers or metadata may carry.
+pub const MAX_JOB_FIELD_BYTES: usize = 64 * 1024;
+
+fn submission_bytes(s: &Submission) -> usize {
+    let erc = [&s.erc.who, &s.erc.what, &s.erc.when, &s.erc.r#where];
+    s.profile_name.len()
+        + s.submitter.len()
+        + s.payload_url.len()
+        + s.response_type.len()
+        + s.manifest.iter().map(|l| l.len() + 3).sum::<usize>()
+        + erc
+            .iter()
+            .map(|e| e.as_ref().map_or(0, String::len))
+            .sum::<usize>()
+        + s.digest
+            .as_ref()
+            .map_or(0, |d| d.algorithm.len() + d.value.len())
+        + s.extra
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 6)
+            .sum::<usize>()
+}
+
+fn check_size(field: &str, bytes: usize, limit: usize) -> Result<(), Rejection> {
+    if bytes > limit {
+        return Err(Rejection::Invalid {
+            field: field.into(),
+            reason: format!("is {bytes} bytes; at most {limit} are accepted"),
+        });
+    }
+    Ok(())
+}
+
 fn validate_submission(s: &Submission) -> Result<(), Rejection> {
+    check_size("submission", submission_bytes(s), MAX_SUBMISSION_BYTES)?;
     check_profile(&s.profile_name)?;
     let required = |field: &str, v: &str| {
         if v.trim().is_empty() {
@@ -1179,6 +1255,21 @@ pub const RESERVED_SUBMISSION_KEYS: [&str; 14] = [
 ];
 
 fn validate_spec(spec: &JobSpec) -> Result<(), Rejection> {
+    check_size("payload_url", spec.payload_url.len(), MAX_JOB_FIELD_BYTES)?;
+    let ids = spec.identifiers.primary_id.as_ref().map_or(0, String::len)
+        + spec
+            .identifiers
+            .local_ids
+            .iter()
+            .map(String::len)
+            .sum::<usize>();
+    check_size("identifiers", ids, MAX_JOB_FIELD_BYTES)?;
+    let m = &spec.metadata;
+    let meta: usize = [&m.who, &m.what, &m.when, &m.r#where]
+        .iter()
+        .map(|e| e.as_ref().map_or(0, String::len))
+        .sum();
+    check_size("metadata", meta, MAX_JOB_FIELD_BYTES)?;
     if spec.payload_url.trim().is_empty() {
         return Err(Rejection::Invalid {
             field: "payload_url".into(),

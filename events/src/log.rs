@@ -32,7 +32,9 @@ use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use crate::codec::{decode_record, encode_record, Hash, NewRecord, Recorded, GENESIS_HASH};
+use crate::codec::{
+    decode_record, encode_record, Hash, NewRecord, Recorded, GENESIS_HASH, MAX_RECORD_BYTES,
+};
 use crate::event::{Actor, Event, StreamId};
 
 const EVENT: u8 = b'e';
@@ -143,6 +145,17 @@ pub enum LogError {
         position: u64,
         /// What.
         reason: String,
+    },
+    /// A record is larger than the log can read back
+    /// ([`crate::codec::MAX_RECORD_BYTES`]); nothing was written.
+    #[error("event {kind} would be a {bytes}-byte record; the log accepts at most {limit} bytes per record; nothing was appended")]
+    RecordTooLarge {
+        /// The event kind.
+        kind: &'static str,
+        /// Its encoded size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
     },
     /// A repair was asked for where it cannot help.
     #[error("cannot repair: {0}")]
@@ -468,6 +481,15 @@ impl Log {
                 event: &p.event,
             };
             let (bytes, hash) = encode_record(&new);
+            if bytes.len() > MAX_RECORD_BYTES {
+                // Checked before anything is written: a record the decoder
+                // refuses must never be acknowledged.
+                return Err(LogError::RecordTooLarge {
+                    kind: p.event.kind(),
+                    bytes: bytes.len(),
+                    limit: MAX_RECORD_BYTES,
+                });
+            }
             batch.insert(&event_key(pos), bytes);
             batch.insert(&index_key(p.stream, version), &pos.to_be_bytes());
             records.push(Recorded {
