@@ -1,2 +1,597 @@
-//! Placeholder, replaced by the log benchmarks.
-fn main() {}
+//! Benchmarks of the event log: durable appends against a raw sled baseline,
+//! and the fold that rebuilds [`State`] at start-up.
+//!
+//! - `append/*`: [`Log::append`] with group commit, one event per command from
+//!   1 and from 8 threads, and 100 events per command from 1 thread.
+//! - `raw_sled/*`: the baseline. The same keys and value sizes (the encoded
+//!   records the log writes, plus one 8-byte stream-index entry per event) in
+//!   one `sled::Batch` per command, then one `Db::flush` per command. The
+//!   8-thread case gives every thread its own batches and its own flush per
+//!   batch; it does not coordinate flushes, sled's own flush decides how much
+//!   concurrent flushes share.
+//! - `fold/*`: [`State::apply`] over a log of 10,000 jobs taken through the
+//!   full lifecycle (135k events): read + decode + apply, read + decode
+//!   alone, the raw sled scan alone, and apply alone over records decoded in
+//!   advance.
+//!
+//! Every group reports throughput in events per second.
+//!
+//! `INGEST_BENCH_REBUILD_EVENTS=1000000` adds a one-shot timing of a start-up
+//! rebuild (open + fold) of a log of about that many events.
+//!
+//! ```text
+//! cargo bench --bench log -- --noplot
+//! INGEST_BENCH_REBUILD_EVENTS=1000000 cargo bench --bench log -- rebuild
+//! ```
+
+use std::hint::black_box;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use criterion::{BenchmarkId, Criterion, Throughput};
+use ingest_events::command::{decide, Command, JobSpec, Target};
+use ingest_events::event::{
+    Actor, Erc, Event, Identifiers, InventoryParams, JobConfiguration, JobCreated,
+    JobStatusChanged, PayloadType, StoreParams, Submission, SubmissionMode,
+};
+use ingest_events::ids::{Bid, Jid};
+use ingest_events::lifecycle::{JobState, Lifecycle};
+use ingest_events::log::{AppendRequest, Log, LogConfig, Proposed};
+use ingest_events::{Recorded, State, StreamId};
+use uuid::Uuid;
+
+const THREADS: u64 = 8;
+const BIG_COMMAND: u64 = 100;
+/// Jobs in the fold benchmark's log, in batches of [`JOBS_PER_BATCH`].
+const FOLD_JOBS: u64 = 10_000;
+const JOBS_PER_BATCH: u64 = 10;
+
+fn main() {
+    let mut c = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(5))
+        .configure_from_args();
+    append(&mut c);
+    raw_sled(&mut c);
+    fold(&mut c);
+    c.final_summary();
+    if let Ok(n) = std::env::var("INGEST_BENCH_REBUILD_EVENTS") {
+        let n = n
+            .parse()
+            .unwrap_or_else(|e| panic!("INGEST_BENCH_REBUILD_EVENTS={n:?}: {e}"));
+        rebuild(n);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Events and logs
+// ---------------------------------------------------------------------------
+
+fn open(dir: &Path) -> Log {
+    Log::open(dir, &LogConfig::default())
+        .unwrap_or_else(|e| panic!("open log at {}: {e}", dir.display()))
+}
+
+fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("create a temporary directory")
+}
+
+/// The typical one-event command: a step reports success.
+fn status_changed() -> Event {
+    Event::JobStatusChanged(JobStatusChanged {
+        from: JobState::Downloading,
+        to: JobState::Processing,
+        message: String::new(),
+        retry: false,
+        priority: None,
+    })
+}
+
+/// The typical event of a big command: a job created by a batch's expansion.
+fn job_created(bid: Bid, n: u64) -> Event {
+    Event::JobCreated(JobCreated {
+        bid,
+        priority: 5,
+        configuration: JobConfiguration {
+            profile_name: "demo_content".into(),
+            submitter: "alice".into(),
+            payload_url: format!("https://example.org/objects/{bid}/{n}.zip"),
+            payload_type: PayloadType::Container,
+            response_type: "json".into(),
+            submission_mode: SubmissionMode::Add,
+            digest: None,
+        },
+        identifiers: Identifiers {
+            primary_id: None,
+            local_ids: vec![format!("local-{n}")],
+        },
+        metadata: Erc {
+            who: Some("Doe, Jane".into()),
+            what: Some(format!("Object {n}")),
+            when: Some("2024".into()),
+            r#where: None,
+        },
+    })
+}
+
+fn request(events: Vec<Proposed>) -> AppendRequest {
+    AppendRequest {
+        actor: Actor::worker("bench"),
+        correlation_id: Uuid::new_v4(),
+        timestamp: Utc::now(),
+        expectations: vec![],
+        events,
+    }
+}
+
+/// One event on the job stream `jid`.
+fn one_event(jid: u64) -> AppendRequest {
+    request(vec![Proposed {
+        stream: StreamId::Job(Jid(jid)),
+        event: status_changed(),
+    }])
+}
+
+/// [`BIG_COMMAND`] job creations, each on its own job stream.
+fn big_command(first_jid: u64) -> AppendRequest {
+    request(
+        (0..BIG_COMMAND)
+            .map(|i| Proposed {
+                stream: StreamId::Job(Jid(first_jid + i)),
+                event: job_created(Bid(1), first_jid + i),
+            })
+            .collect(),
+    )
+}
+
+fn must_append(log: &Log, req: &AppendRequest) -> u64 {
+    match log.append(req) {
+        Ok(Ok(a)) => *a.positions.end(),
+        Ok(Err(c)) => panic!("conflict: {c}"),
+        Err(e) => panic!("append: {e}"),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// (a), (b) Durable appends
+// ---------------------------------------------------------------------------
+
+fn append(c: &mut Criterion) {
+    let mut g = c.benchmark_group("append");
+
+    let dir = tempdir();
+    let log = open(dir.path());
+    let mut n = 0u64;
+    g.throughput(Throughput::Elements(1));
+    g.bench_function(BenchmarkId::new("1_event_per_command", "1_thread"), |b| {
+        b.iter(|| {
+            n += 1;
+            must_append(&log, &one_event(n % 1000 + 1))
+        })
+    });
+
+    g.throughput(Throughput::Elements(THREADS));
+    g.bench_function(
+        BenchmarkId::new("1_event_per_command", format!("{THREADS}_threads")),
+        |b| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                thread::scope(|s| {
+                    for t in 0..THREADS {
+                        let log = &log;
+                        s.spawn(move || {
+                            for i in 0..iters {
+                                must_append(log, &one_event(t * 1000 + i % 1000 + 1));
+                            }
+                        });
+                    }
+                });
+                start.elapsed()
+            })
+        },
+    );
+    drop(log);
+
+    let dir = tempdir();
+    let log = open(dir.path());
+    let mut next_jid = 1u64;
+    g.throughput(Throughput::Elements(BIG_COMMAND));
+    g.bench_function(
+        BenchmarkId::new(format!("{BIG_COMMAND}_events_per_command"), "1_thread"),
+        |b| {
+            b.iter_batched(
+                || {
+                    let req = big_command(next_jid);
+                    next_jid += BIG_COMMAND;
+                    req
+                },
+                |req| must_append(&log, &req),
+                criterion::BatchSize::SmallInput,
+            )
+        },
+    );
+    g.finish();
+}
+
+// ---------------------------------------------------------------------------
+// (c) The raw sled baseline
+// ---------------------------------------------------------------------------
+
+/// The bytes one command writes: (event key, encoded record, index key) per
+/// event, taken from a real append so the sizes match the log's.
+struct RawCommand {
+    records: Vec<Vec<u8>>,
+}
+
+impl RawCommand {
+    fn sample(req: &AppendRequest) -> RawCommand {
+        let dir = tempdir();
+        let log = open(dir.path());
+        let last = must_append(&log, req);
+        let records = (1..=last)
+            .map(|pos| {
+                log.raw_tree()
+                    .get(Log::raw_event_key(pos))
+                    .expect("raw read")
+                    .expect("record present")
+                    .to_vec()
+            })
+            .collect();
+        RawCommand { records }
+    }
+
+    fn bytes(&self) -> usize {
+        self.records.iter().map(Vec::len).sum()
+    }
+
+    /// The batch for positions from `first` on: each record and an index
+    /// entry of the log's shapes (9-byte key + record, 18-byte key + 8 bytes).
+    fn batch(&self, first: u64) -> sled::Batch {
+        let mut batch = sled::Batch::default();
+        for (i, record) in self.records.iter().enumerate() {
+            let pos = first + i as u64;
+            batch.insert(&Log::raw_event_key(pos), record.as_slice());
+            let mut index = [0u8; 18];
+            index[0] = b'i';
+            index[1] = b'j';
+            index[2..10].copy_from_slice(&pos.to_be_bytes());
+            index[10..].copy_from_slice(&1u64.to_be_bytes());
+            batch.insert(&index, &pos.to_be_bytes());
+        }
+        batch
+    }
+}
+
+fn raw_db(dir: &Path) -> (sled::Db, sled::Tree) {
+    // The log's own settings: default-sized cache, no background flusher.
+    let db = sled::Config::new()
+        .path(dir)
+        .cache_capacity(LogConfig::default().cache_capacity)
+        .flush_every_ms(None)
+        .open()
+        .expect("open sled");
+    let tree = db.open_tree("log").expect("open tree");
+    (db, tree)
+}
+
+fn raw_command(db: &sled::Db, tree: &sled::Tree, cmd: &RawCommand, first: u64) {
+    tree.apply_batch(cmd.batch(first)).expect("apply batch");
+    db.flush().expect("flush");
+}
+
+fn raw_sled(c: &mut Criterion) {
+    let mut g = c.benchmark_group("raw_sled");
+    let one = RawCommand::sample(&one_event(1));
+    let big = RawCommand::sample(&big_command(1));
+    println!(
+        "raw_sled: records of {} bytes (1 event) and {} bytes ({BIG_COMMAND} events), plus 26 bytes of index per event",
+        one.bytes(),
+        big.bytes()
+    );
+
+    let dir = tempdir();
+    let (db, tree) = raw_db(dir.path());
+    let next = AtomicU64::new(1);
+    g.throughput(Throughput::Elements(1));
+    g.bench_function(BenchmarkId::new("1_event_per_command", "1_thread"), |b| {
+        b.iter(|| raw_command(&db, &tree, &one, next.fetch_add(1, Ordering::Relaxed)))
+    });
+
+    g.throughput(Throughput::Elements(THREADS));
+    g.bench_function(
+        BenchmarkId::new("1_event_per_command", format!("{THREADS}_threads")),
+        |b| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                thread::scope(|s| {
+                    for _ in 0..THREADS {
+                        let (db, tree, one, next) = (&db, &tree, &one, &next);
+                        s.spawn(move || {
+                            for _ in 0..iters {
+                                raw_command(db, tree, one, next.fetch_add(1, Ordering::Relaxed));
+                            }
+                        });
+                    }
+                });
+                start.elapsed()
+            })
+        },
+    );
+    drop((tree, db));
+
+    let dir = tempdir();
+    let (db, tree) = raw_db(dir.path());
+    let next = AtomicU64::new(1);
+    g.throughput(Throughput::Elements(BIG_COMMAND));
+    g.bench_function(
+        BenchmarkId::new(format!("{BIG_COMMAND}_events_per_command"), "1_thread"),
+        |b| {
+            b.iter(|| {
+                raw_command(
+                    &db,
+                    &tree,
+                    &big,
+                    next.fetch_add(BIG_COMMAND, Ordering::Relaxed),
+                )
+            })
+        },
+    );
+    g.finish();
+}
+
+// ---------------------------------------------------------------------------
+// (d) The fold
+// ---------------------------------------------------------------------------
+
+/// Decides and appends commands like the engine, without waiting for each
+/// flush (one flush at the end) so that building a big log stays quick.
+struct Builder {
+    log: Log,
+    state: State,
+    lifecycle: Lifecycle,
+}
+
+impl Builder {
+    fn run(&mut self, command: Command) {
+        let decision = decide(&self.state, &self.lifecycle, &command)
+            .unwrap_or_else(|r| panic!("{command:?} rejected: {r}"));
+        let appended = match self.log.append_unflushed(&AppendRequest {
+            actor: Actor::worker("bench"),
+            correlation_id: Uuid::new_v4(),
+            timestamp: Utc::now(),
+            expectations: decision.expectations,
+            events: decision.events,
+        }) {
+            Ok(Ok(a)) => a,
+            Ok(Err(c)) => panic!("conflict: {c}"),
+            Err(e) => panic!("append: {e}"),
+        };
+        for r in &appended.records {
+            self.state.apply(r).expect("fold while building");
+        }
+    }
+
+    /// One batch of `jobs` jobs from submission through every step to its report.
+    fn batch(&mut self, jobs: u64) {
+        let bid = self.state.next_bid();
+        self.run(Command::SubmitBatch {
+            uuid: Uuid::new_v4(),
+            submission: Submission {
+                profile_name: "demo_content".into(),
+                submitter: "alice".into(),
+                payload_url: format!("https://example.org/{bid}/manifest.checkm"),
+                payload_type: PayloadType::ContainerBatchManifest,
+                response_type: "json".into(),
+                submission_mode: SubmissionMode::Add,
+                manifest: vec![],
+                erc: Erc::default(),
+                digest: None,
+                extra: Default::default(),
+            },
+        });
+        let first = self.state.next_jid();
+        self.run(Command::AcquireBatch {
+            bid,
+            jobs: (0..jobs)
+                .map(|i| JobSpec {
+                    payload_url: format!("https://example.org/{bid}/{i}.zip"),
+                    payload_type: PayloadType::Container,
+                    identifiers: Identifiers {
+                        primary_id: None,
+                        local_ids: vec![format!("{bid}-{i}")],
+                    },
+                    metadata: Erc {
+                        who: Some("Doe, Jane".into()),
+                        what: Some(format!("Object {i}")),
+                        when: Some("2024".into()),
+                        r#where: None,
+                    },
+                    digest: None,
+                    priority: None,
+                })
+                .collect(),
+        });
+        for jid in (first.0..first.0 + jobs).map(Jid) {
+            let success = |message: &str| Command::SetJobStatus {
+                jid,
+                target: Target::Success,
+                message: message.into(),
+                priority: None,
+            };
+            self.run(Command::StartJob { jid });
+            self.run(Command::RecordSpace {
+                jid,
+                space_needed: 1 << 20,
+                priority: None,
+            });
+            self.run(success("estimated")); // -> Provisioning
+            self.run(success("provisioned")); // -> Downloading
+            self.run(success("downloaded")); // -> Processing
+            self.run(Command::RecordIdentifiers {
+                jid,
+                identifiers: Identifiers {
+                    primary_id: Some(format!("ark:/99999/fk4{}", jid.0)),
+                    local_ids: vec![],
+                },
+            });
+            self.run(success("processed")); // -> Storing
+            self.run(Command::RecordStore {
+                jid,
+                store: StoreParams {
+                    manifest_url: format!("https://example.org/manifests/{jid}"),
+                    mode: "add".into(),
+                    delete: false,
+                },
+            });
+            self.run(success("stored")); // -> Recording
+            self.run(Command::RecordInventory {
+                jid,
+                inventory: InventoryParams {
+                    manifest_url: format!("https://example.org/manifests/{jid}"),
+                    mode: "add".into(),
+                },
+            });
+            self.run(success("recorded")); // -> Notify
+            self.run(success("notified")); // -> Completed
+        }
+        self.run(Command::ReportBatch {
+            bid,
+            notification_error: None,
+        });
+    }
+}
+
+/// Builds a log of `jobs` jobs (rounded up to whole batches) in `dir`;
+/// returns the state the builder folded along the way.
+fn build_log(dir: &Path, jobs: u64) -> State {
+    let mut b = Builder {
+        log: open(dir),
+        state: State::new(),
+        lifecycle: Lifecycle::builtin(),
+    };
+    for _ in 0..jobs.div_ceil(JOBS_PER_BATCH) {
+        b.batch(JOBS_PER_BATCH);
+    }
+    let head = b.log.head().0;
+    b.log.wait_durable(head).expect("final flush");
+    b.state
+}
+
+fn fold_log(log: &Log) -> State {
+    let mut state = State::new();
+    for r in log.read_range(1, u64::MAX) {
+        state.apply(&r.expect("read")).expect("fold");
+    }
+    state
+}
+
+fn fold(c: &mut Criterion) {
+    let dir = tempdir();
+    let started = Instant::now();
+    let built = build_log(dir.path(), FOLD_JOBS);
+    let log = open(dir.path());
+    let events = log.head().0;
+    let record_bytes: usize = log
+        .raw_tree()
+        .scan_prefix([Log::raw_event_key(1)[0]])
+        .map(|kv| kv.expect("read").1.len())
+        .sum();
+    println!(
+        "fold: built a log of {} jobs, {events} events ({} bytes per record on average) in {:.1} s",
+        built.jobs.len(),
+        record_bytes as u64 / events,
+        started.elapsed().as_secs_f64()
+    );
+    let records: Vec<Recorded> = log
+        .read_range(1, u64::MAX)
+        .collect::<Result<_, _>>()
+        .expect("read the log");
+    assert_eq!(fold_log(&log), built);
+
+    let mut g = c.benchmark_group("fold");
+    g.throughput(Throughput::Elements(events));
+    g.bench_function(BenchmarkId::new("read_decode_apply", events), |b| {
+        b.iter_with_large_drop(|| fold_log(&log))
+    });
+    g.bench_function(BenchmarkId::new("read_raw", events), |b| {
+        b.iter(|| {
+            log.raw_tree()
+                .scan_prefix([Log::raw_event_key(1)[0]])
+                .map(|kv| black_box(kv.expect("read")).1.len())
+                .sum::<usize>()
+        })
+    });
+    g.bench_function(BenchmarkId::new("read_decode", events), |b| {
+        b.iter(|| {
+            log.read_range(1, u64::MAX)
+                .map(|r| black_box(r.expect("read")).envelope.position)
+                .sum::<u64>()
+        })
+    });
+    g.bench_function(BenchmarkId::new("apply", events), |b| {
+        b.iter_with_large_drop(|| {
+            let mut state = State::new();
+            for r in &records {
+                state.apply(r).expect("fold");
+            }
+            state
+        })
+    });
+    g.finish();
+}
+
+// ---------------------------------------------------------------------------
+// Start-up rebuild of a large log
+// ---------------------------------------------------------------------------
+
+fn dir_size(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| match e.metadata() {
+                    Ok(m) if m.is_dir() => dir_size(&e.path()),
+                    Ok(m) => m.len(),
+                    Err(_) => 0,
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Times what the engine does at start-up: open the log and fold all of it.
+fn rebuild(events: u64) {
+    // A batch of 10 jobs writes 10 * 13 + 5 events.
+    let per_job = (JOBS_PER_BATCH * 13 + 5) as f64 / JOBS_PER_BATCH as f64;
+    let jobs = (events as f64 / per_job).ceil() as u64;
+    let dir = tempdir();
+    let started = Instant::now();
+    let built = build_log(dir.path(), jobs);
+    let build_time = started.elapsed();
+    println!(
+        "rebuild: built {} events ({} jobs) in {:.1} s; {:.0} MiB on disk",
+        built.position,
+        built.jobs.len(),
+        build_time.as_secs_f64(),
+        dir_size(dir.path()) as f64 / (1024.0 * 1024.0),
+    );
+    for attempt in 1..=2 {
+        let started = Instant::now();
+        let log = open(dir.path());
+        let opened = started.elapsed();
+        let state = fold_log(&log);
+        let total = started.elapsed();
+        assert_eq!(state, built);
+        println!(
+            "rebuild {attempt}: open {:.2} s, fold {:.2} s, total {:.2} s = {:.0} events/s (OS page cache warm)",
+            opened.as_secs_f64(),
+            (total - opened).as_secs_f64(),
+            total.as_secs_f64(),
+            state.position as f64 / total.as_secs_f64(),
+        );
+    }
+}

@@ -67,6 +67,9 @@ pub enum EngineError {
     Fold(#[from] FoldError),
 }
 
+/// Each command's outcome in a group, and the last position written.
+pub type GroupOutcome = (Vec<Result<Outcome, EngineError>>, Option<u64>);
+
 /// What a command appended.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -195,6 +198,54 @@ impl Engine {
         Ok(Outcome {
             records: appended.records,
         })
+    }
+
+    /// Decides and stages a group of commands, each against the state left
+    /// by the ones before it, and writes them in one sled batch (not yet
+    /// flushed). Returns each command's outcome and the last position written.
+    ///
+    /// # Errors
+    /// The outer error means the group could not be written: the state has
+    /// moved ahead of the log and the engine must be reopened (fatal).
+    pub fn execute_group(
+        &mut self,
+        commands: &[(Actor, Uuid, Command)],
+    ) -> Result<GroupOutcome, EngineError> {
+        let log = Arc::clone(&self.log);
+        let mut group = log.begin_group();
+        let mut outcomes = Vec::with_capacity(commands.len());
+        for (actor, correlation_id, command) in commands {
+            let outcome = match decide(&self.state, &self.lifecycle, command) {
+                Err(r) => Err(EngineError::Rejected(r)),
+                Ok(decision) if decision.events.is_empty() => Ok(Outcome {
+                    records: Vec::new(),
+                }),
+                Ok(decision) => {
+                    let request = AppendRequest {
+                        actor: actor.clone(),
+                        correlation_id: *correlation_id,
+                        timestamp: (self.clock)(),
+                        expectations: decision.expectations,
+                        events: decision.events,
+                    };
+                    match group.stage(&request) {
+                        Ok(Ok(appended)) => {
+                            for r in &appended.records {
+                                self.state.apply(r)?;
+                            }
+                            Ok(Outcome {
+                                records: appended.records,
+                            })
+                        }
+                        Ok(Err(conflict)) => Err(EngineError::Conflict(conflict)),
+                        Err(e) => Err(EngineError::Log(e)),
+                    }
+                }
+            };
+            outcomes.push(outcome);
+        }
+        let last = group.commit()?;
+        Ok((outcomes, last))
     }
 
     /// Blocks until `position` is durable.

@@ -24,7 +24,7 @@ use crate::engine::{Engine, EngineError, Outcome};
 const MAX_GROUP: usize = 512;
 
 enum Msg {
-    Command(Request),
+    Command(Box<Request>),
     Shutdown,
 }
 
@@ -101,14 +101,14 @@ fn writer_loop(mut engine: Engine, mut rx: mpsc::Receiver<Msg>, published: Arc<R
     let mut stopping = false;
     while !stopping {
         match rx.blocking_recv() {
-            Some(Msg::Command(r)) => group.push(r),
+            Some(Msg::Command(r)) => group.push(*r),
             Some(Msg::Shutdown) | None => stopping = true,
         }
         // Take what else is queued, so it shares this flush; on shutdown, take
         // everything so no queued caller is left without an answer.
         while stopping || group.len() < MAX_GROUP {
             match rx.try_recv() {
-                Ok(Msg::Command(r)) => group.push(r),
+                Ok(Msg::Command(r)) => group.push(*r),
                 Ok(Msg::Shutdown) => stopping = true,
                 Err(_) => break,
             }
@@ -116,7 +116,7 @@ fn writer_loop(mut engine: Engine, mut rx: mpsc::Receiver<Msg>, published: Arc<R
         if stopping {
             rx.close();
             while let Ok(Msg::Command(r)) = rx.try_recv() {
-                group.push(r);
+                group.push(*r);
             }
         }
         if !commit_group(&mut engine, &mut group, &published) {
@@ -126,51 +126,49 @@ fn writer_loop(mut engine: Engine, mut rx: mpsc::Receiver<Msg>, published: Arc<R
     tracing::info!("the writer stopped");
 }
 
-/// Decides and appends every command of the group, waits for one flush,
-/// publishes and answers. Returns false when the writer must stop.
+/// Decides and stages every command of the group, writes them in one batch,
+/// waits for one flush, publishes and answers. Returns false when the writer
+/// must stop.
 fn commit_group(engine: &mut Engine, group: &mut Vec<Request>, published: &RwLock<State>) -> bool {
-    let mut accepted: Vec<(oneshot::Sender<Result<Outcome, EngineError>>, Outcome)> = Vec::new();
-    for req in group.drain(..) {
-        match engine.execute_unflushed(&req.actor, req.correlation_id, &req.command) {
-            Ok(outcome) => accepted.push((req.reply, outcome)),
-            Err(e) => {
-                let fatal = matches!(
-                    e,
-                    EngineError::Log(LogError::Storage(_)) | EngineError::Fold(_)
-                );
-                let _ = req.reply.send(Err(e));
-                if fatal {
-                    tracing::error!(
-                        "the writer stops: the log failed; restart the engine to re-read it"
-                    );
-                    fail_all(
-                        accepted,
-                        "the log failed before these commands were durable",
-                    );
-                    return false;
-                }
-            }
-        }
-    }
-    let last = accepted
+    let requests: Vec<Request> = std::mem::take(group);
+    let commands: Vec<(Actor, Uuid, Command)> = requests
         .iter()
-        .filter_map(|(_, o)| o.records.last())
-        .map(|r| r.envelope.position)
-        .max();
-    if let Some(last) = last {
-        if let Err(e) = engine.wait_durable(last) {
-            tracing::error!(error = %e, position = last, "flush failed; the writer stops");
-            fail_all(accepted, "the flush failed; the outcome is unknown until the engine restarts and re-reads the log");
+        .map(|r| (r.actor.clone(), r.correlation_id, r.command.clone()))
+        .collect();
+    let replies: Vec<_> = requests.into_iter().map(|r| r.reply).collect();
+    let written = engine
+        .execute_group(&commands)
+        .and_then(|(outcomes, last)| {
+            if let Some(last) = last {
+                engine.wait_durable(last)?;
+            }
+            Ok((outcomes, last))
+        });
+    let (outcomes, last) = match written {
+        Ok(x) => x,
+        Err(e) => {
+            tracing::error!(error = %e, "the group could not be made durable; the writer stops (restart the engine to re-read the log)");
+            for reply in replies {
+                let err = LogError::Storage(sled::Error::Io(std::io::Error::other(format!(
+                    "the outcome is unknown until the engine restarts and re-reads the log: {e}"
+                ))));
+                let _ = reply.send(Err(EngineError::Log(err)));
+            }
             return false;
         }
+    };
+    if let Some(last) = last {
         publish(
             published,
-            accepted.iter().flat_map(|(_, o)| o.records.iter()),
+            outcomes
+                .iter()
+                .filter_map(|o| o.as_ref().ok())
+                .flat_map(|o| o.records.iter()),
         );
-        tracing::debug!(commands = accepted.len(), durable = last, "group committed");
+        tracing::debug!(commands = outcomes.len(), durable = last, "group committed");
     }
-    for (reply, outcome) in accepted {
-        let _ = reply.send(Ok(outcome));
+    for (reply, outcome) in replies.into_iter().zip(outcomes) {
+        let _ = reply.send(outcome);
     }
     true
 }
@@ -182,13 +180,6 @@ fn publish<'a>(published: &RwLock<State>, records: impl Iterator<Item = &'a Reco
             // The writer applied the same records to its own state already.
             tracing::error!(error = %e, "published state diverged from the writer's");
         }
-    }
-}
-
-fn fail_all(accepted: Vec<(oneshot::Sender<Result<Outcome, EngineError>>, Outcome)>, why: &str) {
-    for (reply, _) in accepted {
-        let err = LogError::Storage(sled::Error::Io(std::io::Error::other(why.to_string())));
-        let _ = reply.send(Err(EngineError::Log(err)));
     }
 }
 
@@ -215,12 +206,12 @@ impl EngineHandle {
     ) -> Result<Outcome, ServiceError> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Msg::Command(Request {
+            .send(Msg::Command(Box::new(Request {
                 actor,
                 correlation_id,
                 command,
                 reply,
-            }))
+            })))
             .await
             .map_err(|_| ServiceError::Stopped)?;
         Ok(rx.await.map_err(|_| ServiceError::Stopped)??)

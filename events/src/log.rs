@@ -201,6 +201,154 @@ pub struct VerifyProblem {
     pub message: String,
 }
 
+/// Commands staged to be written together in one sled batch.
+///
+/// Each staged command keeps its own expectation checks and all-or-nothing
+/// effect; the group as a whole is also all-or-nothing (one `sled::Batch`).
+/// The records a stage returns carry their final positions and hashes, so a
+/// single writer can fold them before the group is committed.
+pub struct Group<'a> {
+    log: &'a Log,
+    writer: MutexGuard<'a, Writer>,
+    batch: sled::Batch,
+    head: u64,
+    head_hash: Hash,
+    head_time: DateTime<Utc>,
+    versions: std::collections::HashMap<StreamId, u64>,
+    staged: usize,
+}
+
+impl Group<'_> {
+    /// The current version of a stream, counting what this group staged.
+    fn version(&self, stream: StreamId) -> Result<u64, LogError> {
+        match self.versions.get(&stream) {
+            Some(v) => Ok(*v),
+            None => self.log.stream_version(stream),
+        }
+    }
+
+    /// Checks and stages one command. Nothing of a refused command is staged.
+    ///
+    /// # Errors
+    /// As [`Log::append`]; `RecordTooLarge` refuses this command only.
+    pub fn stage(&mut self, request: &AppendRequest) -> AppendResult {
+        if let Some((position, reason)) = &self.writer.needs_repair {
+            return Err(LogError::NeedsRepair {
+                position: *position,
+                reason: reason.clone(),
+            });
+        }
+        for (stream, expected) in &request.expectations {
+            let actual = self.version(*stream)?;
+            let ok = match expected {
+                ExpectedVersion::Any => true,
+                ExpectedVersion::NoStream => actual == 0,
+                ExpectedVersion::Exact(v) => actual == *v,
+            };
+            if !ok {
+                return Ok(Err(Conflict {
+                    stream: *stream,
+                    expected: *expected,
+                    actual,
+                }));
+            }
+        }
+        if request.events.is_empty() {
+            return Ok(Ok(Appended {
+                positions: (self.head + 1)..=self.head,
+                records: Vec::new(),
+            }));
+        }
+        let timestamp = request.timestamp.max(self.head_time);
+        let mut versions: Vec<(StreamId, u64)> = Vec::new();
+        let mut encoded = Vec::with_capacity(request.events.len());
+        let mut records = Vec::with_capacity(request.events.len());
+        let mut pos = self.head;
+        let mut prev_hash = self.head_hash;
+        for p in &request.events {
+            pos += 1;
+            let version = match versions.iter_mut().find(|(s, _)| *s == p.stream) {
+                Some((_, v)) => {
+                    *v += 1;
+                    *v
+                }
+                None => {
+                    let v = self.version(p.stream)? + 1;
+                    versions.push((p.stream, v));
+                    v
+                }
+            };
+            let new = NewRecord {
+                position: pos,
+                stream: p.stream,
+                version,
+                timestamp,
+                actor: &request.actor,
+                correlation_id: request.correlation_id,
+                prev_hash,
+                event: &p.event,
+            };
+            let (bytes, hash) = encode_record(&new);
+            if bytes.len() > MAX_RECORD_BYTES {
+                // Checked before anything is staged: a record the decoder
+                // refuses must never be acknowledged.
+                return Err(LogError::RecordTooLarge {
+                    kind: p.event.kind(),
+                    bytes: bytes.len(),
+                    limit: MAX_RECORD_BYTES,
+                });
+            }
+            encoded.push((pos, p.stream, version, bytes));
+            records.push(Recorded {
+                envelope: crate::codec::Envelope {
+                    position: pos,
+                    stream: p.stream,
+                    version,
+                    timestamp: chrono_micros(timestamp),
+                    actor: request.actor.clone(),
+                    correlation_id: request.correlation_id,
+                    schema_version: crate::codec::SCHEMA_VERSION,
+                    prev_hash,
+                    hash,
+                },
+                event: p.event.clone(),
+            });
+            prev_hash = hash;
+        }
+        for (pos, stream, version, bytes) in encoded {
+            self.batch.insert(&event_key(pos), bytes);
+            self.batch
+                .insert(&index_key(stream, version), &pos.to_be_bytes());
+        }
+        self.versions.extend(versions);
+        let first = self.head + 1;
+        self.head = pos;
+        self.head_hash = prev_hash;
+        self.head_time = timestamp;
+        self.staged += 1;
+        Ok(Ok(Appended {
+            positions: first..=pos,
+            records,
+        }))
+    }
+
+    /// Writes everything staged in one atomic sled batch (not yet flushed).
+    /// Returns the last position written, `None` when nothing was staged.
+    ///
+    /// # Errors
+    /// [`LogError::Storage`]: nothing of the group was written.
+    pub fn commit(mut self) -> Result<Option<u64>, LogError> {
+        if self.head == self.writer.head {
+            return Ok(None);
+        }
+        self.log.tree.apply_batch(std::mem::take(&mut self.batch))?;
+        self.writer.head = self.head;
+        self.writer.head_hash = self.head_hash;
+        self.writer.head_time = self.head_time;
+        Ok(Some(self.head))
+    }
+}
+
 /// The append-only event log. One per data directory; cheap to share by reference.
 pub struct Log {
     db: sled::Db,
@@ -210,6 +358,21 @@ pub struct Log {
     durable: Mutex<Durable>,
     durable_changed: Condvar,
     durable_tx: watch::Sender<u64>,
+    combiner: Mutex<Combiner>,
+    combined: Condvar,
+}
+
+/// What an append returns: an I/O or repair error, a conflict, or the records.
+pub type AppendResult = Result<Result<Appended, Conflict>, LogError>;
+
+/// The queue of concurrent [`Log::append`] callers (flat combining).
+#[derive(Default)]
+struct Combiner {
+    queue: Vec<(u64, AppendRequest)>,
+    results: std::collections::HashMap<u64, AppendResult>,
+    leading: bool,
+    next_ticket: u64,
+    groups: u64,
 }
 
 struct Writer {
@@ -265,19 +428,31 @@ impl Log {
     /// [`LogError::Storage`] on I/O errors. A tail that fails the hash chain
     /// does not fail the open: the log opens read-only (see [`Log::needs_repair`]).
     pub fn open(dir: &Path, config: &LogConfig) -> Result<Log, LogError> {
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(config.cache_capacity)
-            .flush_every_ms(None)
-            .open()
-            .map_err(|e| match e {
-                sled::Error::Io(ref io) if io.to_string().contains("could not acquire lock") => {
-                    LogError::Locked {
-                        path: dir.to_path_buf(),
+        // sled releases its file lock a moment after a `Db` is dropped (its I/O
+        // threads let go of the file late, spacejam/sled#1289), so a reopen in
+        // the same process may briefly see the lock: retry for a short grace.
+        let deadline = Instant::now() + Duration::from_millis(500);
+        let db = loop {
+            let opened = sled::Config::new()
+                .path(dir)
+                .cache_capacity(config.cache_capacity)
+                .flush_every_ms(None)
+                .open();
+            match opened {
+                Ok(db) => break db,
+                Err(sled::Error::Io(ref io))
+                    if io.to_string().contains("could not acquire lock") =>
+                {
+                    if Instant::now() >= deadline {
+                        return Err(LogError::Locked {
+                            path: dir.to_path_buf(),
+                        });
                     }
+                    std::thread::sleep(Duration::from_millis(10));
                 }
-                other => LogError::Storage(other),
-            })?;
+                Err(other) => return Err(LogError::Storage(other)),
+            }
+        };
         let tree = db.open_tree("log")?;
         let mut writer = Writer {
             head: 0,
@@ -305,6 +480,8 @@ impl Log {
             }),
             durable_changed: Condvar::new(),
             durable_tx: watch::channel(writer.head).0,
+            combiner: Mutex::new(Combiner::default()),
+            combined: Condvar::new(),
         };
         log.check_tail(&mut writer)?;
         *log.writer.get_mut().unwrap_or_else(|e| e.into_inner()) = writer;
@@ -399,17 +576,72 @@ impl Log {
 
     /// Appends one command's events atomically and returns once they are durable.
     ///
+    /// Concurrent callers share flushes (flat combining): each caller queues
+    /// its request; whoever finds no leader at work becomes the leader, writes
+    /// every queued request (each as its own atomic batch) and flushes once for
+    /// all of them, while new requests queue for the next round. Only the
+    /// leader touches sled, which matters because sled 0.34's `apply_batch`
+    /// waits for a running flush (they share a process-wide lock), so callers
+    /// that wrote for themselves would each pay for a flush of their own.
+    ///
     /// # Errors
     /// The outer error is I/O or a log that needs repair: the append's effect
     /// is unknown (`Storage`) or nothing was written (`NeedsRepair`). The inner
     /// [`Conflict`] means an expectation failed and nothing was written.
     pub fn append(&self, request: &AppendRequest) -> Result<Result<Appended, Conflict>, LogError> {
-        let appended = match self.append_unflushed(request)? {
-            Ok(a) => a,
-            Err(c) => return Ok(Err(c)),
+        let mut c = lock(&self.combiner);
+        let ticket = c.next_ticket;
+        c.next_ticket += 1;
+        c.queue.push((ticket, request.clone()));
+        loop {
+            if let Some(result) = c.results.remove(&ticket) {
+                return result;
+            }
+            if c.leading {
+                c = self.combined.wait(c).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            c.leading = true;
+            let group = std::mem::take(&mut c.queue);
+            drop(c);
+            let results = self.write_group(group);
+            c = lock(&self.combiner);
+            c.results.extend(results);
+            c.leading = false;
+            c.groups += 1;
+            self.combined.notify_all();
+        }
+    }
+
+    /// Writes each request of a group in one sled batch and flushes once.
+    fn write_group(&self, requests: Vec<(u64, AppendRequest)>) -> Vec<(u64, AppendResult)> {
+        let mut group = self.begin_group();
+        let mut out: Vec<(u64, AppendResult)> = requests
+            .iter()
+            .map(|(ticket, request)| (*ticket, group.stage(request)))
+            .collect();
+        let failure = match group.commit() {
+            Ok(None) => None,
+            Ok(Some(last)) => self.wait_durable(last).err(),
+            Err(e) => Some(e),
         };
-        self.wait_durable(*appended.positions.end())?;
-        Ok(Ok(appended))
+        if let Some(e) = failure {
+            let why = e.to_string();
+            for (_, r) in out.iter_mut() {
+                if matches!(r, Ok(Ok(_))) {
+                    *r = Err(LogError::Storage(sled::Error::Io(std::io::Error::other(
+                        why.clone(),
+                    ))));
+                }
+            }
+        }
+        out
+    }
+
+    /// How many groups [`Log::append`] has written (each with at most one
+    /// flush): with concurrent appenders this is less than the number of appends.
+    pub fn append_groups(&self) -> u64 {
+        lock(&self.combiner).groups
     }
 
     /// Writes one command's events atomically without waiting for the flush.
@@ -419,104 +651,28 @@ impl Log {
     ///
     /// # Errors
     /// As [`Log::append`].
-    pub fn append_unflushed(
-        &self,
-        request: &AppendRequest,
-    ) -> Result<Result<Appended, Conflict>, LogError> {
-        let mut w = lock(&self.writer);
-        if let Some((position, reason)) = &w.needs_repair {
-            return Err(LogError::NeedsRepair {
-                position: *position,
-                reason: reason.clone(),
-            });
+    pub fn append_unflushed(&self, request: &AppendRequest) -> AppendResult {
+        let mut group = self.begin_group();
+        let result = group.stage(request);
+        group.commit()?;
+        result
+    }
+
+    /// Starts a group of commands written together in ONE sled batch (one
+    /// I/O-buffer roll in sled), each command checked and staged on its own.
+    /// Holds the writer lock until [`Group::commit`] or drop (drop discards).
+    pub fn begin_group(&self) -> Group<'_> {
+        let w = lock(&self.writer);
+        Group {
+            log: self,
+            head: w.head,
+            head_hash: w.head_hash,
+            head_time: w.head_time,
+            writer: w,
+            batch: sled::Batch::default(),
+            versions: std::collections::HashMap::new(),
+            staged: 0,
         }
-        for (stream, expected) in &request.expectations {
-            let actual = self.stream_version(*stream)?;
-            let ok = match expected {
-                ExpectedVersion::Any => true,
-                ExpectedVersion::NoStream => actual == 0,
-                ExpectedVersion::Exact(v) => actual == *v,
-            };
-            if !ok {
-                return Ok(Err(Conflict {
-                    stream: *stream,
-                    expected: *expected,
-                    actual,
-                }));
-            }
-        }
-        if request.events.is_empty() {
-            return Ok(Ok(Appended {
-                positions: (w.head + 1)..=w.head,
-                records: Vec::new(),
-            }));
-        }
-        let timestamp = request.timestamp.max(w.head_time);
-        let mut batch = sled::Batch::default();
-        let mut versions: Vec<(StreamId, u64)> = Vec::new();
-        let mut records = Vec::with_capacity(request.events.len());
-        let mut pos = w.head;
-        let mut prev_hash = w.head_hash;
-        for p in &request.events {
-            pos += 1;
-            let version = match versions.iter_mut().find(|(s, _)| *s == p.stream) {
-                Some((_, v)) => {
-                    *v += 1;
-                    *v
-                }
-                None => {
-                    let v = self.stream_version(p.stream)? + 1;
-                    versions.push((p.stream, v));
-                    v
-                }
-            };
-            let new = NewRecord {
-                position: pos,
-                stream: p.stream,
-                version,
-                timestamp,
-                actor: &request.actor,
-                correlation_id: request.correlation_id,
-                prev_hash,
-                event: &p.event,
-            };
-            let (bytes, hash) = encode_record(&new);
-            if bytes.len() > MAX_RECORD_BYTES {
-                // Checked before anything is written: a record the decoder
-                // refuses must never be acknowledged.
-                return Err(LogError::RecordTooLarge {
-                    kind: p.event.kind(),
-                    bytes: bytes.len(),
-                    limit: MAX_RECORD_BYTES,
-                });
-            }
-            batch.insert(&event_key(pos), bytes);
-            batch.insert(&index_key(p.stream, version), &pos.to_be_bytes());
-            records.push(Recorded {
-                envelope: crate::codec::Envelope {
-                    position: pos,
-                    stream: p.stream,
-                    version,
-                    timestamp: chrono_micros(timestamp),
-                    actor: request.actor.clone(),
-                    correlation_id: request.correlation_id,
-                    schema_version: crate::codec::SCHEMA_VERSION,
-                    prev_hash,
-                    hash,
-                },
-                event: p.event.clone(),
-            });
-            prev_hash = hash;
-        }
-        self.tree.apply_batch(batch)?;
-        let first = w.head + 1;
-        w.head = pos;
-        w.head_hash = prev_hash;
-        w.head_time = timestamp;
-        Ok(Ok(Appended {
-            positions: first..=pos,
-            records,
-        }))
     }
 
     /// Blocks until `position` is durable, flushing if no flush is running
@@ -615,6 +771,12 @@ impl Log {
                 position,
                 reason: e.to_string(),
             })?;
+            if r.envelope.position != position {
+                return Err(LogError::Corrupt {
+                    position,
+                    reason: format!("record claims position {}", r.envelope.position),
+                });
+            }
             Ok(r)
         })
     }
