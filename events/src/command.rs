@@ -97,6 +97,30 @@ pub enum Command {
         /// A new priority set together with the move.
         priority: Option<u8>,
     },
+    /// A worker reports the outcome of the step it did, with the data the
+    /// step recorded, as ONE command: the data events and the move are
+    /// appended atomically, and a report for a state the job has left is
+    /// refused as stale (so a duplicated report cannot move a job twice).
+    StepOutcome {
+        /// The job.
+        jid: Jid,
+        /// The state the worker worked on.
+        state: JobState,
+        /// Whether the step succeeded (its success or fail successor).
+        success: bool,
+        /// The step's message (the error of a failure).
+        message: String,
+        /// A new priority, set with the move.
+        priority: Option<u8>,
+        /// Bytes the job needs (estimating, downloading).
+        space_needed: Option<u64>,
+        /// Ark and local ids (processing).
+        identifiers: Option<Identifiers>,
+        /// Storage parameters.
+        store: Option<StoreParams>,
+        /// Inventory parameters.
+        inventory: Option<InventoryParams>,
+    },
     /// The estimating step records the space a job needs.
     RecordSpace {
         /// The job.
@@ -300,6 +324,16 @@ pub enum Rejection {
         item: Item,
         /// The jobs at work and their states.
         jobs: Vec<(Jid, JobState)>,
+    },
+    /// A worker reported on a state the job has left. (HTTP 409)
+    #[error("{item} is {current}, not {reported}: the report is stale and was discarded")]
+    StaleReport {
+        /// The job.
+        item: Item,
+        /// Its state now.
+        current: String,
+        /// The state the report was for.
+        reported: String,
     },
     /// The collection is still held. (HTTP 409)
     #[error("collection {profile} is still held; release the collection first (ingest collection {profile} release)")]
@@ -542,6 +576,86 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
                     status_changed(j, to, message.clone(), false, *priority),
                 );
             }
+            finish_batch_if_done(state, &mut d, j.bid, &[(*jid, to)]);
+        }
+        Command::StepOutcome {
+            jid,
+            state: reported,
+            success,
+            message,
+            priority,
+            space_needed,
+            identifiers,
+            store,
+            inventory,
+        } => {
+            let j = live_job(state, *jid)?;
+            if j.status != *reported {
+                return Err(Rejection::StaleReport {
+                    item: Item::Job(*jid),
+                    current: j.status.to_string(),
+                    reported: reported.to_string(),
+                });
+            }
+            let to = if *success {
+                lc.jobs
+                    .success(j.status)
+                    .ok_or_else(|| no_successor(lc, j, "success"))?
+            } else {
+                lc.jobs
+                    .fail(j.status)
+                    .ok_or_else(|| no_successor(lc, j, "fail"))?
+            };
+            job_move(lc, j, to)?;
+            if let Some(p) = priority {
+                check_priority(*p)?;
+            }
+            let stream = StreamId::Job(*jid);
+            if let Some(space_needed) = space_needed {
+                d.push(
+                    state,
+                    stream,
+                    event::JobSpaceEstimated {
+                        space_needed: *space_needed,
+                        priority: None,
+                    },
+                );
+            }
+            if let Some(ids) = identifiers {
+                let bytes = ids.primary_id.as_ref().map_or(0, String::len)
+                    + ids.local_ids.iter().map(String::len).sum::<usize>();
+                check_size("identifiers", bytes, MAX_JOB_FIELD_BYTES)?;
+                d.push(
+                    state,
+                    stream,
+                    event::JobIdentifiersAssigned {
+                        identifiers: ids.clone(),
+                    },
+                );
+            }
+            if let Some(store) = store {
+                d.push(
+                    state,
+                    stream,
+                    event::JobStoreRecorded {
+                        store: store.clone(),
+                    },
+                );
+            }
+            if let Some(inventory) = inventory {
+                d.push(
+                    state,
+                    stream,
+                    event::JobInventoryRecorded {
+                        inventory: inventory.clone(),
+                    },
+                );
+            }
+            d.push(
+                state,
+                stream,
+                status_changed(j, to, message.clone(), false, *priority),
+            );
             finish_batch_if_done(state, &mut d, j.bid, &[(*jid, to)]);
         }
         Command::RecordSpace {
@@ -1316,6 +1430,7 @@ fn validate_digest(d: &Digest) -> Result<(), Rejection> {
 mod tests {
     use super::*;
     use crate::event::{PayloadType, SubmissionMode};
+    use crate::ids::{Bid, Jid};
 
     fn submission(profile: &str) -> Submission {
         Submission {
@@ -1360,6 +1475,90 @@ mod tests {
             reason: String::new(),
         };
         assert!(decide(&state, &lc, &ok).is_ok());
+    }
+
+    // A worker's outcome is one atomic decision; a report on a state the job
+    // left is stale.
+    #[test]
+    fn a_step_outcome_records_its_data_and_the_move_together() {
+        let lc = Lifecycle::builtin();
+        let mut state = State::new();
+        let mut position = 0;
+        let mut run = |state: &mut State, cmd: Command| -> Result<Vec<Event>, Rejection> {
+            let d = decide(state, &lc, &cmd)?;
+            let mut prev = state.head_hash;
+            for p in &d.events {
+                position += 1;
+                let version = state.stream_version(p.stream) + 1;
+                let r = crate::codec::Recorded {
+                    envelope: crate::codec::Envelope {
+                        position,
+                        stream: p.stream,
+                        version,
+                        timestamp: chrono::Utc::now(),
+                        actor: crate::event::Actor::engine(),
+                        correlation_id: Uuid::nil(),
+                        schema_version: crate::codec::SCHEMA_VERSION,
+                        prev_hash: prev,
+                        hash: [position as u8; 32],
+                    },
+                    event: p.event.clone(),
+                };
+                prev = r.envelope.hash;
+                state.apply(&r).unwrap();
+            }
+            Ok(d.events.into_iter().map(|p| p.event).collect())
+        };
+        run(
+            &mut state,
+            Command::SubmitBatch {
+                uuid: Uuid::nil(),
+                submission: submission("demo"),
+            },
+        )
+        .unwrap();
+        let spec = JobSpec {
+            payload_url: "u".into(),
+            payload_type: PayloadType::File,
+            identifiers: Identifiers::default(),
+            metadata: Erc::default(),
+            digest: None,
+            priority: None,
+        };
+        run(
+            &mut state,
+            Command::AcquireBatch {
+                bid: Bid(1),
+                jobs: vec![spec],
+            },
+        )
+        .unwrap();
+        run(&mut state, Command::StartJob { jid: Jid(1) }).unwrap();
+        let outcome = |reported: JobState| Command::StepOutcome {
+            jid: Jid(1),
+            state: reported,
+            success: true,
+            message: String::new(),
+            priority: Some(12),
+            space_needed: Some(4096),
+            identifiers: None,
+            store: None,
+            inventory: None,
+        };
+        let events = run(&mut state, outcome(JobState::Estimating)).unwrap();
+        assert_eq!(
+            events.iter().map(Event::kind).collect::<Vec<_>>(),
+            ["JobSpaceEstimated", "JobStatusChanged"]
+        );
+        let j = &state.jobs[&Jid(1)];
+        assert_eq!(
+            (j.status, j.space_needed, j.priority),
+            (JobState::Provisioning, 4096, 12)
+        );
+        // The same report again is stale: the job has moved on.
+        let err = run(&mut state, outcome(JobState::Estimating)).unwrap_err();
+        assert!(matches!(err, Rejection::StaleReport { .. }), "{err:?}");
+        assert_eq!(err.to_string(), "job jid0000000001 is Provisioning, not Estimating: the report is stale and was discarded");
     }
 
     // An extra field named like a projected one was accepted and then dropped.
