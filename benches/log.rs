@@ -47,7 +47,24 @@ const THREADS: u64 = 8;
 const BIG_COMMAND: u64 = 100;
 /// Jobs in the fold benchmark's log, in batches of [`JOBS_PER_BATCH`].
 const FOLD_JOBS: u64 = 10_000;
+/// Jobs in the fold log when the binary runs as a test (`cargo test
+/// --all-targets`, nextest listing), where only a smoke run is wanted.
+const FOLD_JOBS_SMOKE: u64 = 50;
+
+/// Whether this run measures (`cargo bench` passes `--bench`) rather than
+/// smoke-tests or lists the benchmarks.
+fn measuring() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
 const JOBS_PER_BATCH: u64 = 10;
+
+fn fold_jobs() -> u64 {
+    if measuring() {
+        FOLD_JOBS
+    } else {
+        FOLD_JOBS_SMOKE
+    }
+}
 
 fn main() {
     let mut c = Criterion::default()
@@ -287,7 +304,7 @@ fn raw_sled(c: &mut Criterion) {
     let mut g = c.benchmark_group("raw_sled");
     let one = RawCommand::sample(&one_event(1));
     let big = RawCommand::sample(&big_command(1));
-    println!(
+    eprintln!(
         "raw_sled: records of {} bytes (1 event) and {} bytes ({BIG_COMMAND} events), plus 26 bytes of index per event",
         one.bytes(),
         big.bytes()
@@ -492,7 +509,7 @@ fn fold_log(log: &Log) -> State {
 fn fold(c: &mut Criterion) {
     let dir = tempdir();
     let started = Instant::now();
-    let built = build_log(dir.path(), FOLD_JOBS);
+    let built = build_log(dir.path(), fold_jobs());
     let log = open(dir.path());
     let events = log.head().0;
     let record_bytes: usize = log
@@ -500,7 +517,7 @@ fn fold(c: &mut Criterion) {
         .scan_prefix([Log::raw_event_key(1)[0]])
         .map(|kv| kv.expect("read").1.len())
         .sum();
-    println!(
+    eprintln!(
         "fold: built a log of {} jobs, {events} events ({} bytes per record on average) in {:.1} s",
         built.jobs.len(),
         record_bytes as u64 / events,
@@ -572,7 +589,7 @@ fn rebuild(events: u64) {
     let started = Instant::now();
     let built = build_log(dir.path(), jobs);
     let build_time = started.elapsed();
-    println!(
+    eprintln!(
         "rebuild: built {} events ({} jobs) in {:.1} s; {:.0} MiB on disk",
         built.position,
         built.jobs.len(),
@@ -586,7 +603,7 @@ fn rebuild(events: u64) {
         let state = fold_log(&log);
         let total = started.elapsed();
         assert_eq!(state, built);
-        println!(
+        eprintln!(
             "rebuild {attempt}: open {:.2} s, fold {:.2} s, total {:.2} s = {:.0} events/s (OS page cache warm)",
             opened.as_secs_f64(),
             (total - opened).as_secs_f64(),

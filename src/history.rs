@@ -53,8 +53,16 @@ pub fn batch_history(log: &Log, state: &State, bid: Bid) -> Result<Vec<HistoryRo
         .batches
         .get(&bid)
         .with_context(|| format!("batch {bid} does not exist"))?;
+    batch_rows(log, bid, &batch.jobs)
+}
+
+/// Every event of a batch and of the given jobs (its jobs), by position.
+///
+/// # Errors
+/// When the log cannot be read.
+pub fn batch_rows(log: &Log, bid: Bid, jobs: &[Jid]) -> Result<Vec<HistoryRow>> {
     let mut records = log.read_stream(StreamId::Batch(bid))?;
-    for jid in &batch.jobs {
+    for jid in jobs {
         records.extend(log.read_stream(StreamId::Job(*jid))?);
     }
     records.sort_by_key(|r| r.envelope.position);
@@ -70,6 +78,14 @@ pub fn job_history(log: &Log, state: &State, jid: Jid) -> Result<Vec<HistoryRow>
         .jobs
         .get(&jid)
         .with_context(|| format!("job {jid} does not exist"))?;
+    job_rows(log, jid)
+}
+
+/// Every event of one job's stream, by position.
+///
+/// # Errors
+/// When the log cannot be read.
+pub fn job_rows(log: &Log, jid: Jid) -> Result<Vec<HistoryRow>> {
     Ok(log
         .read_stream(StreamId::Job(jid))?
         .iter()

@@ -5,9 +5,12 @@
 //! is the single writer of the event log kept by `ingest-events`.
 #![deny(missing_docs)]
 
+pub mod api;
 pub mod cli;
+pub mod config;
 pub mod engine;
 pub mod history;
+pub mod metrics;
 pub mod service;
 pub mod submission;
 pub mod zkcmd;

@@ -622,9 +622,7 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
                 );
             }
             if let Some(ids) = identifiers {
-                let bytes = ids.primary_id.as_ref().map_or(0, String::len)
-                    + ids.local_ids.iter().map(String::len).sum::<usize>();
-                check_size("identifiers", bytes, MAX_JOB_FIELD_BYTES)?;
+                validate_identifiers(ids)?;
                 d.push(
                     state,
                     stream,
@@ -678,15 +676,7 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
         }
         Command::RecordIdentifiers { jid, identifiers } => {
             let j = changeable_job(state, lc, *jid)?;
-            let ids = identifiers.primary_id.as_ref().map_or(0, String::len)
-                + identifiers.local_ids.iter().map(String::len).sum::<usize>();
-            check_size("identifiers", ids, MAX_JOB_FIELD_BYTES)?;
-            if let Some(p) = &identifiers.primary_id {
-                check_text("primary_id", p)?;
-            }
-            for l in &identifiers.local_ids {
-                check_text("local_id", l)?;
-            }
+            validate_identifiers(identifiers)?;
             d.push(
                 state,
                 StreamId::Job(j.jid),
@@ -1210,6 +1200,19 @@ fn batch_illegal(lc: &Lifecycle, b: &Batch, requested: &str) -> Rejection {
 
 fn no_successor(lc: &Lifecycle, j: &Job, which: &str) -> Rejection {
     illegal(lc, j, &format!("its {which} successor (it has none)"))
+}
+
+fn validate_identifiers(ids: &Identifiers) -> Result<(), Rejection> {
+    let bytes = ids.primary_id.as_ref().map_or(0, String::len)
+        + ids.local_ids.iter().map(String::len).sum::<usize>();
+    check_size("identifiers", bytes, MAX_JOB_FIELD_BYTES)?;
+    if let Some(p) = &ids.primary_id {
+        check_text("primary_id", p)?;
+    }
+    for l in &ids.local_ids {
+        check_text("local_id", l)?;
+    }
+    Ok(())
 }
 
 fn check_priority(p: u8) -> Result<(), Rejection> {

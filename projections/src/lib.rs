@@ -12,10 +12,13 @@
 //!   ([`Tree::dump_yaml`]), compares them ([`Tree::diff`]) and can be
 //!   [`materialize`]d at any earlier position or time;
 //! - [`Views`] folds the same events into per-batch, per-queue and
-//!   per-collection reports.
-//!
-//! This crate has no ZooKeeper client: a sink applies the operations, several
-//! events per `multi` transaction ([`batches_by_size`]).
+//!   per-collection reports;
+//! - the [`Sink`] applies the operations to a live ZooKeeper, many events per
+//!   `multi` transaction ([`batches_by_size`], [`txn`]) together with a
+//!   version-checked checkpoint, exactly once, under leader election
+//!   ([`leader`]); [`rebuild`] converges a live tree back to the log, diffs
+//!   it and repairs it; [`zk`] holds the client plumbing (deadlines, errors,
+//!   reading a live tree back).
 //!
 //! ```
 //! use chrono::TimeZone;
@@ -72,13 +75,24 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod checkpoint;
 pub mod layout;
+pub mod leader;
 pub mod ops;
 pub mod projector;
+pub mod rebuild;
+pub mod sink;
 pub mod tree;
+pub mod txn;
 pub mod views;
+pub mod zk;
 
+pub use checkpoint::Checkpoint;
 pub use ops::{batches_by_size, EventOps, Op, OpKind};
 pub use projector::{ProjectError, Projector};
+pub use rebuild::{AdminConfig, DiffReport, Progress, RebuildReport, RepairReport};
+pub use sink::{RunMode, Sink, SinkConfig, SinkError, SinkReport, SinkState, SinkStatus};
 pub use tree::{materialize, Differing, Tree, TreeDiff, TreeError, Until};
+pub use txn::TxnLimits;
 pub use views::Views;
+pub use zk::{LiveTree, ZkConfig, ZkError};

@@ -1,6 +1,9 @@
 //! Integration tests of the `ingest` binary and services. One test target
 //! with shared helpers in `util`, as ripgrep keeps `tests/util.rs`.
 
+mod api;
 mod cli;
 mod service;
 mod util;
+mod zk;
+mod zk_server;
