@@ -170,6 +170,8 @@ pub enum Cmd {
     Rebuild(crate::zkcmd::RebuildArgs),
     /// Compare the live ZooKeeper tree with what the log says it should be (exit 1 on drift).
     Diff(crate::zkcmd::DiffArgs),
+    /// Run the queue service: the engine, the ZooKeeper projector and the HTTP API in one process (until SIGTERM or Ctrl-C).
+    Serve(Box<crate::config::ServeArgs>),
     /// Counts of batches and jobs by state, holds, pause, log head.
     Status {
         /// Output format.
@@ -365,6 +367,21 @@ pub enum QueueAction {
 /// # Errors
 /// Anything that went wrong, with context naming what.
 pub fn run(cli: Cli) -> Result<i32> {
+    run_with(cli, crate::config::GlobalOverrides::default())
+}
+
+/// Runs the CLI; `globals` says which global options the user set (for
+/// `serve`, whose configuration file may set them otherwise).
+///
+/// # Errors
+/// Anything that went wrong, with context naming what.
+pub fn run_with(cli: Cli, globals: crate::config::GlobalOverrides) -> Result<i32> {
+    if let Cmd::Serve(args) = &cli.command {
+        let config = crate::config::ServeConfig::load(args, &globals)?;
+        crate::init_tracing(config.log_format);
+        return crate::serve::run(config);
+    }
+    crate::init_tracing(cli.log_format);
     let lifecycle = match &cli.states {
         Some(p) => Lifecycle::load(p)?,
         None => Lifecycle::builtin(),
@@ -392,7 +409,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         None => default_actor(),
     };
     match cli.command {
-        Cmd::Lifecycle { .. } => Ok(0),
+        Cmd::Lifecycle { .. } | Cmd::Serve(_) => Ok(0),
         Cmd::Submit(args) => submit(&mut engine, cli.actor.is_some().then_some(actor), *args),
         Cmd::Show { what, format } => {
             let state = engine.state();

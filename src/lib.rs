@@ -1,4 +1,4 @@
-//! `ingest`: the engine, the CLI and (later) the HTTP API and workers of an
+//! `ingest`: the engine, the CLI, the HTTP API and the server of an
 //! event-sourced ingest queue for digital-preservation repositories.
 //!
 //! The binary `ingest` is thin glue over [`cli::run`]. The [`engine::Engine`]
@@ -11,6 +11,7 @@ pub mod config;
 pub mod engine;
 pub mod history;
 pub mod metrics;
+pub mod serve;
 pub mod service;
 pub mod submission;
 pub mod zkcmd;

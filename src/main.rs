@@ -1,11 +1,29 @@
 //! The `ingest` binary: parse the command line and run it.
 
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches};
+use ingest::cli::Cli;
+use ingest::config::GlobalOverrides;
 
 fn main() {
-    let cli = ingest::cli::Cli::parse();
-    ingest::init_tracing(cli.log_format);
-    match ingest::cli::run(cli) {
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    // `serve` reads a configuration file that may set these; only options the
+    // user gave (flag or environment) override it, not clap's defaults.
+    let given = |id: &str| {
+        matches
+            .value_source(id)
+            .is_some_and(|s| s != ValueSource::DefaultValue)
+    };
+    let globals = GlobalOverrides {
+        data_dir: given("data_dir").then(|| cli.data_dir.clone()),
+        lifecycle: cli.states.clone(),
+        log_format: given("log_format").then_some(cli.log_format),
+    };
+    match ingest::cli::run_with(cli, globals) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -179,7 +179,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 /// Completes on Ctrl-C or SIGTERM.
-async fn shutdown_signal(fired: Arc<AtomicBool>) {
+pub(crate) async fn shutdown_signal(fired: Arc<AtomicBool>) {
     let term = async {
         #[cfg(unix)]
         {

@@ -3,6 +3,7 @@
 
 mod api;
 mod cli;
+mod serve;
 mod service;
 mod util;
 mod zk;
