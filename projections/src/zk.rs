@@ -136,6 +136,15 @@ impl ZkError {
         }
     }
 
+    /// Whether a failed connect may succeed if tried again soon: no server
+    /// took the session (it may be starting) or the connection was lost.
+    pub fn is_retryable_connect(&self) -> bool {
+        matches!(
+            self.kind,
+            ZkErrorKind::Server(zk::Error::NoHosts | zk::Error::ConnectionLoss)
+        )
+    }
+
     /// The server's error, when it gave one.
     pub fn code(&self) -> Option<&zk::Error> {
         match &self.kind {
@@ -234,17 +243,37 @@ pub async fn connect(config: &ZkConfig) -> Result<zk::Client, ZkError> {
             ZkErrorKind::Server(zk::Error::BadArguments(&"invalid connect string or root")),
         ));
     }
-    let connector = zk::Client::connector()
-        .with_server_version(3, 8, 0)
-        .with_session_timeout(config.session_timeout)
-        .with_fail_eagerly();
-    let client = call(
-        config.connect_timeout,
-        "connect",
-        &config.hosts,
-        connector.connect(&config.hosts),
-    )
-    .await?;
+    // Each attempt fails eagerly (NoHosts when no server takes the session),
+    // and attempts repeat until the connect deadline: a server that is
+    // starting (it answers `ruok` before it takes sessions) or restarting is
+    // waited for, a wrong address still fails within the deadline.
+    let deadline = tokio::time::Instant::now() + config.connect_timeout;
+    let mut pause = Duration::from_millis(50);
+    let client = loop {
+        let connector = zk::Client::connector()
+            .with_server_version(3, 8, 0)
+            .with_session_timeout(config.session_timeout)
+            .with_fail_eagerly();
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match call(
+            left,
+            "connect",
+            &config.hosts,
+            connector.connect(&config.hosts),
+        )
+        .await
+        {
+            Ok(client) => break client,
+            Err(e)
+                if tokio::time::Instant::now() + pause < deadline && e.is_retryable_connect() =>
+            {
+                tracing::debug!(hosts = %config.hosts, error = %e, "ZooKeeper refused the session; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => return Err(e),
+        }
+    };
     tracing::debug!(
         hosts = %config.hosts,
         session = %client.session_id(),
