@@ -172,6 +172,8 @@ pub enum Cmd {
     Diff(crate::zkcmd::DiffArgs),
     /// Run the queue service: the engine, the ZooKeeper projector and the HTTP API in one process (until SIGTERM or Ctrl-C).
     Serve(Box<crate::config::ServeArgs>),
+    /// Run worker daemons (simulated steps) against a server's API and ZooKeeper (until SIGTERM or Ctrl-C).
+    Worker(Box<crate::worker::WorkerArgs>),
     /// Counts of batches and jobs by state, holds, pause, log head.
     Status {
         /// Output format.
@@ -381,6 +383,10 @@ pub fn run_with(cli: Cli, globals: crate::config::GlobalOverrides) -> Result<i32
         crate::init_tracing(config.log_format);
         return crate::serve::run(config);
     }
+    if let Cmd::Worker(args) = &cli.command {
+        crate::init_tracing(cli.log_format);
+        return crate::worker::run((**args).clone());
+    }
     crate::init_tracing(cli.log_format);
     let lifecycle = match &cli.states {
         Some(p) => Lifecycle::load(p)?,
@@ -409,7 +415,7 @@ pub fn run_with(cli: Cli, globals: crate::config::GlobalOverrides) -> Result<i32
         None => default_actor(),
     };
     match cli.command {
-        Cmd::Lifecycle { .. } | Cmd::Serve(_) => Ok(0),
+        Cmd::Lifecycle { .. } | Cmd::Serve(_) | Cmd::Worker(_) => Ok(0),
         Cmd::Submit(args) => submit(&mut engine, cli.actor.is_some().then_some(actor), *args),
         Cmd::Show { what, format } => {
             let state = engine.state();

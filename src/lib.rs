@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod serve;
 pub mod service;
 pub mod submission;
+pub mod worker;
 pub mod zkcmd;
 
 /// Sets up tracing on stderr, human-readable or JSON, filtered by

@@ -10,8 +10,11 @@
 //! finishes its transaction in flight, and the writer answers every queued
 //! command before the log is closed.
 //!
-//! The worker daemons are not part of this process yet; workers report
-//! through the API's worker routes.
+//! With ZooKeeper configured and `INGEST_WORKER_STEPS=simulate` set, the
+//! enabled worker daemons ([`crate::worker`]) also run here, reporting to
+//! this server's API over loopback with the worker token like remote
+//! workers; on shutdown they stop (releasing their locks) before the API
+//! stops taking requests.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -116,7 +119,36 @@ async fn serve(config: ServeConfig) -> Result<i32> {
         }
     };
     tokio::spawn(signal);
-    api::serve(listener, router, stopped(stop_rx.clone()))
+    // The in-process worker daemons: stopped before the API's shutdown starts.
+    let workers = match (
+        crate::worker::InProcess::from_env()?,
+        &config.zookeeper.hosts,
+    ) {
+        (Some(in_process), Some(hosts)) => {
+            let mut zk_config =
+                ZkConfig::new(hosts.clone()).with_root(config.zookeeper.root.clone());
+            zk_config.session_timeout = config.zookeeper.session_timeout;
+            let token = config.tokens.worker.expose().to_string();
+            Some(in_process.start(
+                format!("http://{local}"),
+                token,
+                zk_config,
+                &config.daemons,
+                &config.provisioning,
+            )?)
+        }
+        _ => None,
+    };
+    let api_stop = {
+        let rx = stop_rx.clone();
+        async move {
+            stopped(rx).await;
+            if let Some(w) = workers {
+                w.shutdown().await;
+            }
+        }
+    };
+    api::serve(listener, router, api_stop)
         .await
         .context("the HTTP server failed")?;
     tracing::info!("the API stopped taking requests");

@@ -6,5 +6,6 @@ mod cli;
 mod serve;
 mod service;
 mod util;
+mod worker;
 mod zk;
 mod zk_server;
