@@ -4,6 +4,7 @@
 mod api;
 mod cli;
 mod serve;
+mod server;
 mod service;
 mod util;
 mod worker;

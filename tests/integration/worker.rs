@@ -3,10 +3,8 @@
 //! daemons, and a report from a worker that lost its lock is refused while
 //! another worker completes the job.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -21,176 +19,9 @@ use ingest_projections::ZkConfig;
 use serde_json::{json, Value};
 use zookeeper_client as zk;
 
+use crate::server::{eventually, start, Server, WORKER};
 use crate::util::ingest_bin;
 use crate::zk_server::{shared, unique_root};
-
-const ADMIN: &str = "admin-token-0123456789";
-const DEPOSITOR: &str = "depositor-token-0123456789";
-const WORKER: &str = "worker-token-0123456789";
-
-/// The states a job passes through on its way to Completed.
-const WALK: [&str; 8] = [
-    "Pending",
-    "Estimating",
-    "Provisioning",
-    "Downloading",
-    "Processing",
-    "Storing",
-    "Recording",
-    "Notify",
-];
-
-struct Server {
-    child: Child,
-    base: String,
-    log: std::path::PathBuf,
-    http: reqwest::Client,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let tail: Vec<&str> = text.lines().rev().take(40).collect();
-            eprintln!("--- ingest serve log (last lines) ---");
-            for l in tail.iter().rev() {
-                eprintln!("{l}");
-            }
-        }
-    }
-}
-
-fn start(dir: &Path, hosts: &str, root: &str, daemons: &[&str]) -> Server {
-    let log = dir.join("serve.log");
-    let data = dir.join("data");
-    let mut cmd = Command::new(ingest_bin());
-    cmd.arg("--data-dir").arg(&data).args([
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--zk",
-        hosts,
-        "--zk-root",
-        root,
-        "--provisioning-threshold",
-        "100",
-        "--working-storage",
-    ]);
-    cmd.arg(dir);
-    for d in daemons {
-        cmd.args(["--daemon", d]);
-    }
-    let mut child = cmd
-        .env("INGEST_ADMIN_TOKEN", ADMIN)
-        .env("INGEST_DEPOSITOR_TOKEN", DEPOSITOR)
-        .env("INGEST_WORKER_TOKEN", WORKER)
-        .env("INGEST_WORKER_STEPS", "simulate")
-        .env("INGEST_SIMULATE_SEED", "7")
-        .env_remove("INGEST_DATA_DIR")
-        .env_remove("INGEST_CONFIG")
-        .env_remove("INGEST_DAEMONS")
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).expect("log file"))
-        .spawn()
-        .expect("start ingest serve");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("read the listening line");
-    let base = line
-        .trim()
-        .strip_prefix("ingest serve listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_string();
-    Server {
-        child,
-        base,
-        log,
-        http: reqwest::Client::new(),
-    }
-}
-
-impl Server {
-    async fn call(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        token: &str,
-        body: Option<Value>,
-    ) -> (u16, Value) {
-        let mut req = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .bearer_auth(token);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.expect("request");
-        let status = resp.status().as_u16();
-        (status, resp.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn get(&self, path: &str) -> Value {
-        let (status, body) = self.call(reqwest::Method::GET, path, ADMIN, None).await;
-        assert_eq!(status, 200, "GET {path}: {body}");
-        body
-    }
-
-    async fn submit(&self, jobs: usize) -> String {
-        let lines: Vec<String> = (0..jobs)
-            .map(|i| format!("https://example.org/{i}.txt loc{i}"))
-            .collect();
-        let (status, body) = self
-            .call(
-                reqwest::Method::POST,
-                "/batches",
-                DEPOSITOR,
-                Some(json!({
-                    "submitter": "alice",
-                    "profile": "demo",
-                    "type": "object-manifest",
-                    "payload_url": "https://example.org/batch.checkm",
-                    "manifest": lines,
-                })),
-            )
-            .await;
-        assert_eq!(status, 201, "{body}");
-        body["bid"].as_str().expect("bid").to_string()
-    }
-
-    /// Asserts that the job completed and made exactly one move out of
-    /// every state on the way.
-    async fn assert_walked_once(&self, jid: &str) {
-        let job = self.get(&format!("/jobs/{jid}")).await;
-        assert_eq!(job["status"], "Completed", "{job}");
-        let history = self.get(&format!("/jobs/{jid}/history")).await;
-        let rows = history["events"].as_array().expect("events");
-        for state in WALK {
-            let prefix = format!("{state} -> ");
-            let moves = rows
-                .iter()
-                .filter(|r| r["event"] == "JobStatusChanged")
-                .filter(|r| r["detail"].as_str().is_some_and(|d| d.starts_with(&prefix)))
-                .count();
-            assert_eq!(moves, 1, "{jid} left {state} {moves} times: {history}");
-        }
-    }
-}
-
-/// Polls `check` until it gives `Some` or the deadline passes.
-async fn eventually<T>(what: &str, secs: u64, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 async fn batch_done(s: &Server, bid: &str, secs: u64) -> Value {
     eventually("the batch to complete", secs, async || {
@@ -209,12 +40,12 @@ async fn a_batch_of_100_jobs_walks_to_completed_with_in_process_daemons() {
         dir.path(),
         &zk_server.hosts(),
         &root,
-        &[
+        Some(&[
             "recording=on",
             "downloading=4",
             "processing=2",
             "estimating=2",
-        ],
+        ]),
     );
     let bid = s.submit(100).await;
     let batch = batch_done(&s, &bid, 45).await;
@@ -258,7 +89,7 @@ async fn a_report_without_the_lock_is_refused_and_another_worker_completes_the_j
         dir.path(),
         &hosts,
         &root,
-        &["recording=on", "estimating=off"],
+        Some(&["recording=on", "estimating=off"]),
     );
     let bid = s.submit(1).await;
     let client = zk::Client::connect(&format!("{hosts}{root}"))
@@ -275,7 +106,17 @@ async fn a_report_without_the_lock_is_refused_and_another_worker_completes_the_j
     // late report is refused.
     let lock = format!("/jobs/{jid}/lock");
     let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
-    client.create(&lock, b"w1", &ephemeral).await.expect("lock");
+    // The job-pending daemon holds the lock until ZooKeeper shows the job's
+    // new state, so the job can appear in the queue a moment before its lock
+    // is free: take it as a worker would, once it is.
+    eventually("the job's lock to be free", 30, async || {
+        match client.create(&lock, b"w1", &ephemeral).await {
+            Ok(_) => Some(()),
+            Err(zk::Error::NodeExists) => None,
+            Err(e) => panic!("lock: {e}"),
+        }
+    })
+    .await;
     client.delete(&lock, None).await.expect("remove the lock");
     let report = json!({
         "worker": "w1",
@@ -384,7 +225,7 @@ async fn a_worker_whose_lock_is_removed_mid_step_is_refused_and_another_complete
         dir.path(),
         &hosts,
         &root,
-        &["recording=on", "estimating=off"],
+        Some(&["recording=on", "estimating=off"]),
     );
     let bid = s.submit(1).await;
 
@@ -467,7 +308,7 @@ async fn two_worker_processes_share_a_batch_and_do_every_job_once() {
     let dir = tempfile::tempdir().expect("tempdir");
     let off: Vec<String> = ALL_DAEMONS.split(',').map(|d| format!("{d}=off")).collect();
     let off: Vec<&str> = off.iter().map(String::as_str).collect();
-    let s = start(dir.path(), &hosts, &root, &off);
+    let s = start(dir.path(), &hosts, &root, Some(&off));
     let mut workers: Vec<std::process::Child> = (1..=2)
         .map(|n| {
             Command::new(ingest_bin())

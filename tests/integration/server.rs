@@ -1,0 +1,187 @@
+//! A real `ingest serve` child process for tests, shared by the server,
+//! worker and other end-to-end tests: it starts on a free port, is killed when
+//! dropped, and prints the tail of its log when a test fails.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::util::ingest_bin;
+
+pub const ADMIN: &str = "admin-token-0123456789";
+pub const DEPOSITOR: &str = "depositor-token-0123456789";
+pub const WORKER: &str = "worker-token-0123456789";
+
+/// The states a job passes through on its way to Completed.
+pub const WALK: [&str; 8] = [
+    "Pending",
+    "Estimating",
+    "Provisioning",
+    "Downloading",
+    "Processing",
+    "Storing",
+    "Recording",
+    "Notify",
+];
+
+pub struct Server {
+    pub child: Child,
+    pub base: String,
+    log: std::path::PathBuf,
+    http: reqwest::Client,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(40).collect();
+            eprintln!("--- ingest serve log (last lines) ---");
+            for l in tail.iter().rev() {
+                eprintln!("{l}");
+            }
+        }
+    }
+}
+
+/// Starts `ingest serve` on a free port with its data under `dir`. With
+/// `Some(daemons)` the in-process worker daemons run simulated steps (each
+/// entry a `--daemon` setting); with `None` no daemon runs.
+pub fn start(dir: &Path, hosts: &str, root: &str, daemons: Option<&[&str]>) -> Server {
+    let log = dir.join("serve.log");
+    let data = dir.join("data");
+    let mut cmd = Command::new(ingest_bin());
+    cmd.arg("--data-dir").arg(&data).args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--zk",
+        hosts,
+        "--zk-root",
+        root,
+        "--provisioning-threshold",
+        "100",
+        "--working-storage",
+    ]);
+    cmd.arg(dir);
+    if let Some(daemons) = daemons {
+        cmd.env("INGEST_WORKER_STEPS", "simulate")
+            .env("INGEST_SIMULATE_SEED", "7");
+        for d in daemons {
+            cmd.args(["--daemon", d]);
+        }
+    } else {
+        cmd.env_remove("INGEST_WORKER_STEPS");
+    }
+    let mut child = cmd
+        .env("INGEST_ADMIN_TOKEN", ADMIN)
+        .env("INGEST_DEPOSITOR_TOKEN", DEPOSITOR)
+        .env("INGEST_WORKER_TOKEN", WORKER)
+        .env_remove("INGEST_DATA_DIR")
+        .env_remove("INGEST_CONFIG")
+        .env_remove("INGEST_DAEMONS")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("start ingest serve");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("read the listening line");
+    let base = line
+        .trim()
+        .strip_prefix("ingest serve listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    Server {
+        child,
+        base,
+        log,
+        http: reqwest::Client::new(),
+    }
+}
+
+impl Server {
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(token);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("request");
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> Value {
+        let (status, body) = self.call(reqwest::Method::GET, path, ADMIN, None).await;
+        assert_eq!(status, 200, "GET {path}: {body}");
+        body
+    }
+
+    pub async fn submit(&self, jobs: usize) -> String {
+        let lines: Vec<String> = (0..jobs)
+            .map(|i| format!("https://example.org/{i}.txt loc{i}"))
+            .collect();
+        let (status, body) = self
+            .call(
+                reqwest::Method::POST,
+                "/batches",
+                DEPOSITOR,
+                Some(json!({
+                    "submitter": "alice",
+                    "profile": "demo",
+                    "type": "object-manifest",
+                    "payload_url": "https://example.org/batch.checkm",
+                    "manifest": lines,
+                })),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+        body["bid"].as_str().expect("bid").to_string()
+    }
+
+    /// Asserts that the job completed and made exactly one move out of
+    /// every state on the way.
+    pub async fn assert_walked_once(&self, jid: &str) {
+        let job = self.get(&format!("/jobs/{jid}")).await;
+        assert_eq!(job["status"], "Completed", "{job}");
+        let history = self.get(&format!("/jobs/{jid}/history")).await;
+        let rows = history["events"].as_array().expect("events");
+        for state in WALK {
+            let prefix = format!("{state} -> ");
+            let moves = rows
+                .iter()
+                .filter(|r| r["event"] == "JobStatusChanged")
+                .filter(|r| r["detail"].as_str().is_some_and(|d| d.starts_with(&prefix)))
+                .count();
+            assert_eq!(moves, 1, "{jid} left {state} {moves} times: {history}");
+        }
+    }
+}
+
+/// Polls `check` until it gives `Some` or the deadline passes.
+pub async fn eventually<T>(what: &str, secs: u64, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
