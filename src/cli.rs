@@ -49,6 +49,9 @@ pub struct Cli {
     /// Who is acting: admin:NAME, worker:NAME, depositor:NAME (default admin:$USER; depositor:SUBMITTER for submit).
     #[arg(long, global = true, env = "INGEST_ACTOR")]
     pub actor: Option<String>,
+    /// Run the command through the `ingest serve` at this URL (its HTTP API) instead of opening the data directory, which a running server holds. Tokens from INGEST_ADMIN_TOKEN (or INGEST_DEPOSITOR_TOKEN for submit/show/history).
+    #[arg(long, global = true, env = "INGEST_ENGINE", value_name = "URL")]
+    pub engine: Option<String>,
     /// Log output on stderr.
     #[arg(long, global = true, env = "INGEST_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
     pub log_format: LogFormat,
@@ -385,7 +388,11 @@ pub fn run_with(cli: Cli, globals: crate::config::GlobalOverrides) -> Result<i32
     }
     if let Cmd::Worker(args) = &cli.command {
         crate::init_tracing(cli.log_format);
-        return crate::worker::run((**args).clone());
+        let mut args = (**args).clone();
+        args.engine = cli.engine.clone().context(
+            "ingest worker needs --engine URL (or INGEST_ENGINE): the server it reports to",
+        )?;
+        return crate::worker::run(args);
     }
     crate::init_tracing(cli.log_format);
     let lifecycle = match &cli.states {
@@ -402,10 +409,32 @@ pub fn run_with(cli: Cli, globals: crate::config::GlobalOverrides) -> Result<i32
         );
         return Ok(0);
     }
+    if let Some(base) = cli.engine.clone() {
+        return crate::remote::run(cli, &base);
+    }
+    if let Cmd::Tree(args) = &cli.command {
+        if args.live {
+            // The live tree comes from ZooKeeper: no data directory needed.
+            return crate::zkcmd::tree_live(args.clone());
+        }
+    }
     let mut config = EngineConfig::new(&cli.data_dir);
     config.lifecycle = lifecycle;
-    let mut engine = Engine::open(config)
-        .with_context(|| format!("cannot open the engine in {}", cli.data_dir.display()))?;
+    let mut engine = match Engine::open(config) {
+        Ok(engine) => engine,
+        Err(e @ EngineError::Log(ingest_events::LogError::Locked { .. })) => {
+            return Err(anyhow::Error::new(e)
+                .context(crate::remote::locked_hint(&cli.data_dir))
+                .context(format!(
+                    "cannot open the engine in {}",
+                    cli.data_dir.display()
+                )));
+        }
+        Err(e) => {
+            return Err(e)
+                .with_context(|| format!("cannot open the engine in {}", cli.data_dir.display()))
+        }
+    };
     let default_actor = || Actor::admin(std::env::var("USER").unwrap_or_else(|_| "cli".into()));
     let actor = match &cli.actor {
         Some(a) => a
@@ -591,6 +620,19 @@ pub fn run_with(cli: Cli, globals: crate::config::GlobalOverrides) -> Result<i32
 }
 
 fn submit(engine: &mut Engine, actor: Option<Actor>, args: SubmitArgs) -> Result<i32> {
+    let input = submission_input(args)?;
+    let submission = input.build().context("invalid submission")?;
+    let actor = actor.unwrap_or_else(|| Actor::depositor(submission.submitter.clone()));
+    let uuid = uuid::Uuid::new_v4();
+    execute(engine, &actor, &Command::SubmitBatch { uuid, submission })
+}
+
+/// The submission `ingest submit`'s options and file describe (options
+/// override the file).
+///
+/// # Errors
+/// An unreadable or invalid submission file.
+pub(crate) fn submission_input(args: SubmitArgs) -> Result<SubmissionInput> {
     let from_options = SubmissionInput {
         submitter: args.submitter,
         profile: args.profile,
@@ -606,14 +648,10 @@ fn submit(engine: &mut Engine, actor: Option<Actor>, args: SubmitArgs) -> Result
         digest: args.digest,
         extra: Default::default(),
     };
-    let input = match &args.file {
+    Ok(match &args.file {
         Some(path) => from_options.or(SubmissionInput::from_file(path)?),
         None => from_options,
-    };
-    let submission = input.build().context("invalid submission")?;
-    let actor = actor.unwrap_or_else(|| Actor::depositor(submission.submitter.clone()));
-    let uuid = uuid::Uuid::new_v4();
-    execute(engine, &actor, &Command::SubmitBatch { uuid, submission })
+    })
 }
 
 fn execute(engine: &mut Engine, actor: &Actor, command: &Command) -> Result<i32> {

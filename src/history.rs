@@ -6,7 +6,7 @@ use ingest_events::{Bid, Jid, Recorded, State, StreamId};
 use serde::Serialize;
 
 /// One line of history.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct HistoryRow {
     /// Global position.
     pub position: u64,

@@ -11,6 +11,7 @@ pub mod config;
 pub mod engine;
 pub mod history;
 pub mod metrics;
+pub mod remote;
 pub mod serve;
 pub mod service;
 pub mod submission;

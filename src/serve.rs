@@ -67,6 +67,11 @@ async fn serve(config: ServeConfig) -> Result<i32> {
         let _ = rx.wait_for(|s| *s).await;
     };
 
+    let zk_for_api = config.zookeeper.hosts.as_ref().map(|hosts| {
+        let mut zk = ZkConfig::new(hosts.clone()).with_root(config.zookeeper.root.clone());
+        zk.session_timeout = config.zookeeper.session_timeout;
+        zk
+    });
     let (locks, sink_task): (Arc<dyn LockChecker>, _) = match &config.zookeeper.hosts {
         None => {
             tracing::warn!("no ZooKeeper configured: nothing is projected and every fenced worker report is refused");
@@ -100,6 +105,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
         locks,
         metrics: Arc::clone(&metrics),
         max_body_bytes: config.max_body_bytes,
+        zookeeper: zk_for_api,
     });
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -110,6 +116,18 @@ async fn serve(config: ServeConfig) -> Result<i32> {
     // One line a supervisor or a test can wait for.
     println!("ingest serve listening on http://{local}");
     tracing::info!(%local, "listening");
+    // Where a CLI that finds the data directory locked is told to go.
+    let server_file = config.data_dir.join(crate::remote::SERVER_FILE);
+    let record = crate::remote::ServerFile {
+        pid: std::process::id(),
+        url: format!("http://{local}"),
+    };
+    if let Err(e) = serde_json::to_vec(&record)
+        .map_err(std::io::Error::other)
+        .and_then(|b| std::fs::write(&server_file, b))
+    {
+        tracing::warn!(path = %server_file.display(), error = %e, "cannot record the server's address");
+    }
 
     let signal = {
         let stopping = Arc::clone(&stopping);
@@ -160,6 +178,9 @@ async fn serve(config: ServeConfig) -> Result<i32> {
         }
     }
     service.shutdown().await;
+    if crate::remote::server_file(&config.data_dir).is_some_and(|s| s.pid == std::process::id()) {
+        let _ = std::fs::remove_file(&server_file);
+    }
     tracing::info!("stopped");
     Ok(0)
 }

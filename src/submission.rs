@@ -12,11 +12,11 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use ingest_events::command::JobSpec;
 use ingest_events::event::{Digest, Erc, Identifiers, PayloadType, Submission, SubmissionMode};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// A submission as a depositor writes it. Field names follow the transitions
 /// document (`profile`, `type`, `payload_url`, `manifest`, `erc_*`).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubmissionInput {
     /// Who submits.

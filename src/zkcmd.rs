@@ -64,7 +64,7 @@ pub struct TxnArgs {
 }
 
 /// `ingest tree` options.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct TreeArgs {
     /// The tree as it was after this log position, or at this time (RFC 3339).
     #[arg(long, value_name = "POSITION|TIME", conflicts_with = "live")]
@@ -231,7 +231,21 @@ fn parse_at(text: &str) -> Result<At> {
 /// # Errors
 /// A log that cannot be read, a bad `--at`, or ZooKeeper trouble with `--live`.
 pub fn tree(engine: &mut Engine, args: TreeArgs) -> Result<i32> {
-    let tree = if args.live {
+    if args.live {
+        return tree_live(args);
+    }
+    let tree = tree_from_log(engine.log(), args.at.as_deref())?;
+    print_tree(&tree, args.path.as_deref());
+    Ok(0)
+}
+
+/// Runs `ingest tree --live`: the tree read from ZooKeeper (no data
+/// directory needed).
+///
+/// # Errors
+/// No ZooKeeper settings, or ZooKeeper cannot be read.
+pub fn tree_live(args: TreeArgs) -> Result<i32> {
+    let tree = {
         let config = zk_config(&args.zk)?;
         let all = args.all;
         let live = runtime()?.block_on(async {
@@ -256,21 +270,26 @@ pub fn tree(engine: &mut Engine, args: TreeArgs) -> Result<i32> {
         } else {
             live.without_ephemeral()
         }
-    } else {
-        tree_from_log(engine, args.at.as_deref())?
     };
-    let text = tree.dump_yaml(args.path.as_deref());
+    print_tree(&tree, args.path.as_deref());
+    Ok(0)
+}
+
+fn print_tree(tree: &Tree, path: Option<&str>) {
+    let text = tree.dump_yaml(path);
     if text.is_empty() {
-        if let Some(p) = &args.path {
+        if let Some(p) = path {
             eprintln!("no node at or under {p}");
         }
     }
     print!("{text}");
-    Ok(0)
 }
 
-fn tree_from_log(engine: &Engine, at: Option<&str>) -> Result<Tree> {
-    let log = engine.log();
+/// The tree the log projects, as of `at` (a position or an RFC 3339 time).
+///
+/// # Errors
+/// A bad `at`, a position beyond the log, or an unreadable log.
+pub(crate) fn tree_from_log(log: &ingest_events::Log, at: Option<&str>) -> Result<Tree> {
     let durable = log.durable_position();
     let at = at.map(parse_at).transpose()?;
     if let Some(At::Position(p)) = at {

@@ -31,7 +31,7 @@ pub(crate) struct AdminBody {
     reason: String,
 }
 
-fn admin_actor(actor: Option<&str>) -> Result<Actor, ApiError> {
+pub(crate) fn admin_actor(actor: Option<&str>) -> Result<Actor, ApiError> {
     let Some(name) = actor else {
         return Ok(Actor::admin("api"));
     };
@@ -50,7 +50,7 @@ fn admin_actor(actor: Option<&str>) -> Result<Actor, ApiError> {
     Ok(Actor::admin(name))
 }
 
-fn check_reason(reason: &str) -> Result<String, ApiError> {
+pub(crate) fn check_reason(reason: &str) -> Result<String, ApiError> {
     if reason.trim().is_empty() {
         return Err(ApiError::invalid_field(
             "reason",

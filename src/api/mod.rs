@@ -31,6 +31,7 @@
 //!     profiles: Profiles::unrestricted(),
 //!     locks: Arc::new(NoLocks),
 //!     max_body_bytes: 1024 * 1024,
+//!     zookeeper: None,
 //! });
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:7878").await?;
 //! api::serve(listener, router, async { let _ = tokio::signal::ctrl_c().await; }).await
@@ -42,6 +43,7 @@ mod auth;
 mod depositor;
 mod error;
 pub mod locks;
+mod ops;
 mod worker;
 
 use std::collections::BTreeMap;
@@ -96,6 +98,8 @@ pub struct ApiConfig {
     pub metrics: Arc<Metrics>,
     /// The largest request body read, in bytes.
     pub max_body_bytes: usize,
+    /// The ZooKeeper the server projects into (for `GET /diff`).
+    pub zookeeper: Option<ingest_projections::ZkConfig>,
 }
 
 /// The state every handler shares.
@@ -111,6 +115,9 @@ pub(crate) struct Inner {
     pub(crate) locks: Arc<dyn LockChecker>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) max_body_bytes: usize,
+    pub(crate) zookeeper: Option<ingest_projections::ZkConfig>,
+    /// Faults armed by admins (`POST /faults`).
+    pub(crate) faults: ops::ArmedFaults,
     /// The reporting views, folded up to the durable position on demand.
     views: Arc<Mutex<Views>>,
 }
@@ -235,6 +242,12 @@ fn table() -> Vec<Entry> {
         entry(M::POST, "/queue/resume", Admin, admin::resume),
         entry(M::POST, "/cleanup", Admin, admin::cleanup),
         entry(M::GET, "/status", Admin, admin::status),
+        entry(M::GET, "/verify", Admin, ops::verify),
+        entry(M::GET, "/tree", Admin, ops::tree),
+        entry(M::GET, "/diff", Admin, ops::diff),
+        entry(M::GET, "/faults", Admin, ops::faults),
+        entry(M::POST, "/faults", Admin, ops::arm_fault),
+        entry(M::DELETE, "/faults", Admin, ops::clear_faults),
         // Operations.
         entry(M::GET, "/metrics", Metrics, metrics),
         entry(M::GET, "/openapi.yaml", Public, openapi),
@@ -258,6 +271,8 @@ pub fn router(config: ApiConfig) -> Router {
             locks: config.locks,
             metrics: config.metrics,
             max_body_bytes: max_body,
+            zookeeper: config.zookeeper,
+            faults: ops::ArmedFaults::default(),
             views: Arc::new(Mutex::new(views)),
         }),
     };
@@ -569,6 +584,7 @@ mod tests {
             profiles: Profiles::unrestricted(),
             locks: Arc::new(locks::AcceptAll(42)),
             max_body_bytes: 64 * 1024,
+            zookeeper: None,
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

@@ -388,11 +388,21 @@ pub(crate) async fn outcome(
     // One command: the step's data and the move are appended atomically, and
     // the engine refuses a report on a state the job has left (stale), so a
     // report applied twice cannot move the job on a second step.
+    // An armed fault turns the next successful report of this step into a
+    // failure that names the admin and the reason.
+    let fault = match body.outcome {
+        OutcomeKind::Success => app.inner.faults.take(worked_on),
+        OutcomeKind::Failure => None,
+    };
+    let (success, message) = match &fault {
+        Some(f) => (false, f.message(worked_on)),
+        None => (body.outcome == OutcomeKind::Success, body.message),
+    };
     let command = Command::StepOutcome {
         jid,
         state: worked_on,
-        success: body.outcome == OutcomeKind::Success,
-        message: body.message,
+        success,
+        message,
         priority: body.priority,
         space_needed: body.space_needed,
         identifiers: body.identifiers.map(|ids| Identifiers {
@@ -409,13 +419,19 @@ pub(crate) async fn outcome(
             mode: i.mode,
         }),
     };
-    let records = app.execute(actor, cid, command).await?.records;
+    let records = match app.execute(actor, cid, command).await {
+        Ok(outcome) => outcome.records,
+        Err(e) => {
+            if let Some(f) = fault {
+                app.inner.faults.put_back(worked_on, f);
+            }
+            return Err(e);
+        }
+    };
     if let Some(ms) = body.duration_ms {
-        app.inner.metrics.observe_step(
-            worked_on,
-            Duration::from_millis(ms),
-            body.outcome == OutcomeKind::Success,
-        );
+        app.inner
+            .metrics
+            .observe_step(worked_on, Duration::from_millis(ms), success);
     }
     let (status, batch_status) = job_status(&app, jid);
     Ok(Json(JobMoved {

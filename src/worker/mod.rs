@@ -230,8 +230,8 @@ fn sim_settings(duration_ms: Option<&str>, failure_rate: Option<&str>) -> Result
 /// server over HTTP.
 #[derive(Debug, Clone, Args)]
 pub struct WorkerArgs {
-    /// The server's base URL.
-    #[arg(long, env = "INGEST_ENGINE", value_name = "URL")]
+    /// The server's base URL: the global `--engine URL` (or INGEST_ENGINE).
+    #[arg(skip)]
     pub engine: String,
     /// The ZooKeeper connect string.
     #[arg(long, env = "INGEST_ZK", value_name = "HOSTS")]

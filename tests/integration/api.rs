@@ -125,6 +125,7 @@ impl Server {
             profiles: profiles(),
             locks: checker,
             max_body_bytes: 64 * 1024,
+            zookeeper: None,
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

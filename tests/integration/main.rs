@@ -3,6 +3,7 @@
 
 mod api;
 mod cli;
+mod remote;
 mod serve;
 mod server;
 mod service;

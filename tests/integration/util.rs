@@ -18,6 +18,11 @@ pub struct Run {
 }
 
 impl Run {
+    /// What a finished process printed.
+    pub fn from_output(out: Output) -> Run {
+        Run::from(out)
+    }
+
     fn from(out: Output) -> Run {
         Run {
             code: out.status.code().unwrap_or(-1),
