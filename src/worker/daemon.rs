@@ -401,7 +401,16 @@ async fn locked(
                     priority: item.priority,
                 };
                 let began = Instant::now();
-                let outcome = match step.run(&ctx).await {
+                // The step is dropped as soon as the session ends: its lock
+                // is gone, so its result could only be refused.
+                let result = tokio::select! {
+                    r = step.run(&ctx) => r,
+                    () = session_ended(client) => {
+                        tracing::warn!(jid = %item.id, %state, "the session ended during the step; the step is dropped");
+                        return Ok(Tried::Refused);
+                    }
+                };
+                let outcome = match result {
                     StepResult::Report(o) => o,
                     StepResult::Wait(why) => {
                         tracing::debug!(jid = %item.id, %state, %why, "the job waits");
@@ -431,6 +440,14 @@ async fn locked(
             }
             Ok(tried)
         }
+    }
+}
+
+/// Resolves once `client`'s session has ended (expired, closed, refused).
+async fn session_ended(client: &zk::Client) {
+    let mut states = client.state_watcher();
+    while !states.state().is_terminated() {
+        states.changed().await;
     }
 }
 

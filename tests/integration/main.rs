@@ -3,6 +3,7 @@
 
 mod api;
 mod cli;
+mod failover;
 mod remote;
 mod serve;
 mod server;
