@@ -1,0 +1,16 @@
+//! The building blocks of the real ingest steps.
+//!
+//! Each module is a piece of work a step does, kept free of ZooKeeper, HTTP
+//! and the event log so that it can be tested on its own: the worker steps
+//! in the `ingest` crate put them together.
+pub mod checkm;
+pub mod container;
+pub mod forms;
+pub mod paths;
+pub mod inventory;
+pub mod ocfl;
+pub mod digest;
+pub mod erc;
+pub mod noid;
+pub mod signing;
+pub mod storage_manifest;

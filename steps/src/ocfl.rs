@@ -1,0 +1,795 @@
+//! A local-disk OCFL storage target: the place the storing step writes an
+//! object version to.
+//!
+//! Objects are keyed by their ark (`ark:/99999/fk4…`), which is the OCFL
+//! object id as is. A new storage root uses the
+//! `0004-hashed-n-tuple-storage-layout` extension, so an ark's `/` and `:`
+//! never reach a directory name.
+//!
+//! Storing is done with [rocfl](https://docs.rs/rocfl): a version is built in
+//! rocfl's staging area (`<root>/extensions/rocfl-staging`) and moved into the
+//! object by a commit. [`OcflTarget::store_version`] always leaves the staging
+//! area empty for its ark, whether it succeeds or fails, so a retry starts
+//! fresh.
+//!
+//! # Cautions
+//!
+//! One [`OcflTarget`] per storage root, in one process: opening a target
+//! clears rocfl's staging area (and with it the lock files a crashed process
+//! left behind), which would break a store another process is running on the
+//! same root.
+//!
+//! ```no_run
+//! use chrono::Utc;
+//! use ingest_steps::ocfl::{OcflTarget, VersionMeta};
+//! use std::path::Path;
+//!
+//! # fn main() -> Result<(), ingest_steps::ocfl::StorageError> {
+//! let target = OcflTarget::open_or_init("local", Path::new("/data/ocfl"))?;
+//! let meta = VersionMeta {
+//!     user_name: "ingest".into(),
+//!     user_address: None,
+//!     message: "bid0000000001 / jid0000000001".into(),
+//!     created: Utc::now(),
+//! };
+//! let stored = target.store_version("ark:/99999/fk4abc", Path::new("/tmp/producer"), &meta)?;
+//! assert!(target.verify(&stored.ark)?.ok);
+//! # Ok(())
+//! # }
+//! ```
+#![warn(missing_docs)]
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::fs::{self, File};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex, PoisonError};
+
+use chrono::{DateTime, Local, Utc};
+use rocfl::ocfl::{
+    CommitMeta, DigestAlgorithm, LayoutExtensionName, LogicalPath, OcflRepo, RocflError,
+    SpecVersion, StorageLayout, ValidationResult, VersionRef,
+};
+use sha2::{Digest, Sha512};
+
+/// One OCFL storage root on local disk.
+///
+/// # Concurrency
+///
+/// `OcflTarget` is `Send + Sync`. Different arks are stored concurrently;
+/// two stores of the same ark are serialized: the second waits for the first
+/// to finish, then adds the next version.
+pub struct OcflTarget {
+    name: String,
+    root: PathBuf,
+    repo: OcflRepo,
+    arks: ArkLocks,
+}
+
+/// The metadata of a new version, written into the OCFL inventory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionMeta {
+    /// Who made the version (OCFL `user.name`), e.g. the depositor.
+    pub user_name: String,
+    /// The user's address (OCFL `user.address`, a URI such as `mailto:…`).
+    pub user_address: Option<String>,
+    /// What the version is (OCFL `message`), e.g. the batch and job ids.
+    pub message: String,
+    /// When the version was made (OCFL `created`).
+    pub created: DateTime<Utc>,
+}
+
+/// What [`OcflTarget::store_version`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredVersion {
+    /// The object's ark (its OCFL id).
+    pub ark: String,
+    /// The version number written (1 for a new object).
+    pub version: u32,
+    /// The state of the new version, sorted by logical path.
+    pub files: Vec<StoredFile>,
+    /// The object's root directory on disk.
+    pub object_root: PathBuf,
+}
+
+/// One file in the state of a stored version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredFile {
+    /// The path inside the object, `/`-separated, relative to the source directory.
+    pub logical_path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// SHA-512, lower-case hex.
+    pub sha512: String,
+}
+
+/// The outcome of [`OcflTarget::verify`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FixityReport {
+    /// `true` when the object has no validation error (warnings do not count).
+    pub ok: bool,
+    /// Every validation error, with its OCFL code (`E093: Content file … failed sha512 fixity check…`).
+    pub problems: Vec<String>,
+    /// Every validation warning, with its OCFL code; informational only.
+    pub warnings: Vec<String>,
+}
+
+/// Why a storage operation failed.
+///
+/// [`StorageError::is_recoverable`] tells whether retrying the same call may
+/// succeed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StorageError {
+    /// The storage root exists, is not empty, and is not a usable OCFL root.
+    ///
+    /// ### Handling
+    /// Not recoverable: a configuration error; point the target at an empty
+    /// directory or an OCFL root with a storage layout.
+    #[error("storage root {dir} is not usable: {reason}")]
+    UnusableRoot {
+        /// The storage root.
+        dir: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The ark cannot be an OCFL object id here.
+    ///
+    /// ### Handling
+    /// Not recoverable: the ark was minted or typed wrong.
+    #[error("invalid ark {ark:?}: {reason}")]
+    InvalidArk {
+        /// The ark as given.
+        ark: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// The source directory does not exist or is not a directory.
+    ///
+    /// ### Handling
+    /// Not recoverable: an earlier step did not produce the object's files.
+    #[error("source directory {dir} is missing or not a directory")]
+    SourceMissing {
+        /// The source directory.
+        dir: PathBuf,
+    },
+    /// The source directory holds no file: a version cannot be empty.
+    ///
+    /// ### Handling
+    /// Not recoverable: the job has nothing to store.
+    #[error("source directory {dir} holds no file")]
+    EmptySource {
+        /// The source directory.
+        dir: PathBuf,
+    },
+    /// An entry of the source directory cannot be stored: a symbolic link, a
+    /// special file, or a name that is not UTF-8 or holds a `\`.
+    ///
+    /// ### Handling
+    /// Not recoverable: the producer files must be fixed by an earlier step.
+    #[error("cannot store {path}: {reason}")]
+    UnsupportedEntry {
+        /// The entry on disk.
+        path: PathBuf,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// The object, the version or the logical path does not exist.
+    ///
+    /// ### Handling
+    /// Not recoverable: re-read what exists ([`OcflTarget::versions`]).
+    #[error("not found in object {ark}: {detail}")]
+    NotFound {
+        /// The object's ark.
+        ark: String,
+        /// What was missing, in rocfl's words.
+        detail: String,
+    },
+    /// rocfl's lock on the object is held, by another process sharing the
+    /// root against the rules.
+    ///
+    /// ### Handling
+    /// Recoverable: retry later. A lock file left by a crash is removed the
+    /// next time the target is opened.
+    #[error("object {ark} is locked ({lock_file})")]
+    Busy {
+        /// The object's ark.
+        ark: String,
+        /// rocfl's lock file.
+        lock_file: String,
+    },
+    /// Copying the source files into the staged version failed.
+    ///
+    /// ### Handling
+    /// Recoverable: usually an I/O failure (disk full, unreadable file); the
+    /// staged version was discarded, so a retry starts fresh.
+    #[error("copying files into object {ark} failed: {}", problems.join("; "))]
+    Copy {
+        /// The object's ark.
+        ark: String,
+        /// One line per file that failed, in rocfl's words.
+        problems: Vec<String>,
+    },
+    /// The staged version is not exactly the source directory (rocfl mapped
+    /// a path differently). Nothing was committed.
+    ///
+    /// ### Handling
+    /// Not recoverable: a bug; report it with the paths.
+    #[error("staged version of {ark} differs from the source: missing {missing:?}, unexpected {unexpected:?}")]
+    StagedMismatch {
+        /// The object's ark.
+        ark: String,
+        /// Source files absent from the staged state.
+        missing: Vec<String>,
+        /// Staged paths absent from the source.
+        unexpected: Vec<String>,
+    },
+    /// A disk operation failed.
+    ///
+    /// ### Handling
+    /// Recoverable: retry a bounded number of times, then stop and alert.
+    #[error("I/O error on {context}: {source}")]
+    Io {
+        /// The path or object involved.
+        context: String,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// Any other rocfl failure, e.g. a version directory that already exists
+    /// or a corrupt inventory.
+    ///
+    /// ### Handling
+    /// Not recoverable: the object needs an operator's attention
+    /// ([`OcflTarget::verify`] tells more).
+    #[error("OCFL error on object {ark}: {detail}")]
+    Ocfl {
+        /// The object's ark, or the storage root.
+        ark: String,
+        /// rocfl's message.
+        detail: String,
+    },
+}
+
+impl StorageError {
+    /// Whether retrying the same call may succeed (I/O and lock failures).
+    pub fn is_recoverable(&self) -> bool {
+        matches!(
+            self,
+            StorageError::Busy { .. } | StorageError::Copy { .. } | StorageError::Io { .. }
+        )
+    }
+}
+
+/// The staging directory, at rocfl's default place inside the root, named
+/// here so that [`OcflTarget::open_or_init`] can clear it.
+const STAGING: &str = "extensions/rocfl-staging";
+
+impl OcflTarget {
+    /// Opens the OCFL root at `root`, or creates one (OCFL 1.1, hashed n-tuple
+    /// layout) when `root` is absent or an empty directory.
+    ///
+    /// Opening clears rocfl's staging area: leftovers of a crash, including
+    /// stale lock files.
+    ///
+    /// # Errors
+    ///
+    /// [`StorageError::UnusableRoot`] when `root` is a file, or a non-empty
+    /// directory without an OCFL namaste file or a storage layout;
+    /// [`StorageError::Io`] when the disk fails.
+    pub fn open_or_init(name: &str, root: &Path) -> Result<OcflTarget, StorageError> {
+        let staging = root.join(STAGING);
+        let repo = if is_absent_or_empty(root)? {
+            init_repo(root, &staging)?
+        } else {
+            check_ocfl_root(root)?;
+            remove_dir_if_present(&staging)?;
+            OcflRepo::fs_repo(root, Some(&staging)).map_err(|e| root_error(root, e))?
+        };
+        Ok(OcflTarget {
+            name: name.to_string(),
+            root: root.to_path_buf(),
+            repo,
+            arks: ArkLocks::default(),
+        })
+    }
+
+    /// The target's name, as configured.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The storage root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Stores the files under `source_dir` as the next version of `ark`:
+    /// version 1 when the object does not exist, else a new version whose
+    /// state is exactly the files of `source_dir` (files absent from it are
+    /// not in the new version; unchanged content is deduplicated by OCFL).
+    ///
+    /// Logical paths are relative to `source_dir`, `/`-separated. A store of
+    /// an ark waits for a running store of the same ark.
+    ///
+    /// # Errors
+    ///
+    /// See [`StorageError`]; on every error, the staged version is discarded
+    /// and nothing is committed, so the call can be retried as is.
+    ///
+    /// # Cautions
+    ///
+    /// When rocfl reports an error *after* the version was moved into place
+    /// (e.g. while clearing the staging area), the version is kept and the
+    /// call succeeds: the object's head is re-read to tell.
+    pub fn store_version(
+        &self,
+        ark: &str,
+        source_dir: &Path,
+        meta: &VersionMeta,
+    ) -> Result<StoredVersion, StorageError> {
+        check_ark(ark)?;
+        let sources = list_source(source_dir)?;
+        let _guard = self.arks.lock(ark);
+        self.discard_staged(ark)?;
+        let current = self.head(ark)?;
+        let staged = self
+            .stage(ark, source_dir, &sources, current.is_some())
+            .and_then(|()| self.staged_files(ark, source_dir, &sources));
+        let files = match staged {
+            Ok(files) => files,
+            Err(e) => return Err(self.discard_after(ark, e)),
+        };
+        let version = current.map_or(1, |v| v + 1);
+        self.commit(ark, meta, version)?;
+        Ok(StoredVersion {
+            ark: ark.to_string(),
+            version,
+            files,
+            object_root: self.object_root(ark)?,
+        })
+    }
+
+    /// Validates the object, including the fixity of every content file.
+    ///
+    /// # Errors
+    ///
+    /// [`StorageError::NotFound`] when the object does not exist; a
+    /// damaged object is not an error but a report with `ok: false`.
+    pub fn verify(&self, ark: &str) -> Result<FixityReport, StorageError> {
+        check_ark(ark)?;
+        if self.head(ark)?.is_none() {
+            return Err(not_found(ark));
+        }
+        let result = self
+            .repo
+            .validate_object(ark, true)
+            .map_err(|e| rocfl_error(ark, e))?;
+        let problems: Vec<String> = result
+            .errors()
+            .iter()
+            .map(|e| format!("{}: {}", e.code, e.text))
+            .collect();
+        let warnings = result
+            .warnings()
+            .iter()
+            .map(|w| format!("{}: {}", w.code, w.text))
+            .collect();
+        Ok(FixityReport {
+            ok: problems.is_empty(),
+            problems,
+            warnings,
+        })
+    }
+
+    /// The object's version numbers, ascending.
+    ///
+    /// # Errors
+    ///
+    /// [`StorageError::NotFound`] when the object does not exist.
+    pub fn versions(&self, ark: &str) -> Result<Vec<u32>, StorageError> {
+        check_ark(ark)?;
+        let versions = self
+            .repo
+            .list_object_versions(ark)
+            .map_err(|e| rocfl_error(ark, e))?;
+        Ok(versions.iter().map(|v| v.version_num.number).collect())
+    }
+
+    /// The content of `logical_path` in `version` of the object (the head
+    /// version when `None`), read whole into memory.
+    ///
+    /// # Errors
+    ///
+    /// [`StorageError::NotFound`] when the object, the version or the path
+    /// does not exist.
+    pub fn read_file(
+        &self,
+        ark: &str,
+        version: Option<u32>,
+        logical_path: &str,
+    ) -> Result<Vec<u8>, StorageError> {
+        check_ark(ark)?;
+        let version = match version {
+            None => VersionRef::Head,
+            Some(v) => VersionRef::try_from(v).map_err(|e| rocfl_error(ark, e))?,
+        };
+        let path = LogicalPath::try_from(logical_path).map_err(|e| rocfl_error(ark, e))?;
+        let mut content = Vec::new();
+        self.repo
+            .get_object_file(ark, &path, version, &mut content)
+            .map_err(|e| rocfl_error(ark, e))?;
+        Ok(content)
+    }
+
+    /// The head version number of the object, `None` when it does not exist.
+    fn head(&self, ark: &str) -> Result<Option<u32>, StorageError> {
+        match self.repo.get_object_details(ark, VersionRef::Head) {
+            Ok(details) => Ok(Some(details.version_details.version_num.number)),
+            Err(RocflError::NotFound(_)) => Ok(None),
+            Err(e) => Err(rocfl_error(ark, e)),
+        }
+    }
+
+    fn object_root(&self, ark: &str) -> Result<PathBuf, StorageError> {
+        let details = self
+            .repo
+            .get_object_details(ark, VersionRef::Head)
+            .map_err(|e| rocfl_error(ark, e))?;
+        Ok(self.root.join(details.object_root))
+    }
+
+    /// Builds the new version in staging: a new object, or the head version
+    /// emptied, then every source file copied in.
+    fn stage(
+        &self,
+        ark: &str,
+        source_dir: &Path,
+        sources: &[SourceFile],
+        exists: bool,
+    ) -> Result<(), StorageError> {
+        let started = if exists {
+            self.repo.remove_files(ark, &["*"], true)
+        } else {
+            self.repo
+                .create_object(ark, None, DigestAlgorithm::Sha512, "content", 0)
+        };
+        started.map_err(|e| rocfl_error(ark, e))?;
+        // rocfl maps each top-level entry to a logical path relative to its
+        // parent when the destination is the root directory (which always
+        // exists), so `source_dir` itself never appears in the paths.
+        self.repo
+            .copy_files_external(ark, &top_level(source_dir, sources), "/", true)
+            .map_err(|e| rocfl_error(ark, e))
+    }
+
+    /// The staged state as stored files, checked to be exactly `sources`.
+    fn staged_files(
+        &self,
+        ark: &str,
+        source_dir: &Path,
+        sources: &[SourceFile],
+    ) -> Result<Vec<StoredFile>, StorageError> {
+        let staged = self
+            .repo
+            .get_staged_object(ark)
+            .map_err(|e| rocfl_error(ark, e))?;
+        let digests: BTreeMap<String, String> = staged
+            .state
+            .iter()
+            .map(|(path, details)| (path.to_string(), details.digest.to_string()))
+            .collect();
+        check_same_paths(ark, sources, &digests)?;
+        let sha512_known = staged.digest_algorithm == DigestAlgorithm::Sha512;
+        sources
+            .iter()
+            .map(|source| {
+                let sha512 = match digests.get(&source.logical_path) {
+                    Some(digest) if sha512_known => digest.clone(),
+                    // An object made elsewhere with another algorithm.
+                    _ => sha512_file(&source_dir.join(&source.logical_path))?,
+                };
+                Ok(StoredFile {
+                    logical_path: source.logical_path.clone(),
+                    size: source.size,
+                    sha512,
+                })
+            })
+            .collect()
+    }
+
+    /// Commits the staged version, resolving an error by re-reading the head.
+    fn commit(&self, ark: &str, meta: &VersionMeta, version: u32) -> Result<(), StorageError> {
+        let result = commit_meta(meta).and_then(|m| self.repo.commit(ark, m, None, false));
+        let Err(e) = result else {
+            return Ok(());
+        };
+        let e = self.discard_after(ark, rocfl_error(ark, e));
+        match self.head(ark) {
+            Ok(Some(head)) if head == version => {
+                tracing::warn!(ark, version, error = %e, "OCFL commit reported an error after the version was written; keeping it");
+                Ok(())
+            }
+            _ => Err(e),
+        }
+    }
+
+    /// Drops the ark's staged version, if any.
+    fn discard_staged(&self, ark: &str) -> Result<(), StorageError> {
+        self.repo.reset_all(ark).map_err(|e| rocfl_error(ark, e))
+    }
+
+    /// Drops the ark's staged version after `error`, which is returned; a
+    /// failure to drop it is logged (the next store drops it first anyway).
+    fn discard_after(&self, ark: &str, error: StorageError) -> StorageError {
+        if let Err(cleanup) = self.discard_staged(ark) {
+            tracing::warn!(ark, error = %cleanup, "could not discard the staged OCFL version");
+        }
+        error
+    }
+}
+
+/// A file found under the source directory.
+#[derive(Debug)]
+struct SourceFile {
+    logical_path: String,
+    size: u64,
+}
+
+/// Every regular file under `dir`, sorted by logical path.
+fn list_source(dir: &Path) -> Result<Vec<SourceFile>, StorageError> {
+    if !dir.is_dir() {
+        return Err(StorageError::SourceMissing {
+            dir: dir.to_path_buf(),
+        });
+    }
+    let mut files = Vec::new();
+    let mut pending = vec![(dir.to_path_buf(), String::new())];
+    while let Some((path, prefix)) = pending.pop() {
+        for entry in fs::read_dir(&path).map_err(|e| io_error(&path, e))? {
+            let entry = entry.map_err(|e| io_error(&path, e))?;
+            let logical_path = format!("{prefix}{}", entry_name(&entry.path())?);
+            let meta = entry.metadata().map_err(|e| io_error(&entry.path(), e))?;
+            if meta.is_dir() {
+                pending.push((entry.path(), format!("{logical_path}/")));
+            } else if meta.is_file() {
+                let size = meta.len();
+                files.push(SourceFile { logical_path, size });
+            } else {
+                return Err(unsupported(
+                    &entry.path(),
+                    "not a regular file or directory",
+                ));
+            }
+        }
+    }
+    if files.is_empty() {
+        return Err(StorageError::EmptySource {
+            dir: dir.to_path_buf(),
+        });
+    }
+    files.sort_by(|a, b| a.logical_path.cmp(&b.logical_path));
+    Ok(files)
+}
+
+/// The entry's file name as one logical path segment.
+fn entry_name(path: &Path) -> Result<&str, StorageError> {
+    let name = path.file_name().and_then(|n| n.to_str());
+    match name {
+        None => Err(unsupported(path, "the name is not UTF-8")),
+        // rocfl turns `\` into `/`, which would change the path.
+        Some(name) if name.contains('\\') => Err(unsupported(path, "the name holds a `\\`")),
+        Some(name) => Ok(name),
+    }
+}
+
+/// The distinct top-level entries of `sources`, as paths under `source_dir`.
+fn top_level(source_dir: &Path, sources: &[SourceFile]) -> Vec<PathBuf> {
+    let tops: BTreeSet<&str> = sources
+        .iter()
+        .filter_map(|s| s.logical_path.split('/').next())
+        .collect();
+    tops.into_iter().map(|top| source_dir.join(top)).collect()
+}
+
+fn check_same_paths(
+    ark: &str,
+    sources: &[SourceFile],
+    staged: &BTreeMap<String, String>,
+) -> Result<(), StorageError> {
+    let expected: HashSet<&str> = sources.iter().map(|s| s.logical_path.as_str()).collect();
+    let missing: Vec<String> = sources
+        .iter()
+        .filter(|s| !staged.contains_key(&s.logical_path))
+        .map(|s| s.logical_path.clone())
+        .collect();
+    let unexpected: Vec<String> = staged
+        .keys()
+        .filter(|path| !expected.contains(path.as_str()))
+        .cloned()
+        .collect();
+    if missing.is_empty() && unexpected.is_empty() {
+        return Ok(());
+    }
+    Err(StorageError::StagedMismatch {
+        ark: ark.to_string(),
+        missing,
+        unexpected,
+    })
+}
+
+fn sha512_file(path: &Path) -> Result<String, StorageError> {
+    let mut file = File::open(path).map_err(|e| io_error(path, e))?;
+    let mut hasher = Sha512::new();
+    io::copy(&mut file, &mut hasher).map_err(|e| io_error(path, e))?;
+    Ok(hex::encode(hasher.finalize()))
+}
+
+fn commit_meta(meta: &VersionMeta) -> Result<CommitMeta, RocflError> {
+    Ok(CommitMeta::new()
+        .with_user(Some(meta.user_name.clone()), meta.user_address.clone())?
+        .with_message(Some(meta.message.clone()))
+        .with_created(Some(meta.created.with_timezone(&Local))))
+}
+
+/// Refuses arks rocfl would silently change (it trims object ids) or that
+/// cannot be an id.
+fn check_ark(ark: &str) -> Result<(), StorageError> {
+    let reason = if ark.is_empty() {
+        "it is empty"
+    } else if ark.trim() != ark {
+        "it has leading or trailing white space"
+    } else if ark.chars().any(char::is_control) {
+        "it holds a control character"
+    } else {
+        return Ok(());
+    };
+    Err(StorageError::InvalidArk {
+        ark: ark.to_string(),
+        reason: reason.to_string(),
+    })
+}
+
+fn is_absent_or_empty(root: &Path) -> Result<bool, StorageError> {
+    match fs::read_dir(root) {
+        Ok(mut entries) => Ok(entries.next().is_none()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(true),
+        Err(_) if root.exists() && !root.is_dir() => Err(unusable(root, "it is not a directory")),
+        Err(e) => Err(io_error(root, e)),
+    }
+}
+
+fn init_repo(root: &Path, staging: &Path) -> Result<OcflRepo, StorageError> {
+    let layout = StorageLayout::new(LayoutExtensionName::HashedNTupleLayout, None)
+        .map_err(|e| root_error(root, e))?;
+    OcflRepo::init_fs_repo(root, Some(staging), SpecVersion::Ocfl1_1, Some(layout))
+        .map_err(|e| root_error(root, e))
+}
+
+/// rocfl opens any directory as a repository, so the namaste file and the
+/// layout (without which no object can be created) are checked here.
+fn check_ocfl_root(root: &Path) -> Result<(), StorageError> {
+    let mut has_namaste = false;
+    for entry in fs::read_dir(root).map_err(|e| io_error(root, e))? {
+        let entry = entry.map_err(|e| io_error(root, e))?;
+        has_namaste |= entry.file_name().to_string_lossy().starts_with("0=ocfl_1.");
+    }
+    if !has_namaste {
+        return Err(unusable(
+            root,
+            "not empty and no OCFL namaste file (0=ocfl_1.x)",
+        ));
+    }
+    if !root.join("ocfl_layout.json").is_file() {
+        return Err(unusable(
+            root,
+            "the OCFL root has no storage layout (ocfl_layout.json)",
+        ));
+    }
+    Ok(())
+}
+
+fn remove_dir_if_present(dir: &Path) -> Result<(), StorageError> {
+    match fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_error(dir, e)),
+        _ => Ok(()),
+    }
+}
+
+fn rocfl_error(ark: &str, error: RocflError) -> StorageError {
+    let ark = ark.to_string();
+    match error {
+        RocflError::NotFound(detail) => StorageError::NotFound { ark, detail },
+        RocflError::LockAcquire(_, lock_file) => StorageError::Busy { ark, lock_file },
+        RocflError::CopyMoveError(problems) => StorageError::Copy {
+            ark,
+            problems: problems.0,
+        },
+        RocflError::Io(source) => StorageError::Io {
+            context: format!("object {ark}"),
+            source,
+        },
+        other => StorageError::Ocfl {
+            ark,
+            detail: other.to_string(),
+        },
+    }
+}
+
+fn root_error(root: &Path, error: RocflError) -> StorageError {
+    match error {
+        RocflError::Io(source) => io_error(root, source),
+        other => unusable(root, &other.to_string()),
+    }
+}
+
+fn not_found(ark: &str) -> StorageError {
+    StorageError::NotFound {
+        ark: ark.to_string(),
+        detail: format!("Object {ark}"),
+    }
+}
+
+fn unusable(dir: &Path, reason: &str) -> StorageError {
+    StorageError::UnusableRoot {
+        dir: dir.to_path_buf(),
+        reason: reason.to_string(),
+    }
+}
+
+fn unsupported(path: &Path, reason: &str) -> StorageError {
+    StorageError::UnsupportedEntry {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    }
+}
+
+fn io_error(path: &Path, source: io::Error) -> StorageError {
+    StorageError::Io {
+        context: path.display().to_string(),
+        source,
+    }
+}
+
+/// The arks being stored, so that two stores of one ark run one after the
+/// other. The set holds only the arks in progress, so it stays small.
+#[derive(Default)]
+struct ArkLocks {
+    busy: Mutex<HashSet<String>>,
+    freed: Condvar,
+}
+
+struct ArkGuard<'a> {
+    locks: &'a ArkLocks,
+    ark: String,
+}
+
+impl ArkLocks {
+    fn lock(&self, ark: &str) -> ArkGuard<'_> {
+        // A panic while the set is locked cannot leave it inconsistent (each
+        // guard removes its own ark on drop), so poisoning is ignored.
+        let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
+        while busy.contains(ark) {
+            busy = self
+                .freed
+                .wait(busy)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        busy.insert(ark.to_string());
+        ArkGuard {
+            locks: self,
+            ark: ark.to_string(),
+        }
+    }
+}
+
+impl Drop for ArkGuard<'_> {
+    fn drop(&mut self) {
+        let mut busy = self
+            .locks
+            .busy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        busy.remove(&self.ark);
+        self.locks.freed.notify_all();
+    }
+}

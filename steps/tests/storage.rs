@@ -1,0 +1,957 @@
+//! OCFL storage targets and the object inventory.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::Path;
+
+use chrono::{TimeZone, Utc};
+use ingest_steps::inventory::{
+    Inventory, InventoryError, InventoryFile, ObjectVersionRecord, RecordOutcome,
+};
+use ingest_steps::ocfl::{OcflTarget, StorageError, StoredVersion, VersionMeta};
+use sha2::{Digest, Sha512};
+use tempfile::TempDir;
+
+// ---------------------------------------------------------------- helpers
+
+/// Writes `files` (logical path, content) under `dir`.
+fn write_tree(dir: &Path, files: &[(&str, &str)]) {
+    for (path, content) in files {
+        let path = dir.join(path);
+        fs::create_dir_all(path.parent().expect("a parent")).expect("create dirs");
+        fs::write(&path, content).expect("write file");
+    }
+}
+
+/// A fresh source directory holding `files`.
+fn source(files: &[(&str, &str)]) -> TempDir {
+    let dir = TempDir::new().expect("temp dir");
+    write_tree(dir.path(), files);
+    dir
+}
+
+fn meta(message: &str) -> VersionMeta {
+    VersionMeta {
+        user_name: "Ingest Tester".into(),
+        user_address: Some("mailto:tester@example.org".into()),
+        message: message.into(),
+        created: Utc
+            .with_ymd_and_hms(2024, 5, 6, 7, 8, 9)
+            .single()
+            .expect("a valid time"),
+    }
+}
+
+fn sha512(content: &str) -> String {
+    hex::encode(Sha512::digest(content.as_bytes()))
+}
+
+/// The stored version's files as (path, size, sha512 of the expected content).
+fn listing(stored: &StoredVersion) -> Vec<(String, u64, String)> {
+    stored
+        .files
+        .iter()
+        .map(|f| (f.logical_path.clone(), f.size, f.sha512.clone()))
+        .collect()
+}
+
+fn expected_listing(files: &[(&str, &str)]) -> Vec<(String, u64, String)> {
+    let mut listing: Vec<_> = files
+        .iter()
+        .map(|(p, c)| (p.to_string(), c.len() as u64, sha512(c)))
+        .collect();
+    listing.sort();
+    listing
+}
+
+fn read(target: &OcflTarget, ark: &str, version: Option<u32>, path: &str) -> String {
+    let content = target
+        .read_file(ark, version, path)
+        .expect("read the file back");
+    String::from_utf8(content).expect("UTF-8 content")
+}
+
+fn target() -> (TempDir, OcflTarget) {
+    let root = TempDir::new().expect("temp dir");
+    let target =
+        OcflTarget::open_or_init("local", &root.path().join("ocfl")).expect("open a target");
+    (root, target)
+}
+
+/// The objects with a staged (uncommitted) version, read with rocfl itself.
+fn staged_objects(root: &Path) -> usize {
+    let repo = rocfl::ocfl::OcflRepo::fs_repo(root, None).expect("open with rocfl");
+    let staged = repo
+        .list_staged_objects(None)
+        .expect("list staged objects")
+        .count();
+    staged
+}
+
+const ARK: &str = "ark:/99999/fk4abc123";
+
+const V1: &[(&str, &str)] = &[
+    ("producer/mets.xml", "<mets/>"),
+    ("producer/data/a.txt", "alpha"),
+    ("producer/data/deep/b.txt", "bravo"),
+    ("readme.txt", "hello"),
+];
+
+// ------------------------------------------------------------ OCFL target
+
+#[test]
+fn ocfl_target_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<OcflTarget>();
+}
+
+#[test]
+fn v1_stores_nested_files_reads_back_and_verifies() {
+    let (_root, target) = target();
+    let src = source(V1);
+
+    let stored = target.store_version(ARK, src.path(), &meta("v1")).unwrap();
+
+    assert_eq!(stored.ark, ARK);
+    assert_eq!(stored.version, 1);
+    assert_eq!(listing(&stored), expected_listing(V1));
+    assert!(stored.object_root.join("inventory.json").is_file());
+    assert!(stored.object_root.starts_with(target.root()));
+    assert_eq!(target.versions(ARK).unwrap(), vec![1]);
+    assert_eq!(
+        read(&target, ARK, None, "producer/data/deep/b.txt"),
+        "bravo"
+    );
+    assert_eq!(read(&target, ARK, Some(1), "readme.txt"), "hello");
+    let report = target.verify(ARK).unwrap();
+    assert!(report.ok, "{report:?}");
+    assert_eq!(report.problems, Vec::<String>::new());
+}
+
+#[test]
+fn version_meta_is_written_to_the_inventory() {
+    let (_root, target) = target();
+    let src = source(V1);
+    let stored = target
+        .store_version(ARK, src.path(), &meta("batch bid1 job jid1"))
+        .unwrap();
+
+    let inventory: serde_json::Value =
+        serde_json::from_slice(&fs::read(stored.object_root.join("inventory.json")).unwrap())
+            .unwrap();
+    let v1 = &inventory["versions"]["v1"];
+    assert_eq!(inventory["id"], ARK);
+    assert_eq!(inventory["digestAlgorithm"], "sha512");
+    assert_eq!(v1["message"], "batch bid1 job jid1");
+    assert_eq!(v1["user"]["name"], "Ingest Tester");
+    assert_eq!(v1["user"]["address"], "mailto:tester@example.org");
+    let created = chrono::DateTime::parse_from_rfc3339(v1["created"].as_str().unwrap()).unwrap();
+    assert_eq!(created, Utc.with_ymd_and_hms(2024, 5, 6, 7, 8, 9).unwrap());
+}
+
+#[test]
+fn v2_replaces_the_state_and_keeps_v1_readable() {
+    let (_root, target) = target();
+    target
+        .store_version(ARK, source(V1).path(), &meta("v1"))
+        .unwrap();
+    // a.txt changed, b.txt removed, mets.xml and readme.txt unchanged, c.txt new.
+    let v2_files: &[(&str, &str)] = &[
+        ("producer/mets.xml", "<mets/>"),
+        ("producer/data/a.txt", "alpha, revised"),
+        ("producer/data/c.txt", "charlie"),
+        ("readme.txt", "hello"),
+    ];
+
+    let stored = target
+        .store_version(ARK, source(v2_files).path(), &meta("v2"))
+        .unwrap();
+
+    assert_eq!(stored.version, 2);
+    assert_eq!(listing(&stored), expected_listing(v2_files));
+    assert_eq!(target.versions(ARK).unwrap(), vec![1, 2]);
+    assert_eq!(
+        read(&target, ARK, None, "producer/data/a.txt"),
+        "alpha, revised"
+    );
+    assert_eq!(
+        read(&target, ARK, Some(2), "producer/data/c.txt"),
+        "charlie"
+    );
+    assert!(matches!(
+        target.read_file(ARK, Some(2), "producer/data/deep/b.txt"),
+        Err(StorageError::NotFound { .. })
+    ));
+    assert_eq!(read(&target, ARK, Some(1), "producer/data/a.txt"), "alpha");
+    assert_eq!(
+        read(&target, ARK, Some(1), "producer/data/deep/b.txt"),
+        "bravo"
+    );
+    // Unchanged files are not copied again: v2's content holds only the new bytes.
+    let v2_content = stored.object_root.join("v2/content");
+    assert!(v2_content.join("producer/data/a.txt").is_file());
+    assert!(!v2_content.join("readme.txt").exists());
+    assert!(!v2_content.join("producer/mets.xml").exists());
+    assert!(target.verify(ARK).unwrap().ok);
+}
+
+#[test]
+fn tampered_content_is_reported_naming_the_file() {
+    let (_root, target) = target();
+    let stored = target
+        .store_version(ARK, source(V1).path(), &meta("v1"))
+        .unwrap();
+    let content = stored.object_root.join("v1/content/producer/data/a.txt");
+    fs::write(&content, "alpha, corrupted").unwrap();
+
+    let report = target.verify(ARK).unwrap();
+
+    assert!(!report.ok);
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert!(
+        report.problems[0].contains("v1/content/producer/data/a.txt"),
+        "{:?}",
+        report.problems
+    );
+    assert!(
+        report.problems[0].contains("fixity"),
+        "{:?}",
+        report.problems
+    );
+}
+
+#[test]
+fn two_targets_hold_the_same_object() {
+    let root = TempDir::new().unwrap();
+    let one = OcflTarget::open_or_init("one", &root.path().join("one")).unwrap();
+    let two = OcflTarget::open_or_init("two", &root.path().join("two")).unwrap();
+    let src = source(V1);
+
+    let a = one.store_version(ARK, src.path(), &meta("v1")).unwrap();
+    let b = two.store_version(ARK, src.path(), &meta("v1")).unwrap();
+
+    assert_eq!(one.name(), "one");
+    assert_eq!(two.name(), "two");
+    assert_eq!(listing(&a), listing(&b));
+    assert_ne!(a.object_root, b.object_root);
+    assert_eq!(read(&two, ARK, None, "readme.txt"), "hello");
+    assert!(one.verify(ARK).unwrap().ok && two.verify(ARK).unwrap().ok);
+}
+
+#[test]
+fn arks_with_slashes_and_colons_are_distinct_objects() {
+    let (_root, target) = target();
+    let arks = [
+        "ark:/99999/fk4",
+        "ark:/99999/fk4/a",
+        "ark:/99999/fk4:b",
+        "ark:/13030/m5z",
+    ];
+    for ark in arks {
+        let src = source(&[("id.txt", ark)]);
+        target.store_version(ark, src.path(), &meta(ark)).unwrap();
+    }
+    for ark in arks {
+        assert_eq!(read(&target, ark, None, "id.txt"), ark);
+        assert_eq!(target.versions(ark).unwrap(), vec![1]);
+    }
+    // The layout hashes ids: no directory is named after an ark.
+    let layout = fs::read_to_string(target.root().join("ocfl_layout.json")).unwrap();
+    assert!(
+        layout.contains("0004-hashed-n-tuple-storage-layout"),
+        "{layout}"
+    );
+}
+
+#[test]
+fn reopening_a_root_keeps_its_objects() {
+    let root = TempDir::new().unwrap();
+    let dir = root.path().join("ocfl");
+    OcflTarget::open_or_init("local", &dir)
+        .unwrap()
+        .store_version(ARK, source(V1).path(), &meta("v1"))
+        .unwrap();
+
+    let reopened = OcflTarget::open_or_init("local", &dir).unwrap();
+
+    assert_eq!(reopened.versions(ARK).unwrap(), vec![1]);
+    let stored = reopened
+        .store_version(ARK, source(V1).path(), &meta("v2"))
+        .unwrap();
+    assert_eq!(stored.version, 2);
+}
+
+#[test]
+fn an_empty_existing_directory_becomes_a_root() {
+    let root = TempDir::new().unwrap();
+    let target = OcflTarget::open_or_init("local", root.path()).unwrap();
+    target
+        .store_version(ARK, source(V1).path(), &meta("v1"))
+        .unwrap();
+    assert!(root.path().join("0=ocfl_1.1").is_file());
+}
+
+#[test]
+fn a_non_ocfl_directory_is_refused_naming_it() {
+    let root = TempDir::new().unwrap();
+    fs::write(root.path().join("notes.txt"), "not OCFL").unwrap();
+
+    let Err(error) = OcflTarget::open_or_init("local", root.path()) else {
+        panic!("a non-OCFL directory was opened");
+    };
+
+    assert!(matches!(&error, StorageError::UnusableRoot { dir, .. } if dir == root.path()));
+    assert!(error
+        .to_string()
+        .contains(&root.path().display().to_string()));
+    assert!(!error.is_recoverable());
+}
+
+#[test]
+fn a_file_or_an_ocfl_root_without_layout_is_refused() {
+    let root = TempDir::new().unwrap();
+    let file = root.path().join("a-file");
+    fs::write(&file, "not a directory").unwrap();
+    let no_layout = root.path().join("no-layout");
+    fs::create_dir(&no_layout).unwrap();
+    fs::write(no_layout.join("0=ocfl_1.1"), "ocfl_1.1\n").unwrap();
+
+    let file_error = OcflTarget::open_or_init("local", &file).err().unwrap();
+    let layout_error = OcflTarget::open_or_init("local", &no_layout).err().unwrap();
+
+    assert!(matches!(&file_error, StorageError::UnusableRoot { dir, .. } if *dir == file));
+    assert!(
+        matches!(&layout_error, StorageError::UnusableRoot { dir, reason } if *dir == no_layout && reason.contains("layout")),
+        "{layout_error}"
+    );
+}
+
+#[test]
+fn a_missing_or_empty_source_is_refused() {
+    let (root, target) = target();
+    let missing = root.path().join("no-such-dir");
+    let empty = TempDir::new().unwrap();
+    fs::create_dir(empty.path().join("only-a-dir")).unwrap();
+
+    let missing_error = target
+        .store_version(ARK, &missing, &meta("v1"))
+        .unwrap_err();
+    let empty_error = target
+        .store_version(ARK, empty.path(), &meta("v1"))
+        .unwrap_err();
+
+    assert!(matches!(&missing_error, StorageError::SourceMissing { dir } if *dir == missing));
+    assert!(!missing_error.is_recoverable());
+    assert!(matches!(empty_error, StorageError::EmptySource { .. }));
+    assert!(matches!(
+        target.versions(ARK),
+        Err(StorageError::NotFound { .. })
+    ));
+}
+
+#[test]
+fn a_symbolic_link_in_the_source_is_refused() {
+    let (_root, target) = target();
+    let src = source(V1);
+    std::os::unix::fs::symlink("/etc/hostname", src.path().join("link")).unwrap();
+
+    let error = target
+        .store_version(ARK, src.path(), &meta("v1"))
+        .unwrap_err();
+
+    assert!(
+        matches!(&error, StorageError::UnsupportedEntry { path, .. } if path.ends_with("link"))
+    );
+    assert!(matches!(
+        target.versions(ARK),
+        Err(StorageError::NotFound { .. })
+    ));
+}
+
+#[test]
+fn invalid_arks_are_refused() {
+    let (_root, target) = target();
+    for ark in ["", " ark:/99999/fk4x", "ark:/99999/fk4x\n"] {
+        let error = target
+            .store_version(ark, source(V1).path(), &meta("v1"))
+            .unwrap_err();
+        assert!(
+            matches!(error, StorageError::InvalidArk { .. }),
+            "{ark:?}: {error}"
+        );
+    }
+}
+
+#[test]
+fn verify_and_read_of_a_missing_object_are_not_found() {
+    let (_root, target) = target();
+    assert!(matches!(
+        target.verify(ARK),
+        Err(StorageError::NotFound { .. })
+    ));
+    assert!(matches!(
+        target.versions(ARK),
+        Err(StorageError::NotFound { .. })
+    ));
+    assert!(matches!(
+        target.read_file(ARK, None, "readme.txt"),
+        Err(StorageError::NotFound { .. })
+    ));
+}
+
+/// A store whose commit fails halfway (the version directory is in the way)
+/// leaves no staged version, and the retry writes exactly the source.
+#[test]
+fn a_failed_commit_discards_staging_and_the_retry_succeeds() {
+    let (_root, target) = target();
+    let v1 = target
+        .store_version(ARK, source(V1).path(), &meta("v1"))
+        .unwrap();
+    let in_the_way = v1.object_root.join("v2");
+    fs::create_dir(&in_the_way).unwrap();
+    let v2_files: &[(&str, &str)] = &[("readme.txt", "hello again")];
+
+    let error = target
+        .store_version(ARK, source(v2_files).path(), &meta("v2"))
+        .unwrap_err();
+
+    assert!(matches!(error, StorageError::Ocfl { .. }), "{error}");
+    assert_eq!(staged_objects(target.root()), 0);
+    assert_eq!(target.versions(ARK).unwrap(), vec![1]);
+
+    fs::remove_dir(&in_the_way).unwrap();
+    let stored = target
+        .store_version(ARK, source(v2_files).path(), &meta("v2"))
+        .unwrap();
+    assert_eq!(stored.version, 2);
+    assert_eq!(listing(&stored), expected_listing(v2_files));
+    assert!(target.verify(ARK).unwrap().ok);
+}
+
+/// A staged version left behind (an aborted store: a crash, or another tool)
+/// does not leak into the next version.
+#[test]
+fn a_leftover_staged_version_is_discarded() {
+    let (_root, target) = target();
+    target
+        .store_version(ARK, source(V1).path(), &meta("v1"))
+        .unwrap();
+    let junk = source(&[("junk.txt", "left over")]);
+    let repo = rocfl::ocfl::OcflRepo::fs_repo(target.root(), None).unwrap();
+    repo.copy_files_external(ARK, &[junk.path().join("junk.txt")], "junk.txt", false)
+        .unwrap();
+    drop(repo);
+    assert_eq!(staged_objects(target.root()), 1);
+
+    let v2_files: &[(&str, &str)] = &[("readme.txt", "hello")];
+    let stored = target
+        .store_version(ARK, source(v2_files).path(), &meta("v2"))
+        .unwrap();
+
+    assert_eq!(listing(&stored), expected_listing(v2_files));
+    assert!(matches!(
+        target.read_file(ARK, None, "junk.txt"),
+        Err(StorageError::NotFound { .. })
+    ));
+    assert_eq!(staged_objects(target.root()), 0);
+}
+
+/// The same for an object that was never committed: the leftover is a
+/// staged version 1.
+#[test]
+fn a_leftover_staged_new_object_is_discarded() {
+    let (_root, target) = target();
+    let junk = source(&[("junk.txt", "left over")]);
+    let repo = rocfl::ocfl::OcflRepo::fs_repo(target.root(), None).unwrap();
+    repo.create_object(ARK, None, rocfl::ocfl::DigestAlgorithm::Sha256, "data", 3)
+        .unwrap();
+    repo.copy_files_external(ARK, &[junk.path().join("junk.txt")], "junk.txt", false)
+        .unwrap();
+    drop(repo);
+    assert_eq!(staged_objects(target.root()), 1);
+
+    let stored = target
+        .store_version(ARK, source(V1).path(), &meta("v1"))
+        .unwrap();
+
+    assert_eq!(stored.version, 1);
+    assert_eq!(listing(&stored), expected_listing(V1));
+    // The object is ours (sha512, `content`), not the leftover's (sha256, `data`, v001).
+    assert!(stored.object_root.join("v1/content/readme.txt").is_file());
+    assert!(target.verify(ARK).unwrap().ok);
+    assert_eq!(staged_objects(target.root()), 0);
+}
+
+/// Opening a root clears staging left by a crash, including a stale rocfl
+/// lock that would refuse every later change of the object.
+#[test]
+fn opening_clears_a_crashed_stage_and_its_stale_lock() {
+    let root = TempDir::new().unwrap();
+    let dir = root.path().join("ocfl");
+    OcflTarget::open_or_init("local", &dir)
+        .unwrap()
+        .store_version(ARK, source(V1).path(), &meta("v1"))
+        .unwrap();
+    let junk = source(&[("junk.txt", "left over")]);
+    let repo = rocfl::ocfl::OcflRepo::fs_repo(&dir, None).unwrap();
+    repo.copy_files_external(ARK, &[junk.path().join("junk.txt")], "junk.txt", false)
+        .unwrap();
+    let locks = dir.join("extensions/rocfl-staging/extensions/rocfl-locks");
+    fs::write(locks.join("stale.lock"), "").unwrap();
+    drop(repo);
+
+    let target = OcflTarget::open_or_init("local", &dir).unwrap();
+
+    assert_eq!(staged_objects(&dir), 0);
+    assert!(!locks.join("stale.lock").exists());
+    let stored = target
+        .store_version(ARK, source(V1).path(), &meta("v2"))
+        .unwrap();
+    assert_eq!(listing(&stored), expected_listing(V1));
+}
+
+#[test]
+fn different_arks_store_concurrently_and_one_ark_is_serialized() {
+    let (_root, target) = target();
+    let src = source(V1);
+    let arks: Vec<String> = (0..6).map(|i| format!("ark:/99999/fk4t{i}")).collect();
+
+    std::thread::scope(|scope| {
+        for ark in &arks {
+            let (target, src) = (&target, src.path());
+            scope.spawn(move || target.store_version(ark, src, &meta(ark)).unwrap());
+        }
+        for _ in 0..3 {
+            let (target, src) = (&target, src.path());
+            scope.spawn(move || target.store_version(ARK, src, &meta("same")).unwrap());
+        }
+    });
+
+    for ark in &arks {
+        assert_eq!(target.versions(ark).unwrap(), vec![1]);
+        assert!(target.verify(ark).unwrap().ok);
+    }
+    assert_eq!(target.versions(ARK).unwrap(), vec![1, 2, 3]);
+    assert!(target.verify(ARK).unwrap().ok);
+    assert_eq!(staged_objects(target.root()), 0);
+}
+
+// -------------------------------------------------------------- inventory
+
+fn inventory() -> (sled::Db, Inventory) {
+    let db = sled::Config::new()
+        .temporary(true)
+        .open()
+        .expect("open sled");
+    let inventory = Inventory::new(db.open_tree("inventory").expect("open the tree"));
+    (db, inventory)
+}
+
+fn rec(ark: &str, version: u32, collection: &str, local_ids: &[&str]) -> ObjectVersionRecord {
+    ObjectVersionRecord {
+        ark: ark.into(),
+        version,
+        collection: collection.into(),
+        local_ids: local_ids.iter().map(|s| s.to_string()).collect(),
+        files: vec![InventoryFile {
+            path: format!("producer/v{version}.txt"),
+            size: 42,
+            digests: BTreeMap::from([("sha256".to_string(), "ab".repeat(32))]),
+        }],
+        storage_targets: vec!["local".into()],
+        jid: format!("jid000000000{version}"),
+        bid: "bid0000000001".into(),
+        recorded_at: Utc
+            .with_ymd_and_hms(2024, 1, 2, 3, 4, 5)
+            .single()
+            .expect("a valid time"),
+        erc: BTreeMap::from([("what".to_string(), "A title".to_string())]),
+    }
+}
+
+const NEW: RecordOutcome = RecordOutcome { new: true };
+const SAME: RecordOutcome = RecordOutcome { new: false };
+
+#[test]
+fn records_versions_in_order() {
+    let (_db, inv) = inventory();
+    let v1 = rec(ARK, 1, "demo", &["item-1"]);
+    let v2 = rec(ARK, 2, "demo", &["item-1"]);
+
+    assert_eq!(inv.record(&v1).unwrap(), NEW);
+    assert_eq!(inv.record(&v2).unwrap(), NEW);
+
+    assert_eq!(inv.latest(ARK).unwrap(), Some(v2.clone()));
+    assert_eq!(inv.version(ARK, 1).unwrap(), Some(v1.clone()));
+    assert_eq!(inv.version(ARK, 3).unwrap(), None);
+    assert_eq!(inv.versions(ARK).unwrap(), vec![v1, v2]);
+    assert_eq!(inv.latest("ark:/99999/fk4none").unwrap(), None);
+    assert_eq!(inv.versions("ark:/99999/fk4none").unwrap(), vec![]);
+}
+
+#[test]
+fn a_version_gap_is_refused() {
+    let (_db, inv) = inventory();
+    let zero = inv.record(&rec(ARK, 0, "demo", &[])).unwrap_err();
+    let two = inv.record(&rec(ARK, 2, "demo", &[])).unwrap_err();
+    inv.record(&rec(ARK, 1, "demo", &[])).unwrap();
+    let three = inv.record(&rec(ARK, 3, "demo", &["item-9"])).unwrap_err();
+
+    assert!(matches!(
+        zero,
+        InventoryError::VersionGap {
+            version: 0,
+            expected: 1,
+            ..
+        }
+    ));
+    assert!(matches!(
+        two,
+        InventoryError::VersionGap {
+            version: 2,
+            expected: 1,
+            ..
+        }
+    ));
+    assert!(matches!(
+        three,
+        InventoryError::VersionGap {
+            version: 3,
+            expected: 2,
+            ..
+        }
+    ));
+    assert!(!three.is_recoverable());
+    // Nothing of the refused record was written.
+    assert_eq!(inv.by_local_id("demo", "item-9").unwrap(), None);
+    assert_eq!(inv.versions(ARK).unwrap().len(), 1);
+}
+
+#[test]
+fn recording_the_same_version_again_is_idempotent() {
+    let (_db, inv) = inventory();
+    let v1 = rec(ARK, 1, "demo", &["item-1"]);
+    inv.record(&v1).unwrap();
+    let retry = ObjectVersionRecord {
+        recorded_at: Utc.with_ymd_and_hms(2024, 1, 2, 9, 9, 9).unwrap(),
+        ..v1.clone()
+    };
+
+    assert_eq!(inv.record(&v1).unwrap(), SAME);
+    assert_eq!(inv.record(&retry).unwrap(), SAME);
+    assert_eq!(inv.versions(ARK).unwrap(), vec![v1]);
+}
+
+#[test]
+fn a_version_with_different_content_is_refused() {
+    let (_db, inv) = inventory();
+    let v1 = rec(ARK, 1, "demo", &["item-1"]);
+    inv.record(&v1).unwrap();
+    let other = ObjectVersionRecord {
+        jid: "jid0000000099".into(),
+        ..v1.clone()
+    };
+
+    let error = inv.record(&other).unwrap_err();
+
+    assert!(matches!(error, InventoryError::VersionConflict { ref ark, version: 1 } if ark == ARK));
+    assert_eq!(inv.latest(ARK).unwrap(), Some(v1));
+}
+
+#[test]
+fn local_ids_are_per_collection() {
+    let (_db, inv) = inventory();
+    inv.record(&rec("ark:/99999/fk4a", 1, "demo", &["item-1", "item-2"]))
+        .unwrap();
+    inv.record(&rec("ark:/99999/fk4b", 1, "other", &["item-1"]))
+        .unwrap();
+
+    assert_eq!(
+        inv.by_local_id("demo", "item-1").unwrap().as_deref(),
+        Some("ark:/99999/fk4a")
+    );
+    assert_eq!(
+        inv.by_local_id("demo", "item-2").unwrap().as_deref(),
+        Some("ark:/99999/fk4a")
+    );
+    assert_eq!(
+        inv.by_local_id("other", "item-1").unwrap().as_deref(),
+        Some("ark:/99999/fk4b")
+    );
+    assert_eq!(inv.by_local_id("other", "item-2").unwrap(), None);
+    assert_eq!(inv.by_local_id("demo", "item-3").unwrap(), None);
+}
+
+#[test]
+fn a_local_id_bound_to_another_ark_is_refused() {
+    let (_db, inv) = inventory();
+    inv.record(&rec("ark:/99999/fk4a", 1, "demo", &["item-1"]))
+        .unwrap();
+
+    let error = inv
+        .record(&rec("ark:/99999/fk4b", 1, "demo", &["item-2", "item-1"]))
+        .unwrap_err();
+
+    match error {
+        InventoryError::LocalIdConflict {
+            collection,
+            local_id,
+            existing_ark,
+            ark,
+        } => {
+            assert_eq!(
+                (
+                    collection.as_str(),
+                    local_id.as_str(),
+                    existing_ark.as_str(),
+                    ark.as_str()
+                ),
+                ("demo", "item-1", "ark:/99999/fk4a", "ark:/99999/fk4b")
+            );
+        }
+        other => panic!("expected a local id conflict, got {other}"),
+    }
+    // The transaction wrote nothing, not even the first local id.
+    assert_eq!(inv.by_local_id("demo", "item-2").unwrap(), None);
+    assert_eq!(inv.latest("ark:/99999/fk4b").unwrap(), None);
+}
+
+#[test]
+fn arks_that_extend_another_ark_stay_apart() {
+    let (_db, inv) = inventory();
+    inv.record(&rec("ark:/1/a", 1, "demo", &[])).unwrap();
+    inv.record(&rec("ark:/1/a/b", 1, "demo", &[])).unwrap();
+    inv.record(&rec("ark:/1/a/b", 2, "demo", &[])).unwrap();
+
+    assert_eq!(inv.versions("ark:/1/a").unwrap().len(), 1);
+    assert_eq!(inv.latest("ark:/1/a").unwrap().map(|r| r.version), Some(1));
+    assert_eq!(
+        inv.latest("ark:/1/a/b").unwrap().map(|r| r.version),
+        Some(2)
+    );
+}
+
+#[test]
+fn all_arks_pages_through_every_ark_once() {
+    let (_db, inv) = inventory();
+    for ark in ["ark:/1/c", "ark:/1/a", "ark:/1/a/b", "ark:/1/b"] {
+        inv.record(&rec(ark, 1, "demo", &[])).unwrap();
+    }
+    inv.record(&rec("ark:/1/a", 2, "demo", &[])).unwrap();
+
+    let first = inv.all_arks(None, 2).unwrap();
+    let second = inv.all_arks(first.last().map(String::as_str), 2).unwrap();
+    let third = inv.all_arks(second.last().map(String::as_str), 2).unwrap();
+
+    assert_eq!(first, ["ark:/1/a", "ark:/1/a/b"]);
+    assert_eq!(second, ["ark:/1/b", "ark:/1/c"]);
+    assert_eq!(third, Vec::<String>::new());
+    assert_eq!(inv.all_arks(None, 0).unwrap(), Vec::<String>::new());
+}
+
+#[test]
+fn keys_with_a_nul_are_refused() {
+    let (_db, inv) = inventory();
+    let bad_ark = inv.record(&rec("ark:/1/\0x", 1, "demo", &[])).unwrap_err();
+    let bad_collection = inv.record(&rec("ark:/1/x", 1, "de\0mo", &[])).unwrap_err();
+    assert!(matches!(
+        bad_ark,
+        InventoryError::InvalidKey { field: "ark", .. }
+    ));
+    assert!(matches!(
+        bad_collection,
+        InventoryError::InvalidKey {
+            field: "collection",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn records_are_json_readable_by_other_tools() {
+    let (db, inv) = inventory();
+    inv.record(&rec(ARK, 1, "demo", &["item-1"])).unwrap();
+
+    let key = [b"o/".as_slice(), ARK.as_bytes(), b"\0", &1u32.to_be_bytes()].concat();
+    let raw = db
+        .open_tree("inventory")
+        .unwrap()
+        .get(key)
+        .unwrap()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+
+    assert_eq!(json["ark"], ARK);
+    assert_eq!(json["version"], 1);
+    assert_eq!(json["local_ids"][0], "item-1");
+    assert_eq!(json["files"][0]["digests"]["sha256"], "ab".repeat(32));
+    assert_eq!(json["recorded_at"], "2024-01-02T03:04:05Z");
+}
+
+#[test]
+fn everything_survives_reopening_the_database() {
+    let dir = TempDir::new().unwrap();
+    let v1 = rec(ARK, 1, "demo", &["item-1"]);
+    let v2 = rec(ARK, 2, "demo", &["item-1"]);
+    {
+        let db = sled::open(dir.path()).unwrap();
+        let inv = Inventory::new(db.open_tree("inventory").unwrap());
+        inv.record(&v1).unwrap();
+        inv.record(&v2).unwrap();
+        db.flush().unwrap();
+    }
+
+    let db = sled::open(dir.path()).unwrap();
+    let inv = Inventory::new(db.open_tree("inventory").unwrap());
+
+    assert_eq!(inv.versions(ARK).unwrap(), vec![v1, v2.clone()]);
+    assert_eq!(inv.latest(ARK).unwrap(), Some(v2.clone()));
+    assert_eq!(
+        inv.by_local_id("demo", "item-1").unwrap().as_deref(),
+        Some(ARK)
+    );
+    assert_eq!(inv.all_arks(None, 10).unwrap(), [ARK]);
+    assert_eq!(inv.record(&v2).unwrap(), SAME);
+    assert!(matches!(
+        inv.record(&rec(ARK, 4, "demo", &[])),
+        Err(InventoryError::VersionGap { expected: 3, .. })
+    ));
+}
+
+// ------------------------------------------------- inventory model test
+
+mod model {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One attempt to record: indexes into small pools, so that arks, local
+    /// ids and versions collide often.
+    #[derive(Debug, Clone)]
+    struct Attempt {
+        ark: usize,
+        version: u32,
+        collection: usize,
+        local_ids: Vec<usize>,
+        jid: u8,
+    }
+
+    const ARKS: [&str; 3] = ["ark:/1/a", "ark:/1/a/b", "ark:/1/c"];
+    const COLLECTIONS: [&str; 2] = ["demo", "other"];
+    const LOCAL_IDS: [&str; 4] = ["l0", "l1", "l2", "l3"];
+
+    fn attempt() -> impl Strategy<Value = Attempt> {
+        (
+            0..ARKS.len(),
+            0u32..5,
+            0..COLLECTIONS.len(),
+            prop::collection::vec(0..LOCAL_IDS.len(), 0..3),
+            0u8..2,
+        )
+            .prop_map(|(ark, version, collection, local_ids, jid)| Attempt {
+                ark,
+                version,
+                collection,
+                local_ids,
+                jid,
+            })
+    }
+
+    fn to_record(a: &Attempt) -> ObjectVersionRecord {
+        let local_ids: Vec<&str> = a.local_ids.iter().map(|i| LOCAL_IDS[*i]).collect();
+        ObjectVersionRecord {
+            jid: format!("jid{}", a.jid),
+            ..rec(
+                ARKS[a.ark],
+                a.version,
+                COLLECTIONS[a.collection],
+                &local_ids,
+            )
+        }
+    }
+
+    /// What the inventory should hold: the rules of `record`, written plainly.
+    #[derive(Default)]
+    struct Model {
+        versions: BTreeMap<String, Vec<ObjectVersionRecord>>,
+        local_ids: BTreeMap<(String, String), String>,
+    }
+
+    impl Model {
+        /// `Ok(new)` or the name of the expected error.
+        fn record(&mut self, r: &ObjectVersionRecord) -> Result<bool, &'static str> {
+            let versions = self.versions.entry(r.ark.clone()).or_default();
+            if let Some(existing) = versions.get(r.version.wrapping_sub(1) as usize) {
+                return if existing == r {
+                    Ok(false)
+                } else {
+                    Err("conflict")
+                };
+            }
+            if r.version as usize != versions.len() + 1 {
+                return Err("gap");
+            }
+            for id in &r.local_ids {
+                match self.local_ids.get(&(r.collection.clone(), id.clone())) {
+                    Some(bound) if *bound != r.ark => return Err("local id"),
+                    _ => {}
+                }
+            }
+            for id in &r.local_ids {
+                self.local_ids
+                    .insert((r.collection.clone(), id.clone()), r.ark.clone());
+            }
+            versions.push(r.clone());
+            Ok(true)
+        }
+    }
+
+    fn outcome(result: Result<RecordOutcome, InventoryError>) -> Result<bool, &'static str> {
+        match result {
+            Ok(outcome) => Ok(outcome.new),
+            Err(InventoryError::VersionConflict { .. }) => Err("conflict"),
+            Err(InventoryError::VersionGap { .. }) => Err("gap"),
+            Err(InventoryError::LocalIdConflict { .. }) => Err("local id"),
+            Err(other) => panic!("unexpected error {other}"),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn by_local_id_stays_consistent_with_the_records(attempts in prop::collection::vec(attempt(), 1..40)) {
+            let (_db, inv) = inventory();
+            let mut model = Model::default();
+
+            for a in &attempts {
+                let r = to_record(a);
+                prop_assert_eq!(outcome(inv.record(&r)), model.record(&r), "{:?}", a);
+            }
+
+            for collection in COLLECTIONS {
+                for id in LOCAL_IDS {
+                    let expected = model.local_ids.get(&(collection.to_string(), id.to_string()));
+                    let ark = inv.by_local_id(collection, id).unwrap();
+                    prop_assert_eq!(ark.as_ref(), expected, "{} {}", collection, id);
+                    // Every bound ark has a record naming the local id in that collection.
+                    if let Some(ark) = ark {
+                        let named = inv.versions(&ark).unwrap().iter().any(|r| {
+                            r.collection == collection && r.local_ids.iter().any(|l| l == id)
+                        });
+                        prop_assert!(named, "{} {} -> {}", collection, id, ark);
+                    }
+                }
+            }
+            let mut arks = BTreeSet::new();
+            for ark in ARKS {
+                let expected = model.versions.get(ark).cloned().unwrap_or_default();
+                if !expected.is_empty() {
+                    arks.insert(ark.to_string());
+                }
+                prop_assert_eq!(inv.versions(ark).unwrap(), expected);
+            }
+            let listed: BTreeSet<String> = inv.all_arks(None, 10).unwrap().into_iter().collect();
+            prop_assert_eq!(listed, arks);
+        }
+    }
+}
