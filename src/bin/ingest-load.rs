@@ -1,0 +1,1157 @@
+//! `ingest-load`: the load driver behind `tools/load`.
+//!
+//! For each worker count W it starts a fresh `ingest serve` (its own data
+//! directory and ZooKeeper root, no in-process daemons: the engine, the
+//! projector and the API only) and W `ingest worker` processes running every
+//! daemon a job needs on its way to Completed, with simulated steps of zero
+//! duration. It submits N batches of M jobs as fast as it can, waits until
+//! every job and batch is Completed, and measures from the server's own
+//! clock: each job's latency is the time of its `-> Completed` event minus
+//! the time of its batch's `BatchSubmitted` event (both from
+//! `GET /batches/{bid}/history`), and the throughput is the number of jobs
+//! over the span from the first `BatchSubmitted` to the last `-> Completed`.
+//!
+//! Besides the table it reports, per round, the walk alone (leaving Pending
+//! to Completed, without the wait behind the rest of the burst), events per
+//! job, ZooKeeper requests per job (`mntr`), the projector's largest lag
+//! (`/metrics`), the CPU seconds of the server, the workers and ZooKeeper,
+//! refused worker reports and WARN/ERROR lines in the logs.
+//!
+//! ZooKeeper is not started here: `tools/load` starts a private one and
+//! passes `--zk`. Every child is killed when its round ends, when the run
+//! fails, on Ctrl-C and on SIGTERM (the children are `kill_on_drop`); their
+//! pids are also written to `WORK_DIR/pids` so that `tools/load` can clean up
+//! after a driver that was killed outright.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use chrono::{DateTime, Utc};
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::{json, Value};
+use tokio::process::{Child, Command};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+/// The daemons each worker runs for jobs (with `--tasks` tasks each).
+const JOB_DAEMONS: [&str; 8] = [
+    "job_pending",
+    "estimating",
+    "provisioning",
+    "downloading",
+    "processing",
+    "storing",
+    "recording",
+    "notify",
+];
+/// The batch daemons each worker runs (one task each: a batch is one
+/// command, and each task lists every batch on each look).
+const BATCH_DAEMONS: [&str; 2] = ["batch_pending", "batch_reporting"];
+/// The most submissions in flight at once.
+const SUBMIT_CONCURRENCY: usize = 16;
+/// How often the driver looks at `GET /status`.
+const POLL: Duration = Duration::from_millis(200);
+/// How many log lines an error shows.
+const TAIL_LINES: usize = 30;
+
+/// Drives `ingest serve` and `ingest worker` processes through a load test.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "ingest-load",
+    about = "Submit N batches of M jobs with zero-duration simulated steps and measure jobs/s and submission-to-Completed latency for several worker counts.",
+    after_help = "Usually run through tools/load, which builds the binaries and starts a private ZooKeeper."
+)]
+struct Args {
+    /// ZooKeeper connect string (host:port).
+    #[arg(long, value_name = "HOSTS")]
+    zk: String,
+    /// The ZooKeeper server's pid, to account for its CPU time.
+    #[arg(long, value_name = "PID")]
+    zk_pid: Option<u32>,
+    /// The `ingest` binary [default: `ingest` next to this program].
+    #[arg(long, value_name = "PATH")]
+    ingest: Option<PathBuf>,
+    /// Batches to submit per round.
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    batches: usize,
+    /// Jobs per batch (inline manifest lines).
+    #[arg(long, default_value_t = 50, value_name = "M")]
+    jobs: usize,
+    /// Worker process counts, one round each, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,2,4",
+        value_name = "LIST"
+    )]
+    workers: Vec<usize>,
+    /// Tasks per job daemon in each worker (batch daemons run one task). With
+    /// zero-duration steps a task spends its time on its report's round trip
+    /// and on waiting, lock held, for the projection to show the job's new
+    /// state, so one task per daemon leaves the engine idle; on 2 cores one
+    /// worker got faster up to 4 tasks and no faster beyond, while every
+    /// task is one more ZooKeeper watcher re-listing its queue.
+    #[arg(long, default_value_t = 4, value_name = "T")]
+    tasks: u32,
+    /// Duration of each simulated step, in milliseconds.
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    step_ms: u64,
+    /// Give up on a round after this many seconds.
+    #[arg(long, default_value_t = 600, value_name = "SECS")]
+    timeout: u64,
+    /// Give up on a round when nothing moves for this many seconds.
+    #[arg(long, default_value_t = 60, value_name = "SECS")]
+    stall: u64,
+    /// Where data directories and logs go [default: a new directory under the temp dir].
+    #[arg(long, value_name = "DIR")]
+    work_dir: Option<PathBuf>,
+    /// Also write the results as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+/// The tokens of one run (at least 16 characters, distinct).
+struct Tokens {
+    admin: String,
+    depositor: String,
+    worker: String,
+}
+
+impl Tokens {
+    fn new() -> Tokens {
+        let salt = format!("{}-{}", std::process::id(), Utc::now().timestamp_micros());
+        Tokens {
+            admin: format!("load-admin-{salt}"),
+            depositor: format!("load-depositor-{salt}"),
+            worker: format!("load-worker-{salt}"),
+        }
+    }
+}
+
+/// A child process with its logs; killed (SIGKILL) when dropped.
+struct Proc {
+    name: String,
+    child: Child,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+impl Proc {
+    fn spawn(name: &str, mut cmd: Command, dir: &Path, pids: &Path) -> Result<Proc> {
+        let stdout = dir.join(format!("{name}.out"));
+        let stderr = dir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&stdout)
+            .with_context(|| format!("cannot create {}", stdout.display()))?;
+        let err = std::fs::File::create(&stderr)
+            .with_context(|| format!("cannot create {}", stderr.display()))?;
+        cmd.stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .kill_on_drop(true);
+        let child = cmd.spawn().with_context(|| {
+            format!(
+                "cannot start {name} ({})",
+                Path::new(cmd.as_std().get_program()).display()
+            )
+        })?;
+        if let Some(pid) = child.id() {
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(pids)
+                .with_context(|| format!("cannot open {}", pids.display()))?;
+            writeln!(f, "{pid}").with_context(|| format!("cannot write {}", pids.display()))?;
+        }
+        Ok(Proc {
+            name: name.to_string(),
+            child,
+            stdout,
+            stderr,
+        })
+    }
+
+    /// The last lines of its stderr log (and stdout), for error messages.
+    fn tail(&self) -> String {
+        let mut s = String::new();
+        for path in [&self.stderr, &self.stdout] {
+            let text = strip_ansi(&std::fs::read_to_string(path).unwrap_or_default());
+            let lines: Vec<&str> = text.lines().collect();
+            if lines.is_empty() {
+                continue;
+            }
+            let _ = writeln!(s, "---- last lines of {} ----", path.display());
+            for l in &lines[lines.len().saturating_sub(TAIL_LINES)..] {
+                let _ = writeln!(s, "{l}");
+            }
+        }
+        if s.is_empty() {
+            s = format!("({} wrote nothing)\n", self.name);
+        }
+        s
+    }
+
+    /// An error when the process has exited.
+    fn check_alive(&mut self) -> Result<()> {
+        match self.child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(status)) => bail!("{} exited ({status})\n{}", self.name, self.tail()),
+            Err(e) => bail!("cannot check on {}: {e}", self.name),
+        }
+    }
+
+    /// Waits until its stdout has a line starting with `prefix`; gives the line.
+    async fn await_line(&mut self, prefix: &str, within: Duration) -> Result<String> {
+        let deadline = Instant::now() + within;
+        loop {
+            let text = std::fs::read_to_string(&self.stdout).unwrap_or_default();
+            if let Some(line) = text.lines().find(|l| l.starts_with(prefix)) {
+                return Ok(line.to_string());
+            }
+            self.check_alive()
+                .with_context(|| format!("{} did not start", self.name))?;
+            if Instant::now() > deadline {
+                bail!(
+                    "{} did not print {prefix:?} within {within:?}\n{}",
+                    self.name,
+                    self.tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Sends SIGTERM (a graceful stop) unless it has exited.
+    fn terminate(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+
+    /// Waits for it to exit, then SIGKILL after `grace`.
+    async fn reap(&mut self, grace: Duration) {
+        if tokio::time::timeout(grace, self.child.wait())
+            .await
+            .is_err()
+        {
+            eprintln!("{} did not stop within {grace:?}; killing it", self.name);
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+/// The API of one server.
+struct Api {
+    base: String,
+    http: reqwest::Client,
+    tokens: Arc<Tokens>,
+}
+
+impl Api {
+    async fn get(&self, path: &str) -> Result<Value> {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.tokens.admin)
+            .send()
+            .await
+            .with_context(|| format!("GET {path}"))?;
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        if !status.is_success() {
+            bail!("GET {path}: {status}: {body}");
+        }
+        Ok(body)
+    }
+
+    async fn metrics(&self) -> Result<String> {
+        let resp = self
+            .http
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .context("GET /metrics")?;
+        resp.text().await.context("GET /metrics: the body")
+    }
+
+    async fn submit(&self, batch: usize, jobs: usize) -> Result<String> {
+        let manifest: Vec<String> = (0..jobs)
+            .map(|i| format!("https://example.org/load/{batch}/{i}.txt loc{batch}-{i}"))
+            .collect();
+        let body = json!({
+            "submitter": "load",
+            "profile": "load",
+            "type": "object-manifest",
+            "payload_url": format!("https://example.org/load/{batch}.checkm"),
+            "manifest": manifest,
+        });
+        let resp = self
+            .http
+            .post(format!("{}/batches", self.base))
+            .bearer_auth(&self.tokens.depositor)
+            .json(&body)
+            .send()
+            .await
+            .with_context(|| format!("POST /batches (batch {batch})"))?;
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        if status.as_u16() != 201 {
+            bail!("POST /batches (batch {batch}): {status}: {body}");
+        }
+        body["bid"]
+            .as_str()
+            .map(str::to_string)
+            .with_context(|| format!("POST /batches: no bid in {body}"))
+    }
+}
+
+/// What one round measured.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Round {
+    workers: usize,
+    tasks: u32,
+    batches: usize,
+    jobs_per_batch: usize,
+    jobs: usize,
+    /// From the first BatchSubmitted to the last -> Completed (server clock).
+    seconds: f64,
+    jobs_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+    /// From leaving Pending to Completed: the walk itself, without the
+    /// wait in the Pending queue behind the rest of the burst.
+    walk_p50_ms: f64,
+    walk_p99_ms: f64,
+    /// How long the submissions took (client clock).
+    submit_seconds: f64,
+    /// From the first submission to seeing everything Completed (client clock).
+    wall_seconds: f64,
+    /// Events in the log at the end.
+    events: u64,
+    max_projector_events_behind: f64,
+    max_projector_seconds_behind: f64,
+    /// CPU seconds used from the first submission until everything was
+    /// Completed, by the server, all workers together and ZooKeeper.
+    cpu_seconds_serve: f64,
+    cpu_seconds_workers: f64,
+    cpu_seconds_zookeeper: Option<f64>,
+    /// Requests ZooKeeper received over the same span (`mntr`'s
+    /// zk_packets_received; every client of the server counts).
+    zookeeper_requests: Option<u64>,
+    /// Worker reports the API refused (409), from the worker logs.
+    refused_reports: usize,
+    /// WARN and ERROR lines in the server's and workers' logs.
+    warn_lines: usize,
+    error_lines: usize,
+    /// A few distinct WARN/ERROR messages, for the report.
+    log_samples: Vec<String>,
+    /// Jobs/s against the baseline round of the same run.
+    ratio: f64,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("ingest-load: error: cannot watch SIGTERM: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = tokio::select! {
+        r = run(args) => r,
+        _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted (Ctrl-C); the servers and workers are killed")),
+        _ = term.recv() => Err(anyhow!("terminated (SIGTERM); the servers and workers are killed")),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ingest-load: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<()> {
+    if args.batches == 0 || args.jobs == 0 {
+        bail!("--batches and --jobs must be at least 1");
+    }
+    if args.workers.is_empty() || args.workers.contains(&0) {
+        bail!("--workers must list worker counts of at least 1, e.g. 1,2,4");
+    }
+    if args.tasks == 0 {
+        bail!("--tasks must be at least 1");
+    }
+    let ingest = match &args.ingest {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()
+            .context("cannot find this program's path")?
+            .with_file_name("ingest"),
+    };
+    if !ingest.is_file() {
+        bail!(
+            "the ingest binary {} does not exist (build it: cargo build --release --bin ingest, or give --ingest PATH)",
+            ingest.display()
+        );
+    }
+    let work = match &args.work_dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("ingest-load-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&work)
+        .with_context(|| format!("cannot create the work directory {}", work.display()))?;
+    let tokens = Arc::new(Tokens::new());
+    eprintln!(
+        "ingest-load: {} batches x {} jobs, workers {:?}, {} tasks per job daemon, steps of {} ms; logs in {}",
+        args.batches,
+        args.jobs,
+        args.workers,
+        args.tasks,
+        args.step_ms,
+        work.display()
+    );
+
+    let mut rounds = Vec::new();
+    for (i, &w) in args.workers.iter().enumerate() {
+        let name = format!("round{}-{w}w", i + 1);
+        let round = run_round(&args, &ingest, &work, &name, &tokens, w)
+            .await
+            .with_context(|| format!("the {w}-worker round failed (logs in {})", work.display()))?;
+        eprintln!(
+            "round {w} worker(s): {} jobs in {:.2} s = {:.1} jobs/s, p50 {:.0} ms, p99 {:.0} ms",
+            round.jobs, round.seconds, round.jobs_per_s, round.p50_ms, round.p99_ms
+        );
+        rounds.push(round);
+    }
+
+    let (base_label, base) = match rounds.iter().find(|r| r.workers == 1) {
+        Some(r) => ("1 worker".to_string(), r.jobs_per_s),
+        None => (
+            format!("{} workers", rounds[0].workers),
+            rounds[0].jobs_per_s,
+        ),
+    };
+    for r in &mut rounds {
+        r.ratio = if base > 0.0 { r.jobs_per_s / base } else { 0.0 };
+    }
+    print!("{}", table(&rounds, &base_label));
+    print!("{}", notes(&rounds));
+
+    if let Some(path) = &args.json {
+        let doc = json!({
+            "date": Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            "batches": args.batches,
+            "jobs_per_batch": args.jobs,
+            "tasks_per_job_daemon": args.tasks,
+            "step_ms": args.step_ms,
+            "baseline": base_label,
+            "rounds": rounds,
+        });
+        let text = serde_json::to_string_pretty(&doc).context("cannot encode the results")?;
+        std::fs::write(path, text + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        eprintln!("ingest-load: results written to {}", path.display());
+    }
+    Ok(())
+}
+
+fn table(rounds: &[Round], base_label: &str) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "| workers | jobs | seconds | jobs/s | p50 ms | p99 ms | ratio vs {base_label} |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+    for r in rounds {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.2} | {:.1} | {:.0} | {:.0} | {:.2} |",
+            r.workers, r.jobs, r.seconds, r.jobs_per_s, r.p50_ms, r.p99_ms, r.ratio
+        );
+    }
+    s
+}
+
+fn notes(rounds: &[Round]) -> String {
+    let unknown = || "?".to_string();
+    let mut s = String::new();
+    for r in rounds {
+        let _ = writeln!(
+            s,
+            "{} worker(s): Pending -> Completed p50 {:.0} ms, p99 {:.0} ms; {} events ({:.1} per job); ZooKeeper requests per job {}; projector at most {:.0} events / {:.2} s behind",
+            r.workers,
+            r.walk_p50_ms,
+            r.walk_p99_ms,
+            r.events,
+            r.events as f64 / r.jobs as f64,
+            r.zookeeper_requests
+                .map_or_else(unknown, |n| format!("{:.0}", n as f64 / r.jobs as f64)),
+            r.max_projector_events_behind,
+            r.max_projector_seconds_behind,
+        );
+        let _ = writeln!(
+            s,
+            "    CPU seconds over {:.1} s: serve {:.1}, workers {:.1}, zookeeper {}; submissions took {:.2} s; {} refused reports; {} WARN, {} ERROR log lines",
+            r.wall_seconds,
+            r.cpu_seconds_serve,
+            r.cpu_seconds_workers,
+            r.cpu_seconds_zookeeper
+                .map_or_else(unknown, |z| format!("{z:.1}")),
+            r.submit_seconds,
+            r.refused_reports,
+            r.warn_lines,
+            r.error_lines
+        );
+        for l in &r.log_samples {
+            let _ = writeln!(s, "    e.g. {l}");
+        }
+    }
+    s
+}
+
+/// The children of one round; all are killed when this is dropped.
+struct RoundProcs {
+    server: Proc,
+    workers: Vec<Proc>,
+}
+
+/// ZooKeeper's `zk_packets_received` (the 4-letter word `mntr`), `None`
+/// when the server does not answer it.
+async fn zk_packets_received(hosts: &str) -> Option<u64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let host = hosts.split(',').next()?;
+    let ask = async {
+        let mut stream = tokio::net::TcpStream::connect(host).await.ok()?;
+        stream.write_all(b"mntr").await.ok()?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text).await.ok()?;
+        Some(text)
+    };
+    let text = tokio::time::timeout(Duration::from_secs(5), ask)
+        .await
+        .ok()??;
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once('\t')?;
+        (k == "zk_packets_received").then(|| v.trim().parse().ok())?
+    })
+}
+
+/// CPU seconds used so far.
+#[derive(Debug, Clone, Copy)]
+struct Cpu {
+    serve: f64,
+    workers: f64,
+    zookeeper: Option<f64>,
+}
+
+/// The user + system CPU seconds of a process, from `/proc/PID/stat`
+/// (clock ticks of 1/100 s, Linux's USER_HZ on every common platform).
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which is in parentheses.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of stat(5); `rest` starts at field 3.
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+impl RoundProcs {
+    fn cpu(&self, zk_pid: Option<u32>) -> Cpu {
+        let of = |p: &Proc| p.child.id().and_then(cpu_seconds).unwrap_or(0.0);
+        Cpu {
+            serve: of(&self.server),
+            workers: self.workers.iter().map(of).sum(),
+            zookeeper: zk_pid.and_then(cpu_seconds),
+        }
+    }
+
+    fn check_alive(&mut self) -> Result<()> {
+        self.server.check_alive()?;
+        for w in &mut self.workers {
+            w.check_alive()?;
+        }
+        Ok(())
+    }
+
+    async fn stop(&mut self) {
+        // Workers first (they release their locks through the server), all at once.
+        for w in &mut self.workers {
+            w.terminate();
+        }
+        for w in &mut self.workers {
+            w.reap(Duration::from_secs(25)).await;
+        }
+        self.server.terminate();
+        self.server.reap(Duration::from_secs(20)).await;
+    }
+}
+
+async fn run_round(
+    args: &Args,
+    ingest: &Path,
+    work: &Path,
+    name: &str,
+    tokens: &Arc<Tokens>,
+    workers: usize,
+) -> Result<Round> {
+    let dir = work.join(name);
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear {}", dir.display()))?;
+    }
+    let storage = dir.join("work");
+    std::fs::create_dir_all(&storage)
+        .with_context(|| format!("cannot create {}", storage.display()))?;
+    let pids = work.join("pids");
+    let root = format!("/load-{name}-{}", std::process::id());
+
+    // The server: engine, projector and API; no in-process daemons.
+    let mut cmd = Command::new(ingest);
+    cmd.arg("--data-dir").arg(dir.join("data")).args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--zk",
+        &args.zk,
+        "--zk-root",
+        &root,
+    ]);
+    clean_env(&mut cmd, tokens);
+    let mut server = Proc::spawn("serve", cmd, &dir, &pids)?;
+    let line = server
+        .await_line("ingest serve listening on ", Duration::from_secs(60))
+        .await?;
+    let base = line
+        .trim()
+        .trim_start_matches("ingest serve listening on ")
+        .to_string();
+
+    let mut procs = RoundProcs {
+        server,
+        workers: Vec::new(),
+    };
+    let daemons: Vec<String> = JOB_DAEMONS
+        .iter()
+        .map(|d| format!("{d}={}", args.tasks))
+        .chain(BATCH_DAEMONS.iter().map(|d| format!("{d}=1")))
+        .collect();
+    for i in 1..=workers {
+        let name = format!("worker-{i}");
+        let mut cmd = Command::new(ingest);
+        cmd.args([
+            "worker",
+            "--engine",
+            &base,
+            "--zk",
+            &args.zk,
+            "--zk-root",
+            &root,
+        ])
+        .args(["--daemons", &daemons.join(",")])
+        .args(["--step-ms", &args.step_ms.to_string()])
+        .args(["--name", &format!("load-{i}")])
+        // The disk's fill level must not hold jobs back in Provisioning.
+        .args(["--provisioning-threshold", "100", "--working-storage"])
+        .arg(&storage);
+        clean_env(&mut cmd, tokens);
+        let mut p = Proc::spawn(&name, cmd, &dir, &pids)?;
+        p.await_line("ingest worker started", Duration::from_secs(30))
+            .await?;
+        procs.workers.push(p);
+    }
+
+    let api = Arc::new(Api {
+        base,
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .context("cannot build the HTTP client")?,
+        tokens: Arc::clone(tokens),
+    });
+    let result = drive(args, &api, &mut procs, workers).await;
+    procs.stop().await;
+    let mut round = result?;
+    scan_logs(&procs, &mut round);
+    Ok(round)
+}
+
+fn clean_env(cmd: &mut Command, tokens: &Tokens) {
+    for var in [
+        "INGEST_WORKER_STEPS",
+        "INGEST_CONFIG",
+        "INGEST_DAEMONS",
+        "INGEST_DATA_DIR",
+        "INGEST_PROFILES_DIR",
+        "INGEST_LISTEN",
+        "INGEST_ZK",
+        "INGEST_ZK_ROOT",
+        "INGEST_ENGINE",
+        "INGEST_WORKER_DAEMONS",
+        "INGEST_ADMIN_TOKEN_FILE",
+        "INGEST_DEPOSITOR_TOKEN_FILE",
+        "INGEST_WORKER_TOKEN_FILE",
+        "INGEST_METRICS_TOKEN_FILE",
+        "INGEST_METRICS_TOKEN",
+        "INGEST_PROVISIONING_THRESHOLD",
+        "INGEST_WORKING_STORAGE",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("INGEST_ADMIN_TOKEN", &tokens.admin)
+        .env("INGEST_DEPOSITOR_TOKEN", &tokens.depositor)
+        .env("INGEST_WORKER_TOKEN", &tokens.worker);
+}
+
+/// Submits, waits, measures.
+async fn drive(
+    args: &Args,
+    api: &Arc<Api>,
+    procs: &mut RoundProcs,
+    workers: usize,
+) -> Result<Round> {
+    let total = args.batches * args.jobs;
+    let cpu_before = procs.cpu(args.zk_pid);
+    let zk_before = zk_packets_received(&args.zk).await;
+    let started = Instant::now();
+
+    // Submit every batch, up to SUBMIT_CONCURRENCY at once.
+    let gate = Arc::new(Semaphore::new(SUBMIT_CONCURRENCY));
+    let mut set = JoinSet::new();
+    for b in 0..args.batches {
+        let api = Arc::clone(api);
+        let gate = Arc::clone(&gate);
+        let jobs = args.jobs;
+        set.spawn(async move {
+            let _permit = gate.acquire().await.context("the submission gate closed")?;
+            api.submit(b, jobs).await.map(|bid| (b, bid))
+        });
+    }
+    let mut bids = vec![String::new(); args.batches];
+    while let Some(joined) = set.join_next().await {
+        let (b, bid) = joined.context("a submission task failed")??;
+        bids[b] = bid;
+    }
+    let submit_seconds = started.elapsed().as_secs_f64();
+
+    // Wait for every job and batch to be Completed.
+    let bar = ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template(&format!(
+            "{workers} worker(s) [{{elapsed_precise}}] {{bar:30}} {{pos}}/{{len}} jobs Completed {{msg}}"
+        ))
+        .context("the progress bar template")?,
+    );
+    let deadline = started + Duration::from_secs(args.timeout);
+    let mut last_progress = (0u64, 0u64, Instant::now());
+    let mut max_behind = (0f64, 0f64);
+    let mut polls = 0u64;
+    let status = loop {
+        procs.check_alive()?;
+        let status = api.get("/status").await?;
+        polls += 1;
+        if polls % 5 == 1 {
+            if let Ok(text) = api.metrics().await {
+                max_behind.0 = max_behind
+                    .0
+                    .max(metric(&text, "ingest_projector_events_behind"));
+                max_behind.1 = max_behind
+                    .1
+                    .max(metric(&text, "ingest_projector_seconds_behind"));
+            }
+        }
+        let count = |field: &str, state: &str| status[field][state].as_u64().unwrap_or(0);
+        let done = count("jobs_by_state", "Completed");
+        let failed = count("jobs_by_state", "Failed");
+        let batches_done = count("batches_by_state", "Completed");
+        let head = status["head_position"].as_u64().unwrap_or(0);
+        bar.set_position(done);
+        bar.set_message(format!(
+            "{batches_done}/{} batches, {head} events",
+            args.batches
+        ));
+        if failed > 0 {
+            bar.abandon();
+            bail!(
+                "{failed} job(s) Failed, which zero-duration simulated steps never do\n{}{}",
+                stuck(api, &bids, &status).await,
+                last_warnings(procs)
+            );
+        }
+        if done as usize >= total && batches_done as usize >= args.batches {
+            bar.finish_and_clear();
+            break status;
+        }
+        if (done, head) != (last_progress.0, last_progress.1) {
+            last_progress = (done, head, Instant::now());
+        } else if last_progress.2.elapsed() > Duration::from_secs(args.stall) {
+            bar.abandon();
+            bail!(
+                "nothing moved for {} s ({done}/{total} jobs Completed, {batches_done}/{} batches)\n{}{}",
+                args.stall,
+                args.batches,
+                stuck(api, &bids, &status).await,
+                last_warnings(procs)
+            );
+        }
+        if Instant::now() > deadline {
+            bar.abandon();
+            bail!(
+                "not done within --timeout {} s ({done}/{total} jobs Completed, {batches_done}/{} batches)\n{}{}",
+                args.timeout,
+                args.batches,
+                stuck(api, &bids, &status).await,
+                last_warnings(procs)
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    };
+    let wall_seconds = started.elapsed().as_secs_f64();
+    let cpu_after = procs.cpu(args.zk_pid);
+    let zk_after = zk_packets_received(&args.zk).await;
+    if let Ok(text) = api.metrics().await {
+        max_behind.0 = max_behind
+            .0
+            .max(metric(&text, "ingest_projector_events_behind"));
+        max_behind.1 = max_behind
+            .1
+            .max(metric(&text, "ingest_projector_seconds_behind"));
+    }
+
+    // Measure from the log's own timestamps.
+    let mut first_submitted: Option<DateTime<Utc>> = None;
+    let mut last_completed: Option<DateTime<Utc>> = None;
+    let mut walks = Vec::with_capacity(total);
+    let mut latencies = Vec::with_capacity(total);
+    for bid in &bids {
+        let history = api.get(&format!("/batches/{bid}/history")).await?;
+        let (submitted, jobs) = timings(bid, &history)?;
+        let completed: Vec<(Option<DateTime<Utc>>, DateTime<Utc>)> = jobs
+            .values()
+            .filter_map(|j| j.completed.map(|c| (j.started, c)))
+            .collect();
+        if completed.len() != args.jobs {
+            bail!(
+                "batch {bid}: {} of its {} jobs have a Completed event in its history",
+                completed.len(),
+                args.jobs
+            );
+        }
+        first_submitted = Some(first_submitted.map_or(submitted, |t| t.min(submitted)));
+        for (started, at) in completed {
+            last_completed = Some(last_completed.map_or(at, |t| t.max(at)));
+            if let Some(started) = started {
+                walks.push(ms(at - started));
+            }
+            latencies.push(ms(at - submitted));
+        }
+    }
+    let (Some(first), Some(last)) = (first_submitted, last_completed) else {
+        bail!("no submission or completion times were found");
+    };
+    let seconds = (last - first).num_microseconds().unwrap_or(0) as f64 / 1e6;
+    latencies.sort_by(f64::total_cmp);
+    walks.sort_by(f64::total_cmp);
+    Ok(Round {
+        workers,
+        tasks: args.tasks,
+        batches: args.batches,
+        jobs_per_batch: args.jobs,
+        jobs: total,
+        seconds,
+        jobs_per_s: if seconds > 0.0 {
+            total as f64 / seconds
+        } else {
+            0.0
+        },
+        p50_ms: nearest_rank(&latencies, 50.0),
+        p99_ms: nearest_rank(&latencies, 99.0),
+        max_ms: latencies.last().copied().unwrap_or(0.0),
+        walk_p50_ms: nearest_rank(&walks, 50.0),
+        walk_p99_ms: nearest_rank(&walks, 99.0),
+        submit_seconds,
+        wall_seconds,
+        events: status["head_position"].as_u64().unwrap_or(0),
+        max_projector_events_behind: max_behind.0,
+        max_projector_seconds_behind: max_behind.1,
+        cpu_seconds_serve: cpu_after.serve - cpu_before.serve,
+        cpu_seconds_workers: cpu_after.workers - cpu_before.workers,
+        zookeeper_requests: zk_after.zip(zk_before).map(|(a, b)| a.saturating_sub(b)),
+        cpu_seconds_zookeeper: cpu_after
+            .zookeeper
+            .zip(cpu_before.zookeeper)
+            .map(|(a, b)| a - b),
+        refused_reports: 0,
+        warn_lines: 0,
+        error_lines: 0,
+        log_samples: Vec::new(),
+        ratio: 0.0,
+    })
+}
+
+/// When a job left Pending and when it reached Completed.
+#[derive(Debug, Clone, Copy, Default)]
+struct JobTimes {
+    started: Option<DateTime<Utc>>,
+    completed: Option<DateTime<Utc>>,
+}
+
+/// The time of the batch's BatchSubmitted event and each job's time of
+/// reaching Completed, from a batch history.
+fn timings(bid: &str, history: &Value) -> Result<(DateTime<Utc>, BTreeMap<String, JobTimes>)> {
+    let rows = history["events"]
+        .as_array()
+        .with_context(|| format!("batch {bid}: the history has no events"))?;
+    let time = |row: &Value| -> Result<DateTime<Utc>> {
+        let t = row["time"].as_str().context("an event without a time")?;
+        Ok(DateTime::parse_from_rfc3339(t)
+            .with_context(|| format!("batch {bid}: the event time {t:?}"))?
+            .with_timezone(&Utc))
+    };
+    let mut submitted = None;
+    let mut jobs: BTreeMap<String, JobTimes> = BTreeMap::new();
+    for row in rows {
+        match row["event"].as_str() {
+            Some("BatchSubmitted") if row["stream"] == bid => submitted = Some(time(row)?),
+            Some("JobStatusChanged") => {
+                // "Notify -> Completed", possibly followed by ": message".
+                let Some((from, to)) = row["detail"].as_str().and_then(|d| d.split_once(" -> "))
+                else {
+                    continue;
+                };
+                let to = to.split(|c: char| !c.is_ascii_alphanumeric()).next();
+                let jid = row["stream"].as_str().unwrap_or_default().to_string();
+                let job = jobs.entry(jid).or_default();
+                if from == "Pending" && job.started.is_none() {
+                    job.started = Some(time(row)?);
+                }
+                if to == Some("Completed") {
+                    job.completed = Some(time(row)?);
+                }
+            }
+            _ => {}
+        }
+    }
+    let submitted = submitted
+        .with_context(|| format!("batch {bid}: no BatchSubmitted event in its history"))?;
+    Ok((submitted, jobs))
+}
+
+/// A duration in milliseconds.
+fn ms(d: chrono::TimeDelta) -> f64 {
+    d.num_microseconds().unwrap_or(i64::MAX) as f64 / 1000.0
+}
+
+/// The nearest-rank percentile of sorted values.
+fn nearest_rank(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// The largest value of a metric (over its label sets) in a Prometheus text page.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (key, value) = l.rsplit_once(' ')?;
+            let bare = key.split('{').next()?;
+            (bare == name).then(|| value.parse::<f64>().ok())?
+        })
+        .fold(0.0, f64::max)
+}
+
+/// What is not Completed: counts by state and a few jobs with their state.
+async fn stuck(api: &Api, bids: &[String], status: &Value) -> String {
+    let mut s = format!(
+        "jobs by state: {}\nbatches by state: {}\n",
+        status["jobs_by_state"], status["batches_by_state"]
+    );
+    let mut shown = 0;
+    for bid in bids {
+        if shown >= 10 {
+            break;
+        }
+        let Ok(batch) = api.get(&format!("/batches/{bid}")).await else {
+            let _ = writeln!(s, "  {bid}: cannot read the batch");
+            continue;
+        };
+        if batch["status"] == "Completed" {
+            continue;
+        }
+        let _ = writeln!(s, "  {bid}: {}", batch["status"].as_str().unwrap_or("?"));
+        for job in batch["jobs"].as_array().into_iter().flatten() {
+            if job["status"] == "Completed" || shown >= 10 {
+                continue;
+            }
+            shown += 1;
+            let _ = writeln!(
+                s,
+                "    {} {} since {}",
+                job["jid"].as_str().unwrap_or("?"),
+                job["status"].as_str().unwrap_or("?"),
+                job["in_state_since"].as_str().unwrap_or("?")
+            );
+        }
+    }
+    s
+}
+
+/// The last few WARN and ERROR lines of each process, for error messages.
+fn last_warnings(procs: &RoundProcs) -> String {
+    let mut s = String::new();
+    for p in std::iter::once(&procs.server).chain(&procs.workers) {
+        let text = strip_ansi(&std::fs::read_to_string(&p.stderr).unwrap_or_default());
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+            .collect();
+        if lines.is_empty() {
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            "last warnings of {} ({} in all, log {}):",
+            p.name,
+            lines.len(),
+            p.stderr.display()
+        );
+        for l in &lines[lines.len().saturating_sub(3)..] {
+            let _ = writeln!(s, "  {}", truncate(l, 300));
+        }
+    }
+    s
+}
+
+/// Counts refused reports and WARN/ERROR lines in the round's logs.
+fn scan_logs(procs: &RoundProcs, round: &mut Round) {
+    let mut samples: BTreeMap<String, String> = BTreeMap::new();
+    for p in std::iter::once(&procs.server).chain(&procs.workers) {
+        let text = strip_ansi(&std::fs::read_to_string(&p.stderr).unwrap_or_default());
+        for line in text.lines() {
+            let warn = line.contains(" WARN ");
+            let error = line.contains(" ERROR ");
+            if line.contains("was refused") {
+                round.refused_reports += 1;
+            }
+            if warn {
+                round.warn_lines += 1;
+            }
+            if error {
+                round.error_lines += 1;
+            }
+            if (warn || error) && samples.len() < 5 {
+                // One sample per message, without the timestamp.
+                let msg = line
+                    .split_once(if warn { " WARN " } else { " ERROR " })
+                    .map_or(line, |(_, m)| m)
+                    .trim()
+                    .to_string();
+                let key: String = msg.chars().take(60).collect();
+                samples
+                    .entry(key)
+                    .or_insert_with(|| format!("{}: {}", p.name, truncate(&msg, 200)));
+            }
+        }
+    }
+    round.log_samples = samples.into_values().collect();
+}
+
+/// Removes terminal colour sequences (`ESC [ ... m`), which the human log
+/// format writes even to a file.
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' && chars.peek() == Some(&'[') {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        s.chars().take(n).collect::<String>() + "…"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(nearest_rank(&v, 50.0), 50.0);
+        assert_eq!(nearest_rank(&v, 99.0), 99.0);
+        assert_eq!(nearest_rank(&[7.0], 99.0), 7.0);
+        assert_eq!(nearest_rank(&[], 50.0), 0.0);
+        assert_eq!(nearest_rank(&[1.0, 2.0, 3.0], 50.0), 2.0);
+    }
+
+    #[test]
+    fn metrics_are_read_from_prometheus_text() {
+        let text = "# HELP x\ningest_projector_events_behind 12\ningest_jobs{state=\"Pending\"} 3\ningest_jobs{state=\"Completed\"} 9\n";
+        assert_eq!(metric(text, "ingest_projector_events_behind"), 12.0);
+        assert_eq!(metric(text, "ingest_jobs"), 9.0);
+        assert_eq!(metric(text, "missing"), 0.0);
+    }
+
+    #[test]
+    fn colour_sequences_are_stripped() {
+        assert_eq!(
+            strip_ansi("\u{1b}[2mt\u{1b}[0m \u{1b}[33m WARN\u{1b}[0m x"),
+            "t  WARN x"
+        );
+    }
+
+    #[test]
+    fn timings_come_from_the_history() -> Result<()> {
+        let history = json!({"events": [
+            {"time": "2026-01-01T00:00:00.000000Z", "stream": "bid0000000001", "event": "BatchSubmitted", "detail": "submitted"},
+            {"time": "2026-01-01T00:00:00.100000Z", "stream": "jid0000000001", "event": "JobStatusChanged", "detail": "Pending -> Estimating"},
+            {"time": "2026-01-01T00:00:00.500000Z", "stream": "jid0000000001", "event": "JobStatusChanged", "detail": "Notify -> Completed: simulated"},
+            {"time": "2026-01-01T00:00:00.400000Z", "stream": "jid0000000002", "event": "JobStatusChanged", "detail": "Storing -> Recording"},
+        ]});
+        let (submitted, jobs) = timings("bid0000000001", &history)?;
+        let done: Vec<_> = jobs.values().filter(|j| j.completed.is_some()).collect();
+        assert_eq!(done.len(), 1);
+        let at = jobs
+            .get("jid0000000001")
+            .and_then(|j| j.completed)
+            .context("jid0000000001 completed")?;
+        assert_eq!((at - submitted).num_milliseconds(), 500);
+        let started = jobs
+            .get("jid0000000001")
+            .and_then(|j| j.started)
+            .context("jid0000000001 started")?;
+        assert_eq!((at - started).num_milliseconds(), 400);
+        Ok(())
+    }
+}
