@@ -177,6 +177,27 @@ pub enum Cmd {
     Serve(Box<crate::config::ServeArgs>),
     /// Run worker daemons (simulated steps) against a server's API and ZooKeeper (until SIGTERM or Ctrl-C).
     Worker(Box<crate::worker::WorkerArgs>),
+    /// An object in the inventory: by ark, or by collection and local id.
+    Inventory {
+        /// The ark (ark:/NAAN/NAME).
+        #[arg(required_unless_present = "local_id")]
+        ark: Option<String>,
+        /// The collection of --local-id.
+        #[arg(long, requires = "local_id")]
+        collection: Option<String>,
+        /// A local id (with --collection).
+        #[arg(long, requires = "collection")]
+        local_id: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Yaml)]
+        format: Format,
+    },
+    /// Storage-manifest signing keys: make one, or publish its public key.
+    Keys {
+        /// The action.
+        #[command(subcommand)]
+        action: KeysAction,
+    },
     /// Counts of batches and jobs by state, holds, pause, log head.
     Status {
         /// Output format.
@@ -358,6 +379,21 @@ pub enum CollectionAction {
     ReleaseJobs(Reason),
 }
 
+/// Signing-key actions.
+#[derive(Debug, Subcommand)]
+pub enum KeysAction {
+    /// Make a new Ed25519 key (PKCS#8 PEM, mode 0600); refuses to overwrite.
+    Generate {
+        /// Where to write it.
+        file: PathBuf,
+    },
+    /// Print the public key (SPKI PEM) and its fingerprint, for verifiers.
+    Show {
+        /// The key file.
+        file: PathBuf,
+    },
+}
+
 /// Actions on the queue.
 #[derive(Debug, Subcommand)]
 pub enum QueueAction {
@@ -409,6 +445,9 @@ pub fn run_with(cli: Cli, globals: crate::config::GlobalOverrides) -> Result<i32
         );
         return Ok(0);
     }
+    if let Cmd::Keys { action } = &cli.command {
+        return keys(action);
+    }
     if let Some(base) = cli.engine.clone() {
         return crate::remote::run(cli, &base);
     }
@@ -444,7 +483,13 @@ pub fn run_with(cli: Cli, globals: crate::config::GlobalOverrides) -> Result<i32
         None => default_actor(),
     };
     match cli.command {
-        Cmd::Lifecycle { .. } | Cmd::Serve(_) | Cmd::Worker(_) => Ok(0),
+        Cmd::Lifecycle { .. } | Cmd::Serve(_) | Cmd::Worker(_) | Cmd::Keys { .. } => Ok(0),
+        Cmd::Inventory {
+            ark,
+            collection,
+            local_id,
+            format,
+        } => inventory(&engine, ark, collection.zip(local_id), format),
         Cmd::Submit(args) => submit(&mut engine, cli.actor.is_some().then_some(actor), *args),
         Cmd::Show { what, format } => {
             let state = engine.state();
@@ -683,6 +728,67 @@ fn print_records(records: &[Recorded]) {
             r.event.describe()
         );
     }
+}
+
+fn keys(action: &KeysAction) -> Result<i32> {
+    use ingest_steps::signing::SigningKeyFile;
+    let (key, made) = match action {
+        KeysAction::Generate { file } => (
+            SigningKeyFile::generate(file)
+                .with_context(|| format!("cannot make a key at {}", file.display()))?,
+            true,
+        ),
+        KeysAction::Show { file } => (
+            SigningKeyFile::load(file)
+                .with_context(|| format!("cannot read the key {}", file.display()))?,
+            false,
+        ),
+    };
+    if made {
+        eprintln!(
+            "wrote a new signing key to {}; give it to ingest with --signing-key",
+            key.path().display()
+        );
+    }
+    println!("# fingerprint {}", key.fingerprint());
+    print!("{}", key.public_key_pem());
+    Ok(0)
+}
+
+fn inventory(
+    engine: &Engine,
+    ark: Option<String>,
+    local: Option<(String, String)>,
+    format: Format,
+) -> Result<i32> {
+    let tree = engine
+        .log()
+        .side_tree("inventory")
+        .context("cannot open the inventory")?;
+    let inventory = ingest_steps::inventory::Inventory::new(tree);
+    let ark = match (ark, local) {
+        (Some(ark), _) => ark,
+        (None, Some((collection, local_id))) => {
+            match inventory.by_local_id(&collection, &local_id)? {
+                Some(ark) => ark,
+                None => {
+                    eprintln!("no object with local id {local_id:?} in collection {collection}");
+                    return Ok(1);
+                }
+            }
+        }
+        (None, None) => bail!("give an ark, or --collection and --local-id"),
+    };
+    let versions = inventory.versions(&ark)?;
+    if versions.is_empty() {
+        eprintln!("no object {ark} in the inventory");
+        return Ok(1);
+    }
+    emit(
+        &serde_json::json!({"ark": ark, "versions": versions}),
+        format,
+    )?;
+    Ok(0)
 }
 
 fn verify(engine: &Engine) -> Result<i32> {

@@ -199,6 +199,25 @@ pub struct ServeArgs {
     /// The largest request body the API reads, in bytes [default: 1048576].
     #[arg(long, env = "INGEST_MAX_BODY_BYTES", value_name = "BYTES")]
     pub max_body_bytes: Option<usize>,
+    /// The Name Assigning Authority Number of minted arks (99999 is the test NAAN).
+    #[arg(
+        long,
+        env = "INGEST_NAAN",
+        value_name = "NAAN",
+        default_value = "99999"
+    )]
+    pub naan: String,
+    /// The shoulder of minted arks (fk4: a "fake" shoulder for tests and demos).
+    #[arg(
+        long,
+        env = "INGEST_SHOULDER",
+        value_name = "SHOULDER",
+        default_value = "fk4"
+    )]
+    pub shoulder: String,
+    /// The real steps' options (with INGEST_WORKER_STEPS=real).
+    #[command(flatten)]
+    pub real: crate::worker::real::RealArgs,
 }
 
 /// The CLI's global options that `serve` shares: `--data-dir`, `--states`,
@@ -239,6 +258,10 @@ pub struct ServeConfig {
     pub profiles_dir: Option<PathBuf>,
     /// The largest request body the API reads.
     pub max_body_bytes: usize,
+    /// The NAAN and shoulder of minted arks.
+    pub minter: (String, String),
+    /// The real steps' options.
+    pub real: crate::worker::real::RealArgs,
 }
 
 /// Where ZooKeeper is.
@@ -884,6 +907,8 @@ impl ServeConfig {
             },
             profiles_dir: profiles_dir.map(|l| l.value),
             max_body_bytes: max_body.value,
+            minter: (args.naan.clone(), args.shoulder.clone()),
+            real: args.real.clone(),
         })
     }
 

@@ -26,8 +26,11 @@ pub fn init_tracing(format: cli::LogFormat) {
     let filter = std::env::var("INGEST_LOG")
         .or_else(|_| std::env::var("RUST_LOG"))
         .unwrap_or_else(|_| "warn,ingest=info,ingest_events=info,ingest_projections=info".into());
+    // Colour only on a terminal: a log file should be greppable as written.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::new(filter))
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     let _ = match format {
         cli::LogFormat::Human => builder.try_init(),

@@ -184,7 +184,27 @@ pub fn run(cli: Cli, base: &str) -> Result<i32> {
         appended(remote.call(method, &path, Role::Admin, Some(body))?)
     };
     match cli.command {
-        Cmd::Lifecycle { .. } | Cmd::Serve(_) | Cmd::Worker(_) => Ok(0),
+        Cmd::Lifecycle { .. } | Cmd::Serve(_) | Cmd::Worker(_) | Cmd::Keys { .. } => Ok(0),
+        Cmd::Inventory {
+            ark,
+            collection,
+            local_id,
+            format,
+        } => {
+            let path = match (ark, collection.zip(local_id)) {
+                (Some(ark), _) => format!("/objects/{ark}"),
+                (None, Some((c, l))) => {
+                    let mut url =
+                        reqwest::Url::parse("http://x/objects").context("building the query")?;
+                    url.query_pairs_mut()
+                        .append_pair("collection", &c)
+                        .append_pair("local_id", &l);
+                    format!("/objects?{}", url.query().unwrap_or_default())
+                }
+                (None, None) => bail!("give an ark, or --collection and --local-id"),
+            };
+            show(remote.call(Method::GET, &path, Role::Reader, None)?, format)
+        }
         Cmd::Submit(args) => {
             let input = crate::cli::submission_input(*args)?;
             let body = serde_json::to_value(&input).context("encoding the submission")?;

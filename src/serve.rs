@@ -47,6 +47,7 @@ pub fn run(config: ServeConfig) -> Result<i32> {
 async fn serve(config: ServeConfig) -> Result<i32> {
     let lifecycle = config.lifecycle()?;
     let profiles = config.profiles()?;
+    let profiles_for_workers = profiles.clone();
     let mut engine_config = EngineConfig::new(&config.data_dir);
     engine_config.lifecycle = lifecycle;
     let engine = Engine::open(engine_config)
@@ -58,6 +59,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
         "engine opened"
     );
     let service = EngineService::start(engine);
+    let (inventory, minter) = objects(&service.handle(), &config)?;
     let handle = service.handle();
     let metrics = Arc::new(Metrics::new(handle.clone()));
 
@@ -106,6 +108,8 @@ async fn serve(config: ServeConfig) -> Result<i32> {
         metrics: Arc::clone(&metrics),
         max_body_bytes: config.max_body_bytes,
         zookeeper: zk_for_api,
+        inventory: Some(inventory),
+        minter: Some(minter),
     });
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -153,6 +157,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
                 zk_config,
                 &config.daemons,
                 &config.provisioning,
+                (&config.real, &profiles_for_workers),
             )?)
         }
         _ => None,
@@ -183,6 +188,33 @@ async fn serve(config: ServeConfig) -> Result<i32> {
     }
     tracing::info!("stopped");
     Ok(0)
+}
+
+/// The blade length of minted arks: 29^8 (about 5 * 10^11) names per shoulder.
+const MINTED_BLADE_LEN: usize = 8;
+
+/// The inventory and the ark minter, in trees beside the log.
+fn objects(
+    handle: &crate::service::EngineHandle,
+    config: &ServeConfig,
+) -> Result<(
+    ingest_steps::inventory::Inventory,
+    ingest_steps::noid::Minter,
+)> {
+    let log = handle.log();
+    let inventory = ingest_steps::inventory::Inventory::new(
+        log.side_tree("inventory")
+            .context("cannot open the inventory")?,
+    );
+    let (naan, shoulder) = &config.minter;
+    let minter = ingest_steps::noid::Minter::open(
+        log.side_tree("minter").context("cannot open the minter")?,
+        naan,
+        shoulder,
+        MINTED_BLADE_LEN,
+    )
+    .with_context(|| format!("the ark minter (--naan {naan} --shoulder {shoulder})"))?;
+    Ok((inventory, minter))
 }
 
 /// Answers "who holds this lock node?" from ZooKeeper, for fencing worker

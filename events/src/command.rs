@@ -73,6 +73,15 @@ pub enum Command {
         /// One spec per object.
         jobs: Vec<JobSpec>,
     },
+    /// The batch-pending daemon could not expand the payload (a corrupt
+    /// manifest, a manifest that cannot be fetched): the batch fails at once
+    /// with `message` (Held instead if its collection is held).
+    RejectBatch {
+        /// The batch.
+        bid: Bid,
+        /// Why the payload does not expand, naming the line or the URL.
+        message: String,
+    },
     /// Adds a job to a batch that is Processing.
     CreateJob {
         /// The batch.
@@ -418,17 +427,7 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
         }
         Command::AcquireBatch { bid, jobs } => {
             let b = live_batch(state, *bid)?;
-            batch_move(lc, b, BatchState::Processing)?;
-            let profile = &b.submission.profile_name;
-            if state.held_collections.contains(profile) {
-                batch_move(lc, b, BatchState::Held)?;
-                d.push(
-                    state,
-                    StreamId::Batch(*bid),
-                    event::BatchHeld {
-                        reason: format!("collection {profile} is held"),
-                    },
-                );
+            if park_if_held(state, lc, b, &mut d)? {
                 return Ok(d);
             }
             for (i, spec) in jobs.iter().enumerate() {
@@ -459,6 +458,25 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
                     },
                 );
             }
+        }
+        Command::RejectBatch { bid, message } => {
+            let b = live_batch(state, *bid)?;
+            if park_if_held(state, lc, b, &mut d)? {
+                return Ok(d);
+            }
+            check_size("message", message.len(), MAX_JOB_FIELD_BYTES)?;
+            d.push(
+                state,
+                StreamId::Batch(*bid),
+                event::BatchAcquired { jobs: Vec::new() },
+            );
+            d.push(
+                state,
+                StreamId::Batch(*bid),
+                event::BatchFailed {
+                    message: format!("the payload does not expand: {message}"),
+                },
+            );
         }
         Command::CreateJob { bid, spec } => {
             let b = live_batch(state, *bid)?;
@@ -1170,6 +1188,31 @@ fn job_move(lc: &Lifecycle, j: &Job, to: JobState) -> Result<(), Rejection> {
     } else {
         Err(illegal(lc, j, to.name()))
     }
+}
+
+/// A pending batch being acquired parks in Held while its collection is
+/// held (`true`: the decision is complete); otherwise it may go on to
+/// Processing.
+fn park_if_held(
+    state: &State,
+    lc: &Lifecycle,
+    b: &Batch,
+    d: &mut Decision,
+) -> Result<bool, Rejection> {
+    batch_move(lc, b, BatchState::Processing)?;
+    let profile = &b.submission.profile_name;
+    if !state.held_collections.contains(profile) {
+        return Ok(false);
+    }
+    batch_move(lc, b, BatchState::Held)?;
+    d.push(
+        state,
+        StreamId::Batch(b.bid),
+        event::BatchHeld {
+            reason: format!("collection {profile} is held"),
+        },
+    );
+    Ok(true)
 }
 
 fn batch_move(lc: &Lifecycle, b: &Batch, to: BatchState) -> Result<(), Rejection> {

@@ -539,6 +539,22 @@ impl Log {
         lock(&self.writer).needs_repair.clone()
     }
 
+    /// Another tree of the log's sled database, for state that lives beside
+    /// the log in the data directory (the object inventory, the ark
+    /// minter). Such trees are not part of the log: they are not hashed,
+    /// verified or replayed.
+    ///
+    /// # Errors
+    /// `name` is the log's own tree (`log`), or sled failed.
+    pub fn side_tree(&self, name: &str) -> Result<sled::Tree, LogError> {
+        if name == "log" || name.starts_with("__sled") {
+            return Err(LogError::Storage(sled::Error::Unsupported(format!(
+                "{name:?} is reserved for the log"
+            ))));
+        }
+        Ok(self.db.open_tree(name)?)
+    }
+
     /// The last written position (durable or not) and its hash.
     pub fn head(&self) -> (u64, Hash) {
         let w = lock(&self.writer);

@@ -26,6 +26,9 @@ pub enum Access {
     Depositor,
     /// The worker token.
     Worker,
+    /// Any of the admin, depositor and worker tokens (reads of the
+    /// inventory).
+    Reader,
     /// The admin token.
     Admin,
 }
@@ -38,6 +41,7 @@ impl Access {
             Access::Metrics => "metrics",
             Access::Depositor => "depositor",
             Access::Worker => "worker",
+            Access::Reader => "reader",
             Access::Admin => "admin",
         }
     }
@@ -96,6 +100,11 @@ pub(crate) async fn require(
             (Role::Admin, &tokens.admin),
         ],
         Access::Worker => vec![(Role::Worker, &tokens.worker)],
+        Access::Reader => vec![
+            (Role::Depositor, &tokens.depositor),
+            (Role::Admin, &tokens.admin),
+            (Role::Worker, &tokens.worker),
+        ],
         Access::Admin => vec![(Role::Admin, &tokens.admin)],
     };
     if candidates.is_empty() {

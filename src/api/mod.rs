@@ -32,6 +32,8 @@
 //!     locks: Arc::new(NoLocks),
 //!     max_body_bytes: 1024 * 1024,
 //!     zookeeper: None,
+//!     inventory: None,
+//!     minter: None,
 //! });
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:7878").await?;
 //! api::serve(listener, router, async { let _ = tokio::signal::ctrl_c().await; }).await
@@ -43,6 +45,7 @@ mod auth;
 mod depositor;
 mod error;
 pub mod locks;
+mod objects;
 mod ops;
 mod worker;
 
@@ -100,6 +103,10 @@ pub struct ApiConfig {
     pub max_body_bytes: usize,
     /// The ZooKeeper the server projects into (for `GET /diff`).
     pub zookeeper: Option<ingest_projections::ZkConfig>,
+    /// The object inventory (`None`: the object routes answer 503).
+    pub inventory: Option<ingest_steps::inventory::Inventory>,
+    /// The ark minter (`None`: minting answers 503).
+    pub minter: Option<ingest_steps::noid::Minter>,
 }
 
 /// The state every handler shares.
@@ -116,6 +123,8 @@ pub(crate) struct Inner {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) max_body_bytes: usize,
     pub(crate) zookeeper: Option<ingest_projections::ZkConfig>,
+    pub(crate) inventory: Option<ingest_steps::inventory::Inventory>,
+    pub(crate) minter: Option<ingest_steps::noid::Minter>,
     /// Faults armed by admins (`POST /faults`).
     pub(crate) faults: ops::ArmedFaults,
     /// The reporting views, folded up to the durable position on demand.
@@ -152,7 +161,7 @@ where
 }
 
 fn table() -> Vec<Entry> {
-    use Access::{Admin, Depositor, Metrics, Public, Worker};
+    use Access::{Admin, Depositor, Metrics, Public, Reader, Worker};
     use Method as M;
     vec![
         // Depositors (the admin token works too).
@@ -199,6 +208,12 @@ fn table() -> Vec<Entry> {
         entry(M::POST, "/jobs/{jid}/start", Worker, worker::start_job),
         entry(M::POST, "/jobs/{jid}/outcome", Worker, worker::outcome),
         entry(M::POST, "/jobs/{jid}/retries", Worker, worker::retry),
+        entry(M::POST, "/jobs/{jid}/ark", Worker, objects::ark),
+        entry(M::POST, "/jobs/{jid}/lookup", Worker, objects::lookup),
+        entry(M::POST, "/jobs/{jid}/object", Worker, objects::record),
+        // Objects (any token).
+        entry(M::GET, "/objects", Reader, objects::by_local_id),
+        entry(M::GET, "/objects/{*ark}", Reader, objects::object),
         // Admins.
         entry(M::POST, "/jobs/{jid}/hold", Admin, admin::hold_job),
         entry(M::POST, "/jobs/{jid}/release", Admin, admin::release_job),
@@ -272,6 +287,8 @@ pub fn router(config: ApiConfig) -> Router {
             metrics: config.metrics,
             max_body_bytes: max_body,
             zookeeper: config.zookeeper,
+            inventory: config.inventory,
+            minter: config.minter,
             faults: ops::ArmedFaults::default(),
             views: Arc::new(Mutex::new(views)),
         }),
@@ -585,6 +602,8 @@ mod tests {
             locks: Arc::new(locks::AcceptAll(42)),
             max_body_bytes: 64 * 1024,
             zookeeper: None,
+            inventory: None,
+            minter: None,
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

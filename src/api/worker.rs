@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::Json;
-use ingest_events::command::{Command, Item, DEFAULT_PRIORITY, MAX_PRIORITY};
-use ingest_events::event::{Identifiers, InventoryParams, StoreParams};
+use ingest_events::command::{Command, Item, JobSpec, DEFAULT_PRIORITY, MAX_PRIORITY};
+use ingest_events::event::{Erc, Identifiers, InventoryParams, PayloadType, StoreParams};
 use ingest_events::{Actor, Bid, Event, Jid, JobState};
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -73,13 +73,13 @@ pub(crate) struct WorkerRef {
     session_id: SessionId,
 }
 
-fn worker_actor(name: &str) -> Result<Actor, ApiError> {
+pub(crate) fn worker_actor(name: &str) -> Result<Actor, ApiError> {
     check_name("worker", name)?;
     Ok(Actor::worker(name.trim()))
 }
 
 /// Refuses unless `session` owns the lock node at `path`.
-async fn fence(app: &AppState, path: &str, session: SessionId) -> Result<(), ApiError> {
+pub(crate) async fn fence(app: &AppState, path: &str, session: SessionId) -> Result<(), ApiError> {
     let holder = app.inner.locks.holder(path).await.map_err(|e| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -126,14 +126,98 @@ pub(crate) struct Acquired {
     events: Vec<HistoryRow>,
 }
 
+/// A job a worker expanded from a batch's payload.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct JobBody {
+    payload_url: String,
+    payload_type: String,
+    #[serde(default)]
+    primary_id: Option<String>,
+    #[serde(default)]
+    local_ids: Vec<String>,
+    #[serde(default)]
+    erc_who: Option<String>,
+    #[serde(default)]
+    erc_what: Option<String>,
+    #[serde(default)]
+    erc_when: Option<String>,
+    #[serde(default)]
+    erc_where: Option<String>,
+    /// `ALGORITHM:HEX`.
+    #[serde(default)]
+    digest: Option<String>,
+}
+
+impl JobBody {
+    fn spec(self, i: usize) -> Result<JobSpec, ApiError> {
+        let field = |name: &str| format!("jobs[{i}].{name}");
+        let payload_type = self
+            .payload_type
+            .parse::<PayloadType>()
+            .map_err(|e| ApiError::invalid_field(field("payload_type"), e.to_string()))?;
+        let digest = self
+            .digest
+            .as_deref()
+            .map(crate::submission::parse_digest)
+            .transpose()
+            .map_err(|e| ApiError::invalid_field(field("digest"), format!("{e:#}")))?;
+        Ok(JobSpec {
+            payload_url: self.payload_url,
+            payload_type,
+            identifiers: Identifiers {
+                primary_id: self.primary_id.filter(|p| !p.trim().is_empty()),
+                local_ids: self.local_ids,
+            },
+            metadata: Erc {
+                who: self.erc_who,
+                what: self.erc_what,
+                when: self.erc_when,
+                r#where: self.erc_where,
+            },
+            digest,
+            priority: None,
+        })
+    }
+}
+
+/// The body of `POST /batches/{bid}/acquire`: the worker, and either the
+/// jobs it expanded the payload into or why the payload does not expand
+/// (without both, the server expands the simple forms itself).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AcquireBody {
+    worker: String,
+    session_id: SessionId,
+    #[serde(default)]
+    jobs: Option<Vec<JobBody>>,
+    #[serde(default)]
+    expansion_error: Option<String>,
+}
+
 /// `POST /batches/{bid}/acquire`: the batch-pending daemon expands a batch.
 pub(crate) async fn acquire_batch(
     State(app): State<AppState>,
     cid: CorrelationId,
     ApiPath(bid): ApiPath<Bid>,
-    ApiJson(body): ApiJson<WorkerRef>,
+    ApiJson(body): ApiJson<AcquireBody>,
 ) -> Result<Json<Acquired>, ApiError> {
     let actor = worker_actor(&body.worker)?;
+    if body.jobs.is_some() && body.expansion_error.is_some() {
+        return Err(ApiError::invalid_field(
+            "expansion_error",
+            "give either jobs or expansion_error, not both",
+        ));
+    }
+    let given = match body.jobs {
+        Some(jobs) => Some(
+            jobs.into_iter()
+                .enumerate()
+                .map(|(i, j)| j.spec(i))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        None => None,
+    };
     fence(&app, &batch_lock_path(bid), body.session_id).await?;
     let submission = app
         .inner
@@ -146,7 +230,12 @@ pub(crate) async fn acquire_batch(
     let profile = app.inner.profiles.get(&submission.profile_name).cloned();
     // A payload that does not expand fails the batch (the engine does that
     // for an empty expansion) rather than leaving it Pending for ever.
-    let (mut jobs, expansion_error) = match expand_simple(&submission) {
+    let expanded = match (given, body.expansion_error) {
+        (Some(jobs), _) => Ok(jobs),
+        (None, Some(why)) => Err(anyhow::anyhow!(why)),
+        (None, None) => expand_simple(&submission),
+    };
+    let (mut jobs, expansion_error) = match expanded {
         Ok(jobs) => (jobs, None),
         Err(e) => {
             tracing::warn!(%bid, error = %format!("{e:#}"), "the batch's payload does not expand; the batch fails");
@@ -157,9 +246,14 @@ pub(crate) async fn acquire_batch(
     for j in &mut jobs {
         j.priority = j.priority.or(Some(priority));
     }
-    let outcome = app
-        .execute(actor, cid, Command::AcquireBatch { bid, jobs })
-        .await?;
+    let command = match &expansion_error {
+        Some(message) => Command::RejectBatch {
+            bid,
+            message: message.clone(),
+        },
+        None => Command::AcquireBatch { bid, jobs },
+    };
+    let outcome = app.execute(actor, cid, command).await?;
     let created = outcome
         .records
         .iter()

@@ -17,6 +17,15 @@
 //! (`/metrics`), the CPU seconds of the server, the workers and ZooKeeper,
 //! refused worker reports and WARN/ERROR lines in the logs.
 //!
+//! With `--mode real` it measures the real steps instead: for each count F
+//! of files per object it serves generated files (and one checkm object
+//! manifest per object) from an HTTP server of its own on loopback, fetches
+//! them with `curl` as the baseline, then ingests the same objects through a
+//! fresh `ingest serve` and ONE `ingest worker --steps real` (download,
+//! identifiers, signed storage manifest, OCFL storage with fixity,
+//! inventory, notify), and compares objects and bytes per second. See
+//! [`run_real`].
+//!
 //! ZooKeeper is not started here: `tools/load` starts a private one and
 //! passes `--zk`. Every child is killed when its round ends, when the run
 //! fails, on Ctrl-C and on SIGTERM (the children are `kill_on_drop`); their
@@ -31,7 +40,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, ensure, Context, Result};
+use axum::body::Bytes;
 use chrono::{DateTime, Utc};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -60,15 +70,43 @@ const SUBMIT_CONCURRENCY: usize = 16;
 const POLL: Duration = Duration::from_millis(200);
 /// How many log lines an error shows.
 const TAIL_LINES: usize = 30;
+/// The states a job passes on its way to Completed, in order (real mode
+/// reports the time spent in each).
+const JOB_STATES: [&str; 8] = [
+    "Pending",
+    "Estimating",
+    "Provisioning",
+    "Downloading",
+    "Processing",
+    "Storing",
+    "Recording",
+    "Notify",
+];
+
+/// What the load test runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Mode {
+    /// Zero-duration simulated steps; a round per worker count.
+    Simulate,
+    /// Real steps downloading from a local HTTP server, one worker; a round
+    /// per files-per-object count, against curl fetching the same files.
+    Real,
+}
 
 /// Drives `ingest serve` and `ingest worker` processes through a load test.
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "ingest-load",
-    about = "Submit N batches of M jobs with zero-duration simulated steps and measure jobs/s and submission-to-Completed latency for several worker counts.",
+    about = "Submit N batches of M jobs with zero-duration simulated steps and measure jobs/s and submission-to-Completed latency for several worker counts; or, with --mode real, ingest objects of 1, 10 and 100 files through the real steps and compare objects/s and MB/s with curl fetching the same files.",
     after_help = "Usually run through tools/load, which builds the binaries and starts a private ZooKeeper."
 )]
 struct Args {
+    /// simulate: zero-duration steps, a round per worker count (--batches,
+    /// --jobs, --workers, --step-ms); real: the real steps with one worker,
+    /// a round per files-per-object count (--files, --objects,
+    /// --object-bytes), against curl.
+    #[arg(long, value_enum, default_value_t = Mode::Simulate)]
+    mode: Mode,
     /// ZooKeeper connect string (host:port).
     #[arg(long, value_name = "HOSTS")]
     zk: String,
@@ -115,6 +153,45 @@ struct Args {
     /// Also write the results as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Real mode: files per object, one round each, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,10,100",
+        value_name = "LIST"
+    )]
+    files: Vec<usize>,
+    /// Real mode: objects per round, each an object-manifest batch of one job.
+    /// 40 objects of 4 MiB keep a round at 160 MiB whatever its file count,
+    /// so rounds differ in files (40, 400, 4,000) and not in bytes, and the
+    /// whole real mode takes 2 to 3 minutes on 2 cores; fewer objects make the
+    /// pipeline's fill and drain (the first and last job's walk) a large part
+    /// of the span.
+    #[arg(long, default_value_t = 40, value_name = "N")]
+    objects: usize,
+    /// Real mode: bytes per object, split evenly over its files (4 MiB: one
+    /// 4 MiB file, 10 of 410 KiB or 100 of 41 KiB).
+    #[arg(long, default_value_t = 4 * 1024 * 1024, value_name = "BYTES")]
+    object_bytes: u64,
+    /// Real mode: concurrent transfers per job (the worker's
+    /// --transfers-per-job, its --transfers being this times --tasks) and
+    /// curl's --parallel-max.
+    #[arg(long, default_value_t = 4, value_name = "K")]
+    transfers_per_job: usize,
+    /// Real mode: how many times curl fetches every file; the median run counts.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    curl_runs: usize,
+    /// Real mode: the seed of the generated files' bytes.
+    #[arg(long, default_value_t = 1, value_name = "SEED")]
+    seed: u64,
+    /// Real mode: the curl program.
+    #[arg(long, default_value = "curl", value_name = "PATH")]
+    curl: PathBuf,
+    /// Real mode: keep each round's OCFL storage and working storage
+    /// (otherwise removed when the round succeeded; logs always stay in
+    /// the work directory).
+    #[arg(long)]
+    keep: bool,
 }
 
 /// The tokens of one run (at least 16 characters, distinct).
@@ -372,8 +449,14 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    let work = async {
+        match args.mode {
+            Mode::Simulate => run(args).await,
+            Mode::Real => run_real(args).await,
+        }
+    };
     let result = tokio::select! {
-        r = run(args) => r,
+        r = work => r,
         _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted (Ctrl-C); the servers and workers are killed")),
         _ = term.recv() => Err(anyhow!("terminated (SIGTERM); the servers and workers are killed")),
     };
@@ -396,24 +479,7 @@ async fn run(args: Args) -> Result<()> {
     if args.tasks == 0 {
         bail!("--tasks must be at least 1");
     }
-    let ingest = match &args.ingest {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()
-            .context("cannot find this program's path")?
-            .with_file_name("ingest"),
-    };
-    if !ingest.is_file() {
-        bail!(
-            "the ingest binary {} does not exist (build it: cargo build --release --bin ingest, or give --ingest PATH)",
-            ingest.display()
-        );
-    }
-    let work = match &args.work_dir {
-        Some(d) => d.clone(),
-        None => std::env::temp_dir().join(format!("ingest-load-{}", std::process::id())),
-    };
-    std::fs::create_dir_all(&work)
-        .with_context(|| format!("cannot create the work directory {}", work.display()))?;
+    let (ingest, work) = binary_and_work_dir(&args)?;
     let tokens = Arc::new(Tokens::new());
     eprintln!(
         "ingest-load: {} batches x {} jobs, workers {:?}, {} tasks per job daemon, steps of {} ms; logs in {}",
@@ -468,6 +534,29 @@ async fn run(args: Args) -> Result<()> {
         eprintln!("ingest-load: results written to {}", path.display());
     }
     Ok(())
+}
+
+/// The `ingest` binary (checked) and the work directory (created).
+fn binary_and_work_dir(args: &Args) -> Result<(PathBuf, PathBuf)> {
+    let ingest = match &args.ingest {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()
+            .context("cannot find this program's path")?
+            .with_file_name("ingest"),
+    };
+    if !ingest.is_file() {
+        bail!(
+            "the ingest binary {} does not exist (build it: cargo build --release --bin ingest, or give --ingest PATH)",
+            ingest.display()
+        );
+    }
+    let work = match &args.work_dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("ingest-load-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&work)
+        .with_context(|| format!("cannot create the work directory {}", work.display()))?;
+    Ok((ingest, work))
 }
 
 fn table(rounds: &[Round], base_label: &str) -> String {
@@ -621,26 +710,7 @@ async fn run_round(
     let pids = work.join("pids");
     let root = format!("/load-{name}-{}", std::process::id());
 
-    // The server: engine, projector and API; no in-process daemons.
-    let mut cmd = Command::new(ingest);
-    cmd.arg("--data-dir").arg(dir.join("data")).args([
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--zk",
-        &args.zk,
-        "--zk-root",
-        &root,
-    ]);
-    clean_env(&mut cmd, tokens);
-    let mut server = Proc::spawn("serve", cmd, &dir, &pids)?;
-    let line = server
-        .await_line("ingest serve listening on ", Duration::from_secs(60))
-        .await?;
-    let base = line
-        .trim()
-        .trim_start_matches("ingest serve listening on ")
-        .to_string();
+    let (server, base) = start_server(args, ingest, &dir, &pids, &root, tokens).await?;
 
     let mut procs = RoundProcs {
         server,
@@ -691,6 +761,38 @@ async fn run_round(
     Ok(round)
 }
 
+/// Starts `ingest serve` with its data in `dir/data`: the engine, the
+/// projector and the API, no in-process daemons. Gives it and its base URL.
+async fn start_server(
+    args: &Args,
+    ingest: &Path,
+    dir: &Path,
+    pids: &Path,
+    root: &str,
+    tokens: &Tokens,
+) -> Result<(Proc, String)> {
+    let mut cmd = Command::new(ingest);
+    cmd.arg("--data-dir").arg(dir.join("data")).args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--zk",
+        &args.zk,
+        "--zk-root",
+        root,
+    ]);
+    clean_env(&mut cmd, tokens);
+    let mut server = Proc::spawn("serve", cmd, dir, pids)?;
+    let line = server
+        .await_line("ingest serve listening on ", Duration::from_secs(60))
+        .await?;
+    let base = line
+        .trim()
+        .trim_start_matches("ingest serve listening on ")
+        .to_string();
+    Ok((server, base))
+}
+
 fn clean_env(cmd: &mut Command, tokens: &Tokens) {
     for var in [
         "INGEST_WORKER_STEPS",
@@ -710,6 +812,18 @@ fn clean_env(cmd: &mut Command, tokens: &Tokens) {
         "INGEST_METRICS_TOKEN",
         "INGEST_PROVISIONING_THRESHOLD",
         "INGEST_WORKING_STORAGE",
+        // The real steps' options (real mode sets its own).
+        "INGEST_FILE_ROOT",
+        "INGEST_STORAGE_TARGETS",
+        "INGEST_SIGNING_KEY",
+        "INGEST_OUTBOX",
+        "INGEST_SMTP_URL",
+        "INGEST_STEP_RETRIES",
+        "INGEST_RETRY_BACKOFF_MS",
+        "INGEST_MAX_OBJECT_BYTES",
+        "INGEST_MAX_OBJECT_FILES",
+        "INGEST_TRANSFERS_PER_JOB",
+        "INGEST_TRANSFERS",
     ] {
         cmd.env_remove(var);
     }
@@ -750,77 +864,18 @@ async fn drive(
     let submit_seconds = started.elapsed().as_secs_f64();
 
     // Wait for every job and batch to be Completed.
-    let bar = ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
-    bar.set_style(
-        ProgressStyle::with_template(&format!(
-            "{workers} worker(s) [{{elapsed_precise}}] {{bar:30}} {{pos}}/{{len}} jobs Completed {{msg}}"
-        ))
-        .context("the progress bar template")?,
-    );
     let deadline = started + Duration::from_secs(args.timeout);
-    let mut last_progress = (0u64, 0u64, Instant::now());
-    let mut max_behind = (0f64, 0f64);
-    let mut polls = 0u64;
-    let status = loop {
-        procs.check_alive()?;
-        let status = api.get("/status").await?;
-        polls += 1;
-        if polls % 5 == 1 {
-            if let Ok(text) = api.metrics().await {
-                max_behind.0 = max_behind
-                    .0
-                    .max(metric(&text, "ingest_projector_events_behind"));
-                max_behind.1 = max_behind
-                    .1
-                    .max(metric(&text, "ingest_projector_seconds_behind"));
-            }
-        }
-        let count = |field: &str, state: &str| status[field][state].as_u64().unwrap_or(0);
-        let done = count("jobs_by_state", "Completed");
-        let failed = count("jobs_by_state", "Failed");
-        let batches_done = count("batches_by_state", "Completed");
-        let head = status["head_position"].as_u64().unwrap_or(0);
-        bar.set_position(done);
-        bar.set_message(format!(
-            "{batches_done}/{} batches, {head} events",
-            args.batches
-        ));
-        if failed > 0 {
-            bar.abandon();
-            bail!(
-                "{failed} job(s) Failed, which zero-duration simulated steps never do\n{}{}",
-                stuck(api, &bids, &status).await,
-                last_warnings(procs)
-            );
-        }
-        if done as usize >= total && batches_done as usize >= args.batches {
-            bar.finish_and_clear();
-            break status;
-        }
-        if (done, head) != (last_progress.0, last_progress.1) {
-            last_progress = (done, head, Instant::now());
-        } else if last_progress.2.elapsed() > Duration::from_secs(args.stall) {
-            bar.abandon();
-            bail!(
-                "nothing moved for {} s ({done}/{total} jobs Completed, {batches_done}/{} batches)\n{}{}",
-                args.stall,
-                args.batches,
-                stuck(api, &bids, &status).await,
-                last_warnings(procs)
-            );
-        }
-        if Instant::now() > deadline {
-            bar.abandon();
-            bail!(
-                "not done within --timeout {} s ({done}/{total} jobs Completed, {batches_done}/{} batches)\n{}{}",
-                args.timeout,
-                args.batches,
-                stuck(api, &bids, &status).await,
-                last_warnings(procs)
-            );
-        }
-        tokio::time::sleep(POLL).await;
-    };
+    let (status, mut max_behind) = wait_all(
+        args,
+        api,
+        procs,
+        &bids,
+        total,
+        &format!("{workers} worker(s)"),
+        ", which zero-duration simulated steps never do",
+        deadline,
+    )
+    .await?;
     let wall_seconds = started.elapsed().as_secs_f64();
     let cpu_after = procs.cpu(args.zk_pid);
     let zk_after = zk_packets_received(&args.zk).await;
@@ -902,6 +957,92 @@ async fn drive(
         log_samples: Vec::new(),
         ratio: 0.0,
     })
+}
+
+/// Polls `GET /status` until `jobs` jobs and every batch of `bids` are
+/// Completed. Fails when a job Failed (`failed_note` completes that
+/// message), a process exited, nothing moved for `--stall` seconds or
+/// `deadline` passed; each message names what is stuck and the last
+/// warnings. Gives the last status and the projector's largest lag seen
+/// (events, seconds).
+#[allow(clippy::too_many_arguments)]
+async fn wait_all(
+    args: &Args,
+    api: &Api,
+    procs: &mut RoundProcs,
+    bids: &[String],
+    total: usize,
+    label: &str,
+    failed_note: &str,
+    deadline: Instant,
+) -> Result<(Value, (f64, f64))> {
+    let batches = bids.len();
+    let bar = ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template(&format!(
+            "{label} [{{elapsed_precise}}] {{bar:30}} {{pos}}/{{len}} jobs Completed {{msg}}"
+        ))
+        .context("the progress bar template")?,
+    );
+    let mut last_progress = (0u64, 0u64, Instant::now());
+    let mut max_behind = (0f64, 0f64);
+    let mut polls = 0u64;
+    let status = loop {
+        procs.check_alive()?;
+        let status = api.get("/status").await?;
+        polls += 1;
+        if polls % 5 == 1 {
+            if let Ok(text) = api.metrics().await {
+                max_behind.0 = max_behind
+                    .0
+                    .max(metric(&text, "ingest_projector_events_behind"));
+                max_behind.1 = max_behind
+                    .1
+                    .max(metric(&text, "ingest_projector_seconds_behind"));
+            }
+        }
+        let count = |field: &str, state: &str| status[field][state].as_u64().unwrap_or(0);
+        let done = count("jobs_by_state", "Completed");
+        let failed = count("jobs_by_state", "Failed");
+        let batches_done = count("batches_by_state", "Completed");
+        let head = status["head_position"].as_u64().unwrap_or(0);
+        bar.set_position(done);
+        bar.set_message(format!("{batches_done}/{batches} batches, {head} events"));
+        if failed > 0 {
+            bar.abandon();
+            bail!(
+                "{failed} job(s) Failed{failed_note}\n{}{}",
+                stuck(api, bids, &status).await,
+                last_warnings(procs)
+            );
+        }
+        if done as usize >= total && batches_done as usize >= batches {
+            bar.finish_and_clear();
+            break status;
+        }
+        if (done, head) != (last_progress.0, last_progress.1) {
+            last_progress = (done, head, Instant::now());
+        } else if last_progress.2.elapsed() > Duration::from_secs(args.stall) {
+            bar.abandon();
+            bail!(
+                "nothing moved for {} s ({done}/{total} jobs Completed, {batches_done}/{batches} batches)\n{}{}",
+                args.stall,
+                stuck(api, bids, &status).await,
+                last_warnings(procs)
+            );
+        }
+        if Instant::now() > deadline {
+            bar.abandon();
+            bail!(
+                "not done within --timeout {} s ({done}/{total} jobs Completed, {batches_done}/{batches} batches)\n{}{}",
+                args.timeout,
+                stuck(api, bids, &status).await,
+                last_warnings(procs)
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    };
+    Ok((status, max_behind))
 }
 
 /// When a job left Pending and when it reached Completed.

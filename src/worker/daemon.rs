@@ -360,13 +360,34 @@ async fn locked(
 ) -> Result<Tried, BoxError> {
     let session_id = client.session_id().0;
     let who = json!({"worker": shared.name, "session_id": session_id});
+    let batch_ctx = || super::step::BatchCtx {
+        bid: item.id.clone(),
+        zk: client.clone(),
+        api: super::step::ApiCtx {
+            engine: shared.engine.clone(),
+            worker: shared.name.clone(),
+            session_id,
+        },
+    };
     match target {
         Target::PendingBatches => {
             if !batch_matches(client, target, &item.id).await? {
                 return Ok(Tried::Skipped);
             }
+            let mut body = who.clone();
+            if let Some(work) = &shared.steps.batch {
+                let ctx = batch_ctx();
+                let expansion = tokio::select! {
+                    e = work.expand(&ctx) => e,
+                    () = session_ended(client) => return Ok(Tried::Refused),
+                };
+                match expansion {
+                    super::step::Expansion::Jobs(jobs) => body["jobs"] = Value::Array(jobs),
+                    super::step::Expansion::Failed(why) => body["expansion_error"] = json!(why),
+                }
+            }
             let path = format!("/batches/{}/acquire", item.id);
-            let tried = report(shared, &path, &who).await?;
+            let tried = report(shared, &path, &body).await?;
             if tried == Tried::Done {
                 let states = format!("/batches/{}/states", item.id);
                 await_projection(client, &states, |stat| stat.is_some()).await;
@@ -377,8 +398,19 @@ async fn locked(
             if !batch_matches(client, target, &item.id).await? {
                 return Ok(Tried::Skipped);
             }
+            let mut body = who.clone();
+            if let Some(work) = &shared.steps.batch {
+                let ctx = batch_ctx();
+                let sent = tokio::select! {
+                    e = work.report(&ctx) => e,
+                    () = session_ended(client) => return Ok(Tried::Refused),
+                };
+                if let Some(error) = sent {
+                    body["notification_error"] = json!(error);
+                }
+            }
             let path = format!("/batches/{}/report", item.id);
-            let tried = report(shared, &path, &who).await?;
+            let tried = report(shared, &path, &body).await?;
             if tried == Tried::Done {
                 await_status(client, &format!("/batches/{}/status", item.id), status).await;
             }
@@ -399,6 +431,12 @@ async fn locked(
                     jid: item.id.clone(),
                     state,
                     priority: item.priority,
+                    zk: Some(client.clone()),
+                    api: Some(super::step::ApiCtx {
+                        engine: shared.engine.clone(),
+                        worker: shared.name.clone(),
+                        session_id,
+                    }),
                 };
                 let began = Instant::now();
                 // The step is dropped as soon as the session ends: its lock

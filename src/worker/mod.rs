@@ -27,6 +27,7 @@
 
 pub mod client;
 pub mod daemon;
+pub mod real;
 pub mod step;
 
 use std::path::PathBuf;
@@ -150,6 +151,8 @@ pub struct InProcess {
     pub sim: SimSettings,
     /// The simulation's seed.
     pub seed: Option<u64>,
+    /// `INGEST_WORKER_STEPS=real`: the real steps instead of simulated ones.
+    pub real: bool,
 }
 
 impl InProcess {
@@ -160,8 +163,10 @@ impl InProcess {
     pub fn from_env() -> Result<Option<InProcess>> {
         match std::env::var("INGEST_WORKER_STEPS").ok().as_deref() {
             None | Some("" | "none" | "off") => return Ok(None),
-            Some("simulate") => {}
-            Some(other) => bail!("INGEST_WORKER_STEPS={other:?}: the only steps are \"simulate\""),
+            Some("simulate" | "real") => {}
+            Some(other) => {
+                bail!("INGEST_WORKER_STEPS={other:?}: the steps are \"real\" or \"simulate\"")
+            }
         }
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         let sim = sim_settings(
@@ -171,7 +176,8 @@ impl InProcess {
         let seed = var("INGEST_SIMULATE_SEED")
             .map(|s| s.parse().context("INGEST_SIMULATE_SEED"))
             .transpose()?;
-        Ok(Some(InProcess { sim, seed }))
+        let real = std::env::var("INGEST_WORKER_STEPS").ok().as_deref() == Some("real");
+        Ok(Some(InProcess { sim, seed, real }))
     }
 
     /// Starts the enabled daemons against the API at `engine`.
@@ -185,14 +191,27 @@ impl InProcess {
         zk: ZkConfig,
         daemons: &Daemons,
         provisioning: &Provisioning,
+        real: (&real::RealArgs, &crate::config::Profiles),
     ) -> Result<Workers> {
-        let steps = Steps::simulated(
-            self.sim,
-            self.seed,
-            Arc::new(DfProbe) as Arc<dyn StorageProbe>,
-            provisioning.threshold_percent,
-            provisioning.working_storage.clone(),
-        );
+        let steps = if self.real {
+            real::steps(
+                real::RealConfig {
+                    work_dir: provisioning.working_storage.clone(),
+                    args: real.0.clone(),
+                    profiles: real.1.clone(),
+                },
+                Arc::new(DfProbe),
+                provisioning.threshold_percent,
+            )?
+        } else {
+            Steps::simulated(
+                self.sim,
+                self.seed,
+                Arc::new(DfProbe) as Arc<dyn StorageProbe>,
+                provisioning.threshold_percent,
+                provisioning.working_storage.clone(),
+            )
+        };
         Workers::start(WorkerOptions {
             engine,
             token,
@@ -270,9 +289,18 @@ pub struct WorkerArgs {
     /// Working-storage use (percent) above which provisioning holds jobs back.
     #[arg(long, default_value_t = crate::config::DEFAULT_PROVISIONING_THRESHOLD)]
     pub provisioning_threshold: f64,
-    /// The working storage measured by provisioning.
+    /// The working storage measured by provisioning (and, with real steps, where jobs download: DIR/BID/JID).
     #[arg(long, default_value = ".", value_name = "DIR")]
     pub working_storage: PathBuf,
+    /// simulate (zero-work steps for load tests and demos) or real (download, identify, store, record, notify).
+    #[arg(long, env = "INGEST_WORKER_STEPS", default_value = "simulate", value_parser = ["simulate", "real"])]
+    pub steps: String,
+    /// The collection profiles directory (callback URLs and report recipients for real steps).
+    #[arg(long, env = "INGEST_PROFILES_DIR", value_name = "DIR")]
+    pub profiles_dir: Option<PathBuf>,
+    /// The real steps' options.
+    #[command(flatten)]
+    pub real: real::RealArgs,
 }
 
 /// Parses `--daemons`: names, each optionally `=TASKS`.
@@ -349,14 +377,31 @@ pub fn run(args: WorkerArgs) -> Result<i32> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let profiles = match &args.profiles_dir {
+        Some(dir) => crate::config::Profiles::load(dir)
+            .with_context(|| format!("the profiles directory {}", dir.display()))?,
+        None => crate::config::Profiles::unrestricted(),
+    };
     runtime.block_on(async move {
-        let steps = Steps::simulated(
-            sim,
-            args.seed,
-            Arc::new(DfProbe),
-            args.provisioning_threshold,
-            args.working_storage.clone(),
-        );
+        let steps = if args.steps == "real" {
+            real::steps(
+                real::RealConfig {
+                    work_dir: args.working_storage.clone(),
+                    args: args.real.clone(),
+                    profiles,
+                },
+                Arc::new(DfProbe),
+                args.provisioning_threshold,
+            )?
+        } else {
+            Steps::simulated(
+                sim,
+                args.seed,
+                Arc::new(DfProbe),
+                args.provisioning_threshold,
+                args.working_storage.clone(),
+            )
+        };
         let workers = Workers::start(WorkerOptions {
             engine: args.engine.clone(),
             token,

@@ -69,6 +69,143 @@ pub struct JobCtx {
     pub state: JobState,
     /// Its queue priority.
     pub priority: u8,
+    /// The worker's ZooKeeper session (the one holding the job's lock), for
+    /// reading the job's nodes; `None` in unit tests.
+    pub zk: Option<zookeeper_client::Client>,
+    /// The API, for fenced calls made while the step runs (retries, arks,
+    /// inventory); `None` in unit tests.
+    pub api: Option<ApiCtx>,
+}
+
+/// How a step reaches the API while it holds a job's lock.
+#[derive(Debug, Clone)]
+pub struct ApiCtx {
+    /// The API client (worker token).
+    pub engine: super::client::EngineClient,
+    /// The worker's name.
+    pub worker: String,
+    /// The session holding the lock (the fence of every call).
+    pub session_id: i64,
+}
+
+/// A job's nodes, as the projection wrote them (`/jobs/JID/*`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobData {
+    /// The batch.
+    pub bid: String,
+    /// `/jobs/JID/configuration`: `profile_name`, `payload_url`, `payload_type`, `submission_mode`, `digest`, …
+    pub configuration: Value,
+    /// `/jobs/JID/identifiers`: `primary_id`, `local_id`.
+    pub identifiers: Value,
+    /// `/jobs/JID/metadata`: `erc_who`, `erc_what`, `erc_when`, `erc_where`.
+    pub metadata: Value,
+    /// `/jobs/JID/status`: `status`, `last_successful_status`, `retry_count`, …
+    pub status: Value,
+    /// `/jobs/JID/space_needed`.
+    pub space_needed: u64,
+}
+
+impl JobCtx {
+    /// A context without ZooKeeper or API (unit tests, simulations).
+    pub fn detached(jid: impl Into<String>, state: JobState, priority: u8) -> JobCtx {
+        JobCtx {
+            jid: jid.into(),
+            state,
+            priority,
+            zk: None,
+            api: None,
+        }
+    }
+
+    /// Reads the job's nodes from ZooKeeper.
+    ///
+    /// # Errors
+    /// No session, a missing node or data that is not what the projection
+    /// writes; the message names the node.
+    pub async fn data(&self) -> Result<JobData, String> {
+        let zk = self
+            .zk
+            .as_ref()
+            .ok_or_else(|| "no ZooKeeper session to read the job from".to_string())?;
+        let read = |node: &'static str| {
+            let path = format!("/jobs/{}/{node}", self.jid);
+            async move {
+                zk.get_data(&path)
+                    .await
+                    .map(|(data, _)| data)
+                    .map_err(|e| format!("cannot read {path}: {e}"))
+            }
+        };
+        let json = |node: &'static str, bytes: Vec<u8>| -> Result<Value, String> {
+            serde_json::from_slice(&bytes)
+                .map_err(|e| format!("/jobs/{}/{node} is not JSON: {e}", self.jid))
+        };
+        // identifiers and metadata are absent while the job has none.
+        let optional = |node: &'static str| {
+            let path = format!("/jobs/{}/{node}", self.jid);
+            async move {
+                match zk.get_data(&path).await {
+                    Ok((data, _)) => Ok(Some(data)),
+                    Err(zookeeper_client::Error::NoNode) => Ok(None),
+                    Err(e) => Err(format!("cannot read {path}: {e}")),
+                }
+            }
+        };
+        let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).trim().to_string();
+        let object = |node: &'static str, bytes: Option<Vec<u8>>| match bytes {
+            Some(b) => json(node, b),
+            None => Ok(json!({})),
+        };
+        Ok(JobData {
+            bid: text(read("bid").await?),
+            configuration: json("configuration", read("configuration").await?)?,
+            identifiers: object("identifiers", optional("identifiers").await?)?,
+            metadata: object("metadata", optional("metadata").await?)?,
+            status: json("status", read("status").await?)?,
+            space_needed: text(read("space_needed").await?).parse().unwrap_or(0),
+        })
+    }
+
+    /// Records a recoverable error and the attempt that follows it
+    /// (`POST /jobs/JID/retries`), so the history shows every retry. A
+    /// refusal or an unreachable API is logged: the retry goes on.
+    pub async fn record_retry(&self, attempt: u32, message: &str) {
+        tracing::warn!(jid = %self.jid, state = %self.state, attempt, %message, "recoverable error; retrying");
+        let Some(api) = &self.api else {
+            return;
+        };
+        let body = json!({
+            "worker": api.worker,
+            "session_id": api.session_id,
+            "state": self.state.to_string(),
+            "attempt": attempt,
+            "message": message,
+        });
+        let path = format!("/jobs/{}/retries", self.jid);
+        if let Err(e) = api.engine.post(&path, &body).await {
+            tracing::warn!(jid = %self.jid, error = %e, "cannot record the retry");
+        }
+    }
+
+    /// A fenced call: POSTs `body` plus this worker's name and session to
+    /// `path`.
+    ///
+    /// # Errors
+    /// No API, no answer, or an answer other than 2xx and 409.
+    pub async fn call(&self, path: &str, mut body: Value) -> Result<super::client::Reply, String> {
+        let api = self
+            .api
+            .as_ref()
+            .ok_or_else(|| "no API to call".to_string())?;
+        if let Some(o) = body.as_object_mut() {
+            o.insert("worker".into(), json!(api.worker));
+            o.insert("session_id".into(), json!(api.session_id));
+        }
+        api.engine
+            .post(path, &body)
+            .await
+            .map_err(|e| e.to_string())
+    }
 }
 
 /// A boxed future returned by [`Step::run`].
@@ -356,12 +493,49 @@ impl Step for Provision {
     }
 }
 
+/// A batch a batch daemon works on, with its lock held.
+#[derive(Debug, Clone)]
+pub struct BatchCtx {
+    /// The batch id (`bid…`).
+    pub bid: String,
+    /// The worker's session (the one holding `/batches/BID/lock`).
+    pub zk: zookeeper_client::Client,
+    /// The API.
+    pub api: ApiCtx,
+}
+
+/// The outcome of expanding a batch's payload.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expansion {
+    /// The jobs to create (`POST /batches/BID/acquire`'s `jobs`).
+    Jobs(Vec<Value>),
+    /// The payload does not expand; the batch fails with this message.
+    Failed(String),
+}
+
+/// A boxed future of the batch work.
+pub type BatchFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The work of the batch daemons beyond recording: expanding a pending
+/// batch's payload (fetching and parsing its manifest) and sending a
+/// finished batch's report. Without it the server expands the simple
+/// forms itself and reports go nowhere.
+pub trait BatchWork: Send + Sync {
+    /// Expands the pending batch into jobs.
+    fn expand<'a>(&'a self, batch: &'a BatchCtx) -> BatchFuture<'a, Expansion>;
+    /// Sends the report of a batch in Reporting or UpdateReporting; `Some`
+    /// is the error of sending it (recorded with the report).
+    fn report<'a>(&'a self, batch: &'a BatchCtx) -> BatchFuture<'a, Option<String>>;
+}
+
 /// The steps of every state.
 #[derive(Clone)]
 pub struct Steps {
     steps: HashMap<JobState, Arc<dyn Step>>,
     /// The fault-injection handle of the simulated steps.
     pub faults: Faults,
+    /// The batch daemons' work, when the steps are real.
+    pub batch: Option<Arc<dyn BatchWork>>,
 }
 
 impl Steps {
@@ -392,7 +566,11 @@ impl Steps {
             };
             steps.insert(state, step);
         }
-        Steps { steps, faults }
+        Steps {
+            steps,
+            faults,
+            batch: None,
+        }
     }
 
     /// Replaces the step of `state`.
@@ -411,11 +589,7 @@ mod tests {
     use super::*;
 
     fn job(state: JobState) -> JobCtx {
-        JobCtx {
-            jid: "jid0000000001".into(),
-            state,
-            priority: 5,
-        }
+        JobCtx::detached("jid0000000001", state, 5)
     }
 
     fn report(r: StepResult) -> Outcome {

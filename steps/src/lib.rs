@@ -5,12 +5,12 @@
 //! in the `ingest` crate put them together.
 pub mod checkm;
 pub mod container;
-pub mod forms;
-pub mod paths;
-pub mod inventory;
-pub mod ocfl;
 pub mod digest;
 pub mod erc;
+pub mod forms;
+pub mod inventory;
 pub mod noid;
+pub mod ocfl;
+pub mod paths;
 pub mod signing;
 pub mod storage_manifest;

@@ -4,6 +4,7 @@
 mod api;
 mod cli;
 mod failover;
+mod ingest;
 mod remote;
 mod serve;
 mod server;

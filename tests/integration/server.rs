@@ -39,8 +39,18 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
         if std::thread::panicking() {
+            if let Ok(dir) = std::env::var("INGEST_TEST_KEEP_LOGS") {
+                let name = format!("serve-{}.log", self.child.id());
+                let _ = std::fs::copy(&self.log, std::path::Path::new(&dir).join(name));
+            }
             let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let tail: Vec<&str> = text.lines().rev().take(40).collect();
+            // Request lines drown the rest: show what the server did.
+            let tail: Vec<&str> = text
+                .lines()
+                .rev()
+                .filter(|l| !l.contains("ingest::api: answered"))
+                .take(60)
+                .collect();
             eprintln!("--- ingest serve log (last lines) ---");
             for l in tail.iter().rev() {
                 eprintln!("{l}");
@@ -53,6 +63,19 @@ impl Drop for Server {
 /// `Some(daemons)` the in-process worker daemons run simulated steps (each
 /// entry a `--daemon` setting); with `None` no daemon runs.
 pub fn start(dir: &Path, hosts: &str, root: &str, daemons: Option<&[&str]>) -> Server {
+    start_with(dir, hosts, root, daemons, "simulate", &[])
+}
+
+/// [`start`] with the in-process daemons running `steps` (`simulate` or
+/// `real`) and further `serve` arguments.
+pub fn start_with(
+    dir: &Path,
+    hosts: &str,
+    root: &str,
+    daemons: Option<&[&str]>,
+    steps: &str,
+    args: &[String],
+) -> Server {
     let log = dir.join("serve.log");
     let data = dir.join("data");
     let mut cmd = Command::new(ingest_bin());
@@ -68,9 +91,10 @@ pub fn start(dir: &Path, hosts: &str, root: &str, daemons: Option<&[&str]>) -> S
         "100",
         "--working-storage",
     ]);
-    cmd.arg(dir);
+    std::fs::create_dir_all(dir.join("work")).expect("working storage");
+    cmd.arg(dir.join("work")).args(args);
     if let Some(daemons) = daemons {
-        cmd.env("INGEST_WORKER_STEPS", "simulate")
+        cmd.env("INGEST_WORKER_STEPS", steps)
             .env("INGEST_SIMULATE_SEED", "7");
         for d in daemons {
             cmd.args(["--daemon", d]);

@@ -1,0 +1,745 @@
+//! The real steps end to end: `ingest serve` with in-process daemons running
+//! the real steps, payloads served by a local HTTP server, objects stored in
+//! local OCFL repositories, recorded in the inventory, callbacks received.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Path as UrlPath, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use crate::server::{eventually, start_with, Server, ADMIN, DEPOSITOR};
+use crate::zk_server::{shared, unique_root};
+
+/// What the local depositor server saw and serves.
+#[derive(Default)]
+struct Depot {
+    files: BTreeMap<String, Vec<u8>>,
+    /// Requests per file name.
+    hits: BTreeMap<String, u32>,
+    /// Failures still to give per file name (503 each).
+    flaky: BTreeMap<String, u32>,
+    callbacks: Vec<Value>,
+}
+
+type Shared = Arc<Mutex<Depot>>;
+
+async fn serve_file(
+    method: Method,
+    State(depot): State<Shared>,
+    UrlPath(name): UrlPath<String>,
+) -> (StatusCode, Vec<u8>) {
+    let mut d = depot.lock().expect("depot");
+    // Only downloads (GET) count and meet the failures; the estimating
+    // step's HEAD requests do not.
+    if method != Method::GET {
+        return match d.files.get(&name) {
+            Some(body) => (StatusCode::OK, body.clone()),
+            None => (StatusCode::NOT_FOUND, Vec::new()),
+        };
+    }
+    *d.hits.entry(name.clone()).or_default() += 1;
+    if name.starts_with("always-500") {
+        return (StatusCode::INTERNAL_SERVER_ERROR, b"broken".to_vec());
+    }
+    if let Some(n) = d.flaky.get_mut(&name) {
+        if *n > 0 {
+            *n -= 1;
+            return (StatusCode::SERVICE_UNAVAILABLE, b"busy".to_vec());
+        }
+    }
+    match d.files.get(&name) {
+        Some(body) => (StatusCode::OK, body.clone()),
+        None => (StatusCode::NOT_FOUND, b"no such file".to_vec()),
+    }
+}
+
+async fn callback(State(depot): State<Shared>, Json(body): Json<Value>) -> StatusCode {
+    depot.lock().expect("depot").callbacks.push(body);
+    StatusCode::OK
+}
+
+/// A local HTTP server for payloads (`/files/NAME`) and callbacks (`/callback`).
+async fn depot() -> (Shared, String) {
+    let depot: Shared = Arc::default();
+    let app = Router::new()
+        .route("/files/{name}", get(serve_file))
+        .route("/callback", post(callback))
+        .with_state(Arc::clone(&depot));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr: SocketAddr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (depot, format!("http://{addr}"))
+}
+
+fn add(depot: &Shared, name: &str, body: &[u8]) {
+    depot
+        .lock()
+        .expect("depot")
+        .files
+        .insert(name.to_string(), body.to_vec());
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    let mut h = ingest_steps::digest::MultiHasher::new(&[ingest_steps::digest::Algorithm::Sha256]);
+    h.update(bytes);
+    h.finish().remove(0).1
+}
+
+fn zip(entries: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut out = std::io::Cursor::new(Vec::new());
+    {
+        let mut w = zip::ZipWriter::new(&mut out);
+        for (name, body) in entries {
+            w.start_file(*name, zip::write::SimpleFileOptions::default())
+                .expect("zip entry");
+            w.write_all(body).expect("zip body");
+        }
+        w.finish().expect("zip");
+    }
+    out.into_inner()
+}
+
+fn manifest(profile: &str, fields: &str, lines: &[String]) -> Vec<u8> {
+    let mut m = format!(
+        "#%checkm_0.7\n#%profile | http://uc3.cdlib.org/registry/ingest/manifest/{profile}\n#%prefix | mrt: | http://merritt.cdlib.org/terms#\n#%prefix | nfo: | http://www.semanticdesktop.org/ontologies/2007/03/22/nfo#\n#%fields | {fields}\n"
+    );
+    for l in lines {
+        m.push_str(l);
+        m.push('\n');
+    }
+    m.push_str("#%eof\n");
+    m.into_bytes()
+}
+
+const BATCH_FIELDS: &str = "nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileSize | nfo:fileLastModified | nfo:fileName | mrt:primaryIdentifier | mrt:localIdentifier | mrt:creator | mrt:title | mrt:date";
+const OBJECT_FIELDS: &str = "nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileSize | nfo:fileLastModified | nfo:fileName | mrt:mimeType";
+
+struct Rig {
+    server: Server,
+    depot: Shared,
+    base: String,
+    storage: PathBuf,
+    _dir: tempfile::TempDir,
+    /// Keeps the shared ZooKeeper running while the rig lives.
+    _zk: std::sync::Arc<crate::zk_server::ZkServer>,
+}
+
+async fn rig(name: &str, extra: &[String]) -> Rig {
+    let zk_server = shared();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (depot, base) = depot().await;
+    let profiles = dir.path().join("profiles");
+    std::fs::create_dir_all(&profiles).expect("profiles");
+    std::fs::write(
+        profiles.join("demo.yaml"),
+        format!("name: demo\nnotification:\n  callback_url: {base}/callback\n  emails: [curator@example.org]\n"),
+    )
+    .expect("profile");
+    let storage = dir.path().join("ocfl");
+    let mut args: Vec<String> = [
+        "--profiles-dir",
+        &profiles.display().to_string(),
+        "--storage-target",
+        &format!("primary={}", storage.display()),
+        "--outbox",
+        &dir.path().join("outbox").display().to_string(),
+        "--retry-backoff-ms",
+        "20",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(extra.iter().cloned());
+    let server = start_with(
+        dir.path(),
+        &zk_server.hosts(),
+        &unique_root(name),
+        Some(&[]),
+        "real",
+        &args,
+    );
+    Rig {
+        server,
+        depot,
+        base,
+        storage,
+        _dir: dir,
+        _zk: zk_server,
+    }
+}
+
+impl Rig {
+    async fn submit(&self, body: Value) -> String {
+        let (status, reply) = self
+            .server
+            .call(Method::POST, "/batches", DEPOSITOR, Some(body))
+            .await;
+        assert_eq!(status, 201, "{reply}");
+        reply["bid"].as_str().expect("bid").to_string()
+    }
+
+    /// Waits until the batch ended (Completed or Failed); its view.
+    async fn finished(&self, bid: &str) -> Value {
+        eventually(&format!("batch {bid} finished"), 90, async || {
+            let b = self.server.get(&format!("/batches/{bid}")).await;
+            matches!(b["status"].as_str(), Some("Completed" | "Failed")).then_some(b)
+        })
+        .await
+    }
+
+    async fn job(&self, jid: &str) -> Value {
+        self.server.get(&format!("/jobs/{jid}")).await
+    }
+
+    async fn history(&self, jid: &str) -> Vec<Value> {
+        self.server.get(&format!("/jobs/{jid}/history")).await["events"]
+            .as_array()
+            .expect("events")
+            .clone()
+    }
+
+    fn jobs(batch: &Value) -> Vec<String> {
+        batch["jobs"]
+            .as_array()
+            .expect("jobs")
+            .iter()
+            .map(|j| j["jid"].as_str().expect("jid").to_string())
+            .collect()
+    }
+
+    /// Asserts the job's object is stored (fixity verified by OCFL) and
+    /// inventoried by ark and by local id; returns the ark.
+    async fn assert_stored(&self, jid: &str, local_id: Option<&str>, files: &[&str]) -> String {
+        let job = self.job(jid).await;
+        assert_eq!(job["status"], "Completed", "{job}");
+        let ark = job["primary_id"].as_str().expect("an ark").to_string();
+        assert!(
+            ingest_steps::noid::verify(&ark),
+            "{ark} fails its check character"
+        );
+        let target = ingest_steps::ocfl::OcflTarget::open_or_init("check", &self.storage)
+            .expect("open storage");
+        let report = target.verify(&ark).expect("verify");
+        assert!(report.ok, "fixity of {ark}: {:?}", report.problems);
+        let object = self.server.get(&format!("/objects/{ark}")).await;
+        let stored: Vec<String> = object["versions"][0]["files"]
+            .as_array()
+            .expect("files")
+            .iter()
+            .map(|f| f["path"].as_str().unwrap_or_default().to_string())
+            .collect();
+        for f in files {
+            assert!(
+                stored.iter().any(|s| s == &format!("producer/{f}")),
+                "{f} not in {stored:?}"
+            );
+            let bytes = target
+                .read_file(&ark, None, &format!("producer/{f}"))
+                .expect("read back");
+            let depot = self.depot.lock().expect("depot");
+            if let Some(original) = depot.files.get(*f) {
+                assert_eq!(&bytes, original, "{f} stored differently");
+            }
+        }
+        if let Some(local) = local_id {
+            let found = self
+                .server
+                .get(&format!("/objects?collection=demo&local_id={local}"))
+                .await;
+            assert_eq!(found["ark"], ark.as_str());
+        }
+        ark
+    }
+
+    fn callbacks_for(&self, jid: &str) -> usize {
+        self.depot
+            .lock()
+            .expect("depot")
+            .callbacks
+            .iter()
+            .filter(|c| c["jid"] == jid)
+            .count()
+    }
+}
+
+fn retries(history: &[Value]) -> usize {
+    history
+        .iter()
+        .filter(|r| r["event"] == "JobStepRetried")
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_batch_form_ends_stored_inventoried_and_reported() {
+    let rig = rig("forms", &[]).await;
+    let hello = b"hello, preservation\n".to_vec();
+    add(&rig.depot, "hello.txt", &hello);
+    add(&rig.depot, "a.txt", b"file a");
+    add(&rig.depot, "b.txt", b"file b");
+    add(
+        &rig.depot,
+        "c.zip",
+        &zip(&[("data/one.txt", b"one"), ("two.txt", b"two")]),
+    );
+    let b = &rig.base;
+    add(
+        &rig.depot,
+        "object.checkm",
+        &manifest(
+            "mrt-ingest-manifest",
+            OBJECT_FIELDS,
+            &[
+                format!(
+                    "{b}/files/a.txt | sha256 | {} | | | a.txt | text/plain",
+                    sha256(b"file a")
+                ),
+                format!("{b}/files/b.txt | | | | | sub/b.txt |"),
+            ],
+        ),
+    );
+    add(
+        &rig.depot,
+        "single.checkm",
+        &manifest(
+            "mrt-single-file-batch-manifest",
+            BATCH_FIELDS,
+            &[
+                format!("{b}/files/a.txt | | | | | a.txt | | loc-single-a | Alice | A | 2024 |"),
+                format!("{b}/files/b.txt | | | | | b.txt | | loc-single-b | | | |"),
+            ],
+        ),
+    );
+    add(
+        &rig.depot,
+        "containers.checkm",
+        &manifest(
+            "mrt-container-batch-manifest",
+            BATCH_FIELDS,
+            &[format!(
+                "{b}/files/c.zip | | | | | c.zip | | loc-zip | | | |"
+            )],
+        ),
+    );
+    add(
+        &rig.depot,
+        "batch.checkm",
+        &manifest(
+            "mrt-batch-manifest",
+            BATCH_FIELDS,
+            &[format!(
+                "{b}/files/object.checkm | | | | | object.checkm | | loc-batch | | | |"
+            )],
+        ),
+    );
+
+    let submission = |ty: &str, url: String, local: &str| {
+        json!({"profile": "demo", "submitter": "alice", "type": ty, "payload_url": url,
+               "erc_who": "Alice", "erc_what": "A test", "erc_when": "2024", "erc_where": local})
+    };
+    let mut with_digest = submission("file", format!("{b}/files/hello.txt"), "loc-file");
+    with_digest["digest"] = json!(format!("sha256:{}", sha256(&hello)));
+    let batches = [
+        (
+            "file",
+            rig.submit(with_digest).await,
+            vec![("loc-file", vec!["hello.txt"])],
+        ),
+        (
+            "object-manifest",
+            rig.submit(submission(
+                "object-manifest",
+                format!("{b}/files/object.checkm"),
+                "loc-object",
+            ))
+            .await,
+            vec![("loc-object", vec!["a.txt", "sub/b.txt"])],
+        ),
+        (
+            "single-file-batch-manifest",
+            rig.submit(submission(
+                "single-file-batch-manifest",
+                format!("{b}/files/single.checkm"),
+                "",
+            ))
+            .await,
+            vec![
+                ("loc-single-a", vec!["a.txt"]),
+                ("loc-single-b", vec!["b.txt"]),
+            ],
+        ),
+        (
+            "container-batch-manifest",
+            rig.submit(submission(
+                "container-batch-manifest",
+                format!("{b}/files/containers.checkm"),
+                "",
+            ))
+            .await,
+            vec![("loc-zip", vec!["data/one.txt", "two.txt"])],
+        ),
+        (
+            "batch-manifest",
+            rig.submit(submission(
+                "batch-manifest",
+                format!("{b}/files/batch.checkm"),
+                "",
+            ))
+            .await,
+            vec![("loc-batch", vec!["a.txt", "sub/b.txt"])],
+        ),
+    ];
+    for (form, bid, expected) in &batches {
+        let batch = rig.finished(bid).await;
+        assert_eq!(batch["status"], "Completed", "{form}: {batch}");
+        let jobs = Rig::jobs(&batch);
+        assert_eq!(jobs.len(), expected.len(), "{form}: {batch}");
+        let mut arks = Vec::new();
+        for jid in &jobs {
+            let job = rig.job(jid).await;
+            let local = job["local_ids"][0].as_str().unwrap_or_default().to_string();
+            let files = &expected
+                .iter()
+                .find(|(l, _)| *l == local)
+                .unwrap_or_else(|| panic!("{form}: unexpected local id {local:?} of {job}"))
+                .1;
+            arks.push(rig.assert_stored(jid, Some(&local), files).await);
+            assert_eq!(rig.callbacks_for(jid), 1, "{form}: one callback per job");
+        }
+        let shown = tokio::task::block_in_place(|| {
+            std::process::Command::new(crate::util::ingest_bin())
+                .args([
+                    "--engine",
+                    &rig.server.base,
+                    "inventory",
+                    &arks[0],
+                    "--format",
+                    "json",
+                ])
+                .env("INGEST_ADMIN_TOKEN", ADMIN)
+                .output()
+                .expect("ingest inventory")
+        });
+        assert!(shown.status.success(), "{shown:?}");
+        let shown: Value = serde_json::from_slice(&shown.stdout).expect("inventory json");
+        assert_eq!(shown["ark"], arks[0].as_str(), "{form}");
+        let report = rig.server.get(&format!("/batches/{bid}/report")).await;
+        let listed = report.to_string();
+        for jid in &jobs {
+            assert!(
+                listed.contains(jid.as_str()),
+                "{form}: {jid} not in {report}"
+            );
+        }
+    }
+    // One report e-mail per batch for the profile's recipient (no SMTP: the outbox).
+    let outbox = rig._dir.path().join("outbox");
+    let mails: Vec<String> = std::fs::read_dir(&outbox)
+        .expect("outbox")
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .filter(|m| m.contains("curator@example.org"))
+        .collect();
+    for (_, bid, _) in &batches {
+        assert!(
+            mails.iter().any(|m| m.contains(bid.as_str())),
+            "no report e-mail for {bid} in {outbox:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recoverable_errors_are_retried_and_bad_payloads_fail_with_the_reason() {
+    let rig = rig(
+        "failures",
+        &[
+            "--step-retries".into(),
+            "2".into(),
+            "--max-object-bytes".into(),
+            (4 * 1024 * 1024).to_string(),
+        ],
+    )
+    .await;
+    add(&rig.depot, "big.bin", &vec![7u8; 5 * 1024 * 1024]);
+    let b = rig.base.clone();
+    add(&rig.depot, "flaky.txt", b"eventually here");
+    rig.depot
+        .lock()
+        .expect("depot")
+        .flaky
+        .insert("flaky.txt".into(), 2);
+    add(&rig.depot, "good.txt", b"good");
+    add(
+        &rig.depot,
+        "bomb.zip",
+        &zip(&[("zeros.bin", &vec![0u8; 8 * 1024 * 1024])]),
+    );
+    add(&rig.depot, "evil.zip", &zip(&[("../evil.txt", b"evil")]));
+    let single = |url: String| json!({"profile": "demo", "submitter": "alice", "type": "file", "payload_url": url});
+    let container = |url: String| json!({"profile": "demo", "submitter": "alice", "type": "container", "payload_url": url});
+
+    let flaky = rig.submit(single(format!("{b}/files/flaky.txt"))).await;
+    let mut mismatch = single(format!("{b}/files/good.txt"));
+    mismatch["digest"] = json!(format!("sha256:{}", sha256(b"not good")));
+    let mismatch = rig.submit(mismatch).await;
+    let missing = rig.submit(single(format!("{b}/files/missing.txt"))).await;
+    let broken = rig
+        .submit(single(format!("{b}/files/always-500.txt")))
+        .await;
+    let bomb = rig.submit(container(format!("{b}/files/bomb.zip"))).await;
+    let evil = rig.submit(container(format!("{b}/files/evil.zip"))).await;
+    let big = rig.submit(single(format!("{b}/files/big.bin"))).await;
+
+    // Two 503s, then the file: two retries recorded, the job completes.
+    let batch = rig.finished(&flaky).await;
+    assert_eq!(batch["status"], "Completed", "{batch}");
+    let jid = &Rig::jobs(&batch)[0];
+    assert_eq!(retries(&rig.history(jid).await), 2);
+
+    for (bid, needle) in [
+        (&mismatch, "mismatch"),
+        (&missing, "404"),
+        (&broken, "always-500.txt"),
+        (&bomb, "zeros.bin"),
+        (&evil, "evil"),
+        (&big, "4194304"),
+    ] {
+        let batch = rig.finished(bid).await;
+        assert_eq!(batch["status"], "Failed", "{needle}: {batch}");
+        let jid = &Rig::jobs(&batch)[0];
+        let job = rig.job(jid).await;
+        assert_eq!(job["status"], "Failed", "{job}");
+        assert_eq!(job["last_successful_status"], "Provisioning", "{job}");
+        let message = job["message"].as_str().unwrap_or_default();
+        assert!(message.contains(needle), "{needle:?} not in {message:?}");
+    }
+    // The server that always fails was tried 1 + 2 times, each retry an event.
+    let batch = rig.server.get(&format!("/batches/{broken}")).await;
+    let jid = &Rig::jobs(&batch)[0];
+    assert_eq!(retries(&rig.history(jid).await), 2);
+    assert_eq!(rig.depot.lock().expect("depot").hits["always-500.txt"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_manifest_fails_the_batch_naming_the_line() {
+    let rig = rig("corrupt", &[]).await;
+    let b = rig.base.clone();
+    add(
+        &rig.depot,
+        "noeof.checkm",
+        b"#%checkm_0.7\n#%profile | http://uc3.cdlib.org/registry/ingest/manifest/mrt-single-file-batch-manifest\n#%fields | nfo:fileUrl | nfo:fileName\nhttp://x/a | a | extra | more\n",
+    );
+    let bid = rig
+        .submit(json!({"profile": "demo", "submitter": "alice", "type": "single-file-batch-manifest", "payload_url": format!("{b}/files/noeof.checkm")}))
+        .await;
+    let batch = rig.finished(&bid).await;
+    assert_eq!(batch["status"], "Failed", "{batch}");
+    let text = batch.to_string();
+    assert!(text.contains("line 4"), "{text}");
+    assert!(Rig::jobs(&batch).is_empty());
+
+    // A file name that escapes the object fails the batch at once, naming it.
+    add(
+        &rig.depot,
+        "escape.checkm",
+        &manifest(
+            "mrt-ingest-manifest",
+            OBJECT_FIELDS,
+            &[format!("{b}/files/a.txt | | | | | ../../outside.txt |")],
+        ),
+    );
+    let bid = rig
+        .submit(json!({"profile": "demo", "submitter": "alice", "type": "object-manifest", "payload_url": format!("{b}/files/escape.checkm")}))
+        .await;
+    let batch = rig.finished(&bid).await;
+    assert_eq!(batch["status"], "Failed", "{batch}");
+    let text = batch.to_string();
+    assert!(text.contains("../../outside.txt"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_failed_in_storing_resumes_there_without_a_second_ark() {
+    let rig = rig("requeue", &[]).await;
+    add(&rig.depot, "r.txt", b"requeue me");
+    let (status, body) = rig
+        .server
+        .call(
+            Method::POST,
+            "/faults",
+            ADMIN,
+            Some(json!({"state": "Storing", "reason": "storage drill"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let bid = rig
+        .submit(json!({"profile": "demo", "submitter": "alice", "type": "file", "payload_url": format!("{}/files/r.txt", rig.base), "erc_where": "loc-r"}))
+        .await;
+    let batch = rig.finished(&bid).await;
+    let jid = Rig::jobs(&batch)[0].clone();
+    let job = rig.job(&jid).await;
+    assert_eq!(job["status"], "Failed", "{job}");
+    assert_eq!(job["last_successful_status"], "Processing", "{job}");
+    let ark = job["primary_id"]
+        .as_str()
+        .expect("ark minted in Processing")
+        .to_string();
+
+    let (status, body) = rig
+        .server
+        .call(
+            Method::POST,
+            &format!("/jobs/{jid}/requeue"),
+            ADMIN,
+            Some(json!({"reason": "drill over"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    eventually("the requeued job completed", 60, async || {
+        (rig.job(&jid).await["status"] == "Completed").then_some(())
+    })
+    .await;
+    let job = rig.job(&jid).await;
+    assert_eq!(job["primary_id"], ark.as_str(), "a second ark was minted");
+    assert_eq!(job["retry_count"], 1);
+    let moves: Vec<String> = rig
+        .history(&jid)
+        .await
+        .iter()
+        .filter(|r| r["event"] == "JobStatusChanged")
+        .filter_map(|r| r["detail"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        moves.iter().any(|m| m.starts_with("Failed -> Storing")),
+        "{moves:?}"
+    );
+    assert_eq!(
+        moves
+            .iter()
+            .filter(|m| m.starts_with("Processing -> "))
+            .count(),
+        1,
+        "{moves:?}"
+    );
+    rig.assert_stored(&jid, Some("loc-r"), &["r.txt"]).await;
+}
+
+/// A storage probe the test turns, counting how often it is read.
+struct Dial {
+    percent: Mutex<f64>,
+    reads: std::sync::atomic::AtomicU32,
+}
+
+impl ingest::worker::step::StorageProbe for Dial {
+    fn used_percent(&self, _: &std::path::Path) -> std::io::Result<f64> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(*self.percent.lock().expect("dial"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_waits_in_provisioning_while_working_storage_is_over_the_threshold() {
+    use ingest::config::{DaemonKind, Profiles};
+    use ingest::worker::real::{self, RealArgs, RealConfig};
+    use ingest::worker::{WorkerOptions, Workers};
+    let zk_server = shared();
+    let hosts = zk_server.hosts();
+    let root = unique_root("provision");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (depot, base) = depot().await;
+    add(&depot, "p.txt", b"provision me");
+    // The server runs no daemons; this test's worker runs the real steps
+    // with a probe it controls.
+    let server = crate::server::start(dir.path(), &hosts, &root, None);
+    let dial = Arc::new(Dial {
+        percent: Mutex::new(95.0),
+        reads: std::sync::atomic::AtomicU32::new(0),
+    });
+    let storage = dir.path().join("ocfl");
+    let args = RealArgs {
+        storage_targets: vec![format!("primary={}", storage.display())],
+        outbox: Some(dir.path().join("outbox")),
+        step_retries: 1,
+        retry_backoff_ms: 20,
+        max_object_bytes: 1 << 30,
+        max_object_files: 1000,
+        transfers_per_job: 2,
+        transfers: 4,
+        mail_from: "ingest@localhost".into(),
+        ..RealArgs::default()
+    };
+    let steps = real::steps(
+        RealConfig {
+            work_dir: dir.path().join("real-work"),
+            args,
+            profiles: Profiles::unrestricted(),
+        },
+        Arc::clone(&dial) as Arc<dyn ingest::worker::step::StorageProbe>,
+        70.0,
+    )
+    .expect("real steps");
+    let daemons = DaemonKind::ALL.iter().map(|k| (*k, 1)).collect();
+    let workers = Workers::start(WorkerOptions {
+        engine: server.base.clone(),
+        token: crate::server::WORKER.into(),
+        zk: ingest_projections::ZkConfig::new(hosts.clone()).with_root(root.clone()),
+        name: "provisioner".into(),
+        daemons,
+        steps,
+    })
+    .expect("workers");
+    let (status, reply) = server
+        .call(
+            Method::POST,
+            "/batches",
+            DEPOSITOR,
+            Some(json!({"profile": "demo", "submitter": "alice", "type": "file", "payload_url": format!("{base}/files/p.txt")})),
+        )
+        .await;
+    assert_eq!(status, 201, "{reply}");
+    let bid = reply["bid"].as_str().expect("bid").to_string();
+    let jid = eventually("the job in Provisioning", 30, async || {
+        let b = server.get(&format!("/batches/{bid}")).await;
+        let jid = b["jobs"][0]["jid"].as_str()?.to_string();
+        (server.get(&format!("/jobs/{jid}")).await["status"] == "Provisioning").then_some(jid)
+    })
+    .await;
+    // Several provisioning cycles look at the full disk; the job stays.
+    let seen = dial.reads.load(std::sync::atomic::Ordering::SeqCst);
+    eventually("three more provisioning cycles", 30, async || {
+        (dial.reads.load(std::sync::atomic::Ordering::SeqCst) >= seen + 3).then_some(())
+    })
+    .await;
+    assert_eq!(
+        server.get(&format!("/jobs/{jid}")).await["status"],
+        "Provisioning"
+    );
+    // Space frees up: the job goes on to Completed.
+    *dial.percent.lock().expect("dial") = 40.0;
+    eventually("the job completed", 60, async || {
+        (server.get(&format!("/jobs/{jid}")).await["status"] == "Completed").then_some(())
+    })
+    .await;
+    workers.shutdown().await;
+    let history = server.get(&format!("/jobs/{jid}/history")).await;
+    let left: Vec<&Value> = history["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|r| {
+            r["detail"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("Provisioning -> "))
+        })
+        .collect();
+    assert_eq!(left.len(), 1, "{history}");
+}
