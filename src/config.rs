@@ -215,6 +215,15 @@ pub struct ServeArgs {
         default_value = "fk4"
     )]
     pub shoulder: String,
+    /// Mint arks through the EZID API at this URL (https://ezid.cdlib.org) instead of the built-in NOID minter.
+    #[arg(long, env = "INGEST_EZID_URL", value_name = "URL")]
+    pub ezid_url: Option<String>,
+    /// The EZID account (the password comes from INGEST_EZID_PASSWORD or --ezid-password-file).
+    #[arg(long, env = "INGEST_EZID_USER", value_name = "USER")]
+    pub ezid_user: Option<String>,
+    /// A file holding the EZID password.
+    #[arg(long, env = "INGEST_EZID_PASSWORD_FILE", value_name = "FILE")]
+    pub ezid_password_file: Option<PathBuf>,
     /// The real steps' options (with INGEST_WORKER_STEPS=real).
     #[command(flatten)]
     pub real: crate::worker::real::RealArgs,
@@ -260,6 +269,8 @@ pub struct ServeConfig {
     pub max_body_bytes: usize,
     /// The NAAN and shoulder of minted arks.
     pub minter: (String, String),
+    /// EZID, when arks come from it.
+    pub ezid: Option<crate::ezid::EzidSettings>,
     /// The real steps' options.
     pub real: crate::worker::real::RealArgs,
 }
@@ -908,6 +919,7 @@ impl ServeConfig {
             profiles_dir: profiles_dir.map(|l| l.value),
             max_body_bytes: max_body.value,
             minter: (args.naan.clone(), args.shoulder.clone()),
+            ezid: ezid_settings(args)?,
             real: args.real.clone(),
         })
     }
@@ -1957,4 +1969,49 @@ mod tests {
         assert!(parse_daemon_setting("notify").is_err());
         assert!(parse_daemon_setting("notify=lots").is_err());
     }
+}
+
+/// The EZID settings `--ezid-url` asks for, with the password from
+/// `INGEST_EZID_PASSWORD` or `--ezid-password-file`.
+fn ezid_settings(args: &ServeArgs) -> Result<Option<crate::ezid::EzidSettings>, ConfigError> {
+    let Some(base) = &args.ezid_url else {
+        return Ok(None);
+    };
+    let origin = Origin::Named("--ezid-url".into());
+    let user = args.ezid_user.clone().ok_or_else(|| {
+        invalid(
+            &origin,
+            "ezid_user",
+            "--ezid-url needs --ezid-user (or INGEST_EZID_USER)",
+        )
+    })?;
+    let password = match (
+        &args.ezid_password_file,
+        std::env::var("INGEST_EZID_PASSWORD"),
+    ) {
+        (Some(file), _) => std::fs::read_to_string(file)
+            .map_err(|e| {
+                invalid(
+                    &origin,
+                    "ezid_password_file",
+                    format!("cannot read {}: {e}", file.display()),
+                )
+            })?
+            .trim()
+            .to_string(),
+        (None, Ok(p)) if !p.is_empty() => p,
+        _ => {
+            return Err(invalid(
+                &origin,
+                "ezid_password",
+                "--ezid-url needs a password: INGEST_EZID_PASSWORD or --ezid-password-file",
+            ))
+        }
+    };
+    Ok(Some(crate::ezid::EzidSettings {
+        base: base.clone(),
+        shoulder: format!("ark:/{}/{}", args.naan, args.shoulder),
+        user,
+        password,
+    }))
 }

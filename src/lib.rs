@@ -9,6 +9,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod engine;
+pub mod ezid;
 pub mod history;
 pub mod metrics;
 pub mod remote;

@@ -197,23 +197,30 @@ const MINTED_BLADE_LEN: usize = 8;
 fn objects(
     handle: &crate::service::EngineHandle,
     config: &ServeConfig,
-) -> Result<(
-    ingest_steps::inventory::Inventory,
-    ingest_steps::noid::Minter,
-)> {
+) -> Result<(ingest_steps::inventory::Inventory, crate::ezid::ArkMinter)> {
     let log = handle.log();
     let inventory = ingest_steps::inventory::Inventory::new(
         log.side_tree("inventory")
             .context("cannot open the inventory")?,
     );
-    let (naan, shoulder) = &config.minter;
-    let minter = ingest_steps::noid::Minter::open(
-        log.side_tree("minter").context("cannot open the minter")?,
-        naan,
-        shoulder,
-        MINTED_BLADE_LEN,
-    )
-    .with_context(|| format!("the ark minter (--naan {naan} --shoulder {shoulder})"))?;
+    let minter = match &config.ezid {
+        Some(settings) => crate::ezid::ArkMinter::Ezid(
+            crate::ezid::Ezid::new(settings.clone()).context("the EZID settings")?,
+        ),
+        None => {
+            let (naan, shoulder) = &config.minter;
+            crate::ezid::ArkMinter::Noid(
+                ingest_steps::noid::Minter::open(
+                    log.side_tree("minter").context("cannot open the minter")?,
+                    naan,
+                    shoulder,
+                    MINTED_BLADE_LEN,
+                )
+                .with_context(|| format!("the ark minter (--naan {naan} --shoulder {shoulder})"))?,
+            )
+        }
+    };
+    tracing::info!(source = %minter.describe(), "arks");
     Ok((inventory, minter))
 }
 

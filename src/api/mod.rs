@@ -105,8 +105,8 @@ pub struct ApiConfig {
     pub zookeeper: Option<ingest_projections::ZkConfig>,
     /// The object inventory (`None`: the object routes answer 503).
     pub inventory: Option<ingest_steps::inventory::Inventory>,
-    /// The ark minter (`None`: minting answers 503).
-    pub minter: Option<ingest_steps::noid::Minter>,
+    /// Where arks come from (`None`: minting answers 503).
+    pub minter: Option<crate::ezid::ArkMinter>,
 }
 
 /// The state every handler shares.
@@ -124,7 +124,7 @@ pub(crate) struct Inner {
     pub(crate) max_body_bytes: usize,
     pub(crate) zookeeper: Option<ingest_projections::ZkConfig>,
     pub(crate) inventory: Option<ingest_steps::inventory::Inventory>,
-    pub(crate) minter: Option<ingest_steps::noid::Minter>,
+    pub(crate) minter: Option<crate::ezid::ArkMinter>,
     /// Faults armed by admins (`POST /faults`).
     pub(crate) faults: ops::ArmedFaults,
     /// The reporting views, folded up to the durable position on demand.

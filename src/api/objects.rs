@@ -70,12 +70,16 @@ pub(crate) async fn ark(
     let minter = app
         .inner
         .minter
-        .clone()
+        .as_ref()
         .ok_or_else(|| unavailable("ark minter"))?;
-    let ark = tokio::task::spawn_blocking(move || minter.mint())
-        .await
-        .map_err(|e| ApiError::internal(format!("the minter task failed: {e}")))?
-        .map_err(|e| ApiError::internal(format!("cannot mint an ark: {e}")))?;
+    let ark = minter.mint().await.map_err(|e| match e {
+        crate::ezid::MintError::Unavailable(m) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "minter_unavailable",
+            format!("cannot mint an ark now: {m}; nothing was appended, retry"),
+        ),
+        other => ApiError::internal(format!("cannot mint an ark: {other}")),
+    })?;
     app.execute(
         actor,
         cid,

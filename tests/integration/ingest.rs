@@ -27,6 +27,8 @@ struct Depot {
     /// Failures still to give per file name (503 each).
     flaky: BTreeMap<String, u32>,
     callbacks: Vec<Value>,
+    /// Arks minted by the fake EZID.
+    ezid_mints: u32,
 }
 
 type Shared = Arc<Mutex<Depot>>;
@@ -61,6 +63,26 @@ async fn serve_file(
     }
 }
 
+/// A fake EZID: `POST /ezid/shoulder/SHOULDER` mints the next ark.
+async fn ezid(
+    State(depot): State<Shared>,
+    UrlPath(shoulder): UrlPath<String>,
+    headers: axum::http::HeaderMap,
+) -> (StatusCode, String) {
+    // "ezid-user:ezid-secret"
+    if headers.get("authorization").and_then(|v| v.to_str().ok())
+        != Some("Basic ZXppZC11c2VyOmV6aWQtc2VjcmV0")
+    {
+        return (StatusCode::UNAUTHORIZED, "error: unauthorized".into());
+    }
+    let mut d = depot.lock().expect("depot");
+    d.ezid_mints += 1;
+    (
+        StatusCode::CREATED,
+        format!("success: {shoulder}ezid{}\n", d.ezid_mints),
+    )
+}
+
 async fn callback(State(depot): State<Shared>, Json(body): Json<Value>) -> StatusCode {
     depot.lock().expect("depot").callbacks.push(body);
     StatusCode::OK
@@ -72,6 +94,7 @@ async fn depot() -> (Shared, String) {
     let app = Router::new()
         .route("/files/{name}", get(serve_file))
         .route("/callback", post(callback))
+        .route("/ezid/shoulder/{*shoulder}", post(ezid))
         .with_state(Arc::clone(&depot));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -742,4 +765,38 @@ async fn a_job_waits_in_provisioning_while_working_storage_is_over_the_threshold
         })
         .collect();
     assert_eq!(left.len(), 1, "{history}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arks_come_from_ezid_when_it_is_configured() {
+    let secret = tempfile::NamedTempFile::new().expect("password file");
+    std::fs::write(secret.path(), "ezid-secret\n").expect("write password");
+    let (fake, fake_base) = depot().await;
+    let rig = rig(
+        "ezid",
+        &[
+            "--ezid-url".into(),
+            format!("{fake_base}/ezid"),
+            "--ezid-user".into(),
+            "ezid-user".into(),
+            "--ezid-password-file".into(),
+            secret.path().display().to_string(),
+        ],
+    )
+    .await;
+    add(&rig.depot, "e.txt", b"an object with an EZID ark");
+    let bid = rig
+        .submit(json!({"profile": "demo", "submitter": "alice", "type": "file", "payload_url": format!("{}/files/e.txt", rig.base), "erc_where": "loc-ezid"}))
+        .await;
+    let batch = rig.finished(&bid).await;
+    assert_eq!(batch["status"], "Completed", "{batch}");
+    let jid = &Rig::jobs(&batch)[0];
+    let job = rig.job(jid).await;
+    assert_eq!(job["primary_id"], "ark:/99999/fk4ezid1", "{job}");
+    assert_eq!(fake.lock().expect("fake").ezid_mints, 1);
+    let found = rig
+        .server
+        .get("/objects?collection=demo&local_id=loc-ezid")
+        .await;
+    assert_eq!(found["ark"], "ark:/99999/fk4ezid1");
 }
