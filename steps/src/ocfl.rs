@@ -293,6 +293,26 @@ impl OcflTarget {
         })
     }
 
+    /// Opens an existing OCFL root without touching its staging area, for
+    /// readers (audits, `verify`, tests) beside the process that stores
+    /// into it: [`OcflTarget::open_or_init`] clears the staging area, which
+    /// would break that process's store in progress.
+    ///
+    /// # Errors
+    ///
+    /// [`StorageError::UnusableRoot`] when `root` is not an OCFL root.
+    pub fn open_existing(name: &str, root: &Path) -> Result<OcflTarget, StorageError> {
+        check_ocfl_root(root)?;
+        let staging = root.join(STAGING);
+        let repo = OcflRepo::fs_repo(root, Some(&staging)).map_err(|e| root_error(root, e))?;
+        Ok(OcflTarget {
+            name: name.to_string(),
+            root: root.to_path_buf(),
+            repo,
+            arks: ArkLocks::default(),
+        })
+    }
+
     /// The target's name, as configured.
     pub fn name(&self) -> &str {
         &self.name

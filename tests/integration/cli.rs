@@ -415,3 +415,45 @@ fn a_torn_tail_refuses_appends_until_repaired() {
     ing.run(&["verify"]).ok();
     ing.run(&["job", "jid0000000001", "start"]).ok();
 }
+
+#[test]
+fn keys_are_generated_private_and_published_for_verifiers() {
+    let ing = Ingest::new();
+    let key = ing.data_dir().join("signing.pem");
+    let key_arg = key.display().to_string();
+    let made = ing.run(&["keys", "generate", &key_arg]).ok();
+    let shown = ing.run(&["keys", "show", &key_arg]).ok();
+    assert_eq!(
+        made.stdout, shown.stdout,
+        "generate and show publish the same key"
+    );
+    assert!(
+        shown.stdout.starts_with("# fingerprint SHA256:"),
+        "{}",
+        shown.stdout
+    );
+    assert!(
+        shown.stdout.contains("-----BEGIN PUBLIC KEY-----"),
+        "{}",
+        shown.stdout
+    );
+    assert!(
+        !shown.stdout.contains("PRIVATE"),
+        "the private key was printed"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    // The key signs what it published: a manifest signed with it verifies
+    // against the printed public key.
+    let signer = ingest_steps::signing::SigningKeyFile::load(&key).unwrap();
+    let pem = shown.stdout.lines().skip(1).collect::<Vec<_>>().join("\n") + "\n";
+    let sig = signer.sign(b"#%checkm_0.7\n#%eof\n").to_text();
+    ingest_steps::signing::verify(&pem, b"#%checkm_0.7\n#%eof\n", &sig).unwrap();
+    // Never overwritten; a world-readable key is refused.
+    let again = ing.run(&["keys", "generate", &key_arg]).failed();
+    assert!(again.stderr.contains(&key_arg), "{}", again.stderr);
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let open = ing.run(&["keys", "show", &key_arg]).failed();
+    assert!(open.stderr.contains("chmod 600"), "{}", open.stderr);
+}

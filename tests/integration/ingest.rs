@@ -252,7 +252,7 @@ impl Rig {
             ingest_steps::noid::verify(&ark),
             "{ark} fails its check character"
         );
-        let target = ingest_steps::ocfl::OcflTarget::open_or_init("check", &self.storage)
+        let target = ingest_steps::ocfl::OcflTarget::open_existing("check", &self.storage)
             .expect("open storage");
         let report = target.verify(&ark).expect("verify");
         assert!(report.ok, "fixity of {ark}: {:?}", report.problems);
@@ -799,4 +799,80 @@ async fn arks_come_from_ezid_when_it_is_configured() {
         .get("/objects?collection=demo&local_id=loc-ezid")
         .await;
     assert_eq!(found["ark"], "ark:/99999/fk4ezid1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_local_id_again_adds_a_version_to_the_same_ark() {
+    let rig = rig("versions", &[]).await;
+    add(&rig.depot, "v1.txt", b"first version");
+    add(&rig.depot, "v2.txt", b"second version");
+    let submit = |file: &str, mode: &str| {
+        json!({"profile": "demo", "submitter": "alice", "type": "file",
+               "payload_url": format!("{}/files/{file}", rig.base),
+               "submission_mode": mode, "erc_where": "loc-versioned"})
+    };
+    let first = rig.submit(submit("v1.txt", "add")).await;
+    let batch = rig.finished(&first).await;
+    let jid1 = Rig::jobs(&batch)[0].clone();
+    let ark = rig
+        .assert_stored(&jid1, Some("loc-versioned"), &["v1.txt"])
+        .await;
+    // Completed jobs leave no working files behind.
+    let work = rig._dir.path().join("work");
+    let leftovers: Vec<_> = walk(&work)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains(&jid1))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    let second = rig.submit(submit("v2.txt", "update")).await;
+    let batch = rig.finished(&second).await;
+    assert_eq!(batch["status"], "Completed", "{batch}");
+    let jid2 = Rig::jobs(&batch)[0].clone();
+    let job2 = rig.job(&jid2).await;
+    assert_eq!(
+        job2["primary_id"],
+        ark.as_str(),
+        "a second ark for the same local id"
+    );
+    let object = rig.server.get(&format!("/objects/{ark}")).await;
+    let versions: Vec<u64> = object["versions"]
+        .as_array()
+        .expect("versions")
+        .iter()
+        .filter_map(|v| v["version"].as_u64())
+        .collect();
+    assert_eq!(versions, [1, 2], "{object}");
+    let target =
+        ingest_steps::ocfl::OcflTarget::open_existing("check", &rig.storage).expect("storage");
+    assert_eq!(target.versions(&ark).expect("versions"), [1, 2]);
+    assert_eq!(
+        target
+            .read_file(&ark, Some(2), "producer/v2.txt")
+            .expect("v2 file"),
+        b"second version"
+    );
+    assert_eq!(
+        target
+            .read_file(&ark, Some(1), "producer/v1.txt")
+            .expect("v1 file"),
+        b"first version"
+    );
+    assert!(target.verify(&ark).expect("verify").ok);
+}
+
+/// Every path under `dir` (files and directories).
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
 }
