@@ -1462,6 +1462,51 @@ fn validate_profile(p: &Profile) -> Result<(), (&'static str, String)> {
     Ok(())
 }
 
+/// The EZID settings `--ezid-url` asks for, with the password from
+/// `INGEST_EZID_PASSWORD` or `--ezid-password-file`.
+fn ezid_settings(args: &ServeArgs) -> Result<Option<crate::ezid::EzidSettings>, ConfigError> {
+    let Some(base) = &args.ezid_url else {
+        return Ok(None);
+    };
+    let origin = Origin::Named("--ezid-url".into());
+    let user = args.ezid_user.clone().ok_or_else(|| {
+        invalid(
+            &origin,
+            "ezid_user",
+            "--ezid-url needs --ezid-user (or INGEST_EZID_USER)",
+        )
+    })?;
+    let password = match (
+        &args.ezid_password_file,
+        std::env::var("INGEST_EZID_PASSWORD"),
+    ) {
+        (Some(file), _) => std::fs::read_to_string(file)
+            .map_err(|e| {
+                invalid(
+                    &origin,
+                    "ezid_password_file",
+                    format!("cannot read {}: {e}", file.display()),
+                )
+            })?
+            .trim()
+            .to_string(),
+        (None, Ok(p)) if !p.is_empty() => p,
+        _ => {
+            return Err(invalid(
+                &origin,
+                "ezid_password",
+                "--ezid-url needs a password: INGEST_EZID_PASSWORD or --ezid-password-file",
+            ))
+        }
+    };
+    Ok(Some(crate::ezid::EzidSettings {
+        base: base.clone(),
+        shoulder: format!("ark:/{}/{}", args.naan, args.shoulder),
+        user,
+        password,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1969,49 +2014,4 @@ mod tests {
         assert!(parse_daemon_setting("notify").is_err());
         assert!(parse_daemon_setting("notify=lots").is_err());
     }
-}
-
-/// The EZID settings `--ezid-url` asks for, with the password from
-/// `INGEST_EZID_PASSWORD` or `--ezid-password-file`.
-fn ezid_settings(args: &ServeArgs) -> Result<Option<crate::ezid::EzidSettings>, ConfigError> {
-    let Some(base) = &args.ezid_url else {
-        return Ok(None);
-    };
-    let origin = Origin::Named("--ezid-url".into());
-    let user = args.ezid_user.clone().ok_or_else(|| {
-        invalid(
-            &origin,
-            "ezid_user",
-            "--ezid-url needs --ezid-user (or INGEST_EZID_USER)",
-        )
-    })?;
-    let password = match (
-        &args.ezid_password_file,
-        std::env::var("INGEST_EZID_PASSWORD"),
-    ) {
-        (Some(file), _) => std::fs::read_to_string(file)
-            .map_err(|e| {
-                invalid(
-                    &origin,
-                    "ezid_password_file",
-                    format!("cannot read {}: {e}", file.display()),
-                )
-            })?
-            .trim()
-            .to_string(),
-        (None, Ok(p)) if !p.is_empty() => p,
-        _ => {
-            return Err(invalid(
-                &origin,
-                "ezid_password",
-                "--ezid-url needs a password: INGEST_EZID_PASSWORD or --ezid-password-file",
-            ))
-        }
-    };
-    Ok(Some(crate::ezid::EzidSettings {
-        base: base.clone(),
-        shoulder: format!("ark:/{}/{}", args.naan, args.shoulder),
-        user,
-        password,
-    }))
 }

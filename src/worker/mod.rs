@@ -102,6 +102,9 @@ impl Workers {
                 )));
             }
         }
+        if let Some(janitor) = shared.steps.janitor.clone() {
+            tasks.push(tokio::spawn(janitor.run(Arc::clone(&shared), rx.clone())));
+        }
         tracing::info!(worker = %shared.name, tasks = tasks.len(), "worker daemons started");
         Ok(Workers {
             stop,

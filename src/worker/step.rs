@@ -536,6 +536,8 @@ pub struct Steps {
     pub faults: Faults,
     /// The batch daemons' work, when the steps are real.
     pub batch: Option<Arc<dyn BatchWork>>,
+    /// The janitor of working storage, when the steps are real.
+    pub janitor: Option<Arc<super::real::janitor::Janitor>>,
 }
 
 impl Steps {
@@ -570,6 +572,7 @@ impl Steps {
             steps,
             faults,
             batch: None,
+            janitor: None,
         }
     }
 

@@ -490,6 +490,8 @@ async fn recoverable_errors_are_retried_and_bad_payloads_fail_with_the_reason() 
             "2".into(),
             "--max-object-bytes".into(),
             (4 * 1024 * 1024).to_string(),
+            "--janitor-interval-secs".into(),
+            "1".into(),
         ],
     )
     .await;
@@ -551,6 +553,30 @@ async fn recoverable_errors_are_retried_and_bad_payloads_fail_with_the_reason() 
     let jid = &Rig::jobs(&batch)[0];
     assert_eq!(retries(&rig.history(jid).await), 2);
     assert_eq!(rig.depot.lock().expect("depot").hits["always-500.txt"], 3);
+
+    // A failed job's working files stay (a requeue resumes from them) until
+    // the job is deleted; then the janitor removes them.
+    let batch = rig.server.get(&format!("/batches/{mismatch}")).await;
+    let jid = Rig::jobs(&batch)[0].clone();
+    let dir = rig._dir.path().join("work").join(&mismatch).join(&jid);
+    assert!(
+        dir.join("producer").exists(),
+        "{dir:?} was removed while Failed"
+    );
+    let (status, body) = rig
+        .server
+        .call(
+            Method::DELETE,
+            &format!("/jobs/{jid}"),
+            ADMIN,
+            Some(json!({"reason": "bad digest; resubmitted"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    eventually("the deleted job's files removed", 30, async || {
+        (!dir.exists()).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -50,7 +50,7 @@ impl Batches {
     /// and SMTP server of `config`.
     ///
     /// # Errors
-    /// A bad mail setting (an SMTP URL that is not `smtp://HOST:PORT`).
+    /// A bad mail setting (an SMTP URL lettre cannot use, an invalid sender).
     pub fn new(fetcher: Arc<Fetcher>, config: Arc<RealConfig>) -> anyhow::Result<Batches> {
         let outbox = Outbox::new(&config).map_err(anyhow::Error::msg)?;
         Ok(Batches {

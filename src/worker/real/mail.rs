@@ -1,21 +1,24 @@
-//! E-mail of batch reports: an outbox of RFC 5322 messages (one `.eml`
-//! file each) and a minimal SMTP client.
+//! E-mail of batch reports: SMTP through the `lettre` crate, and an outbox
+//! of RFC 5322 messages (one `.eml` file each).
 //!
 //! Without an SMTP server every message is written to the outbox, so that
-//! nothing is silently dropped. With `--smtp-url smtp://HOST:PORT` the
-//! message is sent over plain SMTP (EHLO/HELO, MAIL FROM, RCPT TO, DATA with
-//! dot-stuffing, QUIT); when that fails the message is written to the outbox
-//! as well and the error is returned.
-//!
-//! The SMTP client is deliberately small (no TLS, no AUTH, no pipelining):
-//! the `lettre` crate would replace it once it is a dependency.
+//! nothing is silently dropped. With `--smtp-url` the message is sent over
+//! SMTP: `smtp://HOST[:PORT]` is plain SMTP (a local relay, port 25 by
+//! default), `smtps://HOST[:PORT]` is SMTP over implicit TLS (465), and
+//! `smtp+starttls://HOST[:PORT]` upgrades with STARTTLS (587, and refuses a
+//! server that cannot). `USER:PASSWORD@` in the URL authenticates. When
+//! sending fails the message is written to the outbox as well, exactly as it
+//! would have been sent, and the error says where.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
+use lettre::message::header::{ContentTransferEncoding, ContentType};
+use lettre::message::Body;
+use lettre::message::Mailbox;
+use lettre::transport::smtp::authentication::Credentials;
+use lettre::{Address, AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 
 use super::RealConfig;
 
@@ -33,27 +36,53 @@ pub enum Delivery {
 #[derive(Debug, Clone)]
 pub struct Outbox {
     dir: PathBuf,
-    from: String,
-    smtp: Option<SmtpServer>,
+    from: Mailbox,
+    smtp: Option<Smtp>,
 }
 
-/// A plain SMTP server, `smtp://HOST:PORT`.
+/// The configured SMTP server and the `lettre` transport to it.
+#[derive(Debug, Clone)]
+struct Smtp {
+    /// `host:port`, for messages.
+    address: String,
+    transport: AsyncSmtpTransport<Tokio1Executor>,
+}
+
+/// How the connection to the SMTP server is secured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Security {
+    /// `smtp://`: none (a local relay).
+    Plain,
+    /// `smtps://`: TLS from the start.
+    Tls,
+    /// `smtp+starttls://`: STARTTLS, required.
+    StartTls,
+}
+
+/// An SMTP server as given by `--smtp-url`. The credentials' `Debug` does
+/// not show them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct SmtpServer {
+    security: Security,
+    /// The host name, or an IP address (without brackets).
     host: String,
     port: u16,
+    credentials: Option<Credentials>,
 }
 
-/// How long one SMTP exchange (connect, or a command and its reply) may take.
+/// How long connecting, or one SMTP command and its reply, may take.
 const SMTP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a whole SMTP session may take.
+const SMTP_SESSION_TIMEOUT: Duration = Duration::from_secs(300);
 
 impl Outbox {
     /// The outbox of `config`: `--outbox`, else `<work_dir>/outbox`; SMTP
     /// when `--smtp-url` is set; the sender is `--mail-from`.
     ///
     /// # Errors
-    /// An SMTP URL that is not `smtp://HOST[:PORT]` (`smtps://` needs TLS,
-    /// which this client does not have).
+    /// A sender that is not an e-mail address; an SMTP URL that is not
+    /// `smtp://`, `smtps://` or `smtp+starttls://` `[USER:PASSWORD@]HOST[:PORT]`.
     pub fn new(config: &RealConfig) -> Result<Outbox, String> {
         let dir = config
             .args
@@ -72,13 +101,25 @@ impl Outbox {
         from: &str,
         smtp_url: Option<&str>,
     ) -> Result<Outbox, String> {
+        let from = clean_header(from)
+            .parse::<Mailbox>()
+            .map_err(|e| format!("the sender {from:?} is not an e-mail address: {e}"))?;
         let smtp = smtp_url
             .filter(|u| !u.trim().is_empty())
-            .map(parse_smtp_url)
+            .map(|url| {
+                let server = parse_smtp_url(url)?;
+                let transport = server
+                    .transport()
+                    .map_err(|e| format!("SMTP URL {}: {e}", redact_url(url)))?;
+                Ok::<_, String>(Smtp {
+                    address: server.address(),
+                    transport,
+                })
+            })
             .transpose()?;
         Ok(Outbox {
             dir: dir.into(),
-            from: clean_header(from),
+            from,
             smtp,
         })
     }
@@ -92,32 +133,60 @@ impl Outbox {
     /// configured, else into the outbox.
     ///
     /// # Errors
-    /// No recipients; the outbox cannot be written; the SMTP exchange failed
-    /// (the message is then also in the outbox, and the error says where).
+    /// No recipients, or one that is not an e-mail address; the outbox
+    /// cannot be written; the SMTP exchange failed (the message is then also
+    /// in the outbox, and the error says where).
     pub async fn send(&self, to: &[String], subject: &str, body: &str) -> Result<Delivery, String> {
-        let to: Vec<String> = to
-            .iter()
-            .map(|a| clean_address(a))
-            .filter(|a| !a.is_empty())
-            .collect();
-        if to.is_empty() {
+        let mut recipients = Vec::with_capacity(to.len());
+        let mut invalid = Vec::new();
+        for raw in to {
+            let address = clean_address(raw);
+            if address.is_empty() {
+                continue;
+            }
+            match address.parse::<Address>() {
+                Ok(a) => recipients.push(Mailbox::new(None, a)),
+                Err(e) => invalid.push(format!("{address:?} ({e})")),
+            }
+        }
+        if !invalid.is_empty() {
+            return Err(format!(
+                "the message {subject:?} was not sent: not an e-mail address: {}",
+                invalid.join(", ")
+            ));
+        }
+        if recipients.is_empty() {
             return Err(format!("the message {subject:?} has no recipients"));
         }
-        let message = render_message(&self.from, &to, subject, body);
-        let Some(server) = &self.smtp else {
-            let path = self.write(message).await?;
+        let message = build_message(&self.from, recipients, subject, body)?;
+        // The bytes sent are the bytes an outbox file holds.
+        let eml = message.formatted();
+        let Some(smtp) = &self.smtp else {
+            let path = self.write(eml).await?;
             tracing::info!(path = %path.display(), subject, "e-mail written to the outbox");
             return Ok(Delivery::Outbox(path));
         };
-        let address = format!("{}:{}", server.host, server.port);
-        match smtp_send(server, &self.from, &to, &message).await {
+        let sent = match tokio::time::timeout(
+            SMTP_SESSION_TIMEOUT,
+            smtp.transport.send_raw(message.envelope(), &eml),
+        )
+        .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(describe(&e)),
+            Err(_) => Err(format!(
+                "the session took longer than {} s",
+                SMTP_SESSION_TIMEOUT.as_secs()
+            )),
+        };
+        match sent {
             Ok(()) => {
-                tracing::info!(server = %address, subject, "e-mail sent");
-                Ok(Delivery::Smtp(address))
+                tracing::info!(server = %smtp.address, subject, "e-mail sent");
+                Ok(Delivery::Smtp(smtp.address.clone()))
             }
             Err(e) => {
-                let error = format!("SMTP server {address}: {e}");
-                match self.write(message).await {
+                let error = format!("SMTP server {}: {e}", smtp.address);
+                match self.write(eml).await {
                     Ok(path) => Err(format!(
                         "{error}; the message was written to {}",
                         path.display()
@@ -130,48 +199,86 @@ impl Outbox {
 
     /// Writes `message` atomically (a temporary file renamed into place)
     /// under a unique name.
-    async fn write(&self, message: String) -> Result<PathBuf, String> {
+    async fn write(&self, message: Vec<u8>) -> Result<PathBuf, String> {
         let dir = self.dir.clone();
-        tokio::task::spawn_blocking(move || write_atomically(&dir, message.as_bytes()))
+        tokio::task::spawn_blocking(move || write_atomically(&dir, &message))
             .await
             .map_err(|e| format!("the outbox writer failed: {e}"))?
     }
 }
 
-/// Renders a plain-text UTF-8 message with CRLF line endings. Header values
-/// have CR and LF removed, so a subject or address cannot add headers; a
-/// non-ASCII subject is an RFC 2047 encoded word.
-pub fn render_message(from: &str, to: &[String], subject: &str, body: &str) -> String {
-    let domain = from
-        .rsplit_once('@')
-        .map(|(_, d)| clean_address(d))
-        .filter(|d| !d.is_empty())
-        .unwrap_or_else(|| "localhost".into());
-    let to: Vec<String> = to.iter().map(|a| clean_header(a)).collect();
-    let mut out = String::new();
-    let mut header = |name: &str, value: &str| {
-        out.push_str(name);
-        out.push_str(": ");
-        out.push_str(value);
-        out.push_str("\r\n");
-    };
-    header("From", &clean_header(from));
-    header("To", &to.join(", "));
-    header("Subject", &encode_word(&clean_header(subject)));
-    header("Date", &chrono::Utc::now().to_rfc2822());
-    header(
-        "Message-ID",
-        &format!("<{}@{domain}>", uuid::Uuid::new_v4().simple()),
-    );
-    header("MIME-Version", "1.0");
-    header("Content-Type", "text/plain; charset=utf-8");
-    header("Content-Transfer-Encoding", "8bit");
-    out.push_str("\r\n");
-    out.push_str(&crlf(body));
-    if !out.ends_with("\r\n") {
-        out.push_str("\r\n");
+/// A `lettre` SMTP error in words: the server's reply, or what went wrong.
+fn describe(e: &lettre::transport::smtp::Error) -> String {
+    if let Some(code) = e.status() {
+        let reply = std::error::Error::source(e)
+            .map(|s| s.to_string())
+            .unwrap_or_default();
+        let reply = reply.split_whitespace().collect::<Vec<_>>().join(" ");
+        let kind = if e.is_permanent() {
+            "refused"
+        } else {
+            "temporarily refused"
+        };
+        return format!("{kind}: the server answered {code} {reply}");
     }
-    out
+    if e.is_timeout() {
+        return format!("timed out ({e})");
+    }
+    if e.is_tls() {
+        return format!("TLS failed ({e})");
+    }
+    e.to_string()
+}
+
+/// The message lettre sends: From, To, Subject, Date, Message-ID and a
+/// plain-text UTF-8 body (line endings made CRLF; 7bit when it can be, else
+/// quoted-printable or base64, so any server takes it). Header values come
+/// through lettre's typed headers and are cleaned of CR and LF besides.
+fn build_message(
+    from: &Mailbox,
+    to: Vec<Mailbox>,
+    subject: &str,
+    body: &str,
+) -> Result<Message, String> {
+    let domain = from.email.domain();
+    let mut builder = Message::builder().from(from.clone());
+    for mailbox in to {
+        builder = builder.to(mailbox);
+    }
+    builder
+        .subject(clean_header(subject))
+        .date_now()
+        .message_id(Some(format!(
+            "<{}@{domain}>",
+            uuid::Uuid::new_v4().simple()
+        )))
+        .header(lettre::message::header::MIME_VERSION_1_0)
+        .header(ContentType::TEXT_PLAIN)
+        .body(text_body(body))
+        .map_err(|e| format!("cannot build the message {subject:?}: {e}"))
+}
+
+/// The body of `text`, line endings made CRLF: as it is (`7bit`) when it is
+/// ASCII with lines of at most 998 octets and no NUL (RFC 5322 §2.3), so that the outbox files stay readable; else lettre's choice of
+/// quoted-printable or base64. (lettre alone would encode any line of 76
+/// characters or more, such as a long URL.) Dot-stuffing is lettre's, on
+/// the wire.
+fn text_body(text: &str) -> Body {
+    let text = crlf(text);
+    let seven_bit =
+        text.is_ascii() && !text.contains('\0') && text.split("\r\n").all(|line| line.len() <= 998);
+    if seven_bit {
+        Body::dangerous_pre_encoded(text.into_bytes(), ContentTransferEncoding::SevenBit)
+    } else {
+        Body::new(text)
+    }
+}
+
+/// Text with every line ending (LF, CRLF, or a bare CR) made CRLF.
+fn crlf(text: &str) -> String {
+    text.replace("\r\n", "\n")
+        .replace('\r', "\n")
+        .replace('\n', "\r\n")
 }
 
 /// A header value without CR or LF (each replaced by a space, runs trimmed),
@@ -185,7 +292,7 @@ pub fn clean_header(value: &str) -> String {
         .join(" ")
 }
 
-/// An address for an SMTP command: no CR, LF, angle brackets or spaces.
+/// An address as given, without CR, LF, angle brackets or spaces.
 fn clean_address(address: &str) -> String {
     address
         .chars()
@@ -193,88 +300,107 @@ fn clean_address(address: &str) -> String {
         .collect()
 }
 
-/// Text with every line ending made CRLF.
-fn crlf(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + text.len() / 32);
-    for (i, line) in text.split('\n').enumerate() {
-        if i > 0 {
-            out.push_str("\r\n");
+impl SmtpServer {
+    /// `host:port`, an IPv6 address in brackets.
+    fn address(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
         }
-        out.push_str(line.strip_suffix('\r').unwrap_or(line));
     }
-    out
-}
 
-/// Dot-stuffing (RFC 5321 §4.5.2): a line of the DATA that starts with a dot
-/// gets another one, so it cannot end the message early.
-fn dot_stuff(message: &str) -> String {
-    let mut out = String::with_capacity(message.len() + 16);
-    for (i, line) in message.split("\r\n").enumerate() {
-        if i > 0 {
-            out.push_str("\r\n");
-        }
-        if line.starts_with('.') {
-            out.push('.');
-        }
-        out.push_str(line);
-    }
-    out
-}
-
-/// `=?utf-8?B?…?=` for a non-ASCII value; ASCII as is.
-fn encode_word(value: &str) -> String {
-    if value.is_ascii() {
-        return value.to_string();
-    }
-    format!("=?utf-8?B?{}?=", base64(value.as_bytes()))
-}
-
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
-            } else {
-                out.push('=');
+    /// The lettre transport to this server (one connection per message).
+    fn transport(&self) -> Result<AsyncSmtpTransport<Tokio1Executor>, String> {
+        type Transport = AsyncSmtpTransport<Tokio1Executor>;
+        let builder = match self.security {
+            Security::Plain => Transport::builder_dangerous(self.host.as_str()),
+            Security::Tls => Transport::relay(&self.host).map_err(|e| e.to_string())?,
+            Security::StartTls => {
+                Transport::starttls_relay(&self.host).map_err(|e| e.to_string())?
             }
-        }
+        };
+        let builder = builder.port(self.port).timeout(Some(SMTP_TIMEOUT));
+        let builder = match &self.credentials {
+            Some(c) => builder.credentials(c.clone()),
+            None => builder,
+        };
+        Ok(builder.build())
     }
-    out
+}
+
+/// The URL without its password, for messages.
+fn redact_url(url: &str) -> String {
+    match reqwest::Url::parse(url.trim()) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        Ok(u) => u.to_string(),
+        Err(_) => "(unparsable)".into(),
+    }
 }
 
 fn parse_smtp_url(url: &str) -> Result<SmtpServer, String> {
-    let parsed =
-        reqwest::Url::parse(url.trim()).map_err(|e| format!("invalid SMTP URL {url:?}: {e}"))?;
-    match parsed.scheme() {
-        "smtp" => {}
-        "smtps" => {
-            return Err(format!(
-                "SMTP URL {url:?}: smtps:// (TLS) is not supported by the built-in SMTP client; use smtp://HOST:PORT"
-            ))
-        }
+    const EXPECTED: &str =
+        "expected smtp://, smtps:// or smtp+starttls:// [USER:PASSWORD@]HOST[:PORT]";
+    let shown = redact_url(url);
+    let parsed = reqwest::Url::parse(url.trim())
+        .map_err(|e| format!("invalid SMTP URL {shown:?}: {e}; {EXPECTED}"))?;
+    let (security, default_port) = match parsed.scheme() {
+        "smtp" => (Security::Plain, 25),
+        "smtps" => (Security::Tls, 465),
+        "smtp+starttls" => (Security::StartTls, 587),
         other => {
             return Err(format!(
-                "SMTP URL {url:?}: unknown scheme {other:?}; expected smtp://HOST:PORT"
+                "SMTP URL {shown:?}: unknown scheme {other:?}; {EXPECTED}"
             ))
         }
-    }
+    };
+    // An IPv6 literal comes back bracketed; lettre wants the bare address.
     let host = parsed
         .host_str()
+        .map(|h| h.trim_start_matches('[').trim_end_matches(']'))
         .filter(|h| !h.is_empty())
-        .ok_or_else(|| format!("SMTP URL {url:?} has no host"))?;
-    // An IPv6 literal comes back bracketed, which is what `host:port` needs.
+        .ok_or_else(|| format!("SMTP URL {shown:?} has no host; {EXPECTED}"))?
+        .to_string();
+    let decode = |s: &str| {
+        percent_decode(s)
+            .ok_or_else(|| format!("SMTP URL {shown:?}: the credentials are not UTF-8"))
+    };
+    let credentials = match (parsed.username(), parsed.password()) {
+        ("", None) => None,
+        (user, password) => Some(Credentials::new(
+            decode(user)?,
+            decode(password.unwrap_or(""))?,
+        )),
+    };
     Ok(SmtpServer {
-        host: host.to_string(),
-        port: parsed.port().unwrap_or(25),
+        security,
+        host,
+        port: parsed.port().unwrap_or(default_port),
+        credentials,
     })
+}
+
+/// `%XX` decoded; `None` when the result is not UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8(out).ok()
 }
 
 fn write_atomically(dir: &Path, bytes: &[u8]) -> Result<PathBuf, String> {
@@ -300,153 +426,10 @@ fn write_atomically(dir: &Path, bytes: &[u8]) -> Result<PathBuf, String> {
     Ok(path)
 }
 
-/// One SMTP session over a plain TCP connection.
-async fn smtp_send(
-    server: &SmtpServer,
-    from: &str,
-    to: &[String],
-    message: &str,
-) -> Result<(), String> {
-    let address = format!("{}:{}", server.host.trim_matches(['[', ']']), server.port);
-    let stream = tokio::time::timeout(SMTP_TIMEOUT, TcpStream::connect(&address))
-        .await
-        .map_err(|_| "connection timed out".to_string())?
-        .map_err(|e| format!("cannot connect: {e}"))?;
-    let (read, write) = stream.into_split();
-    let mut s = Session {
-        read: BufReader::new(read),
-        write,
-    };
-    s.expect(None, &[220]).await?;
-    let helo = hostname();
-    let ehlo = s.command(&format!("EHLO {helo}")).await?;
-    let eight_bit = match ehlo.code {
-        250 => ehlo.text.to_ascii_uppercase().contains("8BITMIME"),
-        _ => {
-            s.command_expect(&format!("HELO {helo}"), &[250]).await?;
-            false
-        }
-    };
-    let body_param = if eight_bit && !message.is_ascii() {
-        " BODY=8BITMIME"
-    } else {
-        ""
-    };
-    s.command_expect(
-        &format!("MAIL FROM:<{}>{body_param}", clean_address(from)),
-        &[250],
-    )
-    .await?;
-    for rcpt in to {
-        s.command_expect(&format!("RCPT TO:<{}>", clean_address(rcpt)), &[250, 251])
-            .await?;
-    }
-    s.command_expect("DATA", &[354]).await?;
-    let mut data = dot_stuff(message);
-    if !data.ends_with("\r\n") {
-        data.push_str("\r\n");
-    }
-    data.push_str(".\r\n");
-    s.send_raw(&data).await?;
-    s.expect(Some("the message"), &[250]).await?;
-    // The message is accepted; a failed QUIT does not undo that.
-    if let Err(e) = s.command_expect("QUIT", &[221]).await {
-        tracing::debug!(error = %e, "SMTP QUIT failed after the message was accepted");
-    }
-    Ok(())
-}
-
-fn hostname() -> String {
-    std::env::var("HOSTNAME")
-        .ok()
-        .map(|h| clean_address(&h))
-        .filter(|h| !h.is_empty() && h.is_ascii())
-        .unwrap_or_else(|| "localhost".into())
-}
-
-struct Session {
-    read: BufReader<tokio::net::tcp::OwnedReadHalf>,
-    write: tokio::net::tcp::OwnedWriteHalf,
-}
-
-/// An SMTP reply: its code and the text of all its lines.
-struct Reply {
-    code: u16,
-    text: String,
-}
-
-impl Session {
-    async fn send_raw(&mut self, text: &str) -> Result<(), String> {
-        tokio::time::timeout(SMTP_TIMEOUT, self.write.write_all(text.as_bytes()))
-            .await
-            .map_err(|_| "timed out writing".to_string())?
-            .map_err(|e| format!("cannot write: {e}"))
-    }
-
-    async fn command(&mut self, line: &str) -> Result<Reply, String> {
-        self.send_raw(&format!("{line}\r\n")).await?;
-        self.reply()
-            .await
-            .map_err(|e| format!("{}: {e}", verb(line)))
-    }
-
-    async fn command_expect(&mut self, line: &str, codes: &[u16]) -> Result<Reply, String> {
-        let reply = self.command(line).await?;
-        check(verb(line), reply, codes)
-    }
-
-    async fn expect(&mut self, what: Option<&str>, codes: &[u16]) -> Result<Reply, String> {
-        let what = what.unwrap_or("the greeting");
-        let reply = self.reply().await.map_err(|e| format!("{what}: {e}"))?;
-        check(what, reply, codes)
-    }
-
-    /// Reads a reply, every `NNN-` line up to the `NNN ` one.
-    async fn reply(&mut self) -> Result<Reply, String> {
-        let mut text = String::new();
-        loop {
-            let mut line = String::new();
-            let n = tokio::time::timeout(SMTP_TIMEOUT, self.read.read_line(&mut line))
-                .await
-                .map_err(|_| "no reply (timed out)".to_string())?
-                .map_err(|e| format!("cannot read the reply: {e}"))?;
-            if n == 0 {
-                return Err("the server closed the connection".into());
-            }
-            let line = line.trim_end_matches(['\r', '\n']);
-            let code = line
-                .get(..3)
-                .and_then(|c| c.parse::<u16>().ok())
-                .ok_or_else(|| format!("not an SMTP reply: {line:?}"))?;
-            text.push_str(line.get(4..).unwrap_or(""));
-            text.push('\n');
-            if line.as_bytes().get(3) != Some(&b'-') {
-                return Ok(Reply { code, text });
-            }
-        }
-    }
-}
-
-/// The command's verb, for messages (`MAIL FROM`, `RCPT TO`, `EHLO`).
-fn verb(line: &str) -> &str {
-    line.split([':', ' ']).next().unwrap_or(line)
-}
-
-fn check(what: &str, reply: Reply, codes: &[u16]) -> Result<Reply, String> {
-    if codes.contains(&reply.code) {
-        Ok(reply)
-    } else {
-        Err(format!(
-            "{what} was answered {} {}",
-            reply.code,
-            reply.text.trim().replace('\n', " ")
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     use tokio::net::TcpListener;
 
     fn read_one(dir: &Path) -> String {
@@ -477,18 +460,42 @@ mod tests {
         };
         assert!(path.starts_with(tmp.path().join("outbox")));
         let text = read_one(outbox.dir());
-        assert!(text.starts_with("From: ingest@example.org\r\nTo: curator@example.org, b@example.org\r\nSubject: ingest batch bid1: 2 completed, 0 failed\r\nDate: "));
+        assert!(
+            text.starts_with("From: ingest@example.org\r\nTo: curator@example.org, b@example.org\r\nSubject: ingest batch bid1: 2 completed, 0 failed\r\nDate: "),
+            "{text}"
+        );
         for h in [
             "\r\nMessage-ID: <",
             "@example.org>\r\n",
             "\r\nMIME-Version: 1.0\r\n",
             "\r\nContent-Type: text/plain; charset=utf-8\r\n",
+            "\r\nContent-Transfer-Encoding: 7bit\r\n",
             "\r\n\r\nline one\r\nline two\r\n.dot\r\n",
         ] {
             assert!(text.contains(h), "{h:?} not in {text:?}");
         }
         // Every LF is part of a CRLF.
         assert_eq!(text.matches('\n').count(), text.matches("\r\n").count());
+        // No temporary file is left behind.
+        assert_eq!(std::fs::read_dir(outbox.dir()).expect("dir").count(), 1);
+    }
+
+    #[tokio::test]
+    async fn every_message_gets_its_own_file() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let outbox = Outbox::with(tmp.path(), "ingest@example.org", None).expect("outbox");
+        let mut paths = std::collections::BTreeSet::new();
+        for i in 0..5 {
+            let Ok(Delivery::Outbox(p)) = outbox
+                .send(&["a@example.org".into()], &format!("m{i}"), "b")
+                .await
+            else {
+                panic!("not the outbox")
+            };
+            paths.insert(p);
+        }
+        assert_eq!(paths.len(), 5);
+        assert_eq!(std::fs::read_dir(tmp.path()).expect("dir").count(), 5);
     }
 
     #[tokio::test]
@@ -497,7 +504,7 @@ mod tests {
         let outbox = Outbox::with(tmp.path(), "ingest@example.org", None).expect("outbox");
         outbox
             .send(
-                &["a@example.org\r\nBcc: victim@example.org".into()],
+                &["a@example.org".into()],
                 "hello\r\nBcc: evil@example.org\nX-Evil: 1",
                 "body",
             )
@@ -509,35 +516,115 @@ mod tests {
             .lines()
             .any(|l| l.starts_with("Bcc") || l.starts_with("X-Evil")));
         assert!(headers.contains("Subject: hello Bcc: evil@example.org X-Evil: 1\r\n"));
-        assert!(headers.contains("To: a@example.orgBcc:victim@example.org\r\n"));
+
+        // A recipient with a header smuggled in is not an address: nothing
+        // is sent, and the error says why.
+        let error = outbox
+            .send(
+                &["a@example.org\r\nBcc: victim@example.org".into()],
+                "s",
+                "b",
+            )
+            .await
+            .expect_err("not an address");
+        assert!(error.contains("not an e-mail address"), "{error}");
+        assert_eq!(std::fs::read_dir(tmp.path()).expect("dir").count(), 1);
+        assert!(Outbox::with(tmp.path(), "ingest\r\nBcc: x@example.org", None).is_err());
+    }
+
+    #[tokio::test]
+    async fn no_recipients_is_an_error() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let outbox = Outbox::with(tmp.path(), "ingest@localhost", None).expect("outbox");
+        let error = outbox
+            .send(&[" ".into()], "s", "b")
+            .await
+            .expect_err("no recipients");
+        assert!(error.contains("no recipients"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn non_ascii_is_encoded_for_any_server() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let outbox =
+            Outbox::with(tmp.path(), "Ingest Café <ingest@example.org>", None).expect("outbox");
+        outbox
+            .send(&["a@example.org".into()], "café", "crème brûlée\n")
+            .await
+            .expect("sent");
+        let text = read_one(tmp.path());
+        assert!(text.is_ascii(), "{text}");
+        assert!(text.contains("\r\nSubject: =?utf-8?"), "{text}");
+        assert!(
+            text.contains("\r\nContent-Transfer-Encoding: quoted-printable\r\n")
+                || text.contains("\r\nContent-Transfer-Encoding: base64\r\n"),
+            "{text}"
+        );
     }
 
     #[test]
-    fn non_ascii_subjects_are_encoded_words() {
-        assert_eq!(base64(b"Man"), "TWFu");
-        assert_eq!(base64(b"Ma"), "TWE=");
-        assert_eq!(base64(b"M"), "TQ==");
-        assert_eq!(encode_word("café"), "=?utf-8?B?Y2Fmw6k=?=");
-        assert_eq!(encode_word("plain"), "plain");
+    fn bodies_stay_readable_when_they_can() {
+        let long = format!("http://example.org/{}\nnext", "x".repeat(200));
+        let body = text_body(&long);
+        assert_eq!(body.encoding(), ContentTransferEncoding::SevenBit);
+        assert_eq!(body.as_ref(), long.replace('\n', "\r\n").as_bytes());
+        assert_eq!(text_body("a\r\nb\n\rc\r").as_ref(), b"a\r\nb\r\n\r\nc\r\n");
+        for encoded in ["x".repeat(1000), "é".into()] {
+            assert_ne!(
+                text_body(&encoded).encoding(),
+                ContentTransferEncoding::SevenBit,
+                "{encoded:?}"
+            );
+        }
     }
 
     #[test]
     fn smtp_urls_are_checked() {
+        let plain = parse_smtp_url("smtp://mail.example.org:2525").expect("smtp");
         assert_eq!(
-            parse_smtp_url("smtp://mail.example.org:2525"),
-            Ok(SmtpServer {
+            plain,
+            SmtpServer {
+                security: Security::Plain,
                 host: "mail.example.org".into(),
-                port: 2525
-            })
+                port: 2525,
+                credentials: None,
+            }
         );
+        assert_eq!(plain.address(), "mail.example.org:2525");
         assert_eq!(parse_smtp_url("smtp://mx").map(|s| s.port), Ok(25));
-        assert!(parse_smtp_url("smtps://mx:465").is_err_and(|e| e.contains("TLS")));
-        assert!(parse_smtp_url("http://mx").is_err());
+        let tls = parse_smtp_url("smtps://user%40x:p%3Ass@mx").expect("smtps");
+        assert_eq!((tls.security, tls.port), (Security::Tls, 465));
+        assert_eq!(
+            tls.credentials,
+            Some(Credentials::new("user@x".into(), "p:ss".into()))
+        );
+        let starttls = parse_smtp_url("smtp+starttls://mx:2587").expect("starttls");
+        assert_eq!(
+            (starttls.security, starttls.port),
+            (Security::StartTls, 2587)
+        );
+        let v6 = parse_smtp_url("smtp://[::1]:2525").expect("v6");
+        assert_eq!(
+            (v6.host.as_str(), v6.address()),
+            ("::1", "[::1]:2525".into())
+        );
+        assert!(parse_smtp_url("http://mx").is_err_and(|e| e.contains("unknown scheme")));
+        assert!(parse_smtp_url("smtp://").is_err());
+        // The password is not repeated in errors.
+        assert!(parse_smtp_url("ftp://u:secret@mx").is_err_and(|e| !e.contains("secret")));
+        // Every scheme makes a transport, and the configuration shows no
+        // password.
+        for url in ["smtp://mx", "smtps://u:secret@mx", "smtp+starttls://mx:587"] {
+            let outbox =
+                Outbox::with("/nonexistent", "ingest@example.org", Some(url)).expect("transport");
+            assert!(!format!("{outbox:?}").contains("secret"));
+        }
     }
 
     /// A scripted SMTP server: answers each command and returns what the
-    /// client sent.
-    async fn fake_smtp(reject_rcpt: bool) -> (u16, tokio::task::JoinHandle<String>) {
+    /// client sent. It advertises no STARTTLS; with `auth` it advertises
+    /// AUTH PLAIN and accepts it.
+    async fn fake_smtp(reject_rcpt: bool, auth: bool) -> (u16, tokio::task::JoinHandle<String>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let task = tokio::spawn(async move {
@@ -560,8 +647,12 @@ mod tests {
                     } else {
                         continue;
                     }
+                } else if line.starts_with("EHLO") && auth {
+                    b"250-fake\r\n250-8BITMIME\r\n250-AUTH PLAIN\r\n250 SIZE 1000000\r\n"
                 } else if line.starts_with("EHLO") {
                     b"250-fake\r\n250-8BITMIME\r\n250 SIZE 1000000\r\n"
+                } else if line.starts_with("AUTH PLAIN") && auth {
+                    b"235 2.7.0 authenticated\r\n"
                 } else if line.starts_with("RCPT") && reject_rcpt {
                     b"550 no such user\r\n"
                 } else if line.starts_with("MAIL") || line.starts_with("RCPT") {
@@ -585,7 +676,7 @@ mod tests {
     #[tokio::test]
     async fn smtp_delivers_a_dot_stuffed_body() {
         let tmp = tempfile::tempdir().expect("tmp");
-        let (port, server) = fake_smtp(false).await;
+        let (port, server) = fake_smtp(false, false).await;
         let outbox = Outbox::with(
             tmp.path(),
             "ingest@example.org",
@@ -607,20 +698,46 @@ mod tests {
             seen.contains("\r\nMAIL FROM:<ingest@example.org>\r\n"),
             "{seen}"
         );
-        assert!(seen.contains("\r\nRCPT TO:<a@example.org>\r\nRCPT TO:<b@example.org>\r\nDATA\r\n"));
+        assert!(
+            seen.contains("\r\nRCPT TO:<a@example.org>\r\nRCPT TO:<b@example.org>\r\nDATA\r\n"),
+            "{seen}"
+        );
         assert!(
             seen.contains("\r\n\r\nfirst\r\n..hidden\r\n...two\r\n..\r\nlast\r\n.\r\nQUIT\r\n"),
             "{seen}"
         );
-        assert!(seen.contains("\r\nSubject: report\r\n"));
+        assert!(seen.contains("\r\nSubject: report\r\n"), "{seen}");
+        assert!(!seen.contains("AUTH"), "{seen}");
         // Nothing went to the outbox.
         assert_eq!(std::fs::read_dir(tmp.path()).expect("dir").count(), 0);
     }
 
     #[tokio::test]
+    async fn smtp_credentials_come_from_the_url() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (port, server) = fake_smtp(false, true).await;
+        let outbox = Outbox::with(
+            tmp.path(),
+            "ingest@example.org",
+            Some(&format!("smtp://user:pa%20ss@127.0.0.1:{port}")),
+        )
+        .expect("outbox");
+        outbox
+            .send(&["a@example.org".into()], "report", "body")
+            .await
+            .expect("sent");
+        let seen = server.await.expect("server");
+        // PLAIN: base64 of "\0user\0pa ss".
+        assert!(
+            seen.contains("\r\nAUTH PLAIN AHVzZXIAcGEgc3M=\r\nMAIL FROM:"),
+            "{seen}"
+        );
+    }
+
+    #[tokio::test]
     async fn a_refused_recipient_leaves_the_message_in_the_outbox() {
         let tmp = tempfile::tempdir().expect("tmp");
-        let (port, server) = fake_smtp(true).await;
+        let (port, server) = fake_smtp(true, false).await;
         let outbox = Outbox::with(
             tmp.path(),
             "ingest@example.org",
@@ -632,12 +749,18 @@ mod tests {
             .await
             .expect_err("refused");
         assert!(
-            error.contains("RCPT was answered 550 no such user"),
+            error.contains(&format!(
+                "SMTP server 127.0.0.1:{port}: refused: the server answered 550 no such user"
+            )),
             "{error}"
         );
         assert!(error.contains("written to"), "{error}");
-        assert!(read_one(tmp.path()).contains("\r\n\r\nbody\r\n"));
-        drop(server);
+        let text = read_one(tmp.path());
+        assert!(text.contains("\r\nTo: nobody@example.org\r\n"), "{text}");
+        assert!(text.ends_with("\r\n\r\nbody"), "{text:?}");
+        let seen = server.await.expect("server");
+        assert!(seen.contains("RCPT TO:<nobody@example.org>\r\n"), "{seen}");
+        assert!(!seen.contains("DATA"), "{seen}");
     }
 
     #[tokio::test]
@@ -658,7 +781,12 @@ mod tests {
             .send(&["a@example.org".into()], "s", "b")
             .await
             .expect_err("unreachable");
-        assert!(error.contains("cannot connect"), "{error}");
+        assert!(
+            error.contains(&format!("SMTP server 127.0.0.1:{port}: ")),
+            "{error}"
+        );
+        assert!(error.to_lowercase().contains("connect"), "{error}");
+        assert!(error.contains("written to"), "{error}");
         read_one(tmp.path());
     }
 }

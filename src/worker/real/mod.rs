@@ -29,6 +29,7 @@ pub mod batch;
 pub mod download;
 pub mod estimate;
 pub mod fetch;
+pub mod janitor;
 pub mod mail;
 pub mod notify;
 pub mod process;
@@ -66,7 +67,7 @@ pub struct RealArgs {
     /// Where e-mails are written when no SMTP server is configured (one .eml file per message).
     #[arg(long, env = "INGEST_OUTBOX", value_name = "DIR")]
     pub outbox: Option<PathBuf>,
-    /// The SMTP server for batch reports, smtp://HOST:PORT (plain SMTP, no TLS or AUTH: a local relay); without it, mail goes to the outbox.
+    /// The SMTP server for batch reports: smtp://HOST[:PORT] (plain, a local relay), smtps://HOST[:PORT] (TLS) or smtp+starttls://HOST[:PORT], with USER:PASSWORD@ to log in; without it, mail goes to the outbox.
     #[arg(long, env = "INGEST_SMTP_URL", value_name = "URL")]
     pub smtp_url: Option<String>,
     /// The sender of batch report e-mails.
@@ -112,6 +113,14 @@ pub struct RealArgs {
         default_value_t = 4
     )]
     pub transfers_per_job: usize,
+    /// Seconds between sweeps that remove the working files of deleted, completed and cleaned-up jobs (0: the default, 60).
+    #[arg(
+        long,
+        env = "INGEST_JANITOR_INTERVAL_SECS",
+        value_name = "SECS",
+        default_value_t = 60
+    )]
+    pub janitor_interval_secs: u64,
     /// Concurrent transfers per worker process, over all its jobs.
     #[arg(long, env = "INGEST_TRANSFERS", value_name = "N", default_value_t = 16)]
     pub transfers: usize,
@@ -230,6 +239,12 @@ pub fn steps(
     for (state, step) in real {
         steps.set(state, step);
     }
+    let interval = match config.args.janitor_interval_secs {
+        0 => janitor::DEFAULT_INTERVAL,
+        secs => Duration::from_secs(secs),
+    };
+    let sweeper = janitor::Janitor::new(config.work_dir.clone(), interval);
+    steps.janitor = Some(Arc::new(sweeper));
     steps.batch = Some(Arc::new(batch::Batches::new(fetcher, config)?));
     Ok(steps)
 }
