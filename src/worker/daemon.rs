@@ -85,6 +85,12 @@ pub struct Shared {
     pub steps: Steps,
     /// Randomness for spread and jitter.
     pub rng: Rng,
+    /// Batches known to be acquired (their `states` node exists). A batch
+    /// never returns to Pending once acquired, so the batch-pending daemons
+    /// skip these without reading ZooKeeper again: without it every look
+    /// re-read every batch ever submitted (until cleanup), and a burst of N
+    /// batches cost on the order of N² reads.
+    pub acquired: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// What the daemon works on.
@@ -196,7 +202,7 @@ async fn cycle(
     stop: &watch::Receiver<bool>,
 ) -> Result<(bool, Option<zk::OneshotWatcher>), BoxError> {
     let client = shared.session.client().await?;
-    let (items, watcher) = list(&client, target).await?;
+    let (items, watcher) = list(shared, &client, target).await?;
     if items.is_empty() {
         return Ok((false, watcher));
     }
@@ -234,6 +240,7 @@ fn connected(client: &zk::Client) -> bool {
 }
 
 async fn list(
+    shared: &Shared,
     client: &zk::Client,
     target: Target,
 ) -> Result<(Vec<Item>, Option<zk::OneshotWatcher>), BoxError> {
@@ -267,7 +274,56 @@ async fn list(
                 .collect();
             Ok((items, Some(watcher)))
         }
-        Target::PendingBatches | Target::ReportingBatches(_) => {
+        Target::PendingBatches => {
+            let (mut bids, watcher) = match client.list_and_watch_children("/batches").await {
+                Ok(r) => r,
+                Err(zk::Error::NoNode) => return Ok((Vec::new(), None)),
+                Err(e) => return Err(e.into()),
+            };
+            bids.sort();
+            let unknown: Vec<String> = {
+                let mut acquired = shared
+                    .acquired
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                // Forget batches cleanup removed, so the set stays bounded.
+                let listed: std::collections::HashSet<&String> = bids.iter().collect();
+                acquired.retain(|b| listed.contains(b));
+                bids.into_iter().filter(|b| !acquired.contains(b)).collect()
+            };
+            // FIFO: the oldest pending batches, a few more than one task
+            // takes so that tasks meeting each other's locks find another.
+            let mut items = Vec::new();
+            for bid in unknown {
+                if client
+                    .check_stat(&format!("/batches/{bid}/states"))
+                    .await?
+                    .is_some()
+                {
+                    shared
+                        .acquired
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .insert(bid);
+                    continue;
+                }
+                if client
+                    .check_stat(&format!("/batches/{bid}/status"))
+                    .await?
+                    .is_some()
+                {
+                    items.push(Item {
+                        id: bid,
+                        priority: 0,
+                    });
+                    if items.len() >= SPREAD {
+                        break;
+                    }
+                }
+            }
+            Ok((items, Some(watcher)))
+        }
+        Target::ReportingBatches(_) => {
             let (mut bids, watcher) = match client.list_and_watch_children("/batches").await {
                 Ok(r) => r,
                 Err(zk::Error::NoNode) => return Ok((Vec::new(), None)),
@@ -284,8 +340,8 @@ async fn list(
                 }
             }
             // Reporting batches change status without changing /batches.
-            let watcher = matches!(target, Target::PendingBatches).then_some(watcher);
-            Ok((items, watcher))
+            drop(watcher);
+            Ok((items, None))
         }
     }
 }

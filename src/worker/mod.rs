@@ -89,6 +89,7 @@ impl Workers {
             engine,
             steps: options.steps,
             rng: Rng::from_entropy(),
+            acquired: Default::default(),
         });
         let (stop, rx) = watch::channel(false);
         let mut tasks = Vec::new();

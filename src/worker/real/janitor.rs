@@ -563,6 +563,7 @@ mod tests {
                 tmp.path().into(),
             ),
             rng: Rng::new(1),
+            acquired: Default::default(),
         });
         let (stop, rx) = watch::channel(false);
         let task = tokio::spawn(janitor.run(shared, rx));
