@@ -629,17 +629,20 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
                 check_priority(*p)?;
             }
             let stream = StreamId::Job(*jid);
-            if let Some(space_needed) = space_needed {
+            // A report that restates what the job already has (the ark the
+            // minting route recorded, a re-measured size that did not change)
+            // appends nothing for it.
+            if let Some(space_needed) = space_needed.filter(|s| *s != j.space_needed) {
                 d.push(
                     state,
                     stream,
                     event::JobSpaceEstimated {
-                        space_needed: *space_needed,
+                        space_needed,
                         priority: None,
                     },
                 );
             }
-            if let Some(ids) = identifiers {
+            if let Some(ids) = identifiers.as_ref().filter(|ids| **ids != j.identifiers) {
                 validate_identifiers(ids)?;
                 d.push(
                     state,
@@ -1605,6 +1608,37 @@ mod tests {
         let err = run(&mut state, outcome(JobState::Estimating)).unwrap_err();
         assert!(matches!(err, Rejection::StaleReport { .. }), "{err:?}");
         assert_eq!(err.to_string(), "job jid0000000001 is Provisioning, not Estimating: the report is stale and was discarded");
+
+        // A report restating what the job has appends only the move (the
+        // ark was recorded when it was minted; the size did not change).
+        let ark = Identifiers {
+            primary_id: Some("ark:/99999/fk4x".into()),
+            local_ids: vec!["l".into()],
+        };
+        run(
+            &mut state,
+            Command::RecordIdentifiers {
+                jid: Jid(1),
+                identifiers: ark.clone(),
+            },
+        )
+        .unwrap();
+        let restate = Command::StepOutcome {
+            jid: Jid(1),
+            state: JobState::Provisioning,
+            success: true,
+            message: String::new(),
+            priority: None,
+            space_needed: Some(4096),
+            identifiers: Some(ark),
+            store: None,
+            inventory: None,
+        };
+        let events = run(&mut state, restate).unwrap();
+        assert_eq!(
+            events.iter().map(Event::kind).collect::<Vec<_>>(),
+            ["JobStatusChanged"]
+        );
     }
 
     // An extra field named like a projected one was accepted and then dropped.

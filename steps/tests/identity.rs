@@ -329,7 +329,7 @@ fn a_reopened_minter_continues_without_repeating() {
     let path = dir.path().join("db");
     let mut seen = HashSet::new();
     for _ in 0..2 {
-        let db = sled::open(&path).unwrap();
+        let db = open_when_released(&path);
         let minter = Minter::open(db.open_tree("ids").unwrap(), "99999", "fk4", 5).unwrap();
         for _ in 0..500 {
             let ark = minter.mint().unwrap();
@@ -861,4 +861,24 @@ fn key_debug_output_does_not_show_the_key() {
     let debug = format!("{key:?}");
     assert!(debug.contains(&key.fingerprint()), "{debug}");
     assert!(!debug.contains("PRIVATE"), "{debug}");
+}
+
+/// Opens the sled database at `path`, waiting (bounded) for a handle just
+/// dropped to release its file lock: sled's flusher thread holds the
+/// database a moment after the last handle goes (the reopen failed with
+/// WouldBlock under a loaded test run).
+fn open_when_released(path: &std::path::Path) -> sled::Db {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match sled::open(path) {
+            Ok(db) => return db,
+            Err(e)
+                if std::time::Instant::now() < deadline
+                    && e.to_string().contains("could not acquire lock") =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => panic!("cannot open {}: {e}", path.display()),
+        }
+    }
 }

@@ -801,7 +801,18 @@ fn everything_survives_reopening_the_database() {
         db.flush().unwrap();
     }
 
-    let db = sled::open(dir.path()).unwrap();
+    // sled's flusher thread holds the file lock a moment after the handle goes.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let db = loop {
+        match sled::open(dir.path()) {
+            Ok(db) => break db,
+            Err(e) if std::time::Instant::now() < deadline => {
+                assert!(e.to_string().contains("could not acquire lock"), "{e}");
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => panic!("cannot reopen: {e}"),
+        }
+    };
     let inv = Inventory::new(db.open_tree("inventory").unwrap());
 
     assert_eq!(inv.versions(ARK).unwrap(), vec![v1, v2.clone()]);
