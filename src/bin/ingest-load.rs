@@ -164,10 +164,10 @@ struct Args {
     /// Real mode: objects per round, each an object-manifest batch of one job.
     /// 200 objects of 4 MiB make every round 800 MiB whatever its file count
     /// (200, 2,000 or 20,000 files), so rounds differ in files and not in
-    /// bytes. On 2 cores a round's ingest then spans 35 to 45 s, about 80
-    /// times one job's walk (0.4 to 0.6 s), so the pipeline's fill and drain
-    /// stay within a few per cent of it and a shared machine's noise averages
-    /// out, and the whole real mode takes about 2.5 minutes. The driver holds
+    /// bytes. On 2 cores a round's ingest then spans 11 to 17 s, about 30
+    /// times one job's walk (0.4 to 0.7 s), so the pipeline's fill and drain
+    /// count little and a shared machine's noise averages out, and the whole
+    /// real mode takes about 3 minutes. The driver holds
     /// a round's files in memory (800 MiB).
     #[arg(long, default_value_t = 200, value_name = "N")]
     objects: usize,
