@@ -242,7 +242,7 @@ fn main() {
     // `cargo bench` passes `--bench`; a filter argument is not supported.
     // Logs only when asked (INGEST_LOG=debug shows every transaction).
     if std::env::var_os("INGEST_LOG").is_some() {
-        ingest::init_tracing(ingest::cli::LogFormat::Human);
+        ingest_config::init_tracing(ingest_config::LogFormat::Human);
     }
     let jobs = env_usize("INGEST_BENCH_JOBS", 10_000);
     let per_batch = env_usize("INGEST_BENCH_BATCH", 100).max(1);

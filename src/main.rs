@@ -1,9 +1,13 @@
-//! The `ingest` binary: parse the command line and run it.
+//! The `ingest` binary: parse the command line and run it. The CLI is glue:
+//! every command runs against the engine (`ingest-engine`) or a server
+//! (`ingest-client`) through one [`cli::backend::Backend`].
 
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches};
-use ingest::cli::Cli;
-use ingest::config::GlobalOverrides;
+use cli::Cli;
+use ingest_config::GlobalOverrides;
+
+mod cli;
 
 fn main() {
     let matches = Cli::command().get_matches();
@@ -23,7 +27,7 @@ fn main() {
         lifecycle: cli.states.clone(),
         log_format: given("log_format").then_some(cli.log_format),
     };
-    match ingest::cli::run_with(cli, globals) {
+    match cli::run_with(cli, globals) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -4,11 +4,11 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
-use ingest::api::{self, Access, ApiConfig, LockChecker, LockFuture, NoLocks};
-use ingest::config::{Notification, Profile, Profiles, Secret, Tokens};
-use ingest::engine::{Engine, EngineConfig};
-use ingest::metrics::Metrics;
-use ingest::service::{EngineHandle, EngineService};
+use ingest_config::{Notification, Profile, Profiles, Secret, Tokens};
+use ingest_engine::engine::{Engine, EngineConfig};
+use ingest_engine::service::{EngineHandle, EngineService};
+use ingest_server::api::{self, Access, ApiConfig, LockChecker, LockFuture, NoLocks};
+use ingest_server::metrics::Metrics;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
@@ -1183,8 +1183,11 @@ async fn metrics_need_their_token_and_show_the_expected_series() {
 
 /// Every (method, path) of `api/openapi.yaml`, with its `x-access`.
 fn documented() -> BTreeSet<(String, String, String)> {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/api/openapi.yaml"))
-        .expect("read api/openapi.yaml");
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/server/api/openapi.yaml"
+    ))
+    .expect("read api/openapi.yaml");
     let doc: Value = serde_norway::from_str(&text).expect("parse api/openapi.yaml");
     let mut out = BTreeSet::new();
     for (path, item) in doc["paths"].as_object().expect("paths") {

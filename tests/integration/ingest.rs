@@ -688,7 +688,7 @@ struct Dial {
     reads: std::sync::atomic::AtomicU32,
 }
 
-impl ingest::worker::step::StorageProbe for Dial {
+impl ingest_worker::step::StorageProbe for Dial {
     fn used_percent(&self, _: &std::path::Path) -> std::io::Result<f64> {
         self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(*self.percent.lock().expect("dial"))
@@ -697,9 +697,9 @@ impl ingest::worker::step::StorageProbe for Dial {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_job_waits_in_provisioning_while_working_storage_is_over_the_threshold() {
-    use ingest::config::{DaemonKind, Profiles};
-    use ingest::worker::real::{self, RealArgs, RealConfig};
-    use ingest::worker::{WorkerOptions, Workers};
+    use ingest_config::{DaemonKind, Profiles};
+    use ingest_worker::real::{self, RealArgs, RealConfig};
+    use ingest_worker::{WorkerOptions, Workers};
     let zk_server = shared();
     let hosts = zk_server.hosts();
     let root = unique_root("provision");
@@ -732,7 +732,7 @@ async fn a_job_waits_in_provisioning_while_working_storage_is_over_the_threshold
             args,
             profiles: Profiles::unrestricted(),
         },
-        Arc::clone(&dial) as Arc<dyn ingest::worker::step::StorageProbe>,
+        Arc::clone(&dial) as Arc<dyn ingest_worker::step::StorageProbe>,
         70.0,
     )
     .expect("real steps");

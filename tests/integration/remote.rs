@@ -337,3 +337,73 @@ async fn an_armed_fault_fails_the_next_job_of_a_step_and_requeue_resumes_there()
         "the requeue must not redo Processing: {moves:?}"
     );
 }
+
+/// `status`, `show batch`, `show job` and `history` print the same shape
+/// on the data directory and through a server (before the backend trait,
+/// `show batch` and `status` printed different fields each way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_and_remote_commands_print_the_same_shape() {
+    let zk_server = shared();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Every daemon runs simulated steps, so the batch has jobs, history and
+    // timings to compare.
+    let server = start(
+        dir.path(),
+        &zk_server.hosts(),
+        &unique_root("shape"),
+        Some(&[]),
+    );
+    let data = dir.path().join("data");
+    let bid = server.submit(3).await;
+    let batch = eventually("the batch completes", 60, async || {
+        let b = server.get(&format!("/batches/{bid}")).await;
+        (b["status"] == "Completed").then_some(b)
+    })
+    .await;
+    let jid = batch["jobs"][0]["jid"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no job in {batch}"));
+    let commands: Vec<Vec<String>> = vec![
+        vec!["status".into()],
+        vec!["show".into(), "batch".into(), bid.clone()],
+        vec!["show".into(), "job".into(), jid.clone()],
+        vec!["history".into(), "--batch".into(), bid.clone()],
+        vec!["history".into(), "--job".into(), jid.clone()],
+    ];
+    let engine = server.base.clone();
+    let remote: Vec<Value> = commands
+        .iter()
+        .map(|c| {
+            let mut args: Vec<&str> = c.iter().map(String::as_str).collect();
+            args.extend(["--format", "json"]);
+            let env = [
+                ("INGEST_ENGINE", engine.as_str()),
+                ("INGEST_ADMIN_TOKEN", ADMIN),
+            ];
+            let out = tokio::task::block_in_place(|| ingest(&data, &env, &args)).ok();
+            serde_json::from_str(&out.stdout)
+                .unwrap_or_else(|e| panic!("{c:?}: {e}: {}", out.stdout))
+        })
+        .collect();
+    // The server lets go of the data directory; the same commands run on it.
+    drop(server);
+    for (c, remote) in commands.iter().zip(remote) {
+        let mut args: Vec<&str> = c.iter().map(String::as_str).collect();
+        args.extend(["--format", "json"]);
+        let out = tokio::task::block_in_place(|| ingest(&data, &[], &args)).ok();
+        let mut local: Value = serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("{c:?}: {e}: {}", out.stdout));
+        let mut remote = remote;
+        // How long the fold took at start-up is the one field that may differ.
+        for v in [&mut local, &mut remote] {
+            if let Some(o) = v.as_object_mut() {
+                o.remove("startup_fold_ms");
+            }
+        }
+        assert_eq!(
+            local, remote,
+            "{c:?} differs locally and through the server"
+        );
+    }
+}

@@ -48,7 +48,7 @@ impl Drop for Server {
             let tail: Vec<&str> = text
                 .lines()
                 .rev()
-                .filter(|l| !l.contains("ingest::api: answered"))
+                .filter(|l| !l.contains("ingest_server::api: answered"))
                 .take(60)
                 .collect();
             eprintln!("--- ingest serve log (last lines) ---");

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use ingest::engine::{Engine, EngineConfig};
-use ingest::service::{EngineService, ServiceError};
+use ingest_engine::engine::{Engine, EngineConfig};
+use ingest_engine::service::{EngineService, ServiceError};
 use ingest_events::command::Command;
 use ingest_events::event::{Erc, PayloadType, Submission, SubmissionMode};
 use ingest_events::Actor;

@@ -9,13 +9,13 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use ingest::config::DaemonKind;
-use ingest::worker::step::{
-    FixedProbe, JobCtx, Outcome, SimSettings, Step, StepFuture, StepResult, Steps,
-};
-use ingest::worker::{WorkerOptions, Workers};
+use ingest_config::DaemonKind;
 use ingest_events::JobState;
 use ingest_projections::ZkConfig;
+use ingest_worker::step::{
+    FixedProbe, JobCtx, Outcome, SimSettings, Step, StepFuture, StepResult, Steps,
+};
+use ingest_worker::{WorkerOptions, Workers};
 use serde_json::{json, Value};
 use zookeeper_client as zk;
 

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ingest::engine::{Engine, EngineConfig};
+use ingest_engine::engine::{Engine, EngineConfig};
 use ingest_events::command::{Command, Target};
 use ingest_events::event::Event;
 use ingest_events::log::Log;

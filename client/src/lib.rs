@@ -1,0 +1,403 @@
+//! `ingest-client`: one typed HTTP client of the `ingest` API.
+//!
+//! The workers, the remote CLI (`ingest --engine URL …`), the load driver
+//! and the tests all talk to a server through [`Client`]; request and
+//! response bodies are `ingest_protocol`'s types, so nobody writes a
+//! `json!` body or reads `v["…"]` to learn what the server said.
+//!
+//! Errors keep what a caller decides on: a [`ClientError::Status`] keeps
+//! the HTTP status and the server's stable error code, so a retry decision
+//! reads [`ClientError::is_retryable`], never the wording of a message.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), ingest_client::ClientError> {
+//! use ingest_client::Client;
+//!
+//! let client = Client::new("http://127.0.0.1:7878", "admin-token-of-16+chars")?;
+//! let status = client.status().await?;
+//! println!("{} live jobs", status.live_jobs);
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+
+use std::time::Duration;
+
+use ingest_events::{Bid, Jid};
+use ingest_protocol::api::{
+    AdminBody, Appended, CleanedUp, CleanupBody, Diffed, ErrorBody, History, Submitted, Verified,
+};
+use ingest_protocol::report::BatchView;
+use ingest_protocol::view::{JobView, StatusView};
+pub use reqwest::Method;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// The longest piece of a server's answer kept in an error message.
+const MAX_ERROR_TEXT: usize = 1024;
+
+/// What a fenced worker report got: accepted, or refused with 409.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply<T> {
+    /// 2xx: the decoded body.
+    Done(T),
+    /// 409: the report was refused (`lock_not_held`, `stale_report`,
+    /// `queue_paused`, …); nothing was appended and the result is discarded.
+    Refused {
+        /// The stable error code.
+        code: String,
+        /// The server's message.
+        message: String,
+    },
+}
+
+/// Why a call did not give an answer the caller can use.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The base URL is not an `http://` or `https://` URL.
+    ///
+    /// ### Handling
+    /// A configuration error: fix `--engine`.
+    #[error("{base:?} is not a server URL like http://127.0.0.1:7878: {reason}")]
+    InvalidBase {
+        /// The base given.
+        base: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// No answer: connection refused, reset, timed out.
+    ///
+    /// ### Handling
+    /// Retry later; the request may or may not have been carried out (a
+    /// command with a uuid is idempotent, others must be re-read).
+    #[error("{method} {url}: no answer: {message}")]
+    Transport {
+        /// The method.
+        method: String,
+        /// The URL called.
+        url: String,
+        /// What the transport said.
+        message: String,
+    },
+    /// The server answered with a status other than 2xx (and other than
+    /// 409 for [`Client::report`]).
+    ///
+    /// ### Handling
+    /// 4xx: the request is wrong and a retry gives the same answer (but 408
+    /// and 429); 5xx (notably 503): retry later.
+    #[error("{method} {url}: {status} {code}: {message}")]
+    Status {
+        /// The method.
+        method: String,
+        /// The URL called.
+        url: String,
+        /// The HTTP status.
+        status: u16,
+        /// The server's stable error code (`invalid_field`, `not_found`, …).
+        code: String,
+        /// The server's message (bounded).
+        message: String,
+    },
+    /// A 2xx answer whose body is not the expected type.
+    ///
+    /// ### Handling
+    /// A client and server of different versions: not retryable.
+    #[error("{method} {url}: the answer is not what this client expects: {message}")]
+    Decode {
+        /// The method.
+        method: String,
+        /// The URL called.
+        url: String,
+        /// The decoder's message.
+        message: String,
+    },
+}
+
+impl ClientError {
+    /// The HTTP status, when the server answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The server's error code, when it answered with one.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            ClientError::Status { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+
+    /// Whether the same call may succeed later: no answer, 408, 429 or 5xx.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ClientError::Transport { .. } => true,
+            ClientError::Status { status, .. } => {
+                matches!(status, 408 | 429) || (500..600).contains(status)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// A client of one server with one bearer token. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+/// The default timeout of one call.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Client {
+    /// A client of the API at `base` (`http://host:port`) using `token`,
+    /// with [`DEFAULT_TIMEOUT`].
+    ///
+    /// # Errors
+    /// [`ClientError::InvalidBase`] when `base` is not an http(s) URL.
+    pub fn new(base: &str, token: &str) -> Result<Client, ClientError> {
+        Client::with_timeout(base, token, DEFAULT_TIMEOUT)
+    }
+
+    /// As [`Client::new`], with a timeout per call.
+    ///
+    /// # Errors
+    /// See [`Client::new`].
+    pub fn with_timeout(base: &str, token: &str, timeout: Duration) -> Result<Client, ClientError> {
+        let invalid = |reason: String| ClientError::InvalidBase {
+            base: ingest_protocol::cut(base, 200).into_owned(),
+            reason,
+        };
+        let url = reqwest::Url::parse(base).map_err(|e| invalid(e.to_string()))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(invalid("the URL must be http:// or https://".into()));
+        }
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(Duration::from_secs(10).min(timeout))
+            .build()
+            .map_err(|e| invalid(e.to_string()))?;
+        Ok(Client {
+            http,
+            base: base.trim_end_matches('/').to_string(),
+            token: token.to_string(),
+        })
+    }
+
+    /// The server's base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    async fn raw<B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<(reqwest::StatusCode, String, String), ClientError> {
+        let url = format!("{}{path}", self.base);
+        let mut req = self
+            .http
+            .request(method.clone(), &url)
+            .bearer_auth(&self.token);
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let transport = |e: reqwest::Error| ClientError::Transport {
+            method: method.to_string(),
+            url: url.clone(),
+            message: e.to_string(),
+        };
+        let resp = req.send().await.map_err(transport)?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(transport)?;
+        Ok((status, url, text))
+    }
+
+    fn status_error(method: &Method, url: String, status: u16, text: &str) -> ClientError {
+        let body: ErrorBody = serde_json::from_str(text).unwrap_or_default();
+        let message = if body.error.message.is_empty() {
+            ingest_protocol::cut(text.trim(), MAX_ERROR_TEXT).into_owned()
+        } else {
+            ingest_protocol::cut(&body.error.message, MAX_ERROR_TEXT).into_owned()
+        };
+        ClientError::Status {
+            method: method.to_string(),
+            url,
+            status,
+            code: body.error.code,
+            message,
+        }
+    }
+
+    fn decode<R: DeserializeOwned>(
+        method: &Method,
+        url: String,
+        text: &str,
+    ) -> Result<R, ClientError> {
+        serde_json::from_str(text).map_err(|e| ClientError::Decode {
+            method: method.to_string(),
+            url,
+            message: e.to_string(),
+        })
+    }
+
+    /// Sends `body` (if any) and decodes a 2xx answer as `R`.
+    ///
+    /// # Errors
+    /// [`ClientError::Status`] for any other status, or no answer, or an
+    /// answer of another shape.
+    pub async fn send<B: Serialize + ?Sized, R: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<R, ClientError> {
+        let (status, url, text) = self.raw(method.clone(), path, body).await?;
+        if !status.is_success() {
+            return Err(Client::status_error(&method, url, status.as_u16(), &text));
+        }
+        Client::decode(&method, url, &text)
+    }
+
+    /// GETs `path` and returns the answer's text (for `GET /tree`, which
+    /// answers YAML).
+    ///
+    /// # Errors
+    /// As [`Client::send`].
+    pub async fn get_text(&self, path: &str) -> Result<String, ClientError> {
+        let (status, url, text) = self.raw::<()>(Method::GET, path, None).await?;
+        if !status.is_success() {
+            return Err(Client::status_error(
+                &Method::GET,
+                url,
+                status.as_u16(),
+                &text,
+            ));
+        }
+        Ok(text)
+    }
+
+    /// POSTs a fenced worker report: 2xx is [`Reply::Done`], 409
+    /// [`Reply::Refused`].
+    ///
+    /// # Errors
+    /// As [`Client::send`], for answers other than 2xx and 409.
+    pub async fn report<B: Serialize + ?Sized, R: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<Reply<R>, ClientError> {
+        let (status, url, text) = self.raw(Method::POST, path, Some(body)).await?;
+        if status.is_success() {
+            return Client::decode(&Method::POST, url, &text).map(Reply::Done);
+        }
+        if status == reqwest::StatusCode::CONFLICT {
+            let body: ErrorBody = serde_json::from_str(&text).unwrap_or_default();
+            return Ok(Reply::Refused {
+                code: body.error.code,
+                message: ingest_protocol::cut(&body.error.message, MAX_ERROR_TEXT).into_owned(),
+            });
+        }
+        Err(Client::status_error(
+            &Method::POST,
+            url,
+            status.as_u16(),
+            &text,
+        ))
+    }
+
+    /// `POST /batches`.
+    ///
+    /// # Errors
+    /// As [`Client::send`]; 422 names the field.
+    pub async fn submit<B: Serialize + ?Sized>(&self, body: &B) -> Result<Submitted, ClientError> {
+        self.send(Method::POST, "/batches", Some(body)).await
+    }
+
+    /// `GET /batches/{bid}`.
+    ///
+    /// # Errors
+    /// As [`Client::send`].
+    pub async fn batch(&self, bid: Bid) -> Result<BatchView, ClientError> {
+        self.send::<(), _>(Method::GET, &format!("/batches/{bid}"), None)
+            .await
+    }
+
+    /// `GET /jobs/{jid}`.
+    ///
+    /// # Errors
+    /// As [`Client::send`].
+    pub async fn job(&self, jid: Jid) -> Result<JobView, ClientError> {
+        self.send::<(), _>(Method::GET, &format!("/jobs/{jid}"), None)
+            .await
+    }
+
+    /// `GET /batches/{bid}/history`.
+    ///
+    /// # Errors
+    /// As [`Client::send`].
+    pub async fn batch_history(&self, bid: Bid) -> Result<History, ClientError> {
+        self.send::<(), _>(Method::GET, &format!("/batches/{bid}/history"), None)
+            .await
+    }
+
+    /// `GET /jobs/{jid}/history`.
+    ///
+    /// # Errors
+    /// As [`Client::send`].
+    pub async fn job_history(&self, jid: Jid) -> Result<History, ClientError> {
+        self.send::<(), _>(Method::GET, &format!("/jobs/{jid}/history"), None)
+            .await
+    }
+
+    /// `GET /status`.
+    ///
+    /// # Errors
+    /// As [`Client::send`].
+    pub async fn status(&self) -> Result<StatusView, ClientError> {
+        self.send::<(), _>(Method::GET, "/status", None).await
+    }
+
+    /// `GET /verify`.
+    ///
+    /// # Errors
+    /// As [`Client::send`].
+    pub async fn verify(&self) -> Result<Verified, ClientError> {
+        self.send::<(), _>(Method::GET, "/verify", None).await
+    }
+
+    /// `GET /diff`.
+    ///
+    /// # Errors
+    /// As [`Client::send`].
+    pub async fn diff(&self) -> Result<Diffed, ClientError> {
+        self.send::<(), _>(Method::GET, "/diff", None).await
+    }
+
+    /// An admin action (`POST /jobs/{jid}/requeue`, `DELETE /batches/{bid}`,
+    /// …) with its actor and reason.
+    ///
+    /// # Errors
+    /// As [`Client::send`].
+    pub async fn admin(
+        &self,
+        method: Method,
+        path: &str,
+        body: &AdminBody,
+    ) -> Result<Appended, ClientError> {
+        self.send(method, path, Some(body)).await
+    }
+
+    /// `POST /cleanup`.
+    ///
+    /// # Errors
+    /// As [`Client::send`].
+    pub async fn cleanup(&self, body: &CleanupBody) -> Result<CleanedUp, ClientError> {
+        self.send(Method::POST, "/cleanup", Some(body)).await
+    }
+}

@@ -1,0 +1,152 @@
+//! The options of the real steps, shared by `ingest serve` (in-process
+//! workers) and `ingest worker`: one declaration, flattened into both.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use serde::{Deserialize, Serialize};
+
+/// Options of the real steps (`ingest serve` and `ingest worker`).
+#[derive(Debug, Clone, Default, Args, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RealArgs {
+    /// The root that `file://` payload URLs must lie under (without it, file:// URLs are refused).
+    #[arg(long, env = "INGEST_FILE_ROOT", value_name = "DIR")]
+    pub file_root: Option<PathBuf>,
+    /// An OCFL storage target, NAME=DIR; repeat for several (each object version goes to every target).
+    #[arg(
+        long = "storage-target",
+        env = "INGEST_STORAGE_TARGETS",
+        value_delimiter = ',',
+        value_name = "NAME=DIR"
+    )]
+    pub storage_targets: Vec<String>,
+    /// The Ed25519 key (PKCS#8 PEM, mode 0600) that signs storage manifests; `ingest keys generate FILE` makes one.
+    #[arg(long, env = "INGEST_SIGNING_KEY", value_name = "FILE")]
+    pub signing_key: Option<PathBuf>,
+    /// Where e-mails are written when no SMTP server is configured (one .eml file per message).
+    #[arg(long, env = "INGEST_OUTBOX", value_name = "DIR")]
+    pub outbox: Option<PathBuf>,
+    /// The SMTP server for batch reports: `smtp://HOST[:PORT]` (plain, a local relay), `smtps://HOST[:PORT]` (TLS) or `smtp+starttls://HOST[:PORT]`, with `USER:PASSWORD@` to log in; without it, mail goes to the outbox.
+    #[arg(long, env = "INGEST_SMTP_URL", value_name = "URL")]
+    pub smtp_url: Option<String>,
+    /// The sender of batch report e-mails.
+    #[arg(
+        long,
+        env = "INGEST_MAIL_FROM",
+        value_name = "ADDRESS",
+        default_value = "ingest@localhost"
+    )]
+    pub mail_from: String,
+    /// How many times a recoverable error is tried again within a step.
+    #[arg(
+        long,
+        env = "INGEST_STEP_RETRIES",
+        value_name = "N",
+        default_value_t = 3
+    )]
+    pub step_retries: u32,
+    /// The first backoff between retries, in milliseconds (doubling, with jitter, capped at 30 s).
+    #[arg(
+        long,
+        env = "INGEST_RETRY_BACKOFF_MS",
+        value_name = "MS",
+        default_value_t = 500
+    )]
+    pub retry_backoff_ms: u64,
+    /// The largest object (sum of its files) a job may download, in bytes.
+    #[arg(long, env = "INGEST_MAX_OBJECT_BYTES", value_name = "BYTES", default_value_t = 100 * 1024 * 1024 * 1024)]
+    pub max_object_bytes: u64,
+    /// The most files one object may have (manifest lines or container entries).
+    #[arg(
+        long,
+        env = "INGEST_MAX_OBJECT_FILES",
+        value_name = "N",
+        default_value_t = 100_000
+    )]
+    pub max_object_files: usize,
+    /// Concurrent transfers per job.
+    #[arg(
+        long,
+        env = "INGEST_TRANSFERS_PER_JOB",
+        value_name = "N",
+        default_value_t = 4
+    )]
+    pub transfers_per_job: usize,
+    /// Seconds between sweeps that remove the working files of deleted, completed and cleaned-up jobs (0: the default, 60).
+    #[arg(
+        long,
+        env = "INGEST_JANITOR_INTERVAL_SECS",
+        value_name = "SECS",
+        default_value_t = 60
+    )]
+    pub janitor_interval_secs: u64,
+    /// Concurrent transfers per worker process, over all its jobs.
+    #[arg(long, env = "INGEST_TRANSFERS", value_name = "N", default_value_t = 16)]
+    pub transfers: usize,
+}
+
+/// Which steps a worker runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepsKind {
+    /// No in-process workers (`ingest serve` only; the default there).
+    #[default]
+    None,
+    /// Zero-work steps, for load tests and demos.
+    Simulate,
+    /// Download, identify, store, record, notify.
+    Real,
+}
+
+/// Which steps run and how simulated steps behave, for `ingest serve`'s
+/// in-process workers and for `ingest worker`.
+#[derive(Debug, Clone, Default, PartialEq, Args, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StepsArgs {
+    /// The steps workers run: none (serve: no in-process workers), simulate (zero-work steps for load tests and demos) or real (download, identify, store, record, notify) [default: serve none, worker simulate].
+    #[arg(
+        long = "steps",
+        env = "INGEST_WORKER_STEPS",
+        value_enum,
+        value_name = "KIND"
+    )]
+    pub steps: Option<StepsKind>,
+    /// How long each simulated step takes, in milliseconds [default: 0].
+    #[arg(
+        long = "step-ms",
+        env = "INGEST_SIMULATE_DURATION_MS",
+        value_name = "MS"
+    )]
+    pub step_ms: Option<u64>,
+    /// The probability (0-1) that a simulated step fails [default: 0].
+    #[arg(
+        long = "failure-rate",
+        env = "INGEST_SIMULATE_FAILURE_RATE",
+        value_name = "P"
+    )]
+    pub failure_rate: Option<f64>,
+    /// The simulation's seed (random without it).
+    #[arg(long = "seed", env = "INGEST_SIMULATE_SEED", value_name = "N")]
+    pub seed: Option<u64>,
+}
+
+impl StepsArgs {
+    /// The kind, with the default of the process asking.
+    pub fn kind_or(&self, default: StepsKind) -> StepsKind {
+        self.steps.unwrap_or(default)
+    }
+
+    /// Checks the simulation's values.
+    ///
+    /// # Errors
+    /// A failure rate outside 0-1, naming the option.
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(r) = self.failure_rate {
+            if !(0.0..=1.0).contains(&r) {
+                return Err(format!("--failure-rate {r} is outside 0-1"));
+            }
+        }
+        Ok(())
+    }
+}

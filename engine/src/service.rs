@@ -1,0 +1,244 @@
+//! The engine as a service: one writer thread, many callers.
+//!
+//! HTTP handlers, worker daemons and admin tools send commands through an
+//! [`EngineHandle`]. The writer thread takes every command waiting in its
+//! queue, decides and appends each one (each command's events atomically),
+//! then waits for ONE flush that covers them all before answering any of them:
+//! group commit across callers. Rejections are answered at once.
+//!
+//! Readers see the *published* state, which the writer updates only after the
+//! flush, so nothing a reader sees can be lost by a crash.
+
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::thread::JoinHandle;
+
+use ingest_events::command::Command;
+use ingest_events::log::{Log, LogError};
+use ingest_events::{Actor, Lifecycle, Recorded, State};
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use crate::engine::{Engine, EngineError, Outcome};
+
+/// How many queued commands one group commit takes at most.
+const MAX_GROUP: usize = 512;
+
+enum Msg {
+    Command(Box<Request>),
+    Shutdown,
+}
+
+struct Request {
+    actor: Actor,
+    correlation_id: Uuid,
+    command: Command,
+    reply: oneshot::Sender<Result<Outcome, EngineError>>,
+}
+
+/// A cheap, cloneable handle on the engine service.
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: mpsc::Sender<Msg>,
+    published: Arc<RwLock<State>>,
+    log: Arc<Log>,
+    lifecycle: Arc<Lifecycle>,
+    data_dir: Arc<std::path::PathBuf>,
+    startup: std::time::Duration,
+}
+
+/// The engine service: owns the writer thread.
+pub struct EngineService {
+    handle: EngineHandle,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Why the service could not take a command.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServiceError {
+    /// The command was decided and answered (accepted or refused).
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The writer thread has stopped (shutdown or a fatal log error); the
+    /// command's outcome is unknown if it was already sent.
+    #[error("the engine has stopped; the command was not taken")]
+    Stopped,
+}
+
+impl EngineService {
+    /// Starts the writer thread over an opened engine.
+    pub fn start(engine: Engine) -> EngineService {
+        let (tx, rx) = mpsc::channel(4096);
+        let published = Arc::new(RwLock::new(engine.state().clone()));
+        let handle = EngineHandle {
+            tx,
+            published: Arc::clone(&published),
+            log: engine.shared_log(),
+            lifecycle: Arc::new(engine.lifecycle().clone()),
+            data_dir: Arc::new(engine.data_dir().to_path_buf()),
+            startup: engine.startup.elapsed,
+        };
+        let thread = std::thread::Builder::new()
+            .name("ingest-writer".into())
+            .spawn(move || writer_loop(engine, rx, published))
+            .ok();
+        EngineService { handle, thread }
+    }
+
+    /// A handle for callers.
+    pub fn handle(&self) -> EngineHandle {
+        self.handle.clone()
+    }
+
+    /// Stops taking commands, answers every command already queued, and
+    /// joins the writer. Later calls on any handle get [`ServiceError::Stopped`].
+    pub async fn shutdown(mut self) {
+        let _ = self.handle.tx.send(Msg::Shutdown).await;
+        if let Some(t) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+    }
+}
+
+fn writer_loop(mut engine: Engine, mut rx: mpsc::Receiver<Msg>, published: Arc<RwLock<State>>) {
+    let mut group: Vec<Request> = Vec::with_capacity(MAX_GROUP);
+    let mut stopping = false;
+    while !stopping {
+        match rx.blocking_recv() {
+            Some(Msg::Command(r)) => group.push(*r),
+            Some(Msg::Shutdown) | None => stopping = true,
+        }
+        // Take what else is queued, so it shares this flush; on shutdown, take
+        // everything so no queued caller is left without an answer.
+        while stopping || group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(Msg::Command(r)) => group.push(*r),
+                Ok(Msg::Shutdown) => stopping = true,
+                Err(_) => break,
+            }
+        }
+        if stopping {
+            rx.close();
+            while let Ok(Msg::Command(r)) = rx.try_recv() {
+                group.push(*r);
+            }
+        }
+        if !commit_group(&mut engine, &mut group, &published) {
+            return;
+        }
+    }
+    tracing::info!("the writer stopped");
+}
+
+/// Decides and stages every command of the group, writes them in one batch,
+/// waits for one flush, publishes and answers. Returns false when the writer
+/// must stop.
+fn commit_group(engine: &mut Engine, group: &mut Vec<Request>, published: &RwLock<State>) -> bool {
+    let requests: Vec<Request> = std::mem::take(group);
+    let commands: Vec<(Actor, Uuid, Command)> = requests
+        .iter()
+        .map(|r| (r.actor.clone(), r.correlation_id, r.command.clone()))
+        .collect();
+    let replies: Vec<_> = requests.into_iter().map(|r| r.reply).collect();
+    let written = engine
+        .execute_group(&commands)
+        .and_then(|(outcomes, last)| {
+            if let Some(last) = last {
+                engine.wait_durable(last)?;
+            }
+            Ok((outcomes, last))
+        });
+    let (outcomes, last) = match written {
+        Ok(x) => x,
+        Err(e) => {
+            tracing::error!(error = %e, "the group could not be made durable; the writer stops (restart the engine to re-read the log)");
+            for reply in replies {
+                let err = LogError::Storage(sled::Error::Io(std::io::Error::other(format!(
+                    "the outcome is unknown until the engine restarts and re-reads the log: {e}"
+                ))));
+                let _ = reply.send(Err(EngineError::Log(err)));
+            }
+            return false;
+        }
+    };
+    if let Some(last) = last {
+        publish(
+            published,
+            outcomes
+                .iter()
+                .filter_map(|o| o.as_ref().ok())
+                .flat_map(|o| o.records.iter()),
+        );
+        tracing::debug!(commands = outcomes.len(), durable = last, "group committed");
+    }
+    for (reply, outcome) in replies.into_iter().zip(outcomes) {
+        let _ = reply.send(outcome);
+    }
+    true
+}
+
+fn publish<'a>(published: &RwLock<State>, records: impl Iterator<Item = &'a Recorded>) {
+    let mut state = published.write().unwrap_or_else(|e| e.into_inner());
+    for r in records {
+        if let Err(e) = state.apply(r) {
+            // The writer applied the same records to its own state already.
+            tracing::error!(error = %e, "published state diverged from the writer's");
+        }
+    }
+}
+
+impl EngineHandle {
+    /// Sends a command and waits for its answer (after its events are durable).
+    ///
+    /// # Errors
+    /// [`ServiceError::Engine`] for a refused command or a log failure,
+    /// [`ServiceError::Stopped`] when the writer is gone.
+    pub async fn execute(&self, actor: Actor, command: Command) -> Result<Outcome, ServiceError> {
+        self.execute_correlated(actor, Uuid::new_v4(), command)
+            .await
+    }
+
+    /// As [`EngineHandle::execute`], with the caller's correlation id.
+    ///
+    /// # Errors
+    /// See [`EngineHandle::execute`].
+    pub async fn execute_correlated(
+        &self,
+        actor: Actor,
+        correlation_id: Uuid,
+        command: Command,
+    ) -> Result<Outcome, ServiceError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::Command(Box::new(Request {
+                actor,
+                correlation_id,
+                command,
+                reply,
+            })))
+            .await
+            .map_err(|_| ServiceError::Stopped)?;
+        Ok(rx.await.map_err(|_| ServiceError::Stopped)??)
+    }
+
+    /// Reads the published (durable) state.
+    pub fn state(&self) -> RwLockReadGuard<'_, State> {
+        self.published.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The log, for history and the projector.
+    pub fn log(&self) -> &Arc<Log> {
+        &self.log
+    }
+
+    /// The lifecycle enforced.
+    pub fn lifecycle(&self) -> &Lifecycle {
+        &self.lifecycle
+    }
+
+    /// Queue-wide figures of the published state, as `ingest status` shows
+    /// them.
+    pub fn status_view(&self) -> ingest_protocol::view::StatusView {
+        crate::engine::status_view(&self.log, &self.state(), &self.data_dir, self.startup)
+    }
+}

@@ -1,0 +1,513 @@
+//! The request and response bodies of the HTTP API, one type per body,
+//! shared by the server (which parses requests and builds answers) and
+//! every client (which does the reverse).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::history::HistoryRow;
+use crate::profile::Notification;
+use ingest_steps::inventory::ObjectVersionRecord;
+
+// ---- admin routes
+
+/// The body of an admin action.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminBody {
+    /// Who acts; recorded as `admin:<actor>`.
+    #[serde(default)]
+    pub actor: Option<String>,
+    /// Why; recorded with the event.
+    pub reason: String,
+}
+
+/// The cleanup body.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CleanupBody {
+    /// Who acts; recorded as `admin:<actor>` (`admin:api` when absent).
+    #[serde(default)]
+    pub actor: Option<String>,
+    /// Why; recorded with the event.
+    pub reason: String,
+    /// Only batches last changed before this time (RFC 3339).
+    #[serde(default)]
+    pub before: Option<DateTime<Utc>>,
+}
+
+/// The cleaned up.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct CleanedUp {
+    /// Batches removed from the live tree.
+    pub batches: Vec<String>,
+    /// The events the request appended, by position.
+    pub events: Vec<HistoryRow>,
+}
+
+// ---- mod routes
+
+/// The events a command appended, as answered to clients.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Appended {
+    /// One row per event, as in the history.
+    pub events: Vec<HistoryRow>,
+}
+
+// ---- objects routes
+
+/// A fenced worker call about a job.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArkBody {
+    /// The reporting worker's name (recorded as `worker:NAME`).
+    pub worker: String,
+    /// The worker's ZooKeeper session (the lock's owner).
+    pub session_id: SessionId,
+}
+
+/// The body of `POST /jobs/{jid}/lookup`.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LookupBody {
+    /// The reporting worker's name (recorded as `worker:NAME`).
+    pub worker: String,
+    /// The worker's ZooKeeper session (the lock's owner).
+    pub session_id: SessionId,
+    /// The collection (profile name).
+    pub collection: String,
+    /// Local ids.
+    pub local_ids: Vec<String>,
+}
+
+/// The body of `POST /jobs/{jid}/object`.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectBody {
+    /// The reporting worker's name (recorded as `worker:NAME`).
+    pub worker: String,
+    /// The worker's ZooKeeper session (the lock's owner).
+    pub session_id: SessionId,
+    /// The inventory record of the stored version.
+    pub record: ObjectVersionRecord,
+}
+
+/// An object and its versions.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ObjectView {
+    /// The object's ark.
+    pub ark: String,
+    /// Every stored version, oldest first.
+    pub versions: Vec<ObjectVersionRecord>,
+}
+
+/// The query of `GET /objects`.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectQuery {
+    /// The collection (profile name).
+    pub collection: String,
+    /// The local id.
+    pub local_id: String,
+}
+
+// ---- ops routes
+
+/// The body of `POST /faults`.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultBody {
+    /// The job state whose step fails (`Downloading`, `storing`, …).
+    pub state: String,
+    /// How many of the next reports fail (default 1).
+    #[serde(default)]
+    pub count: Option<u32>,
+    /// Who acts; recorded as `admin:<actor>` (`admin:api` when absent).
+    #[serde(default)]
+    pub actor: Option<String>,
+    /// Why; recorded with the event.
+    pub reason: String,
+}
+
+/// Faults armed, by state.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct FaultsView {
+    /// The armed.
+    pub armed: BTreeMap<String, usize>,
+}
+
+/// The answer of `GET /verify`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Verified {
+    /// The events checked.
+    pub events_checked: u64,
+    /// The index entries checked.
+    pub index_entries_checked: u64,
+    /// The head position.
+    pub head_position: u64,
+    /// The head hash.
+    pub head_hash: String,
+    /// The problems.
+    pub problems: Vec<ProblemView>,
+}
+
+/// The problem view.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ProblemView {
+    /// A log position.
+    pub position: u64,
+    /// The message recorded with the transition.
+    pub message: String,
+}
+
+/// The query of `GET /tree`.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TreeQuery {
+    /// A log position or an RFC 3339 time.
+    #[serde(default)]
+    pub at: Option<String>,
+    /// Only this node and those under it.
+    #[serde(default)]
+    pub path: Option<String>,
+}
+
+/// The answer of `GET /diff`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Diffed {
+    /// The live tree's checkpoint (`None`: never projected).
+    pub checkpoint: Option<String>,
+    /// The log position compared with.
+    pub position: u64,
+    /// The expected nodes.
+    pub expected_nodes: usize,
+    /// The live nodes.
+    pub live_nodes: usize,
+    /// Worker locks seen (not compared).
+    pub locks: Vec<String>,
+    /// The missing.
+    pub missing: Vec<String>,
+    /// The unexpected.
+    pub unexpected: Vec<String>,
+    /// The differing.
+    pub differing: Vec<String>,
+    /// The differences as `ingest diff` prints them.
+    pub text: String,
+}
+
+// ---- depositor routes
+
+/// The submitted.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Submitted {
+    /// The batch id.
+    pub bid: String,
+    /// The submission's uuid.
+    pub uuid: String,
+    /// The state now.
+    pub status: String,
+}
+
+/// The history.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct History {
+    /// The batch or job.
+    pub id: String,
+    /// Every event, by position.
+    pub events: Vec<HistoryRow>,
+}
+
+/// The uuid lookup.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct UuidLookup {
+    /// The submission's uuid.
+    pub uuid: String,
+    /// The batch id.
+    pub bid: String,
+    /// The state now.
+    pub status: String,
+}
+
+// ---- worker routes
+
+/// A ZooKeeper session id: a JSON integer, or a string in decimal or
+/// `0x` hex (ids above 2^53 do not survive JavaScript numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionId(pub i64);
+
+/// Who is reporting: the worker's name and its ZooKeeper session.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerRef {
+    /// The reporting worker's name (recorded as `worker:NAME`).
+    pub worker: String,
+    /// The worker's ZooKeeper session (the lock's owner).
+    pub session_id: SessionId,
+}
+
+/// The acquired.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Acquired {
+    /// The batch id.
+    pub bid: String,
+    /// Processing, Held (collection on hold) or Failed (nothing to do).
+    pub status: String,
+    /// The jobs created, in order.
+    pub jobs: Vec<String>,
+    /// The priority the jobs got.
+    pub priority: u8,
+    /// Why the payload expanded into no jobs, when it did not expand.
+    pub expansion_error: Option<String>,
+    /// The profile's notification settings (summary at queueing, …).
+    pub notification: Option<Notification>,
+    /// The events the request appended, by position.
+    pub events: Vec<HistoryRow>,
+}
+
+/// A job a worker expanded from a batch's payload.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobBody {
+    /// The payload url.
+    pub payload_url: String,
+    /// The payload type.
+    pub payload_type: String,
+    /// The ark, when known.
+    #[serde(default)]
+    pub primary_id: Option<String>,
+    /// Local ids.
+    #[serde(default)]
+    pub local_ids: Vec<String>,
+    /// The erc who.
+    #[serde(default)]
+    pub erc_who: Option<String>,
+    /// The erc what.
+    #[serde(default)]
+    pub erc_what: Option<String>,
+    /// The erc when.
+    #[serde(default)]
+    pub erc_when: Option<String>,
+    /// The erc where.
+    #[serde(default)]
+    pub erc_where: Option<String>,
+    /// `ALGORITHM:HEX`.
+    #[serde(default)]
+    pub digest: Option<String>,
+}
+
+/// The body of `POST /batches/{bid}/acquire`: the worker, and either the
+/// jobs it expanded the payload into or why the payload does not expand
+/// (without both, the server expands the simple forms itself).
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcquireBody {
+    /// The reporting worker's name (recorded as `worker:NAME`).
+    pub worker: String,
+    /// The worker's ZooKeeper session (the lock's owner).
+    pub session_id: SessionId,
+    /// The jobs.
+    #[serde(default)]
+    pub jobs: Option<Vec<JobBody>>,
+    /// The expansion error.
+    #[serde(default)]
+    pub expansion_error: Option<String>,
+}
+
+/// The report body.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportBody {
+    /// The reporting worker's name (recorded as `worker:NAME`).
+    pub worker: String,
+    /// The worker's ZooKeeper session (the lock's owner).
+    pub session_id: SessionId,
+    /// The error of sending the report, if it could not be sent.
+    #[serde(default)]
+    pub notification_error: Option<String>,
+}
+
+/// The reported.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Reported {
+    /// The batch id.
+    pub bid: String,
+    /// The state now.
+    pub status: String,
+    /// The events the request appended, by position.
+    pub events: Vec<HistoryRow>,
+}
+
+/// The job moved.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct JobMoved {
+    /// The job id.
+    pub jid: String,
+    /// The job's state now.
+    pub status: String,
+    /// Its batch's state now (Reporting once the last job finished).
+    pub batch_status: String,
+    /// The events the request appended, by position.
+    pub events: Vec<HistoryRow>,
+}
+
+/// The outcome kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutcomeKind {
+    /// The step succeeded: the job moves on.
+    Success,
+    /// The step failed: the job fails (an admin may requeue it).
+    Failure,
+}
+
+/// The identifiers body.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdentifiersBody {
+    /// The ark, when known.
+    #[serde(default)]
+    pub primary_id: Option<String>,
+    /// Local ids.
+    #[serde(default)]
+    pub local_ids: Vec<String>,
+}
+
+/// The store body.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreBody {
+    /// Where the manifest is.
+    pub manifest_url: String,
+    /// `add` or `update`.
+    #[serde(default = "add")]
+    pub mode: String,
+    /// Whether files are deleted.
+    #[serde(default)]
+    pub delete: bool,
+}
+
+/// The inventory body.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct InventoryBody {
+    /// Where the manifest is.
+    pub manifest_url: String,
+    /// `add` or `update`.
+    #[serde(default = "add")]
+    pub mode: String,
+}
+
+/// A step's outcome.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutcomeBody {
+    /// The reporting worker's name (recorded as `worker:NAME`).
+    pub worker: String,
+    /// The worker's ZooKeeper session (the lock's owner).
+    pub session_id: SessionId,
+    /// The state the worker worked on.
+    pub state: String,
+    /// Success or failure.
+    pub outcome: OutcomeKind,
+    /// The message recorded with the transition.
+    #[serde(default)]
+    pub message: String,
+    /// The priority (0-99, lower runs first).
+    #[serde(default)]
+    pub priority: Option<u8>,
+    /// The space needed.
+    #[serde(default)]
+    pub space_needed: Option<u64>,
+    /// The identifiers.
+    #[serde(default)]
+    pub identifiers: Option<IdentifiersBody>,
+    /// The store.
+    #[serde(default)]
+    pub store: Option<StoreBody>,
+    /// The inventory.
+    #[serde(default)]
+    pub inventory: Option<InventoryBody>,
+    /// How long the step took, for the step-duration metrics.
+    #[serde(default)]
+    pub duration_ms: Option<u64>,
+}
+
+/// The retry body.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryBody {
+    /// The reporting worker's name (recorded as `worker:NAME`).
+    pub worker: String,
+    /// The worker's ZooKeeper session (the lock's owner).
+    pub session_id: SessionId,
+    /// The state the step runs in.
+    pub state: String,
+    /// The attempt that follows (2 for the first retry).
+    pub attempt: u32,
+    /// The recoverable error.
+    pub message: String,
+}
+
+impl<'de> Deserialize<'de> for SessionId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Signed(i64),
+            Unsigned(u64),
+            Text(String),
+        }
+        let parsed = match Raw::deserialize(d)? {
+            Raw::Signed(v) => Some(v),
+            // Session ids are 64-bit patterns; ZooKeeper prints them unsigned.
+            Raw::Unsigned(v) => Some(v as i64),
+            Raw::Text(t) => {
+                let t = t.trim();
+                match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+                    Some(hex) => u64::from_str_radix(hex, 16).ok().map(|v| v as i64),
+                    None => t.parse::<i64>().ok(),
+                }
+            }
+        };
+        parsed.map(SessionId).ok_or_else(|| {
+            serde::de::Error::custom("a session id is an integer, or a string in decimal or 0x hex")
+        })
+    }
+}
+
+impl Serialize for SessionId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // As hex text: ids above 2^53 do not survive JavaScript numbers.
+        s.serialize_str(&format!("{:#x}", self.0))
+    }
+}
+
+fn add() -> String {
+    "add".into()
+}
+
+// ---- errors
+
+/// The body of every non-2xx answer: `{"error": {"code", "message", …}}`.
+/// The server may add fields naming what was wrong (`field`, `path`, …);
+/// readers ignore the ones they do not know.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// The error.
+    #[serde(default)]
+    pub error: ErrorDetail,
+}
+
+/// The error object of an [`ErrorBody`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    /// A stable code (`invalid_field`, `not_found`, `lock_not_held`, …):
+    /// what callers decide on.
+    #[serde(default)]
+    pub code: String,
+    /// A message for people; never parsed.
+    #[serde(default)]
+    pub message: String,
+}

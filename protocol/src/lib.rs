@@ -1,0 +1,68 @@
+//! `ingest-protocol`: the wire contract of `ingest`, one type per message.
+//!
+//! The server parses these types and its clients (the workers, the remote
+//! CLI, the load driver, the tests) build them; there is no second
+//! description of the wire:
+//! - [`submission`]: the submission a depositor sends (`POST /batches`),
+//!   its validation ([`submission::SubmissionError`] names the field), and
+//!   the simple expansion into jobs;
+//! - [`history`]: one row per event, as every history answer carries them;
+//! - [`view`]: what `show` and `status` print, the same locally and through
+//!   a server;
+//! - [`api`]: the other request and response bodies of the HTTP API, and
+//!   [`api::ErrorBody`] with its stable error codes.
+//!
+//! ```
+//! use ingest_protocol::submission::SubmissionInput;
+//!
+//! let input = SubmissionInput {
+//!     submitter: Some("alice".into()),
+//!     payload_url: Some("https://example.org/a.zip".into()),
+//!     ..SubmissionInput::default()
+//! };
+//! let err = input.build().unwrap_err();
+//! assert_eq!(err.field(), "profile");
+//! ```
+#![deny(missing_docs)]
+
+pub mod api;
+pub mod history;
+pub mod profile;
+pub mod report;
+pub mod submission;
+pub mod view;
+
+/// The most bytes of a message (a failure reason, a manifest error) kept
+/// in an event or a log line; longer ones are cut by [`cut`].
+pub const MAX_MESSAGE_BYTES: usize = 4096;
+
+/// `text` cut to at most `max` bytes (at a character boundary), with a
+/// marker saying how many bytes were cut; unchanged when it fits.
+pub fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!(
+        "{}… [{} more bytes cut]",
+        &text[..end],
+        text.len() - end
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut;
+
+    #[test]
+    fn cut_keeps_short_text_and_marks_what_it_cuts() {
+        assert_eq!(cut("short", 10), "short");
+        let long = "é".repeat(10); // 20 bytes
+        let c = cut(&long, 5);
+        assert!(c.starts_with("éé…"), "{c}");
+        assert!(c.ends_with("[16 more bytes cut]"), "{c}");
+    }
+}

@@ -1,0 +1,101 @@
+//! What `ingest show job` and `ingest status` print, and what
+//! `GET /jobs/{jid}` and `GET /status` answer: one type each, so the CLI
+//! prints the same shape whether it opened the data directory or asked a
+//! server.
+
+use std::collections::BTreeMap;
+
+use ingest_events::state::Job;
+use serde::{Deserialize, Serialize};
+
+/// A job as `show` prints it and `GET /jobs/{jid}` answers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobView {
+    /// The job id.
+    pub jid: String,
+    /// Its batch.
+    pub bid: String,
+    /// Its state.
+    pub status: String,
+    /// The last state it completed.
+    pub last_successful_status: Option<String>,
+    /// How often it was requeued.
+    pub retry_count: u32,
+    /// Its priority (lower runs first).
+    pub priority: u8,
+    /// Bytes it needs in working storage.
+    pub space_needed: u64,
+    /// Its collection profile.
+    pub profile: String,
+    /// Its payload URL.
+    pub payload_url: String,
+    /// Its payload type.
+    pub payload_type: String,
+    /// Its ark, once known.
+    pub primary_id: Option<String>,
+    /// Its local ids.
+    pub local_ids: Vec<String>,
+    /// The message of its last transition.
+    pub message: String,
+    /// Step retries recorded in its current state.
+    pub step_retries: u32,
+    /// When it was created (RFC 3339).
+    pub created: String,
+    /// When it last changed (RFC 3339).
+    pub last_modified: String,
+    /// Whether cleanup removed it from the live tree.
+    pub cleaned_up: bool,
+}
+
+impl From<&Job> for JobView {
+    fn from(j: &Job) -> JobView {
+        JobView {
+            jid: j.jid.to_string(),
+            bid: j.bid.to_string(),
+            status: j.status.to_string(),
+            last_successful_status: j.last_successful_status.map(|s| s.to_string()),
+            retry_count: j.retry_count,
+            priority: j.priority,
+            space_needed: j.space_needed,
+            profile: j.configuration.profile_name.clone(),
+            payload_url: j.configuration.payload_url.clone(),
+            payload_type: j.configuration.payload_type.to_string(),
+            primary_id: j.identifiers.primary_id.clone(),
+            local_ids: j.identifiers.local_ids.clone(),
+            message: j.message.clone(),
+            step_retries: j.step_retries,
+            created: j.created.to_rfc3339(),
+            last_modified: j.last_modified.to_rfc3339(),
+            cleaned_up: j.cleaned_up,
+        }
+    }
+}
+
+/// Queue-wide figures: `ingest status` and `GET /status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusView {
+    /// The data directory of the engine.
+    pub data_dir: String,
+    /// The position of the last event.
+    pub head_position: u64,
+    /// Its hash, hex.
+    pub head_hash: String,
+    /// The last position flushed to disk.
+    pub durable_position: u64,
+    /// Why the log needs `ingest repair`, if it does.
+    pub needs_repair: Option<String>,
+    /// Whether the ingest queue is paused.
+    pub paused: bool,
+    /// Collections on hold.
+    pub held_collections: Vec<String>,
+    /// Batches not yet cleaned up.
+    pub live_batches: usize,
+    /// Jobs not yet cleaned up.
+    pub live_jobs: usize,
+    /// Live batches by state.
+    pub batches_by_state: BTreeMap<String, usize>,
+    /// Live jobs by state.
+    pub jobs_by_state: BTreeMap<String, usize>,
+    /// How long the engine took to fold the log when it opened, in ms.
+    pub startup_fold_ms: u64,
+}

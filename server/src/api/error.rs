@@ -1,0 +1,541 @@
+//! The API's error shape and the extractors that produce it.
+//!
+//! Every error is JSON: `{"error": {"code": "stable_code", "message": "…", …}}`
+//! with further fields that depend on the code (`field`, `current`,
+//! `allowed`, …). The codes are stable; the messages are for people.
+//!
+//! | status | codes |
+//! |---|---|
+//! | 400 | `malformed_json`, `malformed_form`, `unsupported_content_type`, `invalid_id`, `invalid_header` |
+//! | 401 | `unauthorized` |
+//! | 404 | `not_found`, `no_route` |
+//! | 405 | `method_not_allowed` |
+//! | 409 | `illegal_transition`, `queue_paused`, `no_change`, `active_jobs`, `collection_held`, `cleaned_up`, `conflict`, `lock_not_held`, `stale_report`, `duplicate_uuid`, `rejected` |
+//! | 413 | `payload_too_large`, `record_too_large` |
+//! | 422 | `invalid_field`, `unknown_profile` |
+//! | 500 | `outcome_unknown`, `log_corrupt`, `internal` |
+//! | 503 | `engine_stopped`, `log_needs_repair`, `log_locked`, `lock_check_failed` |
+
+use std::str::FromStr;
+
+use axum::extract::rejection::{FormRejection, JsonRejection};
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use ingest_events::command::{Item, Rejection};
+use ingest_events::LogError;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Map, Value};
+
+use ingest_engine::engine::EngineError;
+use ingest_engine::service::ServiceError;
+
+/// An error answered to an API client.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    details: Map<String, Value>,
+}
+
+impl ApiError {
+    /// An error with a status, a stable code and a message.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            details: Map::new(),
+        }
+    }
+
+    /// Adds a field to the error object.
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> ApiError {
+        self.details.insert(key.to_string(), value.into());
+        self
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+
+    /// 400 with `code`.
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    /// 422 `invalid_field` naming the field.
+    pub fn invalid_field(field: impl Into<String>, reason: impl Into<String>) -> ApiError {
+        let (field, reason) = (field.into(), reason.into());
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            format!("invalid {field}: {reason}"),
+        )
+        .with("field", field)
+        .with("reason", reason)
+    }
+
+    /// 404 `not_found` for a queue item.
+    pub fn not_found(item: Item) -> ApiError {
+        let (kind, id) = item_parts(item);
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("{item} does not exist"),
+        )
+        .with("item", kind)
+        .with("id", id)
+    }
+
+    /// 409 with `code`.
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::CONFLICT, code, message)
+    }
+
+    /// 401 `unauthorized`.
+    pub fn unauthorized(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    /// 413 `payload_too_large`.
+    pub fn payload_too_large(limit: usize) -> ApiError {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("the request body is larger than {limit} bytes"),
+        )
+        .with("limit", limit)
+    }
+
+    /// 500 `internal`: a fault of the server, not of the request.
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+}
+
+fn item_parts(item: Item) -> (&'static str, String) {
+    match item {
+        Item::Batch(b) => ("batch", b.to_string()),
+        Item::Job(j) => ("job", j.to_string()),
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut error = Map::new();
+        error.insert("code".into(), Value::from(self.code));
+        error.insert("message".into(), Value::from(self.message));
+        for (k, v) in self.details {
+            error.insert(k, v);
+        }
+        let mut res = (self.status, Json(json!({ "error": error }))).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            res.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"ingest\""),
+            );
+        }
+        res
+    }
+}
+
+impl From<Rejection> for ApiError {
+    fn from(r: Rejection) -> ApiError {
+        let message = r.to_string();
+        match r {
+            Rejection::NotFound { item } => ApiError::not_found(item),
+            Rejection::IllegalTransition {
+                item,
+                current,
+                requested,
+                allowed,
+            } => {
+                let (kind, id) = item_parts(item);
+                ApiError::conflict("illegal_transition", message)
+                    .with("item", kind)
+                    .with("id", id)
+                    .with("current", current)
+                    .with("requested", requested)
+                    .with("allowed", allowed)
+            }
+            Rejection::QueuePaused { item } => {
+                let (kind, id) = item_parts(item);
+                ApiError::conflict("queue_paused", message)
+                    .with("item", kind)
+                    .with("id", id)
+            }
+            Rejection::NoChange(_) => ApiError::conflict("no_change", message),
+            Rejection::ActiveJobs { item, jobs } => {
+                let (kind, id) = item_parts(item);
+                let jobs: Vec<Value> = jobs
+                    .iter()
+                    .map(|(j, s)| json!({"jid": j.to_string(), "state": s.to_string()}))
+                    .collect();
+                ApiError::conflict("active_jobs", message)
+                    .with("item", kind)
+                    .with("id", id)
+                    .with("jobs", jobs)
+            }
+            Rejection::CollectionStillHeld { profile } => {
+                ApiError::conflict("collection_held", message).with("profile", profile)
+            }
+            Rejection::CleanedUp { item } => {
+                let (kind, id) = item_parts(item);
+                ApiError::conflict("cleaned_up", message)
+                    .with("item", kind)
+                    .with("id", id)
+            }
+            Rejection::Invalid { field, reason } => ApiError::invalid_field(field, reason),
+            Rejection::StaleReport {
+                item,
+                current,
+                reported,
+            } => {
+                let (_, id) = item_parts(item);
+                ApiError::conflict("stale_report", message)
+                    .with("id", id)
+                    .with("current", current)
+                    .with("reported", reported)
+            }
+            _ => ApiError::conflict("rejected", message),
+        }
+    }
+}
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> ApiError {
+        match e {
+            ServiceError::Engine(EngineError::Rejected(r)) => r.into(),
+            ServiceError::Engine(EngineError::Conflict(c)) => ApiError::conflict(
+                "conflict",
+                format!("{c}; nothing was appended: read the item again and retry"),
+            ),
+            ServiceError::Engine(EngineError::Log(e)) => log_error(e),
+            ServiceError::Engine(EngineError::Fold(e)) => {
+                tracing::error!(error = %e, "the log disagrees with the state");
+                ApiError::internal(format!(
+                    "the event log disagrees with the rules that wrote it ({e}); the command's outcome is unknown and an operator must run `ingest verify`"
+                ))
+            }
+            ServiceError::Stopped => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "engine_stopped",
+                "the engine has stopped and takes no commands; if this command was already sent its outcome is unknown",
+            ),
+            // Both enums are non-exhaustive: a variant added later is a
+            // fault of the server until it is mapped here.
+            other => ApiError::internal(format!("the engine failed: {other}")),
+        }
+    }
+}
+
+fn log_error(e: LogError) -> ApiError {
+    match e {
+        LogError::RecordTooLarge { kind, bytes, limit } => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "record_too_large",
+            format!("event {kind} would be a {bytes}-byte record; the log accepts at most {limit} bytes; nothing was appended"),
+        )
+        .with("limit", limit),
+        LogError::NeedsRepair { position, reason } => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "log_needs_repair",
+            format!("the event log fails its hash chain at position {position} ({reason}); appends are refused until an operator runs `ingest repair`; nothing was appended"),
+        ),
+        LogError::Locked { .. } => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "log_locked",
+            "the event log is held by another process; nothing was appended",
+        ),
+        LogError::Corrupt { position, reason } => {
+            tracing::error!(position, reason = %reason, "event log record corrupt");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "log_corrupt",
+                format!("event log record at position {position} is corrupt ({reason}); an operator must run `ingest verify`"),
+            )
+        }
+        other => {
+            tracing::error!(error = %other, "event log failure");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "outcome_unknown",
+                format!("the event log failed ({other}); the command's outcome is unknown: read the item again before retrying"),
+            )
+        }
+    }
+}
+
+/// Maps an error of reading the log (history, views) to a response.
+pub(crate) fn read_error(e: LogError) -> ApiError {
+    match e {
+        LogError::Corrupt { .. } => log_error(e),
+        other => ApiError::internal(format!("cannot read the event log: {other}")),
+    }
+}
+
+/// A JSON body: `Content-Type: application/json` (400 otherwise), at most
+/// the body limit (413), well-formed (400 `malformed_json`) and of the
+/// expected shape (422 `invalid_field` naming the field).
+pub struct ApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        if !is_json(req.headers().get(header::CONTENT_TYPE)) {
+            return Err(ApiError::bad_request(
+                "unsupported_content_type",
+                "the body must be JSON: send Content-Type: application/json",
+            ));
+        }
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(ApiJson(v)),
+            Err(r) => Err(json_rejection(r)),
+        }
+    }
+}
+
+/// Whether a content type is JSON (`application/json`, `application/*+json`).
+pub(crate) fn is_json(ct: Option<&HeaderValue>) -> bool {
+    let Some(mime) = media_type(ct) else {
+        return false;
+    };
+    mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
+}
+
+/// The media type of a Content-Type header, lower case, without parameters.
+pub(crate) fn media_type(ct: Option<&HeaderValue>) -> Option<String> {
+    let ct = ct?.to_str().ok()?;
+    Some(
+        ct.split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase(),
+    )
+}
+
+pub(crate) fn json_rejection(r: JsonRejection) -> ApiError {
+    if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        return ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "the request body is larger than the server accepts",
+        );
+    }
+    match r {
+        JsonRejection::JsonDataError(e) => data_error(&e.body_text()),
+        JsonRejection::JsonSyntaxError(e) => ApiError::bad_request(
+            "malformed_json",
+            strip_prefix(&e.body_text(), "Failed to parse the request body as JSON: "),
+        ),
+        JsonRejection::MissingJsonContentType(_) => ApiError::bad_request(
+            "unsupported_content_type",
+            "the body must be JSON: send Content-Type: application/json",
+        ),
+        other => ApiError::bad_request("malformed_json", other.body_text()),
+    }
+}
+
+pub(crate) fn form_rejection(r: FormRejection) -> ApiError {
+    if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        return ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "the request body is larger than the server accepts",
+        );
+    }
+    ApiError::bad_request("malformed_form", r.body_text())
+}
+
+fn strip_prefix(text: &str, prefix: &str) -> String {
+    text.strip_prefix(prefix).unwrap_or(text).to_string()
+}
+
+/// Turns axum's data-error text (serde_path_to_error's `path: message`)
+/// into a 422 naming the field.
+pub(crate) fn data_error(body_text: &str) -> ApiError {
+    let text = strip_prefix(
+        body_text,
+        "Failed to deserialize the JSON body into the target type: ",
+    );
+    // serde_path_to_error prints `path: message`, and only the message for
+    // the root. A path has no spaces; a message's first `: ` follows words.
+    let (path, message) = match text.split_once(": ") {
+        Some((p, m)) if !p.is_empty() && !p.contains(' ') => (Some(p.to_string()), m.to_string()),
+        _ => (None, text.clone()),
+    };
+    let named = backticked_field(&message);
+    let field = match (path, named) {
+        // `missing field` names a field inside the path's object; for an
+        // `unknown field` the path already ends with it.
+        (Some(p), Some(n)) if message.starts_with("missing field `") => format!("{p}.{n}"),
+        (None, Some(n)) if message.contains("field `") => n,
+        (Some(p), _) => p,
+        (None, _) => "body".to_string(),
+    };
+    let message = message
+        .split(" at line ")
+        .next()
+        .unwrap_or(&message)
+        .to_string();
+    ApiError::invalid_field(field, message)
+}
+
+/// The first `` `name` `` in a message.
+pub(crate) fn backticked_field(message: &str) -> Option<String> {
+    let start = message.find('`')? + 1;
+    let len = message[start..].find('`')?;
+    Some(message[start..start + len].to_string())
+}
+
+/// A path parameter parsed with `FromStr`; 400 `invalid_id` otherwise.
+pub struct ApiPath<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiPath<T>
+where
+    S: Send + Sync,
+    T: FromStr + Send,
+    T::Err: std::fmt::Display,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Path(raw) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::bad_request("invalid_id", e.body_text()))?;
+        raw.parse::<T>().map(ApiPath).map_err(|e| {
+            ApiError::bad_request("invalid_id", format!("{raw:?}: {e}")).with("value", raw)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ingest_events::{Bid, Jid};
+
+    fn body_of(e: ApiError) -> Value {
+        let Some(Value::Object(mut o)) = Some(json!({})) else {
+            unreachable!()
+        };
+        o.insert("code".into(), e.code.into());
+        o.insert("message".into(), e.message.into());
+        o.extend(e.details);
+        Value::Object(o)
+    }
+
+    #[test]
+    fn rejections_map_to_statuses_and_codes() {
+        let cases = [
+            (
+                Rejection::NotFound {
+                    item: Item::Job(Jid(7)),
+                },
+                404,
+                "not_found",
+            ),
+            (
+                Rejection::IllegalTransition {
+                    item: Item::Batch(Bid(1)),
+                    current: "Pending".into(),
+                    requested: "Deleted".into(),
+                    allowed: vec!["Held".into(), "Processing".into()],
+                },
+                409,
+                "illegal_transition",
+            ),
+            (
+                Rejection::QueuePaused {
+                    item: Item::Job(Jid(1)),
+                },
+                409,
+                "queue_paused",
+            ),
+            (Rejection::NoChange("x".into()), 409, "no_change"),
+            (
+                Rejection::CollectionStillHeld {
+                    profile: "p".into(),
+                },
+                409,
+                "collection_held",
+            ),
+            (
+                Rejection::Invalid {
+                    field: "priority".into(),
+                    reason: "too big".into(),
+                },
+                422,
+                "invalid_field",
+            ),
+        ];
+        for (r, status, code) in cases {
+            let e = ApiError::from(r);
+            assert_eq!(e.status.as_u16(), status);
+            assert_eq!(e.code, code);
+        }
+        let e = body_of(ApiError::from(Rejection::IllegalTransition {
+            item: Item::Batch(Bid(1)),
+            current: "Pending".into(),
+            requested: "Deleted".into(),
+            allowed: vec!["Held".into()],
+        }));
+        assert_eq!(e["current"], "Pending");
+        assert_eq!(e["allowed"], json!(["Held"]));
+        assert_eq!(e["id"], "bid0000000001");
+    }
+
+    #[test]
+    fn log_failures_say_what_happened_to_the_command() {
+        let too_large = ApiError::from(ServiceError::Engine(EngineError::Log(
+            LogError::RecordTooLarge {
+                kind: "BatchSubmitted",
+                bytes: 10,
+                limit: 5,
+            },
+        )));
+        assert_eq!(too_large.status, StatusCode::PAYLOAD_TOO_LARGE);
+        let io = ApiError::from(ServiceError::Engine(EngineError::Log(LogError::Storage(
+            sled::Error::Io(std::io::Error::other("disk gone")),
+        ))));
+        assert_eq!(io.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(io.code, "outcome_unknown");
+        assert!(io.message.contains("outcome is unknown"), "{}", io.message);
+        let stopped = ApiError::from(ServiceError::Stopped);
+        assert_eq!(stopped.status, StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    #[test]
+    fn data_errors_name_the_field() {
+        let cases = [
+            ("Failed to deserialize the JSON body into the target type: missing field `reason` at line 1 column 2", "reason"),
+            ("Failed to deserialize the JSON body into the target type: unknown field `reasn`, expected `actor` or `reason` at line 1 column 9", "reasn"),
+            ("Failed to deserialize the JSON body into the target type: reasn: unknown field `reasn`, expected `actor` or `reason` at line 1 column 9", "reasn"),
+            ("Failed to deserialize the JSON body into the target type: store.mod: unknown field `mod`, expected `manifest_url` at line 1 column 9", "store.mod"),
+            ("Failed to deserialize the JSON body into the target type: priority: invalid value: integer `300`, expected u8 at line 1 column 20", "priority"),
+            ("Failed to deserialize the JSON body into the target type: identifiers.local_ids[0]: invalid type: integer `5`, expected a string at line 1 column 40", "identifiers.local_ids[0]"),
+            ("Failed to deserialize the JSON body into the target type: store: missing field `mode` at line 1 column 40", "store.mode"),
+            ("Failed to deserialize the JSON body into the target type: invalid type: sequence, expected struct X at line 1 column 1", "body"),
+        ];
+        for (text, field) in cases {
+            let e = body_of(data_error(text));
+            assert_eq!(e["field"], field, "{text}");
+            assert!(!e["message"].as_str().unwrap_or("").contains(" at line "));
+        }
+    }
+}

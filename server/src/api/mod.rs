@@ -1,0 +1,649 @@
+//! The HTTP API of the queue service (`ingest serve`): an axum [`Router`]
+//! over an [`EngineHandle`].
+//!
+//! Depositors submit batches and follow them; workers acquire batches,
+//! start jobs and report each step's outcome (fenced on their ZooKeeper
+//! lock, see [`locks`]); admins hold, release, requeue, fail, delete, pause
+//! and clean up, each with a reason that is recorded with the event. Every
+//! change goes through [`EngineHandle::execute_correlated`], so the log
+//! stays the single source of truth and a refused command appends nothing.
+//!
+//! [`routes`] is the route table the router is built from (method, path,
+//! [`Access`]); `api/openapi.yaml` describes the same routes and a test
+//! keeps the two in step. Errors have one JSON shape ([`ApiError`]).
+//!
+//! Cross-cutting, for every request: an `X-Correlation-Id` (a uuid taken
+//! from the request or generated, recorded with the events and returned in
+//! the response), a tracing span with method, path, status and latency,
+//! request metrics by route template, and a body limit (413 beyond it).
+//!
+//! ```no_run
+//! # async fn run(handle: ingest::service::EngineHandle, tokens: ingest::config::Tokens) -> std::io::Result<()> {
+//! use std::sync::Arc;
+//! use ingest::api::{self, ApiConfig, NoLocks};
+//! use ingest::config::Profiles;
+//! use ingest::metrics::Metrics;
+//!
+//! let router = api::router(ApiConfig {
+//!     metrics: Arc::new(Metrics::new(handle.clone())),
+//!     handle,
+//!     tokens,
+//!     profiles: Profiles::unrestricted(),
+//!     locks: Arc::new(NoLocks),
+//!     max_body_bytes: 1024 * 1024,
+//!     zookeeper: None,
+//!     inventory: None,
+//!     minter: None,
+//! });
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:7878").await?;
+//! api::serve(listener, router, async { let _ = tokio::signal::ctrl_c().await; }).await
+//! # }
+//! ```
+
+mod admin;
+mod auth;
+mod depositor;
+mod error;
+pub mod locks;
+mod objects;
+mod ops;
+mod worker;
+
+use ingest_protocol::api::*;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, Request, State};
+use axum::handler::Handler;
+use axum::http::request::Parts;
+use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{on, MethodFilter, MethodRouter};
+use axum::Router;
+use ingest_events::command::Command;
+use ingest_events::{Actor, Recorded};
+use ingest_projections::Views;
+
+use tower_http::trace::TraceLayer;
+use tracing::Span;
+use uuid::Uuid;
+
+pub use auth::{Access, Role};
+pub use error::{ApiError, ApiJson, ApiPath};
+pub use locks::{LockCheckError, LockChecker, LockFuture, NoLocks};
+pub use worker::batch_priority;
+
+use crate::metrics::Metrics;
+use ingest_config::{Profiles, Tokens};
+use ingest_engine::engine::Outcome;
+use ingest_engine::service::EngineHandle;
+use ingest_protocol::history::HistoryRow;
+
+/// The header carrying a request's correlation id.
+pub const CORRELATION_HEADER: &str = "x-correlation-id";
+
+/// The OpenAPI description of every route, served at `GET /openapi.yaml`.
+pub const OPENAPI_YAML: &str = include_str!("../../api/openapi.yaml");
+
+/// What the router needs.
+pub struct ApiConfig {
+    /// The engine.
+    pub handle: EngineHandle,
+    /// The bearer tokens of each role.
+    pub tokens: Tokens,
+    /// The collection profiles submissions may name.
+    pub profiles: Profiles,
+    /// Who holds a worker's lock (fencing).
+    pub locks: Arc<dyn LockChecker>,
+    /// The metrics the API records into and serves.
+    pub metrics: Arc<Metrics>,
+    /// The largest request body read, in bytes.
+    pub max_body_bytes: usize,
+    /// The ZooKeeper the server projects into (for `GET /diff`).
+    pub zookeeper: Option<ingest_projections::ZkConfig>,
+    /// The object inventory (`None`: the object routes answer 503).
+    pub inventory: Option<ingest_steps::inventory::Inventory>,
+    /// Where arks come from (`None`: minting answers 503).
+    pub minter: Option<ingest_engine::ezid::ArkMinter>,
+}
+
+/// The state every handler shares.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) handle: EngineHandle,
+    pub(crate) tokens: Tokens,
+    pub(crate) profiles: Profiles,
+    pub(crate) locks: Arc<dyn LockChecker>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) max_body_bytes: usize,
+    pub(crate) zookeeper: Option<ingest_projections::ZkConfig>,
+    pub(crate) inventory: Option<ingest_steps::inventory::Inventory>,
+    pub(crate) minter: Option<ingest_engine::ezid::ArkMinter>,
+    /// Faults armed by admins (`POST /faults`).
+    pub(crate) faults: ops::ArmedFaults,
+    /// The reporting views, folded up to the durable position on demand.
+    views: Arc<Mutex<Views>>,
+}
+
+/// One route of the API.
+#[derive(Debug, Clone)]
+pub struct RouteInfo {
+    /// The HTTP method.
+    pub method: Method,
+    /// The path template (`/jobs/{jid}`), as in the OpenAPI file.
+    pub path: &'static str,
+    /// Who may call it.
+    pub access: Access,
+}
+
+type Entry = (RouteInfo, MethodRouter<AppState>);
+
+fn entry<H, T>(method: Method, path: &'static str, access: Access, handler: H) -> Entry
+where
+    H: Handler<T, AppState>,
+    T: 'static,
+{
+    let filter = MethodFilter::try_from(method.clone()).unwrap_or(MethodFilter::GET);
+    (
+        RouteInfo {
+            method,
+            path,
+            access,
+        },
+        on(filter, handler),
+    )
+}
+
+fn table() -> Vec<Entry> {
+    use Access::{Admin, Depositor, Metrics, Public, Reader, Worker};
+    use Method as M;
+    vec![
+        // Depositors (the admin token works too).
+        entry(M::POST, "/batches", Depositor, depositor::submit),
+        entry(M::GET, "/batches/{bid}", Depositor, depositor::batch),
+        entry(
+            M::GET,
+            "/batches/{bid}/history",
+            Depositor,
+            depositor::batch_history,
+        ),
+        entry(
+            M::GET,
+            "/batches/{bid}/report",
+            Depositor,
+            depositor::batch_report,
+        ),
+        entry(
+            M::GET,
+            "/batch-uuids/{uuid}",
+            Depositor,
+            depositor::batch_by_uuid,
+        ),
+        entry(M::GET, "/jobs/{jid}", Depositor, depositor::job),
+        entry(
+            M::GET,
+            "/jobs/{jid}/history",
+            Depositor,
+            depositor::job_history,
+        ),
+        // Workers.
+        entry(
+            M::POST,
+            "/batches/{bid}/acquire",
+            Worker,
+            worker::acquire_batch,
+        ),
+        entry(
+            M::POST,
+            "/batches/{bid}/report",
+            Worker,
+            worker::report_batch,
+        ),
+        entry(M::POST, "/jobs/{jid}/start", Worker, worker::start_job),
+        entry(M::POST, "/jobs/{jid}/outcome", Worker, worker::outcome),
+        entry(M::POST, "/jobs/{jid}/retries", Worker, worker::retry),
+        entry(M::POST, "/jobs/{jid}/ark", Worker, objects::ark),
+        entry(M::POST, "/jobs/{jid}/lookup", Worker, objects::lookup),
+        entry(M::POST, "/jobs/{jid}/object", Worker, objects::record),
+        // Objects (any token).
+        entry(M::GET, "/objects", Reader, objects::by_local_id),
+        entry(M::GET, "/objects/{*ark}", Reader, objects::object),
+        // Admins.
+        entry(M::POST, "/jobs/{jid}/hold", Admin, admin::hold_job),
+        entry(M::POST, "/jobs/{jid}/release", Admin, admin::release_job),
+        entry(M::POST, "/jobs/{jid}/requeue", Admin, admin::requeue_job),
+        entry(M::POST, "/jobs/{jid}/fail", Admin, admin::fail_job),
+        entry(M::DELETE, "/jobs/{jid}", Admin, admin::delete_job),
+        entry(
+            M::POST,
+            "/batches/{bid}/release",
+            Admin,
+            admin::release_batch,
+        ),
+        entry(
+            M::POST,
+            "/batches/{bid}/update-reporting",
+            Admin,
+            admin::update_reporting,
+        ),
+        entry(M::DELETE, "/batches/{bid}", Admin, admin::delete_batch),
+        entry(M::GET, "/collections/{profile}", Admin, admin::collection),
+        entry(
+            M::POST,
+            "/collections/{profile}/hold",
+            Admin,
+            admin::hold_collection,
+        ),
+        entry(
+            M::POST,
+            "/collections/{profile}/release",
+            Admin,
+            admin::release_collection,
+        ),
+        entry(
+            M::POST,
+            "/collections/{profile}/release-jobs",
+            Admin,
+            admin::release_collection_jobs,
+        ),
+        entry(M::GET, "/queue", Admin, admin::queue),
+        entry(M::POST, "/queue/pause", Admin, admin::pause),
+        entry(M::POST, "/queue/resume", Admin, admin::resume),
+        entry(M::POST, "/cleanup", Admin, admin::cleanup),
+        entry(M::GET, "/status", Admin, admin::status),
+        entry(M::GET, "/verify", Admin, ops::verify),
+        entry(M::GET, "/tree", Admin, ops::tree),
+        entry(M::GET, "/diff", Admin, ops::diff),
+        entry(M::GET, "/faults", Admin, ops::faults),
+        entry(M::POST, "/faults", Admin, ops::arm_fault),
+        entry(M::DELETE, "/faults", Admin, ops::clear_faults),
+        // Operations.
+        entry(M::GET, "/metrics", Metrics, metrics),
+        entry(M::GET, "/openapi.yaml", Public, openapi),
+    ]
+}
+
+/// Every route the router serves, in the order of the table.
+pub fn routes() -> Vec<RouteInfo> {
+    table().into_iter().map(|(info, _)| info).collect()
+}
+
+/// Builds the router.
+pub fn router(config: ApiConfig) -> Router {
+    let views = Views::new();
+    let max_body = config.max_body_bytes;
+    let state = AppState {
+        inner: Arc::new(Inner {
+            handle: config.handle,
+            tokens: config.tokens,
+            profiles: config.profiles,
+            locks: config.locks,
+            metrics: config.metrics,
+            max_body_bytes: max_body,
+            zookeeper: config.zookeeper,
+            inventory: config.inventory,
+            minter: config.minter,
+            faults: ops::ArmedFaults::default(),
+            views: Arc::new(Mutex::new(views)),
+        }),
+    };
+    let mut by_path: BTreeMap<&'static str, MethodRouter<AppState>> = BTreeMap::new();
+    for (info, method_router) in table() {
+        let guarded = method_router.route_layer(middleware::from_fn_with_state(
+            (state.clone(), info.access),
+            auth::require,
+        ));
+        let merged = match by_path.remove(info.path) {
+            Some(existing) => existing.merge(guarded),
+            None => guarded,
+        };
+        by_path.insert(info.path, merged);
+    }
+    let mut router = Router::new();
+    for (path, method_router) in by_path {
+        router = router.route(path, method_router);
+    }
+    router
+        .fallback(no_route)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), limit_body))
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            record_metrics,
+        ))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|req: &Request| {
+                    let correlation_id = req
+                        .extensions()
+                        .get::<CorrelationId>()
+                        .map(|c| c.0.to_string())
+                        .unwrap_or_default();
+                    tracing::info_span!(
+                        "http",
+                        method = %req.method(),
+                        path = %req.uri().path(),
+                        correlation_id = %correlation_id,
+                        status = tracing::field::Empty,
+                        latency_ms = tracing::field::Empty,
+                    )
+                })
+                .on_request(())
+                .on_response(|res: &Response, latency: Duration, span: &Span| {
+                    span.record("status", res.status().as_u16());
+                    span.record("latency_ms", latency.as_millis() as u64);
+                    tracing::info!(
+                        status = res.status().as_u16(),
+                        latency_ms = latency.as_millis() as u64,
+                        "answered"
+                    );
+                })
+                .on_failure(()),
+        )
+        .layer(middleware::from_fn(correlation))
+        .with_state(state)
+}
+
+/// Serves the router until `shutdown` completes, then finishes the requests
+/// in flight.
+///
+/// # Errors
+/// When accepting connections fails.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// A request's correlation id (recorded with its events).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CorrelationId(pub Uuid);
+
+impl<S: Send + Sync> FromRequestParts<S> for CorrelationId {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<CorrelationId>()
+            .copied()
+            .unwrap_or_else(|| CorrelationId(Uuid::new_v4())))
+    }
+}
+
+async fn correlation(mut req: Request, next: Next) -> Response {
+    let given = req
+        .headers()
+        .get(CORRELATION_HEADER)
+        .map(|v| v.to_str().ok().and_then(|s| Uuid::parse_str(s.trim()).ok()));
+    let (id, bad) = match given {
+        None => (Uuid::new_v4(), false),
+        Some(Some(id)) => (id, false),
+        Some(None) => (Uuid::new_v4(), true),
+    };
+    let mut res = if bad {
+        ApiError::bad_request(
+            "invalid_header",
+            format!("{CORRELATION_HEADER} must be a uuid; leave it out to get one generated"),
+        )
+        .with("header", CORRELATION_HEADER)
+        .into_response()
+    } else {
+        req.extensions_mut().insert(CorrelationId(id));
+        next.run(req).await
+    };
+    if let Ok(v) = HeaderValue::from_str(&id.to_string()) {
+        res.headers_mut()
+            .insert(HeaderName::from_static(CORRELATION_HEADER), v);
+    }
+    res
+}
+
+async fn record_metrics(State(app): State<AppState>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = req.method().to_string();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let res = next.run(req).await;
+    app.inner
+        .metrics
+        .observe_http(&method, &route, res.status().as_u16(), started.elapsed());
+    res
+}
+
+/// Refuses a declared body over the limit before reading it; bodies without
+/// a length are cut by `DefaultBodyLimit` while reading.
+async fn limit_body(State(app): State<AppState>, req: Request, next: Next) -> Response {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match declared {
+        Some(n) if n > app.inner.max_body_bytes as u64 => {
+            ApiError::payload_too_large(app.inner.max_body_bytes).into_response()
+        }
+        _ => next.run(req).await,
+    }
+}
+
+async fn no_route(req: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "no_route",
+        format!(
+            "no route {} {} (see GET /openapi.yaml)",
+            req.method(),
+            req.uri().path()
+        ),
+    )
+}
+
+async fn method_not_allowed(req: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{} is not allowed on {}", req.method(), req.uri().path()),
+    )
+}
+
+async fn metrics(State(app): State<AppState>) -> Result<Response, ApiError> {
+    let metrics = Arc::clone(&app.inner.metrics);
+    let page = tokio::task::spawn_blocking(move || metrics.render())
+        .await
+        .map_err(|e| ApiError::internal(format!("the metrics task failed: {e}")))?
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], page).into_response())
+}
+
+async fn openapi() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/yaml; charset=utf-8")],
+        OPENAPI_YAML,
+    )
+        .into_response()
+}
+
+/// The answer of an action: the events it appended.
+pub(crate) fn appended(o: &Outcome) -> Appended {
+    Appended {
+        events: rows(&o.records),
+    }
+}
+
+pub(crate) fn rows(records: &[Recorded]) -> Vec<HistoryRow> {
+    records.iter().map(HistoryRow::from).collect()
+}
+
+impl AppState {
+    /// Executes one command with the request's correlation id.
+    pub(crate) async fn execute(
+        &self,
+        actor: Actor,
+        cid: CorrelationId,
+        command: Command,
+    ) -> Result<Outcome, ApiError> {
+        Ok(self
+            .inner
+            .handle
+            .execute_correlated(actor, cid.0, command)
+            .await?)
+    }
+
+    /// Runs `f` on the reporting views, folded up to the durable position
+    /// first (so a client reads its own acknowledged writes).
+    pub(crate) async fn views<R, F>(&self, f: F) -> Result<R, ApiError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Views) -> R + Send + 'static,
+    {
+        let views = Arc::clone(&self.inner.views);
+        let log = Arc::clone(self.inner.handle.log());
+        tokio::task::spawn_blocking(move || {
+            let mut v = views.lock().unwrap_or_else(|e| e.into_inner());
+            let durable = log.durable_position();
+            let from = v.state().position + 1;
+            if from <= durable {
+                for record in log.read_range(from, durable) {
+                    let record = record.map_err(error::read_error)?;
+                    v.apply(&record).map_err(|e| {
+                        ApiError::internal(format!("the reporting views cannot fold the log: {e}"))
+                    })?;
+                }
+            }
+            Ok(f(&v))
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("the views task failed: {e}")))?
+    }
+}
+
+/// Checks a free-text name (worker, admin) given in a request.
+pub(crate) fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
+    if value.trim().is_empty() {
+        return Err(ApiError::invalid_field(field, "is required"));
+    }
+    if value.len() > 200 {
+        return Err(ApiError::invalid_field(field, "is longer than 200 bytes"));
+    }
+    if value.chars().any(|c| c.is_control()) {
+        return Err(ApiError::invalid_field(
+            field,
+            "contains control characters",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ingest_config::Secret;
+    use ingest_engine::engine::{Engine, EngineConfig};
+    use ingest_engine::service::EngineService;
+
+    #[test]
+    fn every_route_is_unique_and_every_path_param_is_braced() {
+        let mut seen = std::collections::BTreeSet::new();
+        for r in routes() {
+            assert!(
+                seen.insert((r.method.to_string(), r.path)),
+                "{} {} twice",
+                r.method,
+                r.path
+            );
+            assert!(
+                !r.path.contains(':'),
+                "{}: axum 0.8 paths use {{param}}",
+                r.path
+            );
+        }
+    }
+
+    // A worker whose session holds the lock gets its outcome recorded.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fenced_outcome_is_accepted_for_the_lock_holder() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let service =
+            EngineService::start(Engine::open(EngineConfig::new(dir.path())).expect("open"));
+        let handle = service.handle();
+        let tokens = Tokens {
+            admin: Secret::new("admin-token-0123456789"),
+            depositor: Secret::new("depositor-token-0123456789"),
+            worker: Secret::new("worker-token-0123456789"),
+            metrics: None,
+        };
+        let app = router(ApiConfig {
+            metrics: Arc::new(Metrics::new(handle.clone())),
+            handle: handle.clone(),
+            tokens,
+            profiles: Profiles::unrestricted(),
+            locks: Arc::new(locks::AcceptAll(42)),
+            max_body_bytes: 64 * 1024,
+            zookeeper: None,
+            inventory: None,
+            minter: None,
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let server = tokio::spawn(serve(listener, app, std::future::pending()));
+        let client = reqwest::Client::new();
+        let post = |path: &str, token: &str, body: serde_json::Value| {
+            client
+                .post(format!("{base}{path}"))
+                .bearer_auth(token)
+                .json(&body)
+                .send()
+        };
+        let res = post(
+            "/batches",
+            "depositor-token-0123456789",
+            serde_json::json!({"submitter": "a", "profile": "p", "payload_url": "https://example.org/x"}),
+        )
+        .await
+        .expect("submit");
+        assert_eq!(res.status(), 201);
+        let worker = serde_json::json!({"worker": "w", "session_id": 42});
+        for path in [
+            "/batches/bid0000000001/acquire",
+            "/jobs/jid0000000001/start",
+        ] {
+            let res = post(path, "worker-token-0123456789", worker.clone())
+                .await
+                .expect("post");
+            assert_eq!(res.status(), 200, "{path}: {:?}", res.text().await);
+        }
+        let res = post(
+            "/jobs/jid0000000001/outcome",
+            "worker-token-0123456789",
+            serde_json::json!({"worker": "w", "session_id": "0x2a", "state": "estimating", "outcome": "success", "space_needed": 10}),
+        )
+        .await
+        .expect("outcome");
+        assert_eq!(res.status(), 200, "{:?}", res.text().await);
+        {
+            let state = handle.state();
+            let job = &state.jobs[&ingest_events::Jid(1)];
+            assert_eq!(job.status, ingest_events::JobState::Provisioning);
+            assert_eq!(job.space_needed, 10);
+        }
+        server.abort();
+        service.shutdown().await;
+    }
+}

@@ -1,0 +1,198 @@
+//! Objects: the inventory of stored object versions (kept beside the log in
+//! the data directory) and the ark minter. Workers mint an ark, look up
+//! local ids and record a stored version, each fenced on the job's lock;
+//! anyone with a token reads an object by ark or by local id.
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::Json;
+use ingest_events::command::{Command, Item};
+use ingest_events::event::Identifiers;
+use ingest_events::Jid;
+use ingest_protocol::api::*;
+use ingest_steps::inventory::InventoryError;
+use serde_json::{json, Value};
+
+use super::locks::job_lock_path;
+use super::worker::{fence, worker_actor};
+use super::{ApiError, ApiJson, ApiPath, AppState, CorrelationId};
+
+/// The most local ids one lookup may ask about.
+const MAX_LOOKUP: usize = 1000;
+
+fn unavailable(what: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "no_inventory",
+        format!("this server keeps no {what} (it runs without a data directory inventory)"),
+    )
+}
+
+fn inventory_error(e: InventoryError) -> ApiError {
+    match e {
+        InventoryError::Storage(_) | InventoryError::Corrupt { .. } => {
+            ApiError::internal(format!("the inventory failed: {e}"))
+        }
+        other => ApiError::conflict("inventory_conflict", other.to_string()),
+    }
+}
+
+/// `POST /jobs/{jid}/ark`: the job's ark, minted and recorded on the job at
+/// once when it has none (so a retried or requeued Processing never mints a
+/// second one).
+pub(crate) async fn ark(
+    State(app): State<AppState>,
+    cid: CorrelationId,
+    ApiPath(jid): ApiPath<Jid>,
+    ApiJson(body): ApiJson<ArkBody>,
+) -> Result<Json<Value>, ApiError> {
+    let actor = worker_actor(&body.worker)?;
+    fence(&app, &job_lock_path(jid), body.session_id).await?;
+    let identifiers = app
+        .inner
+        .handle
+        .state()
+        .jobs
+        .get(&jid)
+        .map(|j| j.identifiers.clone())
+        .ok_or_else(|| ApiError::not_found(Item::Job(jid)))?;
+    if let Some(ark) = identifiers.primary_id.filter(|a| !a.is_empty()) {
+        return Ok(Json(json!({"ark": ark, "minted": false})));
+    }
+    let minter = app
+        .inner
+        .minter
+        .as_ref()
+        .ok_or_else(|| unavailable("ark minter"))?;
+    let ark = minter.mint().await.map_err(|e| match e {
+        ingest_engine::ezid::MintError::Unavailable(m) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "minter_unavailable",
+            format!("cannot mint an ark now: {m}; nothing was appended, retry"),
+        ),
+        other => ApiError::internal(format!("cannot mint an ark: {other}")),
+    })?;
+    app.execute(
+        actor,
+        cid,
+        Command::RecordIdentifiers {
+            jid,
+            identifiers: Identifiers {
+                primary_id: Some(ark.clone()),
+                local_ids: identifiers.local_ids,
+            },
+        },
+    )
+    .await?;
+    tracing::info!(%jid, %ark, "minted");
+    Ok(Json(json!({"ark": ark, "minted": true})))
+}
+
+/// `POST /jobs/{jid}/lookup`: the arks the inventory binds to local ids of a
+/// collection (`null` for an unknown one).
+pub(crate) async fn lookup(
+    State(app): State<AppState>,
+    ApiPath(jid): ApiPath<Jid>,
+    ApiJson(body): ApiJson<LookupBody>,
+) -> Result<Json<Value>, ApiError> {
+    worker_actor(&body.worker)?;
+    if body.local_ids.len() > MAX_LOOKUP {
+        return Err(ApiError::invalid_field(
+            "local_ids",
+            format!("{} ids; at most {MAX_LOOKUP}", body.local_ids.len()),
+        ));
+    }
+    fence(&app, &job_lock_path(jid), body.session_id).await?;
+    let inventory = app
+        .inner
+        .inventory
+        .clone()
+        .ok_or_else(|| unavailable("inventory"))?;
+    let mut arks = serde_json::Map::new();
+    for id in &body.local_ids {
+        let ark = inventory
+            .by_local_id(&body.collection, id)
+            .map_err(inventory_error)?;
+        arks.insert(id.clone(), json!(ark));
+    }
+    Ok(Json(json!({"arks": arks})))
+}
+
+/// `POST /jobs/{jid}/object`: the recording step records a stored version.
+pub(crate) async fn record(
+    State(app): State<AppState>,
+    ApiPath(jid): ApiPath<Jid>,
+    ApiJson(body): ApiJson<ObjectBody>,
+) -> Result<Json<Value>, ApiError> {
+    worker_actor(&body.worker)?;
+    fence(&app, &job_lock_path(jid), body.session_id).await?;
+    if body.record.jid != jid.to_string() {
+        return Err(ApiError::invalid_field(
+            "record.jid",
+            format!("is {}, not the job {jid} of the path", body.record.jid),
+        ));
+    }
+    let inventory = app
+        .inner
+        .inventory
+        .clone()
+        .ok_or_else(|| unavailable("inventory"))?;
+    let record = body.record;
+    let outcome = tokio::task::spawn_blocking(move || inventory.record(&record))
+        .await
+        .map_err(|e| ApiError::internal(format!("the inventory task failed: {e}")))?
+        .map_err(inventory_error)?;
+    Ok(Json(json!({"new": outcome.new})))
+}
+
+/// `GET /objects/{ark}` (the ark percent-encoded or with its slashes).
+pub(crate) async fn object(
+    State(app): State<AppState>,
+    axum::extract::Path(ark): axum::extract::Path<String>,
+) -> Result<Json<ObjectView>, ApiError> {
+    let inventory = app
+        .inner
+        .inventory
+        .clone()
+        .ok_or_else(|| unavailable("inventory"))?;
+    let versions = inventory.versions(&ark).map_err(inventory_error)?;
+    if versions.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no object {ark} in the inventory"),
+        )
+        .with("item", "object")
+        .with("id", ark));
+    }
+    Ok(Json(ObjectView { ark, versions }))
+}
+
+/// `GET /objects?collection=C&local_id=L`: the object a local id names.
+pub(crate) async fn by_local_id(
+    State(app): State<AppState>,
+    query: Result<Query<ObjectQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<ObjectView>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+    let inventory = app
+        .inner
+        .inventory
+        .clone()
+        .ok_or_else(|| unavailable("inventory"))?;
+    let Some(ark) = inventory
+        .by_local_id(&q.collection, &q.local_id)
+        .map_err(inventory_error)?
+    else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!(
+                "no object with local id {:?} in collection {}",
+                q.local_id, q.collection
+            ),
+        )
+        .with("item", "object"));
+    };
+    let versions = inventory.versions(&ark).map_err(inventory_error)?;
+    Ok(Json(ObjectView { ark, versions }))
+}

@@ -1,0 +1,529 @@
+//! Prometheus metrics of the queue service, served at `GET /metrics` in the
+//! OpenMetrics text format.
+//!
+//! Scraping needs no token unless a metrics token is configured
+//! (`tokens.metrics_file`, `INGEST_METRICS_TOKEN`): the usual set-up keeps
+//! the port behind a firewall that only Prometheus passes. The page shows
+//! counts and positions, never ids, submissions or tokens.
+//!
+//! | series | type | labels | what |
+//! |---|---|---|---|
+//! | `ingest_events_appended_total` | counter | `kind` | events appended since this process started (read from the log, so every writer counts) |
+//! | `ingest_log_head_position` | gauge | | the last position written |
+//! | `ingest_log_durable_position` | gauge | | the last position on disk |
+//! | `ingest_log_needs_repair` | gauge | | 1 while the log's tail fails its hash chain |
+//! | `ingest_jobs` | gauge | `state` | live jobs by state (every state, 0 included) |
+//! | `ingest_batches` | gauge | `state` | live batches by state |
+//! | `ingest_queue_paused` | gauge | | 1 while the ingest queue is paused |
+//! | `ingest_collections_held` | gauge | | collections on hold |
+//! | `ingest_step_duration_seconds` | histogram | `state`, `outcome` | step durations reported by workers ([`Metrics::observe_step`]) |
+//! | `ingest_step_failures_total` | counter | `state` | failed steps |
+//! | `ingest_http_requests_total` | counter | `method`, `route`, `status` | API requests by route template |
+//! | `ingest_http_request_duration_seconds` | histogram | `method`, `route` | API latency |
+//! | `ingest_zookeeper_session_state` | gauge | `state` | 1 for the current session state ([`Metrics::set_zookeeper_session`]) |
+//! | `ingest_projector_events_behind` | gauge | | durable events not yet in ZooKeeper ([`Metrics::attach_projector`]) |
+//! | `ingest_projector_seconds_behind` | gauge | | age of the oldest unprojected event |
+//! | `ingest_projector_checkpoint_position` | gauge | | the position the live tree holds |
+//! | `ingest_projector_state` | gauge | `state` | 1 for what the projector is doing |
+//! | `ingest_build_info` | gauge | `version` | always 1 |
+//!
+//! The gauges of state and log are computed when scraped; the projector
+//! series appear once a projector is attached.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use ingest_events::lifecycle::StateKind;
+use ingest_events::{BatchState, JobState};
+use ingest_projections::{SinkState, SinkStatus};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+use zookeeper_client::SessionState;
+
+use ingest_engine::service::EngineHandle;
+
+/// The content type of the page [`Metrics::render`] returns.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The most log records one scrape reads to count events; a scrape after a
+/// long pause catches up over the next ones instead of stalling.
+const MAX_RECORDS_PER_SCRAPE: u64 = 200_000;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StepLabels {
+    state: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HttpLabels {
+    method: String,
+    route: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    method: String,
+    route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabel {
+    version: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn step_histogram() -> Histogram {
+    // 50 ms to about 27 minutes.
+    Histogram::new(exponential_buckets(0.05, 2.0, 16))
+}
+
+fn http_histogram() -> Histogram {
+    // 1 ms to about 8 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 14))
+}
+
+/// Why a scrape failed.
+///
+/// ### Handling
+/// Answer 500; the next scrape tries again. Nothing was changed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MetricsError {
+    /// The log could not be read to count events.
+    #[error("cannot read the event log to count events: {0}")]
+    Log(#[from] ingest_events::LogError),
+    /// The page could not be encoded.
+    #[error("cannot encode the metrics: {0}")]
+    Encode(#[from] std::fmt::Error),
+}
+
+struct Projector {
+    status: watch::Receiver<SinkStatus>,
+    events_behind: Gauge,
+    seconds_behind: Gauge<f64, AtomicU64>,
+    checkpoint: Gauge,
+    state: Family<StateLabel, Gauge>,
+}
+
+/// The service's metrics. Cheap to share (`Arc<Metrics>`); every method
+/// takes `&self`.
+pub struct Metrics {
+    handle: EngineHandle,
+    registry: Mutex<Registry>,
+    counted_to: Mutex<u64>,
+    events_appended: Family<KindLabel, Counter>,
+    log_head: Gauge,
+    log_durable: Gauge,
+    log_needs_repair: Gauge,
+    jobs: Family<StateLabel, Gauge>,
+    batches: Family<StateLabel, Gauge>,
+    queue_paused: Gauge,
+    collections_held: Gauge,
+    step_duration: HistogramFamily<StepLabels>,
+    step_failures: Family<StateLabel, Counter>,
+    http_requests: Family<HttpLabels, Counter>,
+    http_duration: HistogramFamily<RouteLabels>,
+    zk_session: Family<StateLabel, Gauge>,
+    projector: Mutex<Option<Projector>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Metrics {
+    /// Metrics over an engine. Events are counted from the log's durable
+    /// position at this moment on.
+    pub fn new(handle: EngineHandle) -> Metrics {
+        let mut r = Registry::default();
+        let m = Metrics {
+            counted_to: Mutex::new(handle.log().durable_position()),
+            handle,
+            registry: Mutex::new(Registry::default()),
+            events_appended: Family::default(),
+            log_head: Gauge::default(),
+            log_durable: Gauge::default(),
+            log_needs_repair: Gauge::default(),
+            jobs: Family::default(),
+            batches: Family::default(),
+            queue_paused: Gauge::default(),
+            collections_held: Gauge::default(),
+            step_duration: Family::new_with_constructor(step_histogram as fn() -> Histogram),
+            step_failures: Family::default(),
+            http_requests: Family::default(),
+            http_duration: Family::new_with_constructor(http_histogram as fn() -> Histogram),
+            zk_session: Family::default(),
+            projector: Mutex::new(None),
+        };
+        r.register(
+            "ingest_events_appended",
+            "Events appended to the log since this process started, by kind",
+            m.events_appended.clone(),
+        );
+        r.register(
+            "ingest_log_head_position",
+            "The last position written to the event log",
+            m.log_head.clone(),
+        );
+        r.register(
+            "ingest_log_durable_position",
+            "The last position of the event log known to be on disk",
+            m.log_durable.clone(),
+        );
+        r.register(
+            "ingest_log_needs_repair",
+            "1 while the tail of the event log fails its hash chain (appends refused)",
+            m.log_needs_repair.clone(),
+        );
+        r.register("ingest_jobs", "Live jobs by state", m.jobs.clone());
+        r.register("ingest_batches", "Live batches by state", m.batches.clone());
+        r.register(
+            "ingest_queue_paused",
+            "1 while the ingest queue is paused",
+            m.queue_paused.clone(),
+        );
+        r.register(
+            "ingest_collections_held",
+            "Collections on hold",
+            m.collections_held.clone(),
+        );
+        r.register(
+            "ingest_step_duration_seconds",
+            "Durations of job steps reported by workers, by state and outcome",
+            m.step_duration.clone(),
+        );
+        r.register(
+            "ingest_step_failures",
+            "Job steps that failed, by state",
+            m.step_failures.clone(),
+        );
+        r.register(
+            "ingest_http_requests",
+            "HTTP API requests by method, route template and status",
+            m.http_requests.clone(),
+        );
+        r.register(
+            "ingest_http_request_duration_seconds",
+            "HTTP API request latency by method and route template",
+            m.http_duration.clone(),
+        );
+        r.register(
+            "ingest_zookeeper_session_state",
+            "1 for the current ZooKeeper session state",
+            m.zk_session.clone(),
+        );
+        let build: Family<VersionLabel, Gauge> = Family::default();
+        build
+            .get_or_create(&VersionLabel {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            })
+            .set(1);
+        r.register("ingest_build_info", "The version of ingest running", build);
+        *lock(&m.registry) = r;
+        m
+    }
+
+    /// Records one job step a worker finished: its state, how long it took,
+    /// and whether it succeeded.
+    pub fn observe_step(&self, state: JobState, duration: Duration, ok: bool) {
+        let outcome = if ok { "success" } else { "failure" };
+        self.step_duration
+            .get_or_create(&StepLabels {
+                state: state.name().to_string(),
+                outcome: outcome.to_string(),
+            })
+            .observe(duration.as_secs_f64());
+        if !ok {
+            self.step_failures
+                .get_or_create(&StateLabel {
+                    state: state.name().to_string(),
+                })
+                .inc();
+        }
+    }
+
+    /// Records one HTTP request. `route` is the route template
+    /// (`/jobs/{jid}`), never the concrete path, so ids do not become labels.
+    pub fn observe_http(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
+        self.http_requests
+            .get_or_create(&HttpLabels {
+                method: method.to_string(),
+                route: route.to_string(),
+                status: status.to_string(),
+            })
+            .inc();
+        self.http_duration
+            .get_or_create(&RouteLabels {
+                method: method.to_string(),
+                route: route.to_string(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Sets the ZooKeeper session state: its series is 1, every other 0.
+    pub fn set_zookeeper_session(&self, state: SessionState) {
+        const ALL: [SessionState; 6] = [
+            SessionState::Disconnected,
+            SessionState::SyncConnected,
+            SessionState::AuthFailed,
+            SessionState::ConnectedReadOnly,
+            SessionState::Expired,
+            SessionState::Closed,
+        ];
+        for s in ALL {
+            self.zk_session
+                .get_or_create(&StateLabel {
+                    state: s.to_string(),
+                })
+                .set(i64::from(s == state));
+        }
+    }
+
+    /// Shows the projector's lag (from the sink's status watch) from now on.
+    /// A second call replaces the first watch.
+    pub fn attach_projector(&self, status: watch::Receiver<SinkStatus>) {
+        let mut slot = lock(&self.projector);
+        if let Some(p) = slot.as_mut() {
+            p.status = status;
+            return;
+        }
+        let p = Projector {
+            status,
+            events_behind: Gauge::default(),
+            seconds_behind: Gauge::default(),
+            checkpoint: Gauge::default(),
+            state: Family::default(),
+        };
+        let mut r = lock(&self.registry);
+        r.register(
+            "ingest_projector_events_behind",
+            "Durable events not yet projected into ZooKeeper",
+            p.events_behind.clone(),
+        );
+        r.register(
+            "ingest_projector_seconds_behind",
+            "Age in seconds of the oldest durable event not yet projected (0 when caught up)",
+            p.seconds_behind.clone(),
+        );
+        r.register(
+            "ingest_projector_checkpoint_position",
+            "The log position the live ZooKeeper tree holds",
+            p.checkpoint.clone(),
+        );
+        r.register(
+            "ingest_projector_state",
+            "1 for what the projector is doing",
+            p.state.clone(),
+        );
+        *slot = Some(p);
+    }
+
+    /// Computes the gauges, counts the events appended since the last
+    /// scrape, and encodes the page. Reads the log: call it from a blocking
+    /// context (`spawn_blocking`).
+    ///
+    /// # Errors
+    /// [`MetricsError`] when the log cannot be read.
+    pub fn render(&self) -> Result<String, MetricsError> {
+        self.count_events()?;
+        self.refresh_state();
+        self.refresh_projector();
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &lock(&self.registry))?;
+        Ok(out)
+    }
+
+    fn count_events(&self) -> Result<(), MetricsError> {
+        let log = self.handle.log();
+        let mut counted = lock(&self.counted_to);
+        let durable = log.durable_position();
+        // A repaired (truncated) tail moves the durable position back.
+        if durable < *counted {
+            *counted = durable;
+        }
+        let to = durable.min(counted.saturating_add(MAX_RECORDS_PER_SCRAPE));
+        for record in log.read_range(*counted + 1, to) {
+            let record = record?;
+            self.events_appended
+                .get_or_create(&KindLabel {
+                    kind: record.event.kind().to_string(),
+                })
+                .inc();
+            *counted = record.envelope.position;
+        }
+        Ok(())
+    }
+
+    fn refresh_state(&self) {
+        let log = self.handle.log();
+        self.log_head.set(to_i64(log.head().0));
+        self.log_durable.set(to_i64(log.durable_position()));
+        self.log_needs_repair
+            .set(i64::from(log.needs_repair().is_some()));
+        let state = self.handle.state();
+        let mut jobs = [0i64; JobState::ALL.len()];
+        for j in state.jobs.values().filter(|j| !j.cleaned_up) {
+            if let Some(i) = JobState::ALL.iter().position(|s| *s == j.status) {
+                jobs[i] += 1;
+            }
+        }
+        let mut batches = [0i64; BatchState::ALL.len()];
+        for b in state.batches.values().filter(|b| !b.cleaned_up) {
+            if let Some(i) = BatchState::ALL.iter().position(|s| *s == b.status) {
+                batches[i] += 1;
+            }
+        }
+        self.queue_paused.set(i64::from(state.paused));
+        self.collections_held
+            .set(to_i64(state.held_collections.len() as u64));
+        drop(state);
+        for (s, n) in JobState::ALL.iter().zip(jobs) {
+            self.jobs
+                .get_or_create(&StateLabel {
+                    state: s.name().to_string(),
+                })
+                .set(n);
+        }
+        for (s, n) in BatchState::ALL.iter().zip(batches) {
+            self.batches
+                .get_or_create(&StateLabel {
+                    state: s.name().to_string(),
+                })
+                .set(n);
+        }
+    }
+
+    fn refresh_projector(&self) {
+        let slot = lock(&self.projector);
+        let Some(p) = slot.as_ref() else {
+            return;
+        };
+        let status = p.status.borrow().clone();
+        p.events_behind.set(to_i64(status.events_behind));
+        p.seconds_behind
+            .set(status.seconds_behind_at(chrono::Utc::now()));
+        p.checkpoint.set(to_i64(status.checkpoint));
+        let current = sink_state_name(&status.state);
+        for s in [
+            "starting",
+            "connected",
+            "disconnected",
+            "standby",
+            "stopped",
+            "failed",
+        ] {
+            p.state
+                .get_or_create(&StateLabel {
+                    state: s.to_string(),
+                })
+                .set(i64::from(s == current));
+        }
+    }
+}
+
+fn sink_state_name(s: &SinkState) -> &'static str {
+    match s {
+        SinkState::Starting => "starting",
+        SinkState::Connected => "connected",
+        SinkState::Disconnected => "disconnected",
+        SinkState::Standby { .. } => "standby",
+        SinkState::Stopped(None) => "stopped",
+        SinkState::Stopped(Some(_)) => "failed",
+        _ => "unknown",
+    }
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ingest_engine::engine::{Engine, EngineConfig};
+    use ingest_engine::service::EngineService;
+    use ingest_events::command::Command;
+    use ingest_events::Actor;
+
+    fn series<'a>(page: &'a str, name: &str) -> Vec<&'a str> {
+        page.lines().filter(|l| l.starts_with(name)).collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_scrape_shows_log_state_steps_http_and_sessions() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let service =
+            EngineService::start(Engine::open(EngineConfig::new(dir.path())).expect("open"));
+        let handle = service.handle();
+        let metrics = Metrics::new(handle.clone());
+        handle
+            .execute(
+                Actor::admin("t"),
+                Command::PauseQueue {
+                    reason: "test".into(),
+                },
+            )
+            .await
+            .expect("pause");
+        metrics.observe_step(JobState::Downloading, Duration::from_millis(1500), false);
+        metrics.observe_http("GET", "/jobs/{jid}", 404, Duration::from_millis(2));
+        metrics.set_zookeeper_session(SessionState::SyncConnected);
+        let (_tx, rx) = watch::channel(SinkStatus {
+            state: SinkState::Connected,
+            checkpoint: 0,
+            durable: 1,
+            events_behind: 1,
+            seconds_behind: 0.5,
+            oldest_unprojected: None,
+            transactions: 0,
+            events_applied: 0,
+            ops_applied: 0,
+            conflicts: 0,
+        });
+        metrics.attach_projector(rx);
+        let page = tokio::task::spawn_blocking(move || metrics.render())
+            .await
+            .expect("join")
+            .expect("render");
+        for expected in [
+            "ingest_events_appended_total{kind=\"QueuePaused\"} 1",
+            "ingest_log_head_position 1",
+            "ingest_log_durable_position 1",
+            "ingest_log_needs_repair 0",
+            "ingest_queue_paused 1",
+            "ingest_jobs{state=\"Estimating\"} 0",
+            "ingest_batches{state=\"UpdateReporting\"} 0",
+            "ingest_step_failures_total{state=\"Downloading\"} 1",
+            "ingest_step_duration_seconds_count{state=\"Downloading\",outcome=\"failure\"} 1",
+            "ingest_http_requests_total{method=\"GET\",route=\"/jobs/{jid}\",status=\"404\"} 1",
+            "ingest_zookeeper_session_state{state=\"SyncConnected\"} 1",
+            "ingest_zookeeper_session_state{state=\"Expired\"} 0",
+            "ingest_projector_events_behind 1",
+            "ingest_projector_state{state=\"connected\"} 1",
+        ] {
+            assert!(page.contains(expected), "missing {expected:?} in\n{page}");
+        }
+        assert_eq!(series(&page, "ingest_jobs{").len(), JobState::ALL.len());
+        assert!(page.ends_with("# EOF\n"));
+        service.shutdown().await;
+    }
+}

@@ -1,0 +1,241 @@
+//! `ingest serve`: the engine, the projector, the HTTP API and metrics in one
+//! process.
+//!
+//! Start-up order: the engine opens the log (sled allows one process per data
+//! directory, so this process is the single writer) and starts its writer
+//! thread; when ZooKeeper is configured, the live sink follows the log's
+//! durable tail and a ZooKeeper client answers the API's fencing questions
+//! (who holds `/jobs/JID/lock`); then the API listens. On SIGTERM or Ctrl-C
+//! the API stops taking requests and finishes those in flight, the sink
+//! finishes its transaction in flight, and the writer answers every queued
+//! command before the log is closed.
+//!
+//! With ZooKeeper configured and `--steps simulate|real` (or
+//! `INGEST_WORKER_STEPS`), the enabled worker daemons (`ingest_worker`) also run here, reporting to
+//! this server's API over loopback with the worker token like remote
+//! workers; on shutdown they stop (releasing their locks) before the API
+//! stops taking requests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use ingest_projections::{RunMode, Sink, SinkConfig, ZkConfig};
+use tokio::sync::Mutex;
+use zookeeper_client as zk;
+
+use crate::api::{self, ApiConfig, LockCheckError, LockChecker, LockFuture, NoLocks};
+use crate::metrics::Metrics;
+use ingest_config::ServeConfig;
+use ingest_engine::engine::{Engine, EngineConfig};
+use ingest_engine::service::EngineService;
+
+/// Runs the server until SIGTERM or Ctrl-C.
+///
+/// # Errors
+/// When the data directory, the lifecycle, the profiles or the listen
+/// address cannot be used; each message names what was wrong.
+pub fn run(config: ServeConfig) -> Result<i32> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(serve(config))
+}
+
+async fn serve(config: ServeConfig) -> Result<i32> {
+    let lifecycle = config.lifecycle()?;
+    let profiles = config.profiles()?;
+    let profiles_for_workers = profiles.clone();
+    let mut engine_config = EngineConfig::new(&config.data_dir);
+    engine_config.lifecycle = lifecycle;
+    let engine = Engine::open(engine_config)
+        .with_context(|| format!("cannot open the engine in {}", config.data_dir.display()))?;
+    tracing::info!(
+        data_dir = %config.data_dir.display(),
+        events = engine.startup.events,
+        fold_ms = engine.startup.elapsed.as_millis() as u64,
+        "engine opened"
+    );
+    let service = EngineService::start(engine);
+    let (inventory, minter) = ingest_engine::objects::open(
+        service.handle().log(),
+        &ingest_engine::objects::MinterSettings {
+            naan: config.minter.0.clone(),
+            shoulder: config.minter.1.clone(),
+            ezid: config.ezid.clone(),
+        },
+    )?;
+    let handle = service.handle();
+    let metrics = Arc::new(Metrics::new(handle.clone()));
+
+    // One shutdown: SIGTERM or Ctrl-C cancels the root token; the API, the
+    // in-process workers and the projector each watch a child of it.
+    let shutdown = ingest_config::shutdown::on_signal();
+    let zk_config = config.zookeeper.zk_config();
+    let (locks, sink_task): (Arc<dyn LockChecker>, _) = match &zk_config {
+        None => {
+            tracing::warn!("no ZooKeeper configured: nothing is projected and every fenced worker report is refused");
+            (Arc::new(NoLocks), None)
+        }
+        Some(zk_config) => {
+            let identity = format!(
+                "ingest serve {} on {}",
+                std::process::id(),
+                config.data_dir.display()
+            );
+            let sink = Sink::new(
+                Arc::clone(handle.log()),
+                SinkConfig::new(zk_config.clone(), identity),
+            )?;
+            metrics.attach_projector(sink.status());
+            let stop = shutdown.child_token();
+            let task =
+                tokio::spawn(
+                    async move { sink.run(RunMode::Follow, stop.cancelled_owned()).await },
+                );
+            let checker = ZkLocks::new(zk_config.clone(), Arc::clone(&metrics));
+            (Arc::new(checker) as Arc<dyn LockChecker>, Some(task))
+        }
+    };
+
+    let router = api::router(ApiConfig {
+        handle: handle.clone(),
+        tokens: config.tokens.clone(),
+        profiles,
+        locks,
+        metrics: Arc::clone(&metrics),
+        max_body_bytes: config.max_body_bytes,
+        zookeeper: zk_config.clone(),
+        inventory: Some(inventory),
+        minter: Some(minter),
+    });
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let local = listener
+        .local_addr()
+        .context("cannot read the listening address")?;
+    // One line a supervisor or a test can wait for.
+    println!("ingest serve listening on http://{local}");
+    tracing::info!(%local, "listening");
+    // Where a CLI that finds the data directory locked is told to go.
+    let server_file = config
+        .data_dir
+        .join(ingest_config::server_file::SERVER_FILE);
+    let record = ingest_config::server_file::ServerFile {
+        pid: std::process::id(),
+        url: format!("http://{local}"),
+    };
+    if let Err(e) = serde_json::to_vec(&record)
+        .map_err(std::io::Error::other)
+        .and_then(|b| std::fs::write(&server_file, b))
+    {
+        tracing::warn!(path = %server_file.display(), error = %e, "cannot record the server's address");
+    }
+
+    // The in-process worker daemons: stopped before the API's shutdown starts.
+    let workers = match (
+        ingest_worker::InProcess::from_settings(&config.steps)?,
+        &zk_config,
+    ) {
+        (Some(in_process), Some(zk_config)) => {
+            let token = config.tokens.worker.expose().to_string();
+            Some(in_process.start(
+                format!("http://{local}"),
+                token,
+                zk_config.clone(),
+                &config.daemons,
+                &config.provisioning,
+                (&config.real, &profiles_for_workers),
+            )?)
+        }
+        _ => None,
+    };
+    let api_stop = {
+        let stop = shutdown.clone();
+        async move {
+            stop.cancelled().await;
+            if let Some(w) = workers {
+                w.shutdown().await;
+            }
+        }
+    };
+    api::serve(listener, router, api_stop)
+        .await
+        .context("the HTTP server failed")?;
+    tracing::info!("the API stopped taking requests");
+    if let Some(task) = sink_task {
+        match task.await {
+            Ok(Ok(report)) => tracing::info!(?report, "the projector stopped"),
+            Ok(Err(e)) => tracing::error!(error = %e, "the projector had stopped with an error"),
+            Err(e) => tracing::error!(error = %e, "the projector task failed"),
+        }
+    }
+    service.shutdown().await;
+    if ingest_config::server_file::server_file(&config.data_dir)
+        .is_some_and(|s| s.pid == std::process::id())
+    {
+        let _ = std::fs::remove_file(&server_file);
+    }
+    tracing::info!("stopped");
+    Ok(0)
+}
+
+/// Answers "who holds this lock node?" from ZooKeeper, for fencing worker
+/// reports. The session is made on first use and again after it expires.
+struct ZkLocks {
+    config: ZkConfig,
+    client: Mutex<Option<zk::Client>>,
+    metrics: Arc<Metrics>,
+}
+
+impl ZkLocks {
+    fn new(config: ZkConfig, metrics: Arc<Metrics>) -> ZkLocks {
+        ZkLocks {
+            config,
+            client: Mutex::new(None),
+            metrics,
+        }
+    }
+
+    async fn holder_of(&self, path: &str) -> Result<Option<i64>, LockCheckError> {
+        let fail = |message: String| LockCheckError {
+            path: path.to_string(),
+            message,
+        };
+        let mut guard = self.client.lock().await;
+        if guard.as_ref().is_none_or(|c| c.state().is_terminated()) {
+            let client = ingest_projections::zk::connect(&self.config)
+                .await
+                .map_err(|e| fail(e.to_string()))?;
+            self.metrics.set_zookeeper_session(client.state());
+            *guard = Some(client);
+        }
+        let Some(client) = guard.as_ref() else {
+            return Err(fail("no ZooKeeper session".into()));
+        };
+        let checked = tokio::time::timeout(self.deadline(), client.check_stat(path)).await;
+        self.metrics.set_zookeeper_session(client.state());
+        match checked {
+            Ok(Ok(stat)) => Ok(stat.map(|s| s.ephemeral_owner)),
+            Ok(Err(e)) => {
+                if matches!(e, zk::Error::SessionExpired | zk::Error::ClientClosed) {
+                    *guard = None;
+                }
+                Err(fail(e.to_string()))
+            }
+            Err(_) => Err(fail(format!("no answer within {:?}", self.deadline()))),
+        }
+    }
+
+    fn deadline(&self) -> Duration {
+        self.config.request_timeout
+    }
+}
+
+impl LockChecker for ZkLocks {
+    fn holder<'a>(&'a self, path: &'a str) -> LockFuture<'a> {
+        Box::pin(self.holder_of(path))
+    }
+}

@@ -1,0 +1,173 @@
+//! The CLI against a running server (`ingest --engine URL …`): the
+//! commands that are not written against [`super::backend::Backend`].
+//!
+//! sled lets one process open a data directory, and `ingest serve` holds it,
+//! so while a server runs the CLI's commands go through its HTTP API.
+//! Commands that act as a worker (`job JID success`, `batch BID acquire`, …)
+//! are refused here: through a server, a worker's report is fenced on the
+//! ZooKeeper lock it holds, which the CLI does not. `repair`, `project`,
+//! `rebuild` and `diff --repair` need the data directory or the projector
+//! role and say to stop the server first.
+
+use std::path::Path;
+
+use anyhow::{bail, Result};
+use ingest_client::Method;
+use ingest_config::server_file::server_file;
+use ingest_protocol::api::{CleanupBody, Diffed};
+
+use super::backend::{Refused, Remote};
+use super::{emit, print_rows, refused_or, zk, Cmd};
+
+/// The hint added to "the log is in use" errors.
+pub fn locked_hint(data_dir: &Path) -> String {
+    match server_file(data_dir) {
+        Some(s) => format!(
+            "`ingest serve` (pid {}) holds {}; run the command through it: `ingest --engine {} …` (or set INGEST_ENGINE={}), with INGEST_ADMIN_TOKEN set to its admin token",
+            s.pid,
+            data_dir.display(),
+            s.url,
+            s.url
+        ),
+        None => format!(
+            "another process holds {}; if it is `ingest serve`, run the command through it with `ingest --engine URL …` (or INGEST_ENGINE=URL) and INGEST_ADMIN_TOKEN",
+            data_dir.display()
+        ),
+    }
+}
+
+/// Runs a command that [`super::common`] did not take, against the server.
+///
+/// # Errors
+/// An unreachable server, a missing token, or a server error.
+pub fn run(remote: &Remote, command: Cmd) -> Result<i32> {
+    match run_inner(remote, command) {
+        Ok(code) => Ok(code),
+        Err(e) => refused_or(e),
+    }
+}
+
+fn run_inner(remote: &Remote, command: Cmd) -> Result<i32> {
+    match command {
+        Cmd::Lifecycle { .. } | Cmd::Serve(_) | Cmd::Worker(_) | Cmd::Keys { .. } => Ok(0),
+        Cmd::Inventory {
+            ark,
+            collection,
+            local_id,
+            format,
+        } => {
+            let path = match (ark, collection.zip(local_id)) {
+                (Some(ark), _) => format!("/objects/{ark}"),
+                (None, Some((c, l))) => {
+                    let mut url = reqwest::Url::parse("http://x/objects")?;
+                    url.query_pairs_mut()
+                        .append_pair("collection", &c)
+                        .append_pair("local_id", &l);
+                    format!("/objects?{}", url.query().unwrap_or_default())
+                }
+                (None, None) => bail!("give an ark, or --collection and --local-id"),
+            };
+            let client = remote.reader_api()?;
+            let v: ingest_protocol::api::ObjectView =
+                remote.run(client.send::<(), _>(Method::GET, &path, None))?;
+            emit(&v, format)?;
+            Ok(0)
+        }
+        Cmd::Tree(args) => {
+            if args.live {
+                // The live tree comes from ZooKeeper, not from the log.
+                return zk::tree_live(args);
+            }
+            let mut url = reqwest::Url::parse("http://x/tree")?;
+            {
+                let mut q = url.query_pairs_mut();
+                if let Some(at) = &args.at {
+                    q.append_pair("at", at);
+                }
+                if let Some(p) = &args.path {
+                    q.append_pair("path", p);
+                }
+            }
+            let path = match url.query() {
+                Some(q) => format!("/tree?{q}"),
+                None => "/tree".to_string(),
+            };
+            let client = remote.admin_api()?;
+            let text = remote.run(client.get_text(&path))?;
+            if text.is_empty() {
+                if let Some(p) = &args.path {
+                    eprintln!("no node at or under {p}");
+                }
+            }
+            super::write_stdout(&text);
+            Ok(0)
+        }
+        Cmd::Diff(args) => {
+            if args.repair {
+                bail!("`diff --repair` writes the live tree as the projector: stop the server (SIGTERM), run `ingest diff --repair` on its data directory, then start it again; `ingest --engine URL diff` only compares");
+            }
+            let client = remote.admin_api()?;
+            match remote.run(client.diff()) {
+                Ok(d) => Ok(print_diff(&d)),
+                // A diff that cannot run is not drift.
+                Err(e) if e.is::<Refused>() => {
+                    eprintln!("refused: {e}");
+                    Ok(2)
+                }
+                Err(e) => Err(e),
+            }
+        }
+        Cmd::Repair { .. } => bail!("`repair` truncates the log and needs it to itself: stop the server (SIGTERM) first, then run `ingest repair` on its data directory"),
+        Cmd::Project(_) => bail!("the server already projects the log into ZooKeeper; `ingest project` is for a data directory no server holds"),
+        Cmd::Rebuild(_) => bail!("`rebuild` takes over the projector's role: stop the server (SIGTERM), run `ingest rebuild` on its data directory, then start it again"),
+        Cmd::Cleanup { before } => {
+            let body = CleanupBody {
+                actor: Some(remote.admin_name.clone()),
+                reason: "ingest cleanup".into(),
+                before,
+            };
+            let client = remote.admin_api()?;
+            let done = remote.run(client.cleanup(&body))?;
+            print_rows(&done.events);
+            Ok(0)
+        }
+        Cmd::Batch { bid, .. } => bail!(worker_only("batch", &bid.to_string())),
+        Cmd::Job { jid, .. } => bail!(worker_only("job", &jid.to_string())),
+        Cmd::Submit(_)
+        | Cmd::Show { .. }
+        | Cmd::History { .. }
+        | Cmd::Status { .. }
+        | Cmd::Verify
+        | Cmd::Collection { .. }
+        | Cmd::Queue { .. } => bail!("this command is run by the common path"),
+    }
+}
+
+fn worker_only(noun: &str, id: &str) -> String {
+    format!(
+        "this `{noun} {id}` action is a worker's report: through a server, workers report on routes fenced by the ZooKeeper lock they hold (POST /jobs/JID/outcome, /batches/BID/acquire, …), which the CLI does not hold. Admins can force a failure (`job JID move failed --message …`), requeue, hold, release or delete; or stop the server and run the command on its data directory"
+    )
+}
+
+fn print_diff(v: &Diffed) -> i32 {
+    match &v.checkpoint {
+        Some(cp) => println!(
+            "comparing the live tree ({} nodes) with the log at its checkpoint, {cp}",
+            v.live_nodes
+        ),
+        None => println!(
+            "the tree has no checkpoint (never projected); comparing it with the base nodes"
+        ),
+    }
+    let (missing, unexpected, differing) = (v.missing.len(), v.unexpected.len(), v.differing.len());
+    if missing + unexpected + differing == 0 {
+        println!("no differences: {} nodes match", v.expected_nodes);
+        return 0;
+    }
+    print!("{}", v.text);
+    println!(
+        "{} difference(s): {missing} missing, {unexpected} unexpected, {differing} differing",
+        missing + unexpected + differing
+    );
+    1
+}

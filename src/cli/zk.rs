@@ -1,0 +1,561 @@
+//! The ZooKeeper commands of the CLI: `tree`, `project`, `rebuild`, `diff`.
+//!
+//! Thin glue over `ingest_projections`: the [`Sink`] (`project`), the
+//! in-place convergence of `rebuild` and `diff --repair`, and
+//! `materialize`-style time travel (`tree --at`). Each command that talks
+//! to ZooKeeper runs on its own small tokio runtime.
+
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use chrono::Utc;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use ingest_events::command::Command;
+use ingest_events::Actor;
+use ingest_projections::rebuild::{self, Progress};
+use ingest_projections::zk::{self as zkio, ReadOptions};
+use ingest_projections::{
+    AdminConfig, RunMode, Sink, SinkConfig, SinkState, SinkStatus, Tree, TxnLimits, ZkConfig,
+};
+
+use ingest_engine::tree::tree_from_log;
+use ingest_engine::{Engine, EngineError};
+
+/// Where ZooKeeper is.
+#[derive(Debug, Clone, Args)]
+pub struct ZkArgs {
+    /// ZooKeeper connect string: host:port[,host:port...].
+    #[arg(long = "zk", env = "INGEST_ZK", value_name = "HOSTS")]
+    pub zk: Option<String>,
+    /// The node under which the Merritt tree lives (a chroot); created when missing.
+    #[arg(
+        long = "zk-root",
+        env = "INGEST_ZK_ROOT",
+        value_name = "PATH",
+        default_value = "/"
+    )]
+    pub zk_root: String,
+    /// ZooKeeper session timeout in seconds (a dead projector's successor waits at most this long).
+    #[arg(
+        long,
+        env = "INGEST_ZK_SESSION_TIMEOUT",
+        value_name = "SECS",
+        default_value_t = 6.0
+    )]
+    pub zk_session_timeout: f64,
+    /// Deadline of every ZooKeeper call, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub zk_timeout: f64,
+}
+
+/// Transaction caps.
+#[derive(Debug, Clone, Args)]
+pub struct TxnArgs {
+    /// Cap on the serialized bytes of one ZooKeeper transaction (keep it well under jute.maxbuffer, 1 MiB by default).
+    #[arg(long, value_name = "BYTES", default_value_t = 512 * 1024)]
+    pub max_txn_bytes: usize,
+    /// Cap on the node operations of one transaction.
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    pub max_txn_ops: usize,
+}
+
+/// `ingest tree` options.
+#[derive(Debug, Clone, Args)]
+pub struct TreeArgs {
+    /// The tree as it was after this log position, or at this time (RFC 3339).
+    #[arg(long, value_name = "POSITION|TIME", conflicts_with = "live")]
+    pub at: Option<String>,
+    /// Only the node at this path and those under it.
+    #[arg(long, value_name = "PREFIX")]
+    pub path: Option<String>,
+    /// Print the live tree read from ZooKeeper (needs --zk).
+    #[arg(long)]
+    pub live: bool,
+    /// With --live: include /ingest-engine and ephemeral nodes (worker locks, the leader).
+    #[arg(long, requires = "live")]
+    pub all: bool,
+    /// ZooKeeper.
+    #[command(flatten)]
+    pub zk: ZkArgs,
+}
+
+/// `ingest project` options.
+#[derive(Debug, Args)]
+pub struct ProjectArgs {
+    /// ZooKeeper.
+    #[command(flatten)]
+    pub zk: ZkArgs,
+    /// Transaction caps.
+    #[command(flatten)]
+    pub txn: TxnArgs,
+    /// Keep following the log until Ctrl-C or SIGTERM (then finish the transaction in flight).
+    #[arg(long)]
+    pub follow: bool,
+}
+
+/// `ingest rebuild` options.
+#[derive(Debug, Args)]
+pub struct RebuildArgs {
+    /// ZooKeeper.
+    #[command(flatten)]
+    pub zk: ZkArgs,
+    /// Transaction caps.
+    #[command(flatten)]
+    pub txn: TxnArgs,
+    /// Rebuild even if the tree's checkpoint belongs to another log.
+    #[arg(long)]
+    pub force: bool,
+    /// How long to wait for a running projector to give up leadership, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub leader_wait: f64,
+}
+
+/// `ingest diff` options.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// ZooKeeper.
+    #[command(flatten)]
+    pub zk: ZkArgs,
+    /// Apply the difference to the live tree and record the repair in the log.
+    #[arg(long)]
+    pub repair: bool,
+    /// Transaction caps (for --repair).
+    #[command(flatten)]
+    pub txn: TxnArgs,
+    /// With --repair: how long to wait for a running projector to give up leadership, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub leader_wait: f64,
+}
+
+fn seconds(value: f64, what: &str) -> Result<Duration> {
+    if !value.is_finite() || value <= 0.0 || value > 86_400.0 {
+        bail!("{what} must be a number of seconds between 0 and 86400, got {value}");
+    }
+    Ok(Duration::from_secs_f64(value))
+}
+
+fn zk_config(args: &ZkArgs) -> Result<ZkConfig> {
+    let Some(hosts) = &args.zk else {
+        bail!("give the ZooKeeper connect string with --zk HOST:PORT (or set INGEST_ZK)");
+    };
+    let mut c = ZkConfig::new(hosts.clone()).with_root(args.zk_root.clone());
+    c.session_timeout = seconds(args.zk_session_timeout, "--zk-session-timeout")?;
+    c.request_timeout = seconds(args.zk_timeout, "--zk-timeout")?;
+    c.connect_timeout = c.request_timeout;
+    c.validate().map_err(anyhow::Error::msg)?;
+    Ok(c)
+}
+
+fn limits(args: &TxnArgs) -> TxnLimits {
+    TxnLimits {
+        max_bytes: args.max_txn_bytes,
+        max_ops: args.max_txn_ops,
+    }
+}
+
+/// Who this engine is, for the leader node: host and data directory.
+fn identity(engine: &Engine) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into());
+    let dir = std::fs::canonicalize(engine.data_dir())
+        .unwrap_or_else(|_| engine.data_dir().to_path_buf());
+    format!("ingest@{host}:{}", dir.display())
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+pub(crate) async fn shutdown_signal(fired: Arc<AtomicBool>) {
+    let term = async {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            match signal(SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        }
+        #[cfg(not(unix))]
+        std::future::pending::<()>().await
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+    fired.store(true, Ordering::SeqCst);
+    tracing::info!("stop requested; finishing the transaction in flight");
+}
+
+fn bar_style(template: &str) -> ProgressStyle {
+    ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar())
+}
+
+// ---------------------------------------------------------------------------
+// tree
+
+/// Runs `ingest tree`.
+///
+/// # Errors
+/// A log that cannot be read, a bad `--at`, or ZooKeeper trouble with `--live`.
+pub fn tree(engine: &mut Engine, args: TreeArgs) -> Result<i32> {
+    if args.live {
+        return tree_live(args);
+    }
+    let tree = tree_from_log(engine.log(), args.at.as_deref())?;
+    print_tree(&tree, args.path.as_deref());
+    Ok(0)
+}
+
+/// Runs `ingest tree --live`: the tree read from ZooKeeper (no data
+/// directory needed).
+///
+/// # Errors
+/// No ZooKeeper settings, or ZooKeeper cannot be read.
+pub fn tree_live(args: TreeArgs) -> Result<i32> {
+    let tree = {
+        let config = zk_config(&args.zk)?;
+        let all = args.all;
+        let live = runtime()?.block_on(async {
+            let client = zkio::connect(&config).await?;
+            zkio::read_tree(
+                &client,
+                &config,
+                ReadOptions {
+                    include_engine: all,
+                },
+            )
+            .await
+        });
+        let live = live.with_context(|| {
+            format!(
+                "cannot read the live tree under {} from {}",
+                config.root, config.hosts
+            )
+        })?;
+        if all {
+            live.tree
+        } else {
+            live.without_ephemeral()
+        }
+    };
+    print_tree(&tree, args.path.as_deref());
+    Ok(0)
+}
+
+fn print_tree(tree: &Tree, path: Option<&str>) {
+    let text = tree.dump_yaml(path);
+    if text.is_empty() {
+        if let Some(p) = path {
+            eprintln!("no node at or under {p}");
+        }
+    }
+    super::write_stdout(&text);
+}
+
+// ---------------------------------------------------------------------------
+// project
+
+/// Runs `ingest project`.
+///
+/// # Errors
+/// Invalid settings, or an error of the sink that needs an operator (drift,
+/// a tree of another log, an oversized event).
+pub fn project(engine: &mut Engine, args: ProjectArgs) -> Result<i32> {
+    let zk = zk_config(&args.zk)?;
+    let root = zk.root.clone();
+    let mut config = SinkConfig::new(zk, identity(engine));
+    config.limits = limits(&args.txn);
+    let sink = Sink::new(engine.shared_log(), config)?;
+    let status = sink.status();
+    let mode = if args.follow {
+        RunMode::Follow
+    } else {
+        RunMode::CatchUp
+    };
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let rt = runtime()?;
+    let report = rt.block_on(async {
+        let progress = tokio::spawn(show_progress(status, args.follow));
+        let result = sink
+            .run(mode, shutdown_signal(Arc::clone(&interrupted)))
+            .await;
+        // The status channel closes with the run, which ends the display.
+        let leader = progress.await.ok().flatten();
+        (result, leader)
+    });
+    let (report, leader) = report;
+    let report = report.with_context(|| format!("projecting into {root}"))?;
+    if let Some(leader) = leader {
+        println!(
+            "another projector led {root} ({leader}); this one stood by, and the tree reached position {}",
+            report.checkpoint.position
+        );
+    }
+    println!(
+        "projected {} events ({} node operations in {} transactions) into {root}; checkpoint {}",
+        report.events_applied, report.ops_applied, report.transactions, report.checkpoint
+    );
+    if interrupted.load(Ordering::SeqCst) && !args.follow {
+        println!("interrupted before the end of the log");
+        return Ok(130);
+    }
+    Ok(0)
+}
+
+/// A progress bar on a terminal, log lines every few seconds otherwise,
+/// until the run ends; returns the leader this sink last stood by for.
+async fn show_progress(
+    mut status: tokio::sync::watch::Receiver<SinkStatus>,
+    follow: bool,
+) -> Option<String> {
+    let mut stood_by = None;
+    let tty = std::io::stderr().is_terminal();
+    let bar = tty.then(|| {
+        let bar = ProgressBar::new(0);
+        bar.set_style(bar_style(
+            "{spinner} {msg:>12} [{bar:40}] {pos}/{len} events ({per_sec}, eta {eta})",
+        ));
+        bar
+    });
+    let mut last_line = Instant::now();
+    loop {
+        let s = status.borrow_and_update().clone();
+        match &s.state {
+            SinkState::Standby { leader } => stood_by = Some(leader.clone()),
+            SinkState::Connected => stood_by = None,
+            _ => {}
+        }
+        let state = match &s.state {
+            SinkState::Connected if s.events_behind == 0 && follow => "following".to_string(),
+            SinkState::Connected => "projecting".to_string(),
+            SinkState::Disconnected => "disconnected".to_string(),
+            SinkState::Standby { .. } => "standing by".to_string(),
+            SinkState::Starting => "connecting".to_string(),
+            other => format!("{other:?}").to_lowercase(),
+        };
+        match &bar {
+            Some(bar) => {
+                bar.set_length(s.durable);
+                bar.set_position(s.checkpoint);
+                bar.set_message(state);
+            }
+            None if last_line.elapsed() >= Duration::from_secs(2) => {
+                last_line = Instant::now();
+                tracing::info!(
+                    state = %state,
+                    checkpoint = s.checkpoint,
+                    durable = s.durable,
+                    events_behind = s.events_behind,
+                    seconds_behind = format!("{:.1}", s.seconds_behind_at(Utc::now())),
+                    events = s.events_applied,
+                    ops = s.ops_applied,
+                    "projection progress"
+                );
+            }
+            None => {}
+        }
+        if status.changed().await.is_err() {
+            break;
+        }
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    stood_by
+}
+
+// ---------------------------------------------------------------------------
+// rebuild and diff
+
+/// Progress of rebuild and repair, on a terminal.
+struct AdminProgress {
+    bar: Option<ProgressBar>,
+    phase: u8,
+}
+
+impl AdminProgress {
+    fn new() -> AdminProgress {
+        AdminProgress {
+            bar: std::io::stderr().is_terminal().then(|| ProgressBar::new(0)),
+            phase: 0,
+        }
+    }
+
+    fn update(&mut self, p: Progress) {
+        let Some(bar) = &self.bar else {
+            if let Progress::Reading { nodes } = p {
+                tracing::info!(nodes, "read the live tree");
+            }
+            return;
+        };
+        let (phase, msg, pos, len) = match p {
+            Progress::Projecting { done, total } => (1, "projecting the log", done, total),
+            Progress::Reading { nodes } => (2, "read the live tree", nodes as u64, nodes as u64),
+            Progress::Applying { done, total } => (3, "applying", done as u64, total as u64),
+        };
+        if phase != self.phase {
+            self.phase = phase;
+            bar.reset();
+            bar.set_style(bar_style("{msg:>20} [{bar:40}] {pos}/{len}"));
+            bar.set_message(msg);
+        }
+        bar.set_length(len);
+        bar.set_position(pos);
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// Runs `ingest rebuild`.
+///
+/// # Errors
+/// Invalid settings, leadership held by a running projector, a tree of
+/// another log (without `--force`), or ZooKeeper trouble (retrying is safe).
+pub fn rebuild(engine: &mut Engine, args: RebuildArgs) -> Result<i32> {
+    let zk = zk_config(&args.zk)?;
+    let root = zk.root.clone();
+    let mut config = AdminConfig::new(zk, identity(engine));
+    config.limits = limits(&args.txn);
+    config.leader_wait = seconds(args.leader_wait, "--leader-wait")?;
+    config.force = args.force;
+    let log = engine.shared_log();
+    let mut progress = AdminProgress::new();
+    let report = runtime()?.block_on(rebuild::rebuild(&log, &config, &mut |p| progress.update(p)));
+    progress.finish();
+    let report = report.with_context(|| format!("rebuilding the tree under {root}"))?;
+    let c = &report.converge;
+    if let Some(previous) = &report.previous {
+        println!("the tree was at {previous}");
+    }
+    println!(
+        "rebuilt the tree under {root} from the log: {} node(s) created, {} set, {} deleted in {} transaction(s), {} round(s); {} node(s) expected",
+        c.created, c.set, c.deleted, c.transactions, c.rounds, report.expected_nodes
+    );
+    println!(
+        "worker locks: {} left alone, {} deleted with their node",
+        c.locks_kept,
+        c.locks_deleted.len()
+    );
+    for l in &c.locks_deleted {
+        println!("  deleted lock {l}");
+    }
+    println!("checkpoint {}", report.checkpoint);
+    Ok(0)
+}
+
+/// Runs `ingest diff`: exit 0 when the live tree matches the log, 1 when it
+/// differs, 2 when it could not be compared. With `--repair`, a difference is
+/// repaired and recorded (`TreeRepaired`), and the exit code is 0.
+///
+/// # Errors
+/// Invalid settings; ZooKeeper and log trouble is reported with exit 2.
+pub fn diff(engine: &mut Engine, actor: &Actor, args: DiffArgs) -> Result<i32> {
+    let zk = zk_config(&args.zk)?;
+    let root = zk.root.clone();
+    let rt = runtime()?;
+    let log = engine.shared_log();
+    let mut progress = AdminProgress::new();
+    let found = rt.block_on(rebuild::diff(&log, &zk, &mut |p| progress.update(p)));
+    progress.finish();
+    let report = match found {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot compare the tree under {root} with the log: {e}");
+            return Ok(2);
+        }
+    };
+    match &report.checkpoint {
+        Some(cp) => println!(
+            "comparing the live tree under {root} ({} nodes) with the log at its checkpoint, {cp}",
+            report.live_nodes
+        ),
+        None => println!(
+            "the tree under {root} has no checkpoint (never projected); comparing it with the base nodes"
+        ),
+    }
+    if !report.locks.is_empty() {
+        println!(
+            "({} worker lock(s) not compared: {})",
+            report.locks.len(),
+            report.locks.join(", ")
+        );
+    }
+    if report.diff.is_empty() {
+        println!("no differences: {} nodes match", report.expected_nodes);
+        return Ok(0);
+    }
+    print!("{}", report.diff);
+    println!(
+        "{} difference(s): {} missing, {} unexpected, {} differing",
+        report.diff.missing.len() + report.diff.unexpected.len() + report.diff.differing.len(),
+        report.diff.missing.len(),
+        report.diff.unexpected.len(),
+        report.diff.differing.len()
+    );
+    if !args.repair {
+        return Ok(1);
+    }
+    let mut config = AdminConfig::new(zk, identity(engine));
+    config.limits = limits(&args.txn);
+    config.leader_wait = seconds(args.leader_wait, "--leader-wait")?;
+    let mut progress = AdminProgress::new();
+    let repaired = rt.block_on(rebuild::repair(&log, &config, &mut |p| progress.update(p)));
+    progress.finish();
+    let repaired = match repaired {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot repair the tree under {root}: {e}");
+            return Ok(2);
+        }
+    };
+    let c = &repaired.converge;
+    println!(
+        "repaired the tree under {root}: {} node(s) created, {} set, {} deleted in {} transaction(s)",
+        c.created, c.set, c.deleted, c.transactions
+    );
+    if c.paths.is_empty() {
+        println!("nothing was left to repair (the tree matched by the time it was locked)");
+        return Ok(0);
+    }
+    let command = Command::RecordRepair {
+        paths: c.paths.clone(),
+    };
+    match engine.execute(actor, &command) {
+        Ok(outcome) => {
+            for r in &outcome.records {
+                println!(
+                    "recorded as event #{} ({}, {} path(s))",
+                    r.envelope.position,
+                    r.event.kind(),
+                    c.paths.len()
+                );
+            }
+            Ok(0)
+        }
+        Err(EngineError::Rejected(r)) => {
+            eprintln!("error: the repair was applied but the log refused to record it: {r}");
+            Ok(2)
+        }
+        Err(e) => Err(e).context("recording the repair in the log"),
+    }
+}

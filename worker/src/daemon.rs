@@ -1,0 +1,647 @@
+//! The consumer daemons: each task lists its queue in ZooKeeper, locks one
+//! item with an ephemeral node of this worker's session, re-checks it, does
+//! the work, reports through the API and releases the lock.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ingest_events::JobState;
+use ingest_projections::ZkConfig;
+use serde_json::{json, Value};
+use tokio::sync::{watch, Mutex};
+use zookeeper_client as zk;
+
+use super::step::{JobCtx, Rng, StepResult, Steps};
+use ingest_client::{Client as EngineClient, Reply};
+use ingest_config::DaemonKind;
+
+/// The first wait when a queue has nothing to take.
+const BACKOFF_MIN: Duration = Duration::from_millis(25);
+/// The longest wait between two looks at a queue that stays idle.
+const BACKOFF_MAX: Duration = Duration::from_millis(1000);
+/// How many of the queue's head items a task picks among at random.
+const SPREAD: usize = 8;
+/// How long a worker keeps its lock after a report, waiting for the
+/// projection to show the item's new state (so that no other worker takes
+/// the item again from a projection that lags).
+const PROJECTION_WAIT: Duration = Duration::from_secs(5);
+
+/// One ZooKeeper session shared by a worker's tasks, replaced when it
+/// expires.
+pub struct Session {
+    config: ZkConfig,
+    client: Mutex<Option<zk::Client>>,
+}
+
+impl Session {
+    /// A session made on first use.
+    pub fn new(config: ZkConfig) -> Session {
+        Session {
+            config,
+            client: Mutex::new(None),
+        }
+    }
+
+    /// The live client, or a new session when the last one is gone.
+    ///
+    /// # Errors
+    /// When no session can be established.
+    pub async fn client(&self) -> anyhow::Result<zk::Client> {
+        let mut guard = self.client.lock().await;
+        if let Some(c) = guard.as_ref() {
+            if !c.state().is_terminated() {
+                return Ok(c.clone());
+            }
+            tracing::warn!(session = %c.session_id(), state = ?c.state(), "the ZooKeeper session ended; current work is dropped and a new session is made");
+        }
+        let c = ingest_projections::zk::connect(&self.config).await?;
+        tracing::info!(session = %c.session_id(), "worker ZooKeeper session established");
+        *guard = Some(c.clone());
+        Ok(c)
+    }
+}
+
+/// Counts of a worker's reports.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Reports the API accepted.
+    pub accepted: AtomicU64,
+    /// Reports the API refused with 409 (their results were discarded).
+    pub refused: AtomicU64,
+}
+
+/// What one task shares with the others of its worker.
+pub struct Shared {
+    /// Counts of reports.
+    pub stats: Arc<Stats>,
+    /// The worker's name, as reported.
+    pub name: String,
+    /// The ZooKeeper session.
+    pub session: Session,
+    /// The API.
+    pub engine: EngineClient,
+    /// The steps.
+    pub steps: Steps,
+    /// Randomness for spread and jitter.
+    pub rng: Rng,
+    /// Batches known to be acquired (their `states` node exists). A batch
+    /// never returns to Pending once acquired, so the batch-pending daemons
+    /// skip these without reading ZooKeeper again: without it every look
+    /// re-read every batch ever submitted (until cleanup), and a burst of N
+    /// batches cost on the order of N² reads.
+    pub acquired: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+/// What the daemon works on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// `/batches/BID` without `states`: acquire.
+    PendingBatches,
+    /// Batches whose status is this: report.
+    ReportingBatches(&'static str),
+    /// `/jobs/states/<state>`.
+    Jobs(JobState),
+}
+
+impl Target {
+    fn of(kind: DaemonKind) -> Target {
+        match kind {
+            DaemonKind::BatchPending => Target::PendingBatches,
+            DaemonKind::BatchReporting => Target::ReportingBatches("Reporting"),
+            DaemonKind::BatchUpdateReporting => Target::ReportingBatches("UpdateReporting"),
+            DaemonKind::JobPending => Target::Jobs(JobState::Pending),
+            DaemonKind::Estimating => Target::Jobs(JobState::Estimating),
+            DaemonKind::Provisioning => Target::Jobs(JobState::Provisioning),
+            DaemonKind::Downloading => Target::Jobs(JobState::Downloading),
+            DaemonKind::Processing => Target::Jobs(JobState::Processing),
+            DaemonKind::Storing => Target::Jobs(JobState::Storing),
+            DaemonKind::Recording => Target::Jobs(JobState::Recording),
+            DaemonKind::Notify => Target::Jobs(JobState::Notify),
+        }
+    }
+}
+
+/// An item a daemon may take.
+#[derive(Debug, Clone)]
+struct Item {
+    /// `bid…` or `jid…`.
+    id: String,
+    priority: u8,
+}
+
+/// What came of trying one item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tried {
+    /// Someone else holds it, or it moved on.
+    Skipped,
+    /// A step asked to wait (provisioning).
+    Waited,
+    /// Reported and accepted.
+    Done,
+    /// Reported and refused (409): the result was discarded.
+    Refused,
+}
+
+type BoxError = anyhow::Error;
+
+/// Runs one task of `kind` until `stop` turns true.
+pub async fn run_task(
+    shared: Arc<Shared>,
+    kind: DaemonKind,
+    task: u32,
+    mut stop: watch::Receiver<bool>,
+) {
+    let target = Target::of(kind);
+    let mut idle = 0u32;
+    tracing::debug!(daemon = %kind, task, "daemon task started");
+    while !*stop.borrow() {
+        let (progress, watcher) = match cycle(&shared, target, &stop).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(daemon = %kind, task, error = %format!("{e:#}"), "daemon cycle failed");
+                (false, None)
+            }
+        };
+        if progress {
+            idle = 0;
+            continue;
+        }
+        idle = idle.saturating_add(1);
+        let wait = backoff(&shared.rng, idle);
+        let changed = async move {
+            match watcher {
+                Some(w) => {
+                    w.changed().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            () = changed => {}
+            () = tokio::time::sleep(wait) => {}
+            _ = stop.changed() => {}
+        }
+    }
+    tracing::debug!(daemon = %kind, task, "daemon task stopped");
+}
+
+/// Capped exponential back-off with jitter (half to full).
+fn backoff(rng: &Rng, idle: u32) -> Duration {
+    let exp = BACKOFF_MIN.saturating_mul(1u32 << idle.min(10));
+    let cap = exp.min(BACKOFF_MAX);
+    cap.mul_f64(0.5 + rng.unit() / 2.0)
+}
+
+/// One look at the queue: tries its items (starting at a random one among
+/// the head) until one is done. Gives whether something was reported and a
+/// watcher of the queue, when there is one.
+async fn cycle(
+    shared: &Shared,
+    target: Target,
+    stop: &watch::Receiver<bool>,
+) -> Result<(bool, Option<zk::OneshotWatcher>), BoxError> {
+    let client = shared.session.client().await?;
+    let (items, watcher) = list(shared, &client, target).await?;
+    if items.is_empty() {
+        return Ok((false, watcher));
+    }
+    // FIFO for batches; spread the tasks over the head of job queues.
+    let start = match target {
+        Target::Jobs(_) => shared.rng.below(items.len().min(SPREAD)),
+        _ => 0,
+    };
+    let mut progress = false;
+    for item in items[start..].iter().chain(&items[..start]) {
+        if *stop.borrow() || !connected(&client) {
+            // Disconnected: no new side effects until the session is back.
+            break;
+        }
+        match try_item(shared, &client, target, item).await? {
+            Tried::Done => {
+                progress = true;
+                break;
+            }
+            // Refused (paused queue, lost lock): back off rather than retry
+            // the whole queue at once.
+            Tried::Refused => break,
+            Tried::Skipped | Tried::Waited => {}
+        }
+    }
+    Ok((progress, watcher))
+}
+
+/// Whether the session can do work now (not disconnected, not ended).
+fn connected(client: &zk::Client) -> bool {
+    matches!(
+        client.state(),
+        zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly
+    )
+}
+
+async fn list(
+    shared: &Shared,
+    client: &zk::Client,
+    target: Target,
+) -> Result<(Vec<Item>, Option<zk::OneshotWatcher>), BoxError> {
+    match target {
+        Target::Jobs(state) => {
+            if state == JobState::Pending {
+                // A paused queue starts no job: watch the pause lock instead.
+                let (paused, watcher) = client
+                    .check_and_watch_stat(ingest_projections::layout::QUEUE_LOCK)
+                    .await?;
+                if paused.is_some() {
+                    return Ok((Vec::new(), Some(watcher)));
+                }
+            }
+            let path = ingest_projections::layout::queue(state);
+            let (mut names, watcher) = match client.list_and_watch_children(&path).await {
+                Ok(r) => r,
+                Err(zk::Error::NoNode) => return Ok((Vec::new(), None)),
+                Err(e) => return Err(e.into()),
+            };
+            names.sort();
+            let items = names
+                .iter()
+                .filter_map(|n| {
+                    let (p, jid) = n.split_once('-')?;
+                    Some(Item {
+                        id: jid.to_string(),
+                        priority: p.parse().ok()?,
+                    })
+                })
+                .collect();
+            Ok((items, Some(watcher)))
+        }
+        Target::PendingBatches => {
+            let (mut bids, watcher) = match client.list_and_watch_children("/batches").await {
+                Ok(r) => r,
+                Err(zk::Error::NoNode) => return Ok((Vec::new(), None)),
+                Err(e) => return Err(e.into()),
+            };
+            bids.sort();
+            let unknown: Vec<String> = {
+                let mut acquired = shared
+                    .acquired
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                // Forget batches cleanup removed, so the set stays bounded.
+                let listed: std::collections::HashSet<&String> = bids.iter().collect();
+                acquired.retain(|b| listed.contains(b));
+                bids.into_iter().filter(|b| !acquired.contains(b)).collect()
+            };
+            // FIFO: the oldest pending batches, a few more than one task
+            // takes so that tasks meeting each other's locks find another.
+            let mut items = Vec::new();
+            for bid in unknown {
+                if client
+                    .check_stat(&format!("/batches/{bid}/states"))
+                    .await?
+                    .is_some()
+                {
+                    shared
+                        .acquired
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .insert(bid);
+                    continue;
+                }
+                if client
+                    .check_stat(&format!("/batches/{bid}/status"))
+                    .await?
+                    .is_some()
+                {
+                    items.push(Item {
+                        id: bid,
+                        priority: 0,
+                    });
+                    if items.len() >= SPREAD {
+                        break;
+                    }
+                }
+            }
+            Ok((items, Some(watcher)))
+        }
+        Target::ReportingBatches(_) => {
+            let (mut bids, watcher) = match client.list_and_watch_children("/batches").await {
+                Ok(r) => r,
+                Err(zk::Error::NoNode) => return Ok((Vec::new(), None)),
+                Err(e) => return Err(e.into()),
+            };
+            bids.sort();
+            let mut items = Vec::new();
+            for bid in bids {
+                if batch_matches(client, target, &bid).await? {
+                    items.push(Item {
+                        id: bid,
+                        priority: 0,
+                    });
+                }
+            }
+            // Reporting batches change status without changing /batches.
+            drop(watcher);
+            Ok((items, None))
+        }
+    }
+}
+
+/// Whether batch `bid` is one `target` works on now.
+async fn batch_matches(client: &zk::Client, target: Target, bid: &str) -> Result<bool, BoxError> {
+    match target {
+        Target::PendingBatches => Ok(client
+            .check_stat(&format!("/batches/{bid}/states"))
+            .await?
+            .is_none()
+            && client
+                .check_stat(&format!("/batches/{bid}/status"))
+                .await?
+                .is_some()),
+        Target::ReportingBatches(status) => {
+            Ok(read_status(client, &format!("/batches/{bid}/status"))
+                .await?
+                .as_deref()
+                == Some(status))
+        }
+        Target::Jobs(_) => Ok(false),
+    }
+}
+
+/// The `status` field of a status node, `None` when the node is gone.
+async fn read_status(client: &zk::Client, path: &str) -> Result<Option<String>, BoxError> {
+    match client.get_data(path).await {
+        Ok((data, _)) => {
+            let v: Value = serde_json::from_slice(&data).unwrap_or(Value::Null);
+            Ok(v["status"].as_str().map(str::to_string))
+        }
+        Err(zk::Error::NoNode) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn lock_path(target: Target, id: &str) -> String {
+    match target {
+        Target::Jobs(_) => format!("/jobs/{id}/lock"),
+        _ => format!("/batches/{id}/lock"),
+    }
+}
+
+async fn try_item(
+    shared: &Shared,
+    client: &zk::Client,
+    target: Target,
+    item: &Item,
+) -> Result<Tried, BoxError> {
+    let lock = lock_path(target, &item.id);
+    let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    let created = match client
+        .create(&lock, shared.name.as_bytes(), &ephemeral)
+        .await
+    {
+        Ok((stat, _)) => stat,
+        Err(zk::Error::NodeExists | zk::Error::NoNode) => return Ok(Tried::Skipped),
+        Err(e) => return Err(e.into()),
+    };
+    let result = locked(shared, client, target, item).await;
+    release(client, &lock, &created).await;
+    result
+}
+
+/// Works on an item whose lock this session holds.
+async fn locked(
+    shared: &Shared,
+    client: &zk::Client,
+    target: Target,
+    item: &Item,
+) -> Result<Tried, BoxError> {
+    let session_id = client.session_id().0;
+    let who = json!({"worker": shared.name, "session_id": session_id});
+    let batch_ctx = || super::step::BatchCtx {
+        bid: item.id.clone(),
+        zk: client.clone(),
+        api: super::step::ApiCtx {
+            engine: shared.engine.clone(),
+            worker: shared.name.clone(),
+            session_id,
+        },
+    };
+    match target {
+        Target::PendingBatches => {
+            if !batch_matches(client, target, &item.id).await? {
+                return Ok(Tried::Skipped);
+            }
+            let mut body = who.clone();
+            if let Some(work) = &shared.steps.batch {
+                let ctx = batch_ctx();
+                let expansion = tokio::select! {
+                    e = work.expand(&ctx) => e,
+                    () = session_ended(client) => return Ok(Tried::Refused),
+                };
+                match expansion {
+                    super::step::Expansion::Jobs(jobs) => body["jobs"] = Value::Array(jobs),
+                    super::step::Expansion::Failed(why) => body["expansion_error"] = json!(why),
+                }
+            }
+            let path = format!("/batches/{}/acquire", item.id);
+            let tried = report(shared, &path, &body).await?;
+            if tried == Tried::Done {
+                let states = format!("/batches/{}/states", item.id);
+                await_projection(client, &states, |stat| stat.is_some()).await;
+            }
+            Ok(tried)
+        }
+        Target::ReportingBatches(status) => {
+            if !batch_matches(client, target, &item.id).await? {
+                return Ok(Tried::Skipped);
+            }
+            let mut body = who.clone();
+            if let Some(work) = &shared.steps.batch {
+                let ctx = batch_ctx();
+                let sent = tokio::select! {
+                    e = work.report(&ctx) => e,
+                    () = session_ended(client) => return Ok(Tried::Refused),
+                };
+                if let Some(error) = sent {
+                    body["notification_error"] = json!(error);
+                }
+            }
+            let path = format!("/batches/{}/report", item.id);
+            let tried = report(shared, &path, &body).await?;
+            if tried == Tried::Done {
+                await_status(client, &format!("/batches/{}/status", item.id), status).await;
+            }
+            Ok(tried)
+        }
+        Target::Jobs(state) => {
+            let status_path = format!("/jobs/{}/status", item.id);
+            if read_status(client, &status_path).await?.as_deref() != Some(&state.to_string()) {
+                return Ok(Tried::Skipped);
+            }
+            let (path, body) = if state == JobState::Pending {
+                (format!("/jobs/{}/start", item.id), who)
+            } else {
+                let Some(step) = shared.steps.get(state) else {
+                    return Ok(Tried::Skipped);
+                };
+                let ctx = JobCtx {
+                    jid: item.id.clone(),
+                    state,
+                    priority: item.priority,
+                    zk: Some(client.clone()),
+                    api: Some(super::step::ApiCtx {
+                        engine: shared.engine.clone(),
+                        worker: shared.name.clone(),
+                        session_id,
+                    }),
+                };
+                let began = Instant::now();
+                // The step is dropped as soon as the session ends: its lock
+                // is gone, so its result could only be refused.
+                let result = tokio::select! {
+                    r = step.run(&ctx) => r,
+                    () = session_ended(client) => {
+                        tracing::warn!(jid = %item.id, %state, "the session ended during the step; the step is dropped");
+                        return Ok(Tried::Refused);
+                    }
+                };
+                let outcome = match result {
+                    StepResult::Report(o) => o,
+                    StepResult::Wait(why) => {
+                        tracing::debug!(jid = %item.id, %state, %why, "the job waits");
+                        return Ok(Tried::Waited);
+                    }
+                };
+                if client.state().is_terminated() {
+                    tracing::warn!(jid = %item.id, %state, "the session ended during the step; the result is dropped");
+                    return Ok(Tried::Refused);
+                }
+                let mut body = json!({
+                    "worker": shared.name,
+                    "session_id": session_id,
+                    "state": state.to_string(),
+                    "outcome": if outcome.success { "success" } else { "failure" },
+                    "message": outcome.message,
+                    "duration_ms": began.elapsed().as_millis() as u64,
+                });
+                if let Value::Object(o) = &mut body {
+                    o.extend(outcome.data);
+                }
+                (format!("/jobs/{}/outcome", item.id), body)
+            };
+            let tried = report(shared, &path, &body).await?;
+            if tried == Tried::Done {
+                await_status(client, &status_path, &state.to_string()).await;
+            }
+            Ok(tried)
+        }
+    }
+}
+
+/// Resolves once `client`'s session has ended (expired, closed, refused).
+async fn session_ended(client: &zk::Client) {
+    let mut states = client.state_watcher();
+    while !states.state().is_terminated() {
+        states.changed().await;
+    }
+}
+
+/// Deletes the lock node only while it is still the one this session made:
+/// a lock removed under this worker may since be another worker's.
+async fn release(client: &zk::Client, lock: &str, created: &zk::Stat) {
+    match client.check_stat(lock).await {
+        Ok(Some(now))
+            if now.czxid == created.czxid && now.ephemeral_owner == client.session_id().0 =>
+        {
+            match client.delete(lock, Some(now.version)).await {
+                Ok(()) | Err(zk::Error::NoNode) => {}
+                Err(e) => tracing::debug!(%lock, error = %e, "cannot release the lock"),
+            }
+        }
+        Ok(Some(_)) => tracing::debug!(%lock, "the lock is another worker's now; left alone"),
+        Ok(None) => {}
+        // The session is gone or unreachable: its ephemeral node goes with it.
+        Err(e) => tracing::debug!(%lock, error = %e, "cannot check the lock"),
+    }
+}
+
+async fn report(shared: &Shared, path: &str, body: &Value) -> Result<Tried, BoxError> {
+    match shared.engine.report::<_, Value>(path, body).await? {
+        Reply::Done(_) => {
+            shared.stats.accepted.fetch_add(1, Ordering::Relaxed);
+            Ok(Tried::Done)
+        }
+        Reply::Refused { code, message } => {
+            shared.stats.refused.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%path, %code, %message, "the report was refused; its result is discarded");
+            Ok(Tried::Refused)
+        }
+    }
+}
+
+/// Waits (bounded) until the status node at `path` no longer says `old`.
+async fn await_status(client: &zk::Client, path: &str, old: &str) {
+    let deadline = Instant::now() + PROJECTION_WAIT;
+    while Instant::now() < deadline {
+        let Ok((data, _, watcher)) = client.get_and_watch_data(path).await else {
+            return;
+        };
+        let v: Value = serde_json::from_slice(&data).unwrap_or(Value::Null);
+        if v["status"].as_str() != Some(old) {
+            return;
+        }
+        let _ = tokio::time::timeout_at(deadline.into(), watcher.changed()).await;
+    }
+}
+
+/// Waits (bounded) until `check` holds for the node at `path`.
+async fn await_projection(
+    client: &zk::Client,
+    path: &str,
+    check: impl Fn(Option<&zk::Stat>) -> bool,
+) {
+    let deadline = Instant::now() + PROJECTION_WAIT;
+    while Instant::now() < deadline {
+        let Ok((stat, watcher)) = client.check_and_watch_stat(path).await else {
+            return;
+        };
+        if check(stat.as_ref()) {
+            return;
+        }
+        let _ = tokio::time::timeout_at(deadline.into(), watcher.changed()).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_its_cap_with_jitter() {
+        let rng = Rng::new(5);
+        for idle in 0..40 {
+            let d = backoff(&rng, idle);
+            let full = BACKOFF_MIN
+                .saturating_mul(1u32 << idle.min(10))
+                .min(BACKOFF_MAX);
+            assert!(d <= full && d >= full / 2, "{idle}: {d:?} vs {full:?}");
+        }
+        assert!(backoff(&rng, 30) >= BACKOFF_MAX / 2);
+    }
+
+    #[test]
+    fn daemons_map_to_their_queues() {
+        assert_eq!(Target::of(DaemonKind::BatchPending), Target::PendingBatches);
+        assert_eq!(
+            Target::of(DaemonKind::Downloading),
+            Target::Jobs(JobState::Downloading)
+        );
+        assert_eq!(
+            lock_path(Target::PendingBatches, "bid1"),
+            "/batches/bid1/lock"
+        );
+        assert_eq!(
+            lock_path(Target::Jobs(JobState::Notify), "jid1"),
+            "/jobs/jid1/lock"
+        );
+    }
+}

@@ -1,0 +1,971 @@
+//! The batch daemons' work: expanding a pending batch's payload into jobs
+//! (the Merritt forms) and sending a finished batch's report (callback and
+//! e-mail).
+//!
+//! Expansion reads the submission (`/batches/BID/submission`):
+//!
+//! - inline manifest lines (`URL [LOCAL_ID [ARK]]`), a `file` or a
+//!   `container`: the server's own simple expansion
+//!   ([`ingest_protocol::submission::expand_simple`]), one job per line or one job;
+//! - an `object-manifest`: the manifest is fetched and checked now, so that
+//!   a corrupt one fails the batch at once; one job, whose payload stays the
+//!   manifest URL;
+//! - a `single-file-batch-manifest`, `container-batch-manifest` or
+//!   `batch-manifest`: the manifest is fetched (with retries) and each line
+//!   becomes a job (a `file`, a `container` or an `object-manifest`).
+//!
+//! Each job is the JSON the acquire route takes: `payload_url`,
+//! `payload_type`, `primary_id`?, `local_ids`, `erc_who`?, `erc_what`?,
+//! `erc_when`?, `erc_where`?, `digest`? (`ALGORITHM:HEX`).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use ingest_events::command::JobSpec;
+use ingest_events::event::{Digest, Erc, Identifiers, PayloadType, Submission, SubmissionMode};
+use ingest_steps::checkm;
+use ingest_steps::forms::{self, Form, ObjectKind};
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+use super::fetch::{Fetcher, RetryPolicy};
+use super::mail::Outbox;
+use super::notify::post_callback;
+use super::RealConfig;
+use crate::step::{BatchCtx, BatchFuture, BatchWork, Expansion};
+use ingest_config::Profile;
+
+/// The largest manifest fetched (the Checkm parser's own default limit).
+pub const MAX_MANIFEST_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Expansion and reporting of batches.
+pub struct Batches {
+    fetcher: Arc<Fetcher>,
+    config: Arc<RealConfig>,
+    outbox: Outbox,
+}
+
+impl Batches {
+    /// The batch work: manifests through `fetcher`, mail through the outbox
+    /// and SMTP server of `config`.
+    ///
+    /// # Errors
+    /// A bad mail setting (an SMTP URL lettre cannot use, an invalid sender).
+    pub fn new(fetcher: Arc<Fetcher>, config: Arc<RealConfig>) -> anyhow::Result<Batches> {
+        let outbox = Outbox::new(&config).map_err(anyhow::Error::msg)?;
+        Ok(Batches {
+            fetcher,
+            config,
+            outbox,
+        })
+    }
+
+    /// The outbox report and summary e-mails go to.
+    pub fn outbox(&self) -> &Outbox {
+        &self.outbox
+    }
+
+    /// Expands the submission of batch `bid` (the JSON of
+    /// `/batches/BID/submission`) into jobs, fetching its manifest when it
+    /// has one, and e-mails the summary at queueing when the profile asks
+    /// for it.
+    pub async fn expand_submission(&self, bid: &str, submission: &Value) -> Expansion {
+        let jobs = match self.jobs_of(submission).await {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                tracing::warn!(%bid, error = %e, "the batch's payload does not expand");
+                return Expansion::Failed(e);
+            }
+        };
+        if !jobs.is_empty() {
+            self.summary_at_queueing(bid, submission, &jobs).await;
+        }
+        Expansion::Jobs(jobs)
+    }
+
+    async fn jobs_of(&self, submission: &Value) -> Result<Vec<Value>, String> {
+        let has_lines = submission
+            .get("manifest")
+            .and_then(Value::as_array)
+            .is_some_and(|l| !l.is_empty());
+        let form = submission_form(submission)?;
+        if has_lines || !form.is_manifest() {
+            return jobs_from_submission(submission);
+        }
+        let url = text(submission, "payload_url")
+            .ok_or_else(|| format!("the {} submission has no payload_url", form.name()))?;
+        let bytes = self
+            .fetcher
+            .with_retries(&self.config.retry(), None, "manifest", || {
+                self.fetcher.get_bytes(url, MAX_MANIFEST_BYTES)
+            })
+            .await
+            .map_err(|e| format!("cannot fetch the manifest: {e}"))?;
+        jobs_from_manifest(&bytes, form, submission).map_err(|e| format!("manifest {url}: {e}"))
+    }
+
+    async fn summary_at_queueing(&self, bid: &str, submission: &Value, jobs: &[Value]) {
+        let Some(profile) = self.profile(submission) else {
+            return;
+        };
+        let n = &profile.notification;
+        if !n.summary_at_queueing || n.emails.is_empty() {
+            return;
+        }
+        let (subject, body) = summary_text(bid, jobs);
+        // Expansion cannot report a mail error (the batch is not at fault):
+        // the outbox keeps the message when SMTP fails, and the log says so.
+        match self.outbox.send(&n.emails, &subject, &body).await {
+            Ok(delivery) => tracing::info!(%bid, ?delivery, "summary at queueing sent"),
+            Err(e) => tracing::warn!(%bid, error = %e, "cannot send the summary at queueing"),
+        }
+    }
+
+    fn profile(&self, submission: &Value) -> Option<&Profile> {
+        self.config
+            .profiles
+            .get(text(submission, "profile_name").unwrap_or_default())
+    }
+
+    /// Sends the report of batch `bid`: a POST of [`report_json`] to the
+    /// profile's callback URL (with retries) and an e-mail of
+    /// [`report_text`] to the profile's recipients.
+    ///
+    /// # Errors
+    /// `Some` with every failure (a callback that still fails, a message
+    /// neither sent nor written to the outbox, or one written to the outbox
+    /// because SMTP failed), joined by `; `; `None` when everything was
+    /// sent.
+    pub async fn send_report(
+        &self,
+        bid: &str,
+        batch_status: &str,
+        submission: &Value,
+        jobs: &[ReportJob],
+    ) -> Option<String> {
+        let n = &self.profile(submission)?.notification;
+        let mut errors = Vec::new();
+        if let Some(url) = n.callback_url.as_deref().filter(|u| !u.trim().is_empty()) {
+            let body = report_json(bid, batch_status, submission, jobs);
+            let client = self.fetcher.client();
+            if let Err(e) = post_callback(client, url, &body, self.config.retry(), None).await {
+                errors.push(e);
+            }
+        }
+        if !n.emails.is_empty() {
+            let (subject, body) = report_text(bid, jobs);
+            match self.outbox.send(&n.emails, &subject, &body).await {
+                Ok(delivery) => tracing::info!(%bid, ?delivery, "batch report e-mailed"),
+                Err(e) => errors.push(format!("the report e-mail: {e}")),
+            }
+        }
+        match errors.is_empty() {
+            true => None,
+            false => Some(errors.join("; ")),
+        }
+    }
+
+    async fn report_batch(&self, batch: &BatchCtx) -> Option<String> {
+        let policy = self.config.retry();
+        let bid = &batch.bid;
+        let gathered = async {
+            let status = read_json(&batch.zk, &format!("/batches/{bid}/status"), policy).await?;
+            let submission =
+                read_json(&batch.zk, &format!("/batches/{bid}/submission"), policy).await?;
+            let mut jobs = Vec::new();
+            for (set, status) in [("batch-completed", "Completed"), ("batch-failed", "Failed")] {
+                let path = format!("/batches/{bid}/states/{set}");
+                let mut jids = read_children(&batch.zk, &path, policy).await?;
+                jids.sort();
+                for jid in jids {
+                    jobs.push(read_report_job(&batch.zk, &jid, status, policy).await?);
+                }
+            }
+            let status = text(&status, "status").unwrap_or("Reporting").to_string();
+            Ok::<_, String>((status, submission, jobs))
+        };
+        match gathered.await {
+            Ok((status, submission, jobs)) => {
+                self.send_report(bid, &status, &submission, &jobs).await
+            }
+            Err(e) => Some(format!("cannot gather the report of {bid}: {e}")),
+        }
+    }
+}
+
+impl BatchWork for Batches {
+    fn expand<'a>(&'a self, batch: &'a BatchCtx) -> BatchFuture<'a, Expansion> {
+        Box::pin(async move {
+            let path = format!("/batches/{}/submission", batch.bid);
+            match read_json(&batch.zk, &path, self.config.retry()).await {
+                Ok(submission) => self.expand_submission(&batch.bid, &submission).await,
+                Err(e) => Expansion::Failed(e),
+            }
+        })
+    }
+
+    fn report<'a>(&'a self, batch: &'a BatchCtx) -> BatchFuture<'a, Option<String>> {
+        Box::pin(self.report_batch(batch))
+    }
+}
+
+/// One job in a batch report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReportJob {
+    /// The job id.
+    pub jid: String,
+    /// Its ark, once it has one.
+    pub ark: Option<String>,
+    /// The depositor's local ids.
+    pub local_ids: Vec<String>,
+    /// `Completed` or `Failed`.
+    pub status: String,
+    /// The job's last message (why it failed).
+    pub message: String,
+}
+
+/// The report e-mail: subject `ingest batch BID: N completed, M failed`
+/// and a body listing every job (jid, status, ark, local ids, message).
+pub fn report_text(bid: &str, jobs: &[ReportJob]) -> (String, String) {
+    let completed = jobs.iter().filter(|j| j.status == "Completed").count();
+    let failed = jobs.len() - completed;
+    let subject = format!("ingest batch {bid}: {completed} completed, {failed} failed");
+    let mut body = format!("Batch {bid}: {completed} completed, {failed} failed.\n");
+    for job in jobs {
+        let _ = write!(
+            body,
+            "\n{} {}\n  ark: {}\n",
+            job.jid,
+            job.status,
+            job.ark.as_deref().unwrap_or("(none)")
+        );
+        if !job.local_ids.is_empty() {
+            let _ = writeln!(body, "  local ids: {}", job.local_ids.join("; "));
+        }
+        if !job.message.is_empty() {
+            let _ = writeln!(body, "  message: {}", job.message);
+        }
+    }
+    (subject, body)
+}
+
+/// The report POSTed to the profile's callback URL.
+pub fn report_json(bid: &str, batch_status: &str, submission: &Value, jobs: &[ReportJob]) -> Value {
+    let completed = jobs.iter().filter(|j| j.status == "Completed").count();
+    json!({
+        "bid": bid,
+        "status": batch_status,
+        "profile": text(submission, "profile_name"),
+        "submitter": text(submission, "submitter"),
+        "completed": completed,
+        "failed": jobs.len() - completed,
+        "jobs": jobs,
+    })
+}
+
+/// The summary e-mail at queueing: subject `ingest batch BID queued: N
+/// jobs` and one line per job.
+pub fn summary_text(bid: &str, jobs: &[Value]) -> (String, String) {
+    let subject = format!(
+        "ingest batch {bid} queued: {} job{}",
+        jobs.len(),
+        if jobs.len() == 1 { "" } else { "s" }
+    );
+    let mut body = format!("Batch {bid} was queued with {} job(s):\n\n", jobs.len());
+    for job in jobs {
+        let _ = write!(
+            body,
+            "- {} ({})",
+            text(job, "payload_url").unwrap_or_default(),
+            text(job, "payload_type").unwrap_or_default()
+        );
+        if let Some(ark) = text(job, "primary_id") {
+            let _ = write!(body, " ark {ark}");
+        }
+        let ids: Vec<&str> = job
+            .get("local_ids")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if !ids.is_empty() {
+            let _ = write!(body, " local ids {}", ids.join("; "));
+        }
+        body.push('\n');
+    }
+    (subject, body)
+}
+
+/// The form a submission's `type` names.
+///
+/// # Errors
+/// A missing or unknown type.
+pub fn submission_form(submission: &Value) -> Result<Form, String> {
+    let name = text(submission, "type")
+        .or_else(|| text(submission, "payload_type"))
+        .unwrap_or("file");
+    let payload: PayloadType = name
+        .parse()
+        .map_err(|e| format!("the submission's type: {e}"))?;
+    Form::ALL
+        .into_iter()
+        .find(|f| f.name() == payload.name())
+        .ok_or_else(|| format!("the submission's type {name:?} has no form"))
+}
+
+/// The jobs of a manifest of form `form`: one per object. An object manifest
+/// gives one job whose payload stays the submission's (the manifest URL),
+/// with the submission's identifiers and ERC; each line of a batch manifest
+/// gives a job of its own (its file, container or object manifest URL, the
+/// line's ark, local ids, digest and ERC, falling back to the submission's
+/// ERC who/what/when).
+///
+/// # Errors
+/// The parser's or the form's `line N: …` message: a corrupt manifest, a
+/// missing `#%eof`, a wrong field count, a wrong or missing profile, no
+/// entries.
+pub fn jobs_from_manifest(
+    bytes: &[u8],
+    form: Form,
+    submission: &Value,
+) -> Result<Vec<Value>, String> {
+    let manifest = checkm::parse(bytes).map_err(|e| e.to_string())?;
+    let objects = forms::objects(&manifest, form).map_err(|e| e.to_string())?;
+    if form == Form::ObjectManifest {
+        // The whole manifest is one object, read again by the job's steps.
+        return jobs_from_submission(submission);
+    }
+    let fallback = erc_of(submission);
+    let specs = objects.into_iter().map(|object| {
+        let file = object.files.into_iter().next();
+        let payload_type = match object.kind {
+            ObjectKind::Files => PayloadType::File,
+            ObjectKind::Container => PayloadType::Container,
+            ObjectKind::ObjectManifest => PayloadType::ObjectManifest,
+        };
+        let r#where = match object.local_ids.is_empty() {
+            true => None,
+            false => Some(object.local_ids.join(";")),
+        };
+        JobSpec {
+            payload_url: file.as_ref().map(|f| f.url.clone()).unwrap_or_default(),
+            payload_type,
+            identifiers: Identifiers {
+                primary_id: object.primary_id,
+                local_ids: object.local_ids,
+            },
+            metadata: Erc {
+                who: object.who.or_else(|| fallback.who.clone()),
+                what: object.what.or_else(|| fallback.what.clone()),
+                when: object.when.or_else(|| fallback.when.clone()),
+                r#where,
+            },
+            digest: file.and_then(|f| f.digest).map(|d| Digest {
+                algorithm: d.algorithm,
+                value: d.value,
+            }),
+            priority: None,
+        }
+    });
+    Ok(specs.map(|s| job_json(&s)).collect())
+}
+
+/// The jobs of the simple forms, exactly as the server expands them
+/// ([`ingest_protocol::submission::expand_simple`]): one per inline manifest line, or
+/// one for the payload URL.
+///
+/// # Errors
+/// A submission that is not what the projection writes, or an inline line
+/// with too many fields (named).
+pub fn jobs_from_submission(submission: &Value) -> Result<Vec<Value>, String> {
+    let s = submission_of(submission)?;
+    let specs = ingest_protocol::submission::expand_simple(&s).map_err(|e| format!("{e:#}"))?;
+    Ok(specs.iter().map(job_json).collect())
+}
+
+/// The acquire route's JSON for one job.
+fn job_json(spec: &JobSpec) -> Value {
+    let mut o = Map::new();
+    o.insert("payload_url".into(), json!(spec.payload_url));
+    o.insert("payload_type".into(), json!(spec.payload_type.name()));
+    if let Some(ark) = spec
+        .identifiers
+        .primary_id
+        .as_deref()
+        .filter(|a| !a.is_empty())
+    {
+        o.insert("primary_id".into(), json!(ark));
+    }
+    o.insert("local_ids".into(), json!(spec.identifiers.local_ids));
+    let erc = &spec.metadata;
+    for (key, value) in [
+        ("erc_who", &erc.who),
+        ("erc_what", &erc.what),
+        ("erc_when", &erc.when),
+        ("erc_where", &erc.r#where),
+    ] {
+        if let Some(v) = value.as_deref().filter(|v| !v.is_empty()) {
+            o.insert(key.into(), json!(v));
+        }
+    }
+    if let Some(d) = &spec.digest {
+        o.insert(
+            "digest".into(),
+            json!(format!("{}:{}", d.algorithm, d.value)),
+        );
+    }
+    Value::Object(o)
+}
+
+/// The submission the projection wrote (`submission_json`), back as the
+/// engine's type; absent and empty fields are unset.
+fn submission_of(v: &Value) -> Result<Submission, String> {
+    let owned = |key: &str| text(v, key).map(str::to_string);
+    let payload_type = match text(v, "type").or_else(|| text(v, "payload_type")) {
+        Some(t) => t
+            .parse()
+            .map_err(|e| format!("the submission's type: {e}"))?,
+        None => PayloadType::File,
+    };
+    let submission_mode = match text(v, "submission_mode") {
+        Some(m) => m
+            .parse()
+            .map_err(|e| format!("the submission's submission_mode: {e}"))?,
+        None => SubmissionMode::Add,
+    };
+    let manifest = match v.get("manifest") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(lines)) => lines
+            .iter()
+            .map(|l| {
+                l.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| format!("the submission's manifest line {l} is not text"))
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => return Err(format!("the submission's manifest {other} is not a list")),
+    };
+    let digest = match (text(v, "digest_type"), text(v, "digest_value")) {
+        (Some(a), Some(h)) => Some(Digest {
+            algorithm: a.to_ascii_lowercase(),
+            value: h.to_ascii_lowercase(),
+        }),
+        _ => None,
+    };
+    Ok(Submission {
+        profile_name: owned("profile_name").unwrap_or_default(),
+        submitter: owned("submitter").unwrap_or_default(),
+        payload_url: owned("payload_url").unwrap_or_default(),
+        payload_type,
+        response_type: owned("response_type").unwrap_or_default(),
+        submission_mode,
+        manifest,
+        erc: erc_of(v),
+        digest,
+        extra: Default::default(),
+    })
+}
+
+fn erc_of(v: &Value) -> Erc {
+    let owned = |key: &str| text(v, key).map(str::to_string);
+    Erc {
+        who: owned("erc_who"),
+        what: owned("erc_what"),
+        when: owned("erc_when"),
+        r#where: owned("erc_where"),
+    }
+}
+
+/// A non-empty string field (the projection writes unset fields as "").
+fn text<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.get(key)
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+}
+
+/// Reads a node's data, retrying errors other than its absence; `None`
+/// when it does not exist.
+async fn read_node(
+    zk: &zookeeper_client::Client,
+    path: &str,
+    policy: RetryPolicy,
+) -> Result<Option<Vec<u8>>, String> {
+    let mut attempt = 1;
+    loop {
+        match zk.get_data(path).await {
+            Ok((data, _)) => return Ok(Some(data)),
+            Err(zookeeper_client::Error::NoNode) => return Ok(None),
+            Err(e) if attempt <= policy.retries => {
+                tracing::warn!(path, error = %e, attempt = attempt + 1, "ZooKeeper read failed; retrying");
+                tokio::time::sleep(policy.backoff(attempt)).await;
+                attempt += 1;
+            }
+            Err(e) => return Err(format!("cannot read {path}: {e}")),
+        }
+    }
+}
+
+async fn read_json(
+    zk: &zookeeper_client::Client,
+    path: &str,
+    policy: RetryPolicy,
+) -> Result<Value, String> {
+    let data = read_node(zk, path, policy)
+        .await?
+        .ok_or_else(|| format!("{path} does not exist"))?;
+    serde_json::from_slice(&data).map_err(|e| format!("{path} is not JSON: {e}"))
+}
+
+async fn read_children(
+    zk: &zookeeper_client::Client,
+    path: &str,
+    policy: RetryPolicy,
+) -> Result<Vec<String>, String> {
+    let mut attempt = 1;
+    loop {
+        match zk.get_children(path).await {
+            Ok((children, _)) => return Ok(children),
+            Err(zookeeper_client::Error::NoNode) => return Ok(Vec::new()),
+            Err(e) if attempt <= policy.retries => {
+                tracing::warn!(path, error = %e, attempt = attempt + 1, "ZooKeeper read failed; retrying");
+                tokio::time::sleep(policy.backoff(attempt)).await;
+                attempt += 1;
+            }
+            Err(e) => return Err(format!("cannot list {path}: {e}")),
+        }
+    }
+}
+
+async fn read_report_job(
+    zk: &zookeeper_client::Client,
+    jid: &str,
+    set_status: &str,
+    policy: RetryPolicy,
+) -> Result<ReportJob, String> {
+    let json_of = |path: &str, data: Option<Vec<u8>>| -> Result<Value, String> {
+        match data {
+            Some(d) => serde_json::from_slice(&d).map_err(|e| format!("{path} is not JSON: {e}")),
+            None => Ok(Value::Null),
+        }
+    };
+    let ids_path = format!("/jobs/{jid}/identifiers");
+    let ids = json_of(&ids_path, read_node(zk, &ids_path, policy).await?)?;
+    let status_path = format!("/jobs/{jid}/status");
+    let status = json_of(&status_path, read_node(zk, &status_path, policy).await?)?;
+    Ok(ReportJob {
+        jid: jid.to_string(),
+        ark: text(&ids, "primary_id").map(str::to_string),
+        local_ids: ids
+            .get("local_id")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default(),
+        status: text(&status, "status").unwrap_or(set_status).to_string(),
+        message: text(&status, "message").unwrap_or_default().to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Mutex;
+
+    use axum::extract::State;
+    use axum::http::StatusCode;
+    use axum::routing::{get, post};
+    use axum::{Json, Router};
+
+    use super::super::RealArgs;
+    use super::*;
+    use ingest_config::{Notification, Profiles};
+
+    // The Merritt samples the steps crate tests with (no machine path).
+    const SAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../steps/tests/data/manifests");
+
+    fn sample(name: &str) -> Vec<u8> {
+        std::fs::read(Path::new(SAMPLES).join(name)).expect("sample manifest")
+    }
+
+    fn submission(kind: &str, url: &str) -> Value {
+        // As the projection writes it: unset fields are "".
+        json!({
+            "profile_name": "demo", "submitter": "alice", "payload_url": url,
+            "type": kind, "response_type": "json", "submission_mode": "add",
+            "erc_what": "", "erc_who": "Batch Author", "erc_when": "2024", "erc_where": "",
+            "batchID": "6f1c…",
+        })
+    }
+
+    #[test]
+    fn the_sample_manifests_expand_one_job_per_object() {
+        let s = submission("x", "http://example.org/m.checkm");
+        let jobs = jobs_from_manifest(&sample("digest_batch.checkm"), Form::ContainerBatch, &s)
+            .expect("jobs");
+        assert_eq!(
+            jobs,
+            vec![json!({
+                "payload_url": "http://mock-merritt-it:4567/static/test_digest.zip",
+                "payload_type": "container",
+                "local_ids": [],
+                "erc_who": "Batch Author",
+                "erc_when": "2024",
+                "digest": "sha256:80a5b1dd2a8f7a28e817768f8db5ae9098e89d6330b4fd2c2ca3c600d1f97e59",
+            })]
+        );
+        let jobs = jobs_from_manifest(&sample("localid2_batch.checkm"), Form::SingleFileBatch, &s)
+            .expect("jobs");
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0]["payload_type"], "file");
+        assert_eq!(
+            jobs[0]["payload_url"],
+            "http://mock-merritt-it:4567/static/hello.txt"
+        );
+        assert_eq!(
+            jobs[0]["local_ids"],
+            json!(["localidseven", "localideight", "localidnine"])
+        );
+        assert_eq!(
+            jobs[0]["erc_where"],
+            "localidseven;localideight;localidnine"
+        );
+        let jobs = jobs_from_manifest(&sample("localid_batch.checkm"), Form::ContainerBatch, &s)
+            .expect("jobs");
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(
+            jobs[0]["local_ids"],
+            json!(["localidfour", "localidfive", "localidsix"])
+        );
+        let object = submission("object-manifest", "http://example.org/mock_object.checkm");
+        let jobs = jobs_from_manifest(&sample("mock_object.checkm"), Form::ObjectManifest, &object)
+            .expect("jobs");
+        assert_eq!(
+            jobs,
+            vec![json!({
+                "payload_url": "http://example.org/mock_object.checkm",
+                "payload_type": "object-manifest",
+                "local_ids": [],
+                "erc_who": "Batch Author",
+                "erc_when": "2024",
+            })]
+        );
+    }
+
+    #[test]
+    fn a_batch_manifest_gives_object_manifest_jobs_with_the_lines_fields() {
+        let text = b"#%checkm_0.7\n\
+            #%profile | http://uc3.cdlib.org/registry/ingest/manifest/mrt-batch-manifest\n\
+            #%fields | nfo:fileUrl | mrt:primaryIdentifier | mrt:localIdentifier | mrt:creator | mrt:title | mrt:date\n\
+            https://example.org/a.checkm | ark:/99999/fk4a | loc-a | Ann | Title A | 2001\n\
+            https://example.org/b.checkm | | loc-b;loc-c | | |\n\
+            #%eof\n";
+        let s = submission("batch-manifest", "https://example.org/batch.checkm");
+        let jobs = jobs_from_manifest(text, Form::BatchManifest, &s).expect("jobs");
+        assert_eq!(
+            jobs,
+            vec![
+                json!({
+                    "payload_url": "https://example.org/a.checkm",
+                    "payload_type": "object-manifest",
+                    "primary_id": "ark:/99999/fk4a",
+                    "local_ids": ["loc-a"],
+                    "erc_who": "Ann", "erc_what": "Title A", "erc_when": "2001",
+                    "erc_where": "loc-a",
+                }),
+                json!({
+                    "payload_url": "https://example.org/b.checkm",
+                    "payload_type": "object-manifest",
+                    "local_ids": ["loc-b", "loc-c"],
+                    "erc_who": "Batch Author", "erc_when": "2024",
+                    "erc_where": "loc-b;loc-c",
+                }),
+            ]
+        );
+    }
+
+    #[test]
+    fn corrupt_manifests_fail_naming_the_line() {
+        let s = submission("x", "u");
+        let head = "#%checkm_0.7\n#%profile | http://uc3.cdlib.org/registry/ingest/manifest/mrt-single-file-batch-manifest\n#%fields | nfo:fileUrl | mrt:localIdentifier\n";
+        let cases = [
+            // No #%eof.
+            format!("{head}https://example.org/a.txt | a\n"),
+            // Too many fields.
+            format!("{head}https://example.org/a.txt | a | b | c\n#%eof\n"),
+            // No entries.
+            format!("{head}#%eof\n"),
+            // Not a URL.
+            format!("{head}not a url | a\n#%eof\n"),
+        ];
+        for case in cases {
+            let e =
+                jobs_from_manifest(case.as_bytes(), Form::SingleFileBatch, &s).expect_err(&case);
+            assert!(e.starts_with("line "), "{e}");
+        }
+        // A manifest submitted as another form.
+        let e = jobs_from_manifest(&sample("mock_object.checkm"), Form::ContainerBatch, &s)
+            .expect_err("wrong form");
+        assert!(e.contains("object-manifest"), "{e}");
+        assert!(jobs_from_manifest(b"\xff\xfe garbage", Form::ObjectManifest, &s).is_err());
+    }
+
+    #[test]
+    fn simple_forms_expand_like_the_server() {
+        let mut s = submission("container", "https://example.org/a.zip");
+        s["erc_where"] = json!("loc1;loc2");
+        s["digest_type"] = json!("SHA256");
+        s["digest_value"] = json!("ABCD");
+        assert_eq!(
+            jobs_from_submission(&s).expect("jobs"),
+            vec![json!({
+                "payload_url": "https://example.org/a.zip", "payload_type": "container",
+                "local_ids": ["loc1", "loc2"], "erc_who": "Batch Author", "erc_when": "2024",
+                "erc_where": "loc1;loc2", "digest": "sha256:abcd",
+            })]
+        );
+        let mut s = submission("file", "");
+        s["manifest"] = json!([
+            "https://example.org/a.txt loc-a ark:/1/a",
+            "https://example.org/b.txt"
+        ]);
+        let jobs = jobs_from_submission(&s).expect("jobs");
+        assert_eq!(jobs.len(), 2);
+        assert_eq!(jobs[0]["primary_id"], "ark:/1/a");
+        assert_eq!(jobs[0]["local_ids"], json!(["loc-a"]));
+        assert_eq!(jobs[1]["payload_url"], "https://example.org/b.txt");
+        s["manifest"] = json!(["a b c d"]);
+        assert!(jobs_from_submission(&s).is_err_and(|e| e.contains("manifest line 1")));
+    }
+
+    #[test]
+    fn the_report_text_lists_every_job() {
+        let jobs = [
+            ReportJob {
+                jid: "jid1".into(),
+                ark: Some("ark:/99999/fk4a".into()),
+                local_ids: vec!["loc-a".into()],
+                status: "Completed".into(),
+                message: "notified nobody".into(),
+            },
+            ReportJob {
+                jid: "jid2".into(),
+                ark: None,
+                local_ids: vec![],
+                status: "Failed".into(),
+                message: "GET http://x/b returned 404 Not Found".into(),
+            },
+        ];
+        let (subject, body) = report_text("bid7", &jobs);
+        assert_eq!(subject, "ingest batch bid7: 1 completed, 1 failed");
+        assert_eq!(
+            body,
+            "Batch bid7: 1 completed, 1 failed.\n\
+             \njid1 Completed\n  ark: ark:/99999/fk4a\n  local ids: loc-a\n  message: notified nobody\n\
+             \njid2 Failed\n  ark: (none)\n  message: GET http://x/b returned 404 Not Found\n"
+        );
+        assert_eq!(
+            report_text("bid8", &[]).0,
+            "ingest batch bid8: 0 completed, 0 failed"
+        );
+    }
+
+    /// A local server: `/m` serves `manifest`, `/cb` records callback
+    /// bodies and answers `cb_status`.
+    #[derive(Clone)]
+    struct Server {
+        manifest: Arc<Vec<u8>>,
+        cb_status: u16,
+        bodies: Arc<Mutex<Vec<Value>>>,
+    }
+
+    async fn serve(manifest: Vec<u8>, cb_status: u16) -> (String, Server) {
+        let server = Server {
+            manifest: Arc::new(manifest),
+            cb_status,
+            bodies: Arc::default(),
+        };
+        async fn serve_manifest(State(s): State<Server>) -> Vec<u8> {
+            s.manifest.as_ref().clone()
+        }
+        async fn callback(State(s): State<Server>, Json(body): Json<Value>) -> StatusCode {
+            s.bodies.lock().expect("lock").push(body);
+            StatusCode::from_u16(s.cb_status).unwrap_or(StatusCode::OK)
+        }
+        let app = Router::new()
+            .route("/m", get(serve_manifest))
+            .route("/cb", post(callback))
+            .with_state(server.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{addr}"), server)
+    }
+
+    fn batches(outbox: &Path, notification: Notification) -> Batches {
+        let config = RealConfig {
+            work_dir: outbox.join("work"),
+            args: RealArgs {
+                outbox: Some(outbox.join("outbox")),
+                mail_from: "ingest@example.org".into(),
+                step_retries: 2,
+                retry_backoff_ms: 1,
+                ..RealArgs::default()
+            },
+            profiles: Profiles::from_profiles([Profile {
+                name: "demo".into(),
+                priority: None,
+                notification,
+            }]),
+        };
+        let fetcher = Arc::new(Fetcher::with_file_root(None).expect("fetcher"));
+        Batches::new(fetcher, Arc::new(config)).expect("batches")
+    }
+
+    fn outbox_messages(dir: &Path) -> Vec<String> {
+        let mut files: Vec<_> = match std::fs::read_dir(dir) {
+            Ok(rd) => rd.map(|e| e.expect("entry").path()).collect(),
+            Err(_) => Vec::new(),
+        };
+        files.sort();
+        files
+            .iter()
+            .map(|f| std::fs::read_to_string(f).expect("read"))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_fetched_batch_manifest_expands_and_the_summary_is_mailed() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (base, _) = serve(sample("localid2_batch.checkm"), 200).await;
+        let b = batches(
+            tmp.path(),
+            Notification {
+                callback_url: None,
+                emails: vec!["curator@example.org".into()],
+                summary_at_queueing: true,
+            },
+        );
+        let s = submission("single-file-batch-manifest", &format!("{base}/m"));
+        let Expansion::Jobs(jobs) = b.expand_submission("bid1", &s).await else {
+            panic!("not expanded")
+        };
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0]["payload_type"], "file");
+        let mail = outbox_messages(&tmp.path().join("outbox"));
+        assert_eq!(mail.len(), 1);
+        assert!(
+            mail[0].contains("\r\nSubject: ingest batch bid1 queued: 1 job\r\n"),
+            "{}",
+            mail[0]
+        );
+        assert!(
+            mail[0].contains("hello.txt (file) local ids localidseven"),
+            "{}",
+            mail[0]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_missing_or_corrupt_manifest_fails_the_batch_naming_it() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (base, _) = serve(b"#%checkm_0.7\nnot a manifest".to_vec(), 200).await;
+        let b = batches(tmp.path(), Notification::default());
+        let url = format!("{base}/m");
+        let s = submission("object-manifest", &url);
+        let Expansion::Failed(e) = b.expand_submission("bid1", &s).await else {
+            panic!("expanded")
+        };
+        assert!(e.starts_with(&format!("manifest {url}: line ")), "{e}");
+        let missing = format!("{base}/nothing-here");
+        let s = submission("container-batch-manifest", &missing);
+        let Expansion::Failed(e) = b.expand_submission("bid1", &s).await else {
+            panic!("expanded")
+        };
+        assert!(e.contains(&missing) && e.contains("404"), "{e}");
+        // A file or container payload is not fetched.
+        let s = submission("file", &missing);
+        assert!(
+            matches!(b.expand_submission("bid1", &s).await, Expansion::Jobs(j) if j.len() == 1)
+        );
+    }
+
+    #[tokio::test]
+    async fn the_report_goes_to_the_callback_and_the_outbox() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (base, server) = serve(Vec::new(), 200).await;
+        let b = batches(
+            tmp.path(),
+            Notification {
+                callback_url: Some(format!("{base}/cb")),
+                emails: vec!["curator@example.org".into()],
+                summary_at_queueing: false,
+            },
+        );
+        let jobs = [ReportJob {
+            jid: "jid1".into(),
+            ark: Some("ark:/99999/fk4a".into()),
+            local_ids: vec!["loc-a".into()],
+            status: "Completed".into(),
+            message: String::new(),
+        }];
+        let s = submission("file", "https://example.org/a.txt");
+        assert_eq!(b.send_report("bid1", "Reporting", &s, &jobs).await, None);
+        let bodies = server.bodies.lock().expect("lock").clone();
+        assert_eq!(
+            bodies,
+            vec![json!({
+                "bid": "bid1", "status": "Reporting", "profile": "demo", "submitter": "alice",
+                "completed": 1, "failed": 0,
+                "jobs": [{"jid": "jid1", "ark": "ark:/99999/fk4a", "local_ids": ["loc-a"],
+                          "status": "Completed", "message": ""}],
+            })]
+        );
+        let mail = outbox_messages(&tmp.path().join("outbox"));
+        assert_eq!(mail.len(), 1);
+        assert!(mail[0].contains("\r\nTo: curator@example.org\r\n"));
+        assert!(mail[0].contains("\r\nSubject: ingest batch bid1: 1 completed, 0 failed\r\n"));
+        assert!(mail[0].contains("\r\njid1 Completed\r\n  ark: ark:/99999/fk4a\r\n"));
+    }
+
+    #[tokio::test]
+    async fn a_failing_callback_and_an_unwritable_outbox_are_reported() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (base, server) = serve(Vec::new(), 500).await;
+        let b = batches(
+            tmp.path(),
+            Notification {
+                callback_url: Some(format!("{base}/cb")),
+                emails: vec!["curator@example.org".into()],
+                summary_at_queueing: false,
+            },
+        );
+        // The outbox path is a file: nothing can be written under it.
+        std::fs::write(tmp.path().join("outbox"), b"in the way").expect("write");
+        let s = submission("file", "https://example.org/a.txt");
+        let error = b
+            .send_report("bid1", "Reporting", &s, &[])
+            .await
+            .expect("errors");
+        assert!(
+            error.contains(&format!(
+                "callback URL {base}/cb returned 500 after 3 attempts"
+            )),
+            "{error}"
+        );
+        assert!(
+            error.contains("the report e-mail: cannot create the outbox"),
+            "{error}"
+        );
+        assert_eq!(server.bodies.lock().expect("lock").len(), 3);
+        // No profile settings: nothing to send, nothing failed.
+        let mut other = s.clone();
+        other["profile_name"] = json!("unknown");
+        assert_eq!(b.send_report("bid1", "Reporting", &other, &[]).await, None);
+    }
+}

@@ -1,0 +1,1014 @@
+//! Reads of payloads and manifests: `http(s)://` and `file://` (under the
+//! configured root), streamed to disk with digests computed on the way,
+//! bounded in size, with bounded retries of recoverable errors.
+//!
+//! Every error says which URL it is about and whether trying again may help
+//! ([`FetchError::Recoverable`]: a connection refused or reset, a timeout, a
+//! body cut short, HTTP 5xx or 429) or not ([`FetchError::Permanent`]: HTTP
+//! 4xx, a URL that is refused, a payload over its limit, a local write that
+//! failed). [`Fetcher::with_retries`] retries the first kind with backoff,
+//! recording each retry as an event of the job.
+//!
+//! **Architecture Invariant:** a `file://` URL is only ever opened once its
+//! path, with every symbolic link resolved, lies under the configured file
+//! root; without a root, `file://` URLs are refused.
+
+use std::fs::File;
+use std::future::Future;
+use std::io::{self, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::Context;
+use ingest_steps::digest::{Algorithm, HashingWriter};
+use reqwest::header::CONTENT_LENGTH;
+use reqwest::{StatusCode, Url};
+use tokio::sync::mpsc;
+
+use super::RealConfig;
+use crate::step::{JobCtx, Rng};
+
+/// How long establishing a connection may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a read may wait for the next bytes of an answer. There is no
+/// limit on a whole transfer: a large file on a slow link is fine as long as
+/// it keeps moving.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The most redirects followed for one request.
+pub const MAX_REDIRECTS: usize = 10;
+
+/// Chunks in flight between the network and the writer thread.
+const CHANNEL_CHUNKS: usize = 32;
+
+/// The write buffer and the `file://` copy buffer.
+const COPY_BUFFER: usize = 256 * 1024;
+
+/// How a step retries recoverable errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Tries after the first.
+    pub retries: u32,
+    /// The first backoff (doubling, with jitter).
+    pub first_backoff: Duration,
+    /// The longest backoff.
+    pub max_backoff: Duration,
+}
+
+impl RetryPolicy {
+    /// The pause before retry number `attempt` (1 for the first retry):
+    /// `first_backoff × 2^(attempt-1)`, capped at `max_backoff`, of which
+    /// the upper half is random ("equal jitter"), so that workers that
+    /// failed together do not all come back at the same moment.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let doublings = attempt.saturating_sub(1).min(31);
+        let capped = self
+            .first_backoff
+            .saturating_mul(1u32 << doublings)
+            .min(self.max_backoff);
+        let half = capped / 2;
+        let span = u64::try_from((capped - half).as_nanos()).unwrap_or(u64::MAX);
+        let random = match span {
+            0 => 0,
+            _ => jitter().next_u64() % span.saturating_add(1),
+        };
+        half + Duration::from_nanos(random)
+    }
+}
+
+fn jitter() -> &'static Rng {
+    static RNG: OnceLock<Rng> = OnceLock::new();
+    RNG.get_or_init(Rng::from_entropy)
+}
+
+/// Why a read failed. The message names the URL.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FetchError {
+    /// It may work if tried again: a connection refused or reset, a
+    /// timeout, a body cut short, HTTP 5xx or 429, a local file that could
+    /// not be read for a reason other than its absence.
+    ///
+    /// ### Handling
+    /// Retry with backoff ([`Fetcher::with_retries`]); when the retries run
+    /// out, fail the step with the message.
+    #[error("{0}")]
+    Recoverable(String),
+    /// Trying again will not help: HTTP 4xx, a refused URL (scheme,
+    /// `file://` outside the root), a payload over its limit, a local file
+    /// that does not exist, a local write that failed.
+    ///
+    /// ### Handling
+    /// Fail the step at once with the message.
+    #[error("{0}")]
+    Permanent(String),
+}
+
+impl FetchError {
+    /// Whether trying again may help.
+    pub fn is_recoverable(&self) -> bool {
+        matches!(self, FetchError::Recoverable(_))
+    }
+
+    /// The message (it names the URL).
+    pub fn message(&self) -> &str {
+        match self {
+            FetchError::Recoverable(m) | FetchError::Permanent(m) => m,
+        }
+    }
+}
+
+/// The error for an HTTP answer that is not a success: 5xx, 429 and 408
+/// are recoverable, everything else permanent. The message reads
+/// `GET URL returned 404 Not Found`.
+pub fn status_error(method: &str, url: &str, status: StatusCode) -> FetchError {
+    let message = format!("{method} {url} returned {status}");
+    let recoverable = status.is_server_error()
+        || status == StatusCode::TOO_MANY_REQUESTS
+        || status == StatusCode::REQUEST_TIMEOUT;
+    if recoverable {
+        FetchError::Recoverable(message)
+    } else {
+        FetchError::Permanent(message)
+    }
+}
+
+/// The error for a request that got no (complete) answer: connecting,
+/// timing out, a reset, a body cut short are recoverable; a URL reqwest
+/// cannot build a request for and too many redirects are permanent.
+pub fn request_error(method: &str, url: &str, err: &reqwest::Error) -> FetchError {
+    let what = if err.is_timeout() {
+        "timed out"
+    } else if err.is_connect() {
+        "cannot connect"
+    } else if err.is_body() || err.is_decode() {
+        "the answer's body could not be read"
+    } else if err.is_redirect() {
+        "too many redirects"
+    } else {
+        "the request failed"
+    };
+    let message = format!("{method} {url}: {what} ({})", root_cause(err));
+    if err.is_builder() || err.is_redirect() {
+        FetchError::Permanent(message)
+    } else {
+        FetchError::Recoverable(message)
+    }
+}
+
+/// The innermost error's message (reqwest's own repeats the URL).
+fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut inner = err;
+    while let Some(source) = inner.source() {
+        inner = source;
+    }
+    inner.to_string()
+}
+
+/// The error for a payload over its limit.
+pub fn too_large(url: &str, max_bytes: u64) -> FetchError {
+    FetchError::Permanent(format!(
+        "{url} is larger than the limit of {max_bytes} bytes"
+    ))
+}
+
+/// A file written by [`Fetcher::download`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Downloaded {
+    /// The bytes written.
+    pub size: u64,
+    /// The digests asked for, in lower-case hexadecimal (each algorithm
+    /// once, in the order first asked).
+    pub digests: Vec<(Algorithm, String)>,
+}
+
+/// The HTTP client and the `file://` root.
+#[derive(Debug, Clone)]
+pub struct Fetcher {
+    client: reqwest::Client,
+    file_root: Option<FileRoot>,
+}
+
+/// The root as configured and as resolved: a URL is checked against the
+/// first before the file system is touched (so nothing outside is even
+/// probed), and its resolved path against the second.
+#[derive(Debug, Clone)]
+struct FileRoot {
+    configured: PathBuf,
+    canonical: PathBuf,
+}
+
+/// Where a URL leads, once checked.
+enum Target {
+    Http(Url),
+    File(PathBuf),
+}
+
+impl Fetcher {
+    /// A fetcher for `config` (its `file_root`).
+    ///
+    /// # Errors
+    /// When the HTTP client cannot be built or the file root cannot be
+    /// resolved (it must exist).
+    pub fn new(config: &RealConfig) -> anyhow::Result<Fetcher> {
+        Fetcher::with_file_root(config.args.file_root.as_deref())
+    }
+
+    /// A fetcher whose `file://` URLs must lie under `root` (none: refused).
+    ///
+    /// # Errors
+    /// As [`Fetcher::new`].
+    pub fn with_file_root(root: Option<&Path>) -> anyhow::Result<Fetcher> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(READ_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::limited(MAX_REDIRECTS))
+            .user_agent(concat!("ingest/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .context("cannot build the HTTP client")?;
+        let file_root = match root {
+            Some(root) => {
+                let canonical = root.canonicalize().with_context(|| {
+                    format!("the file root {} cannot be resolved", root.display())
+                })?;
+                let configured = std::path::absolute(root).unwrap_or_else(|_| canonical.clone());
+                Some(FileRoot {
+                    configured,
+                    canonical,
+                })
+            }
+            None => None,
+        };
+        Ok(Fetcher { client, file_root })
+    }
+
+    /// The HTTP client (for other requests, such as callbacks).
+    pub fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
+    /// The resolved root of `file://` URLs, if one is configured.
+    pub fn file_root(&self) -> Option<&Path> {
+        self.file_root.as_ref().map(|r| r.canonical.as_path())
+    }
+
+    /// The size of the file at `url`: HTTP `HEAD`'s `Content-Length`, or
+    /// the length of a `file://` file.
+    ///
+    /// # Errors
+    /// A refused URL, an HTTP error status (except 405 and 501, a server
+    /// that does not allow HEAD, which gives `Ok(None)`), a request that
+    /// failed, a local file that cannot be read.
+    pub async fn head_size(&self, url: &str) -> Result<Option<u64>, FetchError> {
+        match self.target(url).await? {
+            Target::File(path) => {
+                let url = url.to_owned();
+                blocking(move || {
+                    let metadata = std::fs::metadata(&path).map_err(|e| read_error(&url, &e))?;
+                    if metadata.is_file() {
+                        Ok(Some(metadata.len()))
+                    } else {
+                        Err(not_a_file(&url))
+                    }
+                })
+                .await
+            }
+            Target::Http(u) => {
+                let resp = self
+                    .client
+                    .head(u)
+                    .send()
+                    .await
+                    .map_err(|e| request_error("HEAD", url, &e))?;
+                let status = resp.status();
+                if status == StatusCode::METHOD_NOT_ALLOWED || status == StatusCode::NOT_IMPLEMENTED
+                {
+                    return Ok(None);
+                }
+                if !status.is_success() {
+                    return Err(status_error("HEAD", url, status));
+                }
+                // The header itself: the response to a HEAD has no body, so
+                // the body's size hint says nothing.
+                Ok(resp
+                    .headers()
+                    .get(CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse().ok()))
+            }
+        }
+    }
+
+    /// The whole content at `url`, at most `max_bytes` (for manifests).
+    ///
+    /// # Errors
+    /// As [`Fetcher::download`]; more than `max_bytes` is a permanent error
+    /// naming the limit.
+    pub async fn get_bytes(&self, url: &str, max_bytes: u64) -> Result<Vec<u8>, FetchError> {
+        match self.target(url).await? {
+            Target::File(path) => {
+                let url = url.to_owned();
+                blocking(move || {
+                    let file = open_source(&url, &path, max_bytes)?;
+                    let mut bytes = Vec::new();
+                    file.take(max_bytes.saturating_add(1))
+                        .read_to_end(&mut bytes)
+                        .map_err(|e| read_error(&url, &e))?;
+                    if bytes.len() as u64 > max_bytes {
+                        Err(too_large(&url, max_bytes))
+                    } else {
+                        Ok(bytes)
+                    }
+                })
+                .await
+            }
+            Target::Http(u) => {
+                let mut resp = self.get(url, u, max_bytes).await?;
+                let mut bytes = Vec::new();
+                while let Some(chunk) = resp
+                    .chunk()
+                    .await
+                    .map_err(|e| request_error("GET", url, &e))?
+                {
+                    if (bytes.len() + chunk.len()) as u64 > max_bytes {
+                        return Err(too_large(url, max_bytes));
+                    }
+                    bytes.extend_from_slice(&chunk);
+                }
+                Ok(bytes)
+            }
+        }
+    }
+
+    /// Streams `url` into `dest`, computing `algorithms` on the way, and
+    /// returns the size and digests. The bytes go to `dest` + `.part` first
+    /// (parent directories created), which is renamed to `dest` once
+    /// complete; on any error, and when the future is dropped, the part
+    /// file is removed. An existing `dest` is replaced.
+    ///
+    /// # Errors
+    /// A refused URL, an HTTP error status, a request that failed or was
+    /// cut short, more than `max_bytes` ("larger than the limit of N
+    /// bytes"), a local file that cannot be read or written.
+    pub async fn download(
+        &self,
+        url: &str,
+        dest: &Path,
+        algorithms: &[Algorithm],
+        max_bytes: u64,
+    ) -> Result<Downloaded, FetchError> {
+        let target = self.target(url).await?;
+        let part = part_path(dest);
+        let guard = PartGuard::new(part.clone());
+        let downloaded = match target {
+            Target::Http(u) => {
+                self.download_http(url, u, &part, algorithms, max_bytes, &guard.cancelled)
+                    .await?
+            }
+            Target::File(path) => {
+                let (url, part, algorithms) = (url.to_owned(), part.clone(), algorithms.to_vec());
+                let cancelled = Arc::clone(&guard.cancelled);
+                blocking(move || copy_file(&url, &path, &part, &algorithms, max_bytes, &cancelled))
+                    .await?
+            }
+        };
+        let (from, to) = (part.clone(), dest.to_path_buf());
+        blocking(move || {
+            std::fs::rename(&from, &to).map_err(|e| {
+                FetchError::Permanent(format!(
+                    "cannot move {} to {}: {e}",
+                    from.display(),
+                    to.display()
+                ))
+            })
+        })
+        .await?;
+        guard.disarm();
+        Ok(downloaded)
+    }
+
+    /// Runs `f` until it succeeds, fails permanently, or has failed
+    /// recoverably `policy.retries + 1` times. Before each retry it records
+    /// the error with `job.record_retry(attempt, "WHAT: ERROR")` (attempt 2
+    /// for the first retry) and waits [`RetryPolicy::backoff`].
+    ///
+    /// # Errors
+    /// The permanent error, or the last recoverable one with the number of
+    /// attempts added to its message.
+    pub async fn with_retries<T, F, Fut>(
+        &self,
+        policy: &RetryPolicy,
+        job: Option<&JobCtx>,
+        what: &str,
+        mut f: F,
+    ) -> Result<T, FetchError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, FetchError>>,
+    {
+        let mut attempt: u32 = 1;
+        loop {
+            match f().await {
+                Ok(value) => return Ok(value),
+                Err(err) if err.is_recoverable() && attempt <= policy.retries => {
+                    let message = format!("{what}: {err}");
+                    match job {
+                        Some(job) => job.record_retry(attempt + 1, &message).await,
+                        None => tracing::warn!(attempt = attempt + 1, %message, "retrying"),
+                    }
+                    tokio::time::sleep(policy.backoff(attempt)).await;
+                    attempt += 1;
+                }
+                Err(FetchError::Recoverable(message)) if attempt > 1 => {
+                    return Err(FetchError::Recoverable(format!(
+                        "{message} (gave up after {attempt} attempts)"
+                    )))
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// Checks `url` against the rules: `http`, `https`, or `file` under the
+    /// root.
+    async fn target(&self, url: &str) -> Result<Target, FetchError> {
+        let parsed = Url::parse(url)
+            .map_err(|e| FetchError::Permanent(format!("invalid URL {url:?}: {e}")))?;
+        match parsed.scheme() {
+            "http" | "https" => Ok(Target::Http(parsed)),
+            "file" => {
+                let root = self.file_root.clone().ok_or_else(|| {
+                    FetchError::Permanent(format!(
+                        "file URL {url} refused: no file root is configured (--file-root)"
+                    ))
+                })?;
+                let path = parsed.to_file_path().map_err(|()| {
+                    FetchError::Permanent(format!("file URL {url} has no local path"))
+                })?;
+                let outside = || {
+                    FetchError::Permanent(format!(
+                        "file URL {url} refused: it is not under the file root {}",
+                        root.canonical.display()
+                    ))
+                };
+                // `Url` has already removed `.` and `..` segments; a path
+                // that does not even start with the root is refused without
+                // looking at the file system.
+                if !path.starts_with(&root.configured) && !path.starts_with(&root.canonical) {
+                    return Err(outside());
+                }
+                let url_owned = url.to_owned();
+                let resolved = blocking(move || {
+                    path.canonicalize().map_err(|e| {
+                        let message = format!(
+                            "file URL {url_owned}: cannot resolve {}: {e}",
+                            path.display()
+                        );
+                        match e.kind() {
+                            io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied => {
+                                FetchError::Permanent(message)
+                            }
+                            _ => FetchError::Recoverable(message),
+                        }
+                    })
+                })
+                .await?;
+                // A symbolic link under the root may lead anywhere.
+                if resolved.starts_with(&root.canonical) {
+                    Ok(Target::File(resolved))
+                } else {
+                    Err(outside())
+                }
+            }
+            other => Err(FetchError::Permanent(format!(
+                "URL {url} has the scheme {other:?}; only http, https and file are accepted"
+            ))),
+        }
+    }
+
+    /// A successful GET whose announced length is within `max_bytes`.
+    async fn get(
+        &self,
+        url: &str,
+        u: Url,
+        max_bytes: u64,
+    ) -> Result<reqwest::Response, FetchError> {
+        let resp = self
+            .client
+            .get(u)
+            .send()
+            .await
+            .map_err(|e| request_error("GET", url, &e))?;
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(status_error("GET", url, status));
+        }
+        match resp.content_length() {
+            Some(len) if len > max_bytes => Err(too_large(url, max_bytes)),
+            _ => Ok(resp),
+        }
+    }
+
+    /// The network side of a download: chunks go to a blocking writer
+    /// thread that hashes and writes them, so that neither blocks the
+    /// runtime and both proceed at once.
+    async fn download_http(
+        &self,
+        url: &str,
+        u: Url,
+        part: &Path,
+        algorithms: &[Algorithm],
+        max_bytes: u64,
+        cancelled: &Arc<AtomicBool>,
+    ) -> Result<Downloaded, FetchError> {
+        let mut resp = self.get(url, u, max_bytes).await?;
+        let (path, flag) = (part.to_path_buf(), Arc::clone(cancelled));
+        let file = blocking(move || create_part(&path, &flag)).await?;
+        let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
+        let algorithms = algorithms.to_vec();
+        let writer = tokio::task::spawn_blocking(move || write_chunks(file, rx, &algorithms));
+        let mut received = 0u64;
+        let streamed = async {
+            while let Some(chunk) = resp
+                .chunk()
+                .await
+                .map_err(|e| request_error("GET", url, &e))?
+            {
+                received += chunk.len() as u64;
+                if received > max_bytes {
+                    return Err(too_large(url, max_bytes));
+                }
+                if tx.send(chunk).await.is_err() {
+                    // The writer stopped; its error is reported below.
+                    break;
+                }
+            }
+            Ok(())
+        }
+        .await;
+        drop(tx);
+        // Wait for the writer even after an error, so that the file is
+        // closed before the part file is removed.
+        let written = writer.await;
+        streamed?;
+        match written {
+            Ok(Ok((size, digests))) => Ok(Downloaded { size, digests }),
+            Ok(Err(e)) => Err(write_error(part, &e)),
+            Err(e) => Err(FetchError::Permanent(format!(
+                "the writer of {} failed: {e}",
+                part.display()
+            ))),
+        }
+    }
+}
+
+/// Runs blocking file-system work off the runtime.
+async fn blocking<T, F>(f: F) -> Result<T, FetchError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, FetchError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(FetchError::Permanent(format!("a file task failed: {e}"))))
+}
+
+/// `dest` + `.part`.
+pub fn part_path(dest: &Path) -> PathBuf {
+    let mut name = dest.as_os_str().to_owned();
+    name.push(".part");
+    PathBuf::from(name)
+}
+
+/// Removes the part file unless disarmed: on an error and when the
+/// download's future is dropped (cancellation). It also tells a blocking
+/// copy to stop.
+struct PartGuard {
+    path: PathBuf,
+    cancelled: Arc<AtomicBool>,
+    armed: bool,
+}
+
+impl PartGuard {
+    fn new(path: PathBuf) -> PartGuard {
+        PartGuard {
+            path,
+            cancelled: Arc::new(AtomicBool::new(false)),
+            armed: true,
+        }
+    }
+
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for PartGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            self.cancelled.store(true, Ordering::Relaxed);
+            // Absent when nothing was written yet.
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+fn create_part(part: &Path, cancelled: &AtomicBool) -> Result<File, FetchError> {
+    if cancelled.load(Ordering::Relaxed) {
+        return Err(FetchError::Permanent("cancelled".into()));
+    }
+    if let Some(parent) = part.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| write_error(parent, &e))?;
+    }
+    File::create(part).map_err(|e| write_error(part, &e))
+}
+
+fn write_chunks<B: AsRef<[u8]>>(
+    file: File,
+    mut rx: mpsc::Receiver<B>,
+    algorithms: &[Algorithm],
+) -> io::Result<(u64, Vec<(Algorithm, String)>)> {
+    let mut writer = HashingWriter::new(BufWriter::with_capacity(COPY_BUFFER, file), algorithms);
+    while let Some(chunk) = rx.blocking_recv() {
+        writer.write_all(chunk.as_ref())?;
+    }
+    let (buffered, size, digests) = writer.finish();
+    buffered
+        .into_inner()
+        .map_err(io::IntoInnerError::into_error)?;
+    Ok((size, digests))
+}
+
+/// Opens a local source, refusing what is not a regular file or is over
+/// `max_bytes` already.
+fn open_source(url: &str, path: &Path, max_bytes: u64) -> Result<File, FetchError> {
+    let file = File::open(path).map_err(|e| read_error(url, &e))?;
+    let metadata = file.metadata().map_err(|e| read_error(url, &e))?;
+    if !metadata.is_file() {
+        return Err(not_a_file(url));
+    }
+    if metadata.len() > max_bytes {
+        return Err(too_large(url, max_bytes));
+    }
+    Ok(file)
+}
+
+fn copy_file(
+    url: &str,
+    src: &Path,
+    part: &Path,
+    algorithms: &[Algorithm],
+    max_bytes: u64,
+    cancelled: &AtomicBool,
+) -> Result<Downloaded, FetchError> {
+    let mut source = open_source(url, src, max_bytes)?;
+    let file = create_part(part, cancelled)?;
+    let mut writer = HashingWriter::new(BufWriter::with_capacity(COPY_BUFFER, file), algorithms);
+    let mut buf = vec![0u8; COPY_BUFFER];
+    loop {
+        if cancelled.load(Ordering::Relaxed) {
+            return Err(FetchError::Permanent(format!(
+                "copying {url} was cancelled"
+            )));
+        }
+        let n = match source.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(read_error(url, &e)),
+        };
+        if writer.bytes_written() + n as u64 > max_bytes {
+            return Err(too_large(url, max_bytes));
+        }
+        let chunk = buf.get(..n).unwrap_or(&buf);
+        writer.write_all(chunk).map_err(|e| write_error(part, &e))?;
+    }
+    let (buffered, size, digests) = writer.finish();
+    buffered
+        .into_inner()
+        .map_err(|e| write_error(part, e.error()))?;
+    Ok(Downloaded { size, digests })
+}
+
+/// A local source that cannot be read: absent or forbidden is permanent,
+/// anything else (an NFS hiccup) may pass.
+fn read_error(url: &str, e: &io::Error) -> FetchError {
+    let message = format!("cannot read {url}: {e}");
+    match e.kind() {
+        io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied => FetchError::Permanent(message),
+        _ => FetchError::Recoverable(message),
+    }
+}
+
+fn not_a_file(url: &str) -> FetchError {
+    FetchError::Permanent(format!("{url} is not a regular file"))
+}
+
+/// Writing to working storage failed (disk full, permissions): not the
+/// depositor's fault, but retrying at once will not help either.
+fn write_error(path: &Path, e: &io::Error) -> FetchError {
+    FetchError::Permanent(format!("cannot write {}: {e}", path.display()))
+}
+
+/// A local HTTP server for the tests of the real steps.
+#[cfg(test)]
+pub(crate) mod test_server {
+    use axum::Router;
+
+    /// Serves `router` on 127.0.0.1 and returns its base URL
+    /// (`http://127.0.0.1:PORT`); the server lives as long as the runtime.
+    pub async fn serve(router: Router) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        format!("http://{addr}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use axum::http::StatusCode as Status;
+    use axum::routing::{get, post};
+    use axum::Router;
+    use ingest_steps::digest::{Algorithm, MultiHasher};
+
+    use super::test_server::serve;
+    use super::*;
+
+    const BODY: &[u8] = b"hello, preservation\n";
+
+    fn sha256(bytes: &[u8]) -> String {
+        let mut h = MultiHasher::new(&[Algorithm::Sha256]);
+        h.update(bytes);
+        h.finish().remove(0).1
+    }
+
+    fn policy(retries: u32) -> RetryPolicy {
+        RetryPolicy {
+            retries,
+            first_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(5),
+        }
+    }
+
+    /// `/file` serves BODY, `/flaky` fails twice with 503, `/broken`
+    /// always fails with 500, `/nohead` only answers POST; the counters
+    /// count the calls of `/flaky` and `/broken`.
+    async fn server() -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+        let flaky = Arc::new(AtomicUsize::new(0));
+        let broken = Arc::new(AtomicUsize::new(0));
+        let (f, b) = (Arc::clone(&flaky), Arc::clone(&broken));
+        let router = Router::new()
+            .route("/file", get(|| async { BODY }))
+            .route(
+                "/flaky",
+                get(move || {
+                    let f = Arc::clone(&f);
+                    async move {
+                        match f.fetch_add(1, Ordering::SeqCst) {
+                            0 | 1 => Err(Status::SERVICE_UNAVAILABLE),
+                            _ => Ok(BODY),
+                        }
+                    }
+                }),
+            )
+            .route(
+                "/broken",
+                get(move || {
+                    let b = Arc::clone(&b);
+                    async move {
+                        b.fetch_add(1, Ordering::SeqCst);
+                        Status::INTERNAL_SERVER_ERROR
+                    }
+                }),
+            )
+            .route("/nohead", post(|| async { BODY }));
+        (serve(router).await, flaky, broken)
+    }
+
+    #[test]
+    fn backoff_doubles_with_jitter_and_is_capped() {
+        let p = RetryPolicy {
+            retries: 5,
+            first_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(300),
+        };
+        for _ in 0..50 {
+            let first = p.backoff(1);
+            assert!(first >= Duration::from_millis(50) && first <= Duration::from_millis(100));
+            let second = p.backoff(2);
+            assert!(second >= Duration::from_millis(100) && second <= Duration::from_millis(200));
+            assert!(p.backoff(40) <= Duration::from_millis(300));
+            assert!(p.backoff(40) >= Duration::from_millis(150));
+        }
+        let none = RetryPolicy {
+            first_backoff: Duration::ZERO,
+            ..p
+        };
+        assert_eq!(none.backoff(3), Duration::ZERO);
+    }
+
+    #[tokio::test]
+    async fn downloads_with_digest_and_sizes_with_head() {
+        let (base, _, _) = server().await;
+        let fetcher = Fetcher::with_file_root(None).expect("fetcher");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let dest = dir.path().join("sub/out.txt");
+        let url = format!("{base}/file");
+        let got = fetcher
+            .download(&url, &dest, &[Algorithm::Sha256, Algorithm::Md5], 1000)
+            .await
+            .expect("download");
+        assert_eq!(got.size, BODY.len() as u64);
+        assert_eq!(got.digests[0], (Algorithm::Sha256, sha256(BODY)));
+        assert_eq!(got.digests[1].0, Algorithm::Md5);
+        assert_eq!(std::fs::read(&dest).expect("read"), BODY);
+        assert!(!part_path(&dest).exists());
+        assert_eq!(fetcher.head_size(&url).await, Ok(Some(BODY.len() as u64)));
+        assert_eq!(fetcher.head_size(&format!("{base}/nohead")).await, Ok(None));
+        assert_eq!(fetcher.get_bytes(&url, 1000).await.expect("get"), BODY);
+    }
+
+    #[tokio::test]
+    async fn a_404_is_permanent_and_names_the_url() {
+        let (base, _, _) = server().await;
+        let fetcher = Fetcher::with_file_root(None).expect("fetcher");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = format!("{base}/missing");
+        let err = fetcher
+            .download(&url, &dir.path().join("x"), &[Algorithm::Sha256], 1000)
+            .await
+            .expect_err("404");
+        assert_eq!(
+            err,
+            FetchError::Permanent(format!("GET {url} returned 404 Not Found"))
+        );
+        assert!(!part_path(&dir.path().join("x")).exists());
+        let head = fetcher.head_size(&url).await.expect_err("404");
+        assert!(!head.is_recoverable());
+    }
+
+    #[tokio::test]
+    async fn a_flaky_server_succeeds_after_exactly_two_retries() {
+        let (base, flaky, _) = server().await;
+        let fetcher = Fetcher::with_file_root(None).expect("fetcher");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = format!("{base}/flaky");
+        let dest = dir.path().join("flaky");
+        let got = fetcher
+            .with_retries(&policy(3), None, &url, || {
+                fetcher.download(&url, &dest, &[Algorithm::Sha256], 1000)
+            })
+            .await
+            .expect("third try succeeds");
+        assert_eq!(got.size, BODY.len() as u64);
+        assert_eq!(flaky.load(Ordering::SeqCst), 3, "two retries, three calls");
+    }
+
+    #[tokio::test]
+    async fn an_always_failing_server_gives_up_after_the_retries() {
+        let (base, _, broken) = server().await;
+        let fetcher = Fetcher::with_file_root(None).expect("fetcher");
+        let url = format!("{base}/broken");
+        let err = fetcher
+            .with_retries(&policy(2), None, &url, || fetcher.get_bytes(&url, 1000))
+            .await
+            .expect_err("always 500");
+        assert_eq!(broken.load(Ordering::SeqCst), 3);
+        assert!(err.is_recoverable());
+        assert!(err.message().contains(&url), "{err}");
+        assert!(err.message().contains("500 Internal Server Error"), "{err}");
+        assert!(err.message().contains("3 attempts"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_recoverable() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}/x", listener.local_addr().expect("addr"));
+        drop(listener);
+        let fetcher = Fetcher::with_file_root(None).expect("fetcher");
+        let err = fetcher.get_bytes(&url, 10).await.expect_err("refused");
+        assert!(err.is_recoverable(), "{err}");
+        assert!(err.message().contains(&url), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_body_cut_short_is_recoverable_and_leaves_no_part_file() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}/cut", listener.local_addr().expect("addr"));
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut request = [0u8; 1024];
+                let _ = conn.read(&mut request).await;
+                let _ = conn
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this")
+                    .await;
+                // Dropping the connection cuts the body short.
+            }
+        });
+        let fetcher = Fetcher::with_file_root(None).expect("fetcher");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let dest = dir.path().join("cut");
+        let err = fetcher
+            .download(&url, &dest, &[Algorithm::Sha256], 1000)
+            .await
+            .expect_err("cut short");
+        assert!(err.is_recoverable(), "{err}");
+        assert!(err.message().contains(&url), "{err}");
+        assert!(!dest.exists() && !part_path(&dest).exists());
+    }
+
+    #[tokio::test]
+    async fn more_than_max_bytes_is_refused() {
+        let (base, _, _) = server().await;
+        let fetcher = Fetcher::with_file_root(None).expect("fetcher");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = format!("{base}/file");
+        let dest = dir.path().join("big");
+        let err = fetcher
+            .download(&url, &dest, &[Algorithm::Sha256], 5)
+            .await
+            .expect_err("too large");
+        assert_eq!(err, too_large(&url, 5));
+        assert!(err.message().contains("larger than the limit of 5 bytes"));
+        assert!(!dest.exists() && !part_path(&dest).exists());
+        assert_eq!(fetcher.get_bytes(&url, 5).await, Err(too_large(&url, 5)));
+    }
+
+    #[tokio::test]
+    async fn file_urls_must_lie_under_the_root() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("sub")).expect("mkdir");
+        std::fs::write(root.join("sub/a.txt"), BODY).expect("write");
+        std::fs::write(dir.path().join("secret"), b"secret").expect("write");
+        let fetcher = Fetcher::with_file_root(Some(&root)).expect("fetcher");
+        let ok = Url::from_file_path(root.join("sub/a.txt"))
+            .expect("url")
+            .to_string();
+        let dest = dir.path().join("out/a.txt");
+        let got = fetcher
+            .download(&ok, &dest, &[Algorithm::Sha256], 1000)
+            .await
+            .expect("under the root");
+        assert_eq!(got.digests[0].1, sha256(BODY));
+        assert_eq!(fetcher.head_size(&ok).await, Ok(Some(BODY.len() as u64)));
+        assert_eq!(fetcher.get_bytes(&ok, 1000).await.expect("get"), BODY);
+
+        let refused = |err: FetchError, url: &str| {
+            assert!(!err.is_recoverable(), "{err}");
+            assert!(err.message().contains(url), "{err}");
+        };
+        let passwd = "file:///etc/passwd";
+        refused(
+            fetcher
+                .get_bytes(passwd, 1 << 20)
+                .await
+                .expect_err("outside"),
+            passwd,
+        );
+        let escape = format!("{}/../secret", Url::from_file_path(&root).expect("url"));
+        let err = fetcher.get_bytes(&escape, 1000).await.expect_err("escape");
+        assert!(err.message().contains("not under the file root"), "{err}");
+        refused(err, &escape);
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(dir.path().join("secret"), root.join("link"))
+                .expect("symlink");
+            let link = Url::from_file_path(root.join("link"))
+                .expect("url")
+                .to_string();
+            refused(
+                fetcher
+                    .get_bytes(&link, 1000)
+                    .await
+                    .expect_err("symlink out"),
+                &link,
+            );
+        }
+        let missing = Url::from_file_path(root.join("nope"))
+            .expect("url")
+            .to_string();
+        refused(
+            fetcher.head_size(&missing).await.expect_err("missing"),
+            &missing,
+        );
+
+        let rootless = Fetcher::with_file_root(None).expect("fetcher");
+        let err = rootless.get_bytes(&ok, 1000).await.expect_err("no root");
+        assert!(err.message().contains("no file root"), "{err}");
+        let ftp = "ftp://example.org/x";
+        refused(rootless.get_bytes(ftp, 10).await.expect_err("scheme"), ftp);
+    }
+}

@@ -1,0 +1,172 @@
+//! The real steps: what a preservation repository does in each state, so
+//! that a depositor's submission ends as a stored, inventoried, verifiable
+//! object. Each state has its own file:
+//!
+//! - [`fetch`]: HTTP(S) and `file://` reads with bounded retries and
+//!   backoff (each retry recorded as an event), streaming digests, size
+//!   limits.
+//! - [`estimate`]: HEAD every file; `space_needed` is the sum (Estimating).
+//! - provisioning: the working-storage gate of [`super::step::Provision`].
+//! - [`download`]: GET every file into `<work>/<bid>/<jid>/producer/`,
+//!   verifying supplied digests, unpacking containers (Downloading).
+//! - [`process`]: identifiers (inventory lookup by local id, minting), ERC
+//!   and Dublin Core, the signed storage manifest (Processing).
+//! - [`store`]: an OCFL version per storage target, fixity verified
+//!   (Storing).
+//! - [`record`]: the object in the server's inventory (Recording).
+//! - [`notify`]: the profile's callback, then the working directory is
+//!   removed (Notify).
+//! - [`batch`]: the batch daemons' work: expanding a pending batch's
+//!   payload (the five Merritt forms) and sending its report (callback and
+//!   e-mail).
+//!
+//! Every step tells a recoverable error (retried within the step, bounded,
+//! each attempt an event) from a non-recoverable one (the job fails with the
+//! step's message and keeps its `last_successful_status`, so an admin
+//! requeue resumes at that step).
+
+pub mod batch;
+pub mod download;
+pub mod estimate;
+pub mod fetch;
+pub mod janitor;
+pub mod mail;
+pub mod notify;
+pub mod process;
+pub mod record;
+pub mod store;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use ingest_events::JobState;
+
+use super::step::{Provision, Step, Steps, StorageProbe};
+use ingest_config::Profiles;
+
+pub use ingest_config::RealArgs;
+
+/// Everything the real steps share, built from [`RealArgs`].
+#[derive(Debug, Clone)]
+pub struct RealConfig {
+    /// Working storage: `<work>/<bid>/<jid>/`.
+    pub work_dir: PathBuf,
+    /// The parsed options.
+    pub args: RealArgs,
+    /// The collection profiles (callback URLs, report recipients).
+    pub profiles: Profiles,
+}
+
+impl RealConfig {
+    /// The retry policy of every step.
+    pub fn retry(&self) -> fetch::RetryPolicy {
+        fetch::RetryPolicy {
+            retries: self.args.step_retries,
+            first_backoff: Duration::from_millis(self.args.retry_backoff_ms),
+            max_backoff: Duration::from_secs(30),
+        }
+    }
+
+    /// A job's working directory.
+    pub fn job_dir(&self, bid: &str, jid: &str) -> PathBuf {
+        job_dir(&self.work_dir, bid, jid)
+    }
+}
+
+/// A job's working directory under `work`.
+pub fn job_dir(work: &Path, bid: &str, jid: &str) -> PathBuf {
+    work.join(bid).join(jid)
+}
+
+/// The real steps of every state, provisioning gated on `probe`.
+///
+/// # Errors
+/// A storage target that cannot be opened, an unreadable signing key, an
+/// unusable working directory or a bad option; the message names it.
+pub fn steps(
+    config: RealConfig,
+    probe: Arc<dyn StorageProbe>,
+    threshold_percent: f64,
+) -> Result<Steps> {
+    std::fs::create_dir_all(&config.work_dir).with_context(|| {
+        format!(
+            "cannot create the working directory {}",
+            config.work_dir.display()
+        )
+    })?;
+    let fetcher = Arc::new(fetch::Fetcher::new(&config).context("the HTTP client")?);
+    let targets = store::open_targets(&config.args.storage_targets)?;
+    let key = match &config.args.signing_key {
+        Some(path) => Some(Arc::new(
+            ingest_steps::signing::SigningKeyFile::load(path)
+                .with_context(|| format!("the signing key {}", path.display()))?,
+        )),
+        None => None,
+    };
+    let config = Arc::new(config);
+    let mut steps = Steps::simulated(
+        super::step::SimSettings::default(),
+        None,
+        Arc::clone(&probe),
+        threshold_percent,
+        config.work_dir.clone(),
+    );
+    let pass: Arc<dyn Step> = Arc::new(estimate::Pass);
+    let real: [(JobState, Arc<dyn Step>); 7] = [
+        (
+            JobState::Estimating,
+            Arc::new(estimate::Estimate::new(
+                Arc::clone(&fetcher),
+                Arc::clone(&config),
+            )),
+        ),
+        (
+            JobState::Provisioning,
+            Arc::new(Provision::new(
+                probe,
+                threshold_percent,
+                config.work_dir.clone(),
+                pass,
+            )),
+        ),
+        (
+            JobState::Downloading,
+            Arc::new(download::Download::new(
+                Arc::clone(&fetcher),
+                Arc::clone(&config),
+            )),
+        ),
+        (
+            JobState::Processing,
+            Arc::new(process::Process::new(Arc::clone(&config), key)),
+        ),
+        (
+            JobState::Storing,
+            Arc::new(store::Store::new(targets, Arc::clone(&config))),
+        ),
+        (
+            JobState::Recording,
+            Arc::new(record::Record::new(Arc::clone(&config))),
+        ),
+        (
+            JobState::Notify,
+            Arc::new(notify::Notify::new(
+                Arc::clone(&fetcher),
+                Arc::clone(&config),
+            )),
+        ),
+    ];
+    for (state, step) in real {
+        steps.set(state, step);
+    }
+    let interval = match config.args.janitor_interval_secs {
+        0 => janitor::DEFAULT_INTERVAL,
+        secs => Duration::from_secs(secs),
+    };
+    let sweeper = janitor::Janitor::new(config.work_dir.clone(), interval);
+    steps.janitor = Some(Arc::new(sweeper));
+    steps.batch = Some(Arc::new(batch::Batches::new(fetcher, config)?));
+    Ok(steps)
+}

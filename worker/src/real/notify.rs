@@ -1,0 +1,370 @@
+//! Notify: the profile's callback (an HTTP POST of the job's outcome,
+//! retried with backoff), then the job's working directory is removed and
+//! the job goes to Completed.
+//!
+//! A callback that still fails when its retries run out fails the job (the
+//! design's rule): the message names the URL, and an admin requeue resumes
+//! here. The working directory is kept until the callback succeeded, so a
+//! failed job can still be inspected.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::fetch::{request_error, RetryPolicy};
+use super::RealConfig;
+use crate::step::{JobCtx, JobData, Outcome, Step, StepFuture, StepResult};
+
+/// The Notify step.
+pub struct Notify {
+    client: reqwest::Client,
+    config: Arc<RealConfig>,
+}
+
+impl Notify {
+    /// The step; callbacks go through `fetcher`'s HTTP client.
+    pub fn new(fetcher: Arc<super::fetch::Fetcher>, config: Arc<RealConfig>) -> Notify {
+        Notify {
+            client: fetcher.client().clone(),
+            config,
+        }
+    }
+}
+
+impl Step for Notify {
+    fn run<'a>(&'a self, job: &'a JobCtx) -> StepFuture<'a> {
+        Box::pin(async move {
+            let outcome = match job.data().await {
+                Ok(data) => self.notify(job, &data).await,
+                Err(e) => Outcome::failure(format!("notify: {e}")),
+            };
+            StepResult::Report(outcome)
+        })
+    }
+}
+
+impl Notify {
+    async fn notify(&self, job: &JobCtx, data: &JobData) -> Outcome {
+        let profile_name = str_field(&data.configuration, "profile_name");
+        let callback = self
+            .config
+            .profiles
+            .get(profile_name)
+            .and_then(|p| p.notification.callback_url.clone())
+            .filter(|u| !u.trim().is_empty());
+        let notified = match &callback {
+            Some(url) => {
+                let body = callback_body(&job.jid, data);
+                if let Err(e) =
+                    post_callback(&self.client, url, &body, self.config.retry(), Some(job)).await
+                {
+                    return Outcome::failure(e);
+                }
+                format!("notified {url}")
+            }
+            None => format!("notified nobody (profile {profile_name:?} has no callback URL)"),
+        };
+        let removed = match remove_job_dir(&self.config, &data.bid, &job.jid).await {
+            Ok(dir) => format!("removed {dir}"),
+            // The depositor has been told; failing now would only call the
+            // callback again on requeue. The directory is left for an admin.
+            Err(e) => {
+                tracing::warn!(jid = %job.jid, error = %e, "cannot remove the working directory");
+                format!("kept the working directory: {e}")
+            }
+        };
+        Outcome::success(format!("{notified}; {removed}"))
+    }
+}
+
+/// The callback's JSON for a job that completed.
+pub fn callback_body(jid: &str, data: &JobData) -> Value {
+    let local_ids: Vec<Value> = match data.identifiers.get("local_id") {
+        Some(Value::Array(ids)) => ids.clone(),
+        _ => Vec::new(),
+    };
+    let ark = match str_field(&data.identifiers, "primary_id") {
+        "" => Value::Null,
+        ark => json!(ark),
+    };
+    json!({
+        "jid": jid,
+        "bid": data.bid,
+        "status": "Completed",
+        "ark": ark,
+        "local_ids": local_ids,
+        "profile": str_field(&data.configuration, "profile_name"),
+        "submitter": str_field(&data.configuration, "submitter"),
+        "message": format!("job {jid} of batch {} completed", data.bid),
+    })
+}
+
+/// POSTs `body` to `url`, retrying recoverable errors (connection errors,
+/// timeouts, HTTP 5xx and 429) per `policy`; each retry is recorded with
+/// `job.record_retry` when there is a job (batch reports have none).
+///
+/// # Errors
+/// Another HTTP status (not retried), or a recoverable error that persists
+/// when the retries run out; the message names the URL, the last status or
+/// error and the number of attempts.
+pub async fn post_callback(
+    client: &reqwest::Client,
+    url: &str,
+    body: &Value,
+    policy: RetryPolicy,
+    job: Option<&JobCtx>,
+) -> Result<(), String> {
+    let attempts = policy.retries.saturating_add(1);
+    let mut attempt = 1;
+    loop {
+        // `error` completes "callback URL URL …" or, for a request without
+        // an answer, is fetch's own message (which names the URL).
+        let (error, recoverable) = match client.post(url).json(body).send().await {
+            Ok(resp) if resp.status().is_success() => {
+                tracing::info!(url, attempt, "callback delivered");
+                return Ok(());
+            }
+            Ok(resp) => {
+                let status = resp.status();
+                let recoverable = status.is_server_error()
+                    || status == reqwest::StatusCode::TOO_MANY_REQUESTS
+                    || status == reqwest::StatusCode::REQUEST_TIMEOUT;
+                (
+                    format!("callback URL {url} returned {}", status.as_u16()),
+                    recoverable,
+                )
+            }
+            Err(e) => {
+                let e = request_error("POST", url, &e);
+                (format!("callback {}", e.message()), e.is_recoverable())
+            }
+        };
+        if !recoverable {
+            return Err(error);
+        }
+        if attempt >= attempts {
+            return Err(format!(
+                "{error} after {attempt} attempt{}",
+                if attempt == 1 { "" } else { "s" }
+            ));
+        }
+        match job {
+            Some(job) => job.record_retry(attempt + 1, &error).await,
+            None => {
+                tracing::warn!(url, attempt = attempt + 1, %error, "recoverable error; retrying")
+            }
+        }
+        tokio::time::sleep(policy.backoff(attempt)).await;
+        attempt += 1;
+    }
+}
+
+/// Removes the job's working directory (absent is fine) and says which.
+///
+/// # Errors
+/// A batch or job id that is not a plain name (it could point outside
+/// working storage), or a removal that failed.
+async fn remove_job_dir(config: &RealConfig, bid: &str, jid: &str) -> Result<String, String> {
+    let plain = |id: &str| {
+        !id.is_empty()
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    };
+    if !plain(bid) || !plain(jid) {
+        return Err(format!(
+            "batch {bid:?} / job {jid:?} is not a plain name; nothing removed"
+        ));
+    }
+    let dir = config.job_dir(bid, jid);
+    let shown = dir.display().to_string();
+    let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&dir))
+        .await
+        .map_err(|e| format!("the removal of {shown} failed: {e}"))?;
+    match removed {
+        Ok(()) => Ok(shown),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(format!("{shown} (already gone)")),
+        Err(e) => Err(format!("cannot remove {shown}: {e}")),
+    }
+}
+
+fn str_field<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use axum::extract::State;
+    use axum::http::StatusCode;
+    use axum::routing::post;
+    use axum::{Json, Router};
+    use ingest_events::JobState;
+
+    use super::*;
+
+    /// A callback server answering `script[i]` to the i-th POST (the last
+    /// entry for every later one), recording every body.
+    #[derive(Clone, Default)]
+    struct Callback {
+        script: Arc<Vec<u16>>,
+        calls: Arc<AtomicUsize>,
+        bodies: Arc<Mutex<Vec<Value>>>,
+    }
+
+    async fn answer(State(cb): State<Callback>, Json(body): Json<Value>) -> StatusCode {
+        let i = cb.calls.fetch_add(1, Ordering::SeqCst);
+        cb.bodies.lock().expect("lock").push(body);
+        let code = cb
+            .script
+            .get(i)
+            .or(cb.script.last())
+            .copied()
+            .unwrap_or(200);
+        StatusCode::from_u16(code).unwrap_or(StatusCode::OK)
+    }
+
+    async fn serve(script: &[u16]) -> (String, Callback) {
+        let cb = Callback {
+            script: Arc::new(script.to_vec()),
+            ..Callback::default()
+        };
+        let app = Router::new()
+            .route("/cb", post(answer))
+            .with_state(cb.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{addr}/cb"), cb)
+    }
+
+    fn client() -> reqwest::Client {
+        super::super::fetch::Fetcher::with_file_root(None)
+            .expect("fetcher")
+            .client()
+            .clone()
+    }
+
+    fn policy() -> RetryPolicy {
+        RetryPolicy {
+            retries: 3,
+            first_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(5),
+        }
+    }
+
+    fn data() -> JobData {
+        JobData {
+            bid: "bid0000000001".into(),
+            configuration: json!({"profile_name": "demo", "submitter": "alice"}),
+            identifiers: json!({"primary_id": "ark:/99999/fk4abc", "local_id": ["loc1", "loc2"]}),
+            metadata: json!({}),
+            status: json!({"status": "Notify"}),
+            space_needed: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn one_post_with_the_jobs_json() {
+        let (url, cb) = serve(&[200]).await;
+        let client = client();
+        let body = callback_body("jid0000000001", &data());
+        post_callback(&client, &url, &body, policy(), None)
+            .await
+            .expect("delivered");
+        let bodies = cb.bodies.lock().expect("lock").clone();
+        assert_eq!(bodies.len(), 1);
+        assert_eq!(
+            bodies[0],
+            json!({
+                "jid": "jid0000000001",
+                "bid": "bid0000000001",
+                "status": "Completed",
+                "ark": "ark:/99999/fk4abc",
+                "local_ids": ["loc1", "loc2"],
+                "profile": "demo",
+                "submitter": "alice",
+                "message": "job jid0000000001 of batch bid0000000001 completed",
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn a_flaky_callback_succeeds_after_two_retries() {
+        let (url, cb) = serve(&[503, 503, 200]).await;
+        let client = client();
+        let job = JobCtx::detached("jid0000000001", JobState::Notify, 5);
+        post_callback(&client, &url, &json!({}), policy(), Some(&job))
+            .await
+            .expect("delivered");
+        assert_eq!(cb.calls.load(Ordering::SeqCst), 3, "2 retries");
+    }
+
+    #[tokio::test]
+    async fn a_failing_callback_fails_naming_the_url() {
+        let (url, cb) = serve(&[500]).await;
+        let client = client();
+        let error = post_callback(&client, &url, &json!({}), policy(), None)
+            .await
+            .expect_err("fails");
+        assert_eq!(
+            error,
+            format!("callback URL {url} returned 500 after 4 attempts")
+        );
+        assert_eq!(cb.calls.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn a_client_error_is_not_retried() {
+        let (url, cb) = serve(&[404]).await;
+        let client = client();
+        let error = post_callback(&client, &url, &json!({}), policy(), None)
+            .await
+            .expect_err("fails");
+        assert_eq!(error, format!("callback URL {url} returned 404"));
+        assert_eq!(cb.calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_callback_names_the_reason() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            l.local_addr().expect("addr").port()
+        };
+        let url = format!("http://127.0.0.1:{port}/cb");
+        let client = client();
+        let error = post_callback(&client, &url, &json!({}), policy(), None)
+            .await
+            .expect_err("fails");
+        assert!(
+            error.starts_with(&format!("callback POST {url}: cannot connect")),
+            "{error}"
+        );
+        assert!(error.ends_with("after 4 attempts"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn the_working_directory_is_removed_and_odd_ids_refused() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let config = RealConfig {
+            work_dir: tmp.path().to_path_buf(),
+            args: super::super::RealArgs::default(),
+            profiles: ingest_config::Profiles::unrestricted(),
+        };
+        let dir = config.job_dir("bid1", "jid1");
+        std::fs::create_dir_all(dir.join("producer")).expect("mkdir");
+        std::fs::write(dir.join("producer/a.txt"), b"a").expect("write");
+        assert!(remove_job_dir(&config, "bid1", "jid1").await.is_ok());
+        assert!(!dir.exists());
+        assert!(remove_job_dir(&config, "bid1", "jid1")
+            .await
+            .is_ok_and(|m| m.contains("already gone")));
+        assert!(remove_job_dir(&config, "..", "jid1").await.is_err());
+        assert!(remove_job_dir(&config, "", "jid1").await.is_err());
+    }
+}

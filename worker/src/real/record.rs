@@ -1,0 +1,459 @@
+//! Recording: the stored object version goes into the server's inventory
+//! (`POST /jobs/JID/object`), queryable by ark and by local id.
+//!
+//! The version number comes from the storage markers the storing step
+//! wrote (`<job>/stored-<target>.json`); every target must hold the job's
+//! files as the same version, and the storage manifest must be the one
+//! that was stored. The files are those of the stored version: the producer
+//! files (sizes and digests from the download step's list, SHA-256 computed
+//! where it has none) and the files of `system/` (SHA-256 computed).
+//!
+//! Recording is idempotent on the server: a retry or a requeue that
+//! records the same version again is answered `{"new": false}`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use chrono::Utc;
+use ingest_steps::erc::ErcFields;
+use ingest_steps::inventory::{InventoryFile, ObjectVersionRecord};
+use serde_json::json;
+
+use super::fetch::RetryPolicy;
+use super::process::{
+    self, call_api, erc_fields, file_url, job_data, local_ids, primary_id, MANIFEST_FILE,
+};
+use super::store::{read_marker, target_names};
+use super::RealConfig;
+use crate::step::{JobCtx, Outcome, Step, StepFuture, StepResult};
+
+/// The step.
+pub struct Record {
+    config: Arc<RealConfig>,
+}
+
+impl Record {
+    /// The step.
+    pub fn new(config: Arc<RealConfig>) -> Record {
+        Record { config }
+    }
+
+    async fn record(&self, job: &JobCtx) -> Outcome {
+        let policy = self.config.retry();
+        let data = match job_data(job, policy).await {
+            Ok(d) => d,
+            Err(e) => return Outcome::failure(e),
+        };
+        let Some(ark) = primary_id(&data.identifiers) else {
+            return Outcome::failure("no ark: Processing did not assign one");
+        };
+        let mode = match data.configuration["submission_mode"].as_str() {
+            Some("update") => "update",
+            _ => "add",
+        };
+        let job_dir = self.config.job_dir(&data.bid, &job.jid);
+        let input = RecordInput {
+            ark,
+            collection: data.configuration["profile_name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            local_ids: local_ids(&data.identifiers),
+            targets: target_names(&self.config.args.storage_targets),
+            jid: job.jid.clone(),
+            bid: data.bid.clone(),
+            erc: erc_fields(&data.metadata),
+        };
+        let built = {
+            let dir = job_dir.clone();
+            tokio::task::spawn_blocking(move || {
+                let record = build_record(&dir, &input)?;
+                let manifest = std::fs::canonicalize(dir.join("system").join(MANIFEST_FILE))
+                    .map_err(|e| format!("the storage manifest of {}: {e}", dir.display()))?;
+                Ok::<_, String>((record, file_url(&manifest)?))
+            })
+            .await
+        };
+        let (record, manifest_url) = match built {
+            Ok(Ok(built)) => built,
+            Ok(Err(e)) => return Outcome::failure(e),
+            Err(e) => {
+                return Outcome::failure(format!("building the inventory record failed: {e}"))
+            }
+        };
+        match send_record(job, policy, &record).await {
+            Ok(new) => {
+                tracing::info!(jid = %job.jid, state = %job.state, ark = %record.ark, version = record.version, new, "recorded");
+                let again = if new { "" } else { " (already recorded)" };
+                Outcome::success(format!(
+                    "recorded {} v{}{again}",
+                    record.ark, record.version
+                ))
+                .with(
+                    "inventory",
+                    json!({"manifest_url": manifest_url, "mode": mode}),
+                )
+            }
+            Err(e) => Outcome::failure(e),
+        }
+    }
+}
+
+impl Step for Record {
+    fn run<'a>(&'a self, job: &'a JobCtx) -> StepFuture<'a> {
+        Box::pin(async move { StepResult::Report(self.record(job).await) })
+    }
+}
+
+/// What [`build_record`] needs besides the working directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordInput {
+    /// The object's ark.
+    pub ark: String,
+    /// The collection (profile name).
+    pub collection: String,
+    /// The depositor's local ids.
+    pub local_ids: Vec<String>,
+    /// The configured storage targets; empty: whichever targets left a
+    /// marker in the working directory.
+    pub targets: Vec<String>,
+    /// The job.
+    pub jid: String,
+    /// Its batch.
+    pub bid: String,
+    /// The ERC metadata (`who`, `what`, `when` are recorded).
+    pub erc: ErcFields,
+}
+
+/// The inventory record of the version the storing step stored from
+/// `job_dir`.
+///
+/// # Errors
+/// No storage marker for a target, markers for another ark or disagreeing
+/// on the version (the message names each target and version), a storage
+/// manifest changed since it was stored, or a file that cannot be read.
+pub fn build_record(job_dir: &Path, input: &RecordInput) -> Result<ObjectVersionRecord, String> {
+    let targets = if input.targets.is_empty() {
+        marker_targets(job_dir)?
+    } else {
+        input.targets.clone()
+    };
+    if targets.is_empty() {
+        return Err(format!(
+            "no storage target holds {}: Storing did not finish",
+            input.ark
+        ));
+    }
+    let (_, manifest_sha256) = process::sha256_of(&job_dir.join("system").join(MANIFEST_FILE))?;
+    let mut versions = Vec::with_capacity(targets.len());
+    for target in &targets {
+        let marker = read_marker(job_dir, target)?.ok_or_else(|| {
+            format!(
+                "target {target} holds no version of {}: Storing did not finish",
+                input.ark
+            )
+        })?;
+        if marker.ark != input.ark {
+            return Err(format!(
+                "target {target} stored {}, not the job's ark {}",
+                marker.ark, input.ark
+            ));
+        }
+        if marker.manifest_sha256 != manifest_sha256 {
+            return Err(format!(
+                "the storage manifest changed after target {target} stored {} v{}: store again",
+                input.ark, marker.version
+            ));
+        }
+        versions.push((target.clone(), marker.version));
+    }
+    let distinct: BTreeSet<u32> = versions.iter().map(|(_, v)| *v).collect();
+    let version = match distinct.first() {
+        Some(v) if distinct.len() == 1 => *v,
+        _ => {
+            let each: Vec<String> = versions
+                .iter()
+                .map(|(t, v)| format!("v{v} in {t}"))
+                .collect();
+            return Err(format!(
+                "the storage targets disagree on the version of {}: {}",
+                input.ark,
+                each.join(", ")
+            ));
+        }
+    };
+    let mut files: Vec<InventoryFile> = process::producer_files(job_dir)?
+        .into_iter()
+        .map(|f| InventoryFile {
+            path: format!("producer/{}", f.name),
+            size: f.size,
+            digests: f.digests,
+        })
+        .collect();
+    for (name, path) in process::walk(&job_dir.join("system"))? {
+        let (size, sha256) = process::sha256_of(&path)?;
+        files.push(InventoryFile {
+            path: format!("system/{name}"),
+            size,
+            digests: BTreeMap::from([("sha256".to_string(), sha256)]),
+        });
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let mut erc = BTreeMap::new();
+    for (key, value) in [
+        ("who", &input.erc.who),
+        ("what", &input.erc.what),
+        ("when", &input.erc.when),
+    ] {
+        if let Some(v) = value {
+            erc.insert(key.to_string(), v.clone());
+        }
+    }
+    Ok(ObjectVersionRecord {
+        ark: input.ark.clone(),
+        version,
+        collection: input.collection.clone(),
+        local_ids: input.local_ids.clone(),
+        files,
+        storage_targets: targets,
+        jid: input.jid.clone(),
+        bid: input.bid.clone(),
+        recorded_at: Utc::now(),
+        erc,
+    })
+}
+
+/// Sends `record` to `POST /jobs/JID/object`; `true` when the version is
+/// new to the inventory, `false` when it was recorded already.
+///
+/// # Errors
+/// A refusal (409, e.g. `inventory_conflict`: a version gap, a local id
+/// bound to another ark) with the server's message, or an API error left
+/// when retries run out.
+pub async fn send_record(
+    job: &JobCtx,
+    policy: RetryPolicy,
+    record: &ObjectVersionRecord,
+) -> Result<bool, String> {
+    let body = json!({ "record": record });
+    let path = format!("/jobs/{}/object", job.jid);
+    let answer = call_api(job, policy, &path, body).await?;
+    Ok(answer["new"].as_bool().unwrap_or(true))
+}
+
+/// The targets that left a marker in `job_dir`, sorted.
+fn marker_targets(job_dir: &Path) -> Result<Vec<String>, String> {
+    let entries = std::fs::read_dir(job_dir)
+        .map_err(|e| format!("cannot list {}: {e}", job_dir.display()))?;
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("cannot list {}: {e}", job_dir.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(target) = name
+            .strip_prefix("stored-")
+            .and_then(|n| n.strip_suffix(".json"))
+        {
+            names.push(target.to_string());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::real::store::{marker_path, StoredMarker};
+    use crate::step::ApiCtx;
+    use ingest_client::Client as EngineClient;
+    use ingest_events::JobState;
+    use std::path::PathBuf;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    const ARK: &str = "ark:/99999/fk4rec";
+
+    fn job_dir(root: &Path) -> PathBuf {
+        let dir = root.join("jid1");
+        std::fs::create_dir_all(dir.join("producer")).expect("mkdir");
+        std::fs::write(dir.join("producer/a.txt"), b"abc").expect("write");
+        let erc = ErcFields {
+            who: Some("Doe".into()),
+            ..ErcFields::default()
+        };
+        process::write_object_files(&dir, ARK, &["L1".into()], &erc, None).expect("files");
+        dir
+    }
+
+    fn mark(dir: &Path, target: &str, version: u32) {
+        let (_, sha) = process::sha256_of(&dir.join("system").join(MANIFEST_FILE)).expect("sha");
+        let marker = StoredMarker {
+            target: target.into(),
+            ark: ARK.into(),
+            version,
+            manifest_sha256: sha,
+        };
+        std::fs::write(
+            marker_path(dir, target),
+            serde_json::to_vec(&marker).expect("json"),
+        )
+        .expect("marker");
+    }
+
+    fn input(targets: &[&str]) -> RecordInput {
+        RecordInput {
+            ark: ARK.into(),
+            collection: "demo".into(),
+            local_ids: vec!["L1".into()],
+            targets: targets.iter().map(|t| t.to_string()).collect(),
+            jid: "jid1".into(),
+            bid: "bid1".into(),
+            erc: ErcFields {
+                who: Some("Doe".into()),
+                ..ErcFields::default()
+            },
+        }
+    }
+
+    #[test]
+    fn the_record_lists_the_stored_version() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = job_dir(root.path());
+        let err = build_record(&dir, &input(&[])).expect_err("not stored");
+        assert!(err.contains("Storing did not finish"), "{err}");
+        mark(&dir, "one", 2);
+        mark(&dir, "two", 2);
+        let rec = build_record(&dir, &input(&[])).expect("record");
+        assert_eq!(rec.version, 2);
+        assert_eq!(rec.storage_targets, vec!["one", "two"]);
+        assert_eq!(rec.collection, "demo");
+        assert_eq!(rec.erc.get("who").map(String::as_str), Some("Doe"));
+        let paths: Vec<&str> = rec.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            vec![
+                "producer/a.txt",
+                "system/mrt-dc.xml",
+                "system/mrt-erc.txt",
+                "system/mrt-manifest.txt"
+            ]
+        );
+        assert_eq!(rec.files[0].size, 3);
+        assert_eq!(
+            rec.files[0].digests["sha256"],
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+
+        let err = build_record(&dir, &input(&["one", "three"])).expect_err("missing");
+        assert!(err.contains("target three"), "{err}");
+        mark(&dir, "two", 3);
+        let err = build_record(&dir, &input(&["one", "two"])).expect_err("disagree");
+        assert!(err.contains("v2 in one, v3 in two"), "{err}");
+        assert!(build_record(&dir, &input(&["one"])).is_ok());
+        std::fs::write(dir.join("system").join(MANIFEST_FILE), b"changed").expect("write");
+        let err = build_record(&dir, &input(&["one"])).expect_err("changed manifest");
+        assert!(err.contains("changed after target one"), "{err}");
+    }
+
+    /// A local API: `/jobs/{jid}/object` fails with 503 `fail_first` times,
+    /// then answers `status` with `body`; retries are counted.
+    async fn api(
+        fail_first: u32,
+        status: u16,
+        body: serde_json::Value,
+    ) -> (String, Arc<AtomicU32>, Arc<AtomicU32>) {
+        use axum::http::StatusCode;
+        use axum::routing::post;
+        let calls = Arc::new(AtomicU32::new(0));
+        let retries = Arc::new(AtomicU32::new(0));
+        let (c, r) = (Arc::clone(&calls), Arc::clone(&retries));
+        let app = axum::Router::new()
+            .route(
+                "/jobs/{jid}/object",
+                post(move |axum::Json(req): axum::Json<serde_json::Value>| {
+                    let c = Arc::clone(&c);
+                    let body = body.clone();
+                    async move {
+                        assert_eq!(req["worker"], "w1");
+                        assert_eq!(req["record"]["ark"], ARK);
+                        let n = c.fetch_add(1, Ordering::SeqCst);
+                        if n < fail_first {
+                            return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({})));
+                        }
+                        let status = StatusCode::from_u16(status)
+                            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                        (status, axum::Json(body))
+                    }
+                }),
+            )
+            .route(
+                "/jobs/{jid}/retries",
+                post(move || {
+                    let r = Arc::clone(&r);
+                    async move {
+                        r.fetch_add(1, Ordering::SeqCst);
+                        axum::Json(json!({}))
+                    }
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        (format!("http://{addr}"), calls, retries)
+    }
+
+    fn job(base: &str) -> JobCtx {
+        let mut job = JobCtx::detached("jid1", JobState::Recording, 5);
+        job.api = Some(ApiCtx {
+            engine: EngineClient::new(base, "token").expect("client"),
+            worker: "w1".into(),
+            session_id: 7,
+        });
+        job
+    }
+
+    fn policy() -> RetryPolicy {
+        RetryPolicy {
+            retries: 3,
+            first_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(5),
+        }
+    }
+
+    #[tokio::test]
+    async fn recording_retries_and_reports_conflicts() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = job_dir(root.path());
+        mark(&dir, "one", 1);
+        let rec = build_record(&dir, &input(&["one"])).expect("record");
+
+        let (base, calls, retries) = api(2, 200, json!({"new": true})).await;
+        assert_eq!(send_record(&job(&base), policy(), &rec).await, Ok(true));
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        assert_eq!(retries.load(Ordering::SeqCst), 2, "each retry is recorded");
+
+        let (base, _, _) = api(0, 200, json!({"new": false})).await;
+        assert_eq!(send_record(&job(&base), policy(), &rec).await, Ok(false));
+
+        let conflict =
+            json!({"error": {"code": "inventory_conflict", "message": "version gap: v3 after v1"}});
+        let (base, calls, _) = api(0, 409, conflict).await;
+        let err = send_record(&job(&base), policy(), &rec)
+            .await
+            .expect_err("conflict");
+        assert!(err.contains("version gap: v3 after v1"), "{err}");
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "a conflict is not retried");
+
+        let (base, calls, _) = api(10, 200, json!({})).await;
+        let err = send_record(&job(&base), policy(), &rec)
+            .await
+            .expect_err("always failing");
+        assert!(err.contains("503"), "{err}");
+        assert_eq!(calls.load(Ordering::SeqCst), 4);
+    }
+}

@@ -1,0 +1,623 @@
+//! Storing: the object version (`producer/` and `system/` of the job's
+//! working directory) goes into every configured OCFL storage target, in
+//! parallel, each target a task with its own retries; the object's fixity is
+//! verified after writing.
+//!
+//! The version's files are staged in `<job>/object/` (hard links, or copies
+//! where linking fails) so that nothing else in the working directory, such
+//! as a downloaded container, ends up in the object.
+//!
+//! A requeued job never stores its version twice. After a target has stored
+//! and verified the version, a marker `<job>/stored-<target>.json` records
+//! the ark, the version number and the SHA-256 of the storage manifest; a
+//! target whose marker matches the current manifest is skipped. A version
+//! committed by a run that ended before writing its marker is recognised by
+//! its `system/mrt-manifest.txt` (which names this job's working files, so
+//! no other job's version has the same one) and adopted.
+//!
+//! `submission_mode` `update` and `add` both store a version whose state is
+//! exactly this job's files: an `add` is not merged with the previous
+//! version's files.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use chrono::Utc;
+use ingest_steps::ocfl::{OcflTarget, StorageError, VersionMeta};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::fetch::RetryPolicy;
+use super::process::{self, file_url, job_data, primary_id, MANIFEST_FILE};
+use super::RealConfig;
+use crate::step::{JobCtx, Outcome, Step, StepFuture, StepResult};
+
+/// The step.
+pub struct Store {
+    targets: Vec<Arc<OcflTarget>>,
+    config: Arc<RealConfig>,
+}
+
+impl Store {
+    /// The step over `targets`.
+    pub fn new(targets: Vec<Arc<OcflTarget>>, config: Arc<RealConfig>) -> Store {
+        Store { targets, config }
+    }
+
+    async fn store(&self, job: &JobCtx) -> Outcome {
+        let policy = self.config.retry();
+        let data = match job_data(job, policy).await {
+            Ok(d) => d,
+            Err(e) => return Outcome::failure(e),
+        };
+        let Some(ark) = primary_id(&data.identifiers) else {
+            return Outcome::failure("no ark: Processing did not assign one");
+        };
+        let mode = match data.configuration["submission_mode"].as_str() {
+            Some("update") => "update",
+            _ => "add",
+        };
+        let job_dir = self.config.job_dir(&data.bid, &job.jid);
+        let manifest_url = match std::fs::canonicalize(job_dir.join("system").join(MANIFEST_FILE)) {
+            Ok(path) => match file_url(&path) {
+                Ok(url) => url,
+                Err(e) => return Outcome::failure(e),
+            },
+            Err(e) => {
+                return Outcome::failure(format!(
+                "no storage manifest {}/system/{MANIFEST_FILE} ({e}): Processing did not write it",
+                job_dir.display()
+            ))
+            }
+        };
+        let meta = VersionMeta {
+            user_name: data.configuration["submitter"]
+                .as_str()
+                .filter(|s| !s.trim().is_empty())
+                .unwrap_or("ingest")
+                .to_string(),
+            user_address: None,
+            message: format!("{mode}: batch {} job {}", data.bid, job.jid),
+            created: Utc::now(),
+        };
+        match store_object(&self.targets, &ark, &job_dir, &meta, policy, Some(job)).await {
+            Ok(stored) => {
+                tracing::info!(jid = %job.jid, state = %job.state, %ark, ?stored, "stored");
+                Outcome::success(stored_message(&ark, &stored)).with(
+                    "store",
+                    json!({"manifest_url": manifest_url, "mode": mode, "delete": false}),
+                )
+            }
+            Err(e) => Outcome::failure(e),
+        }
+    }
+}
+
+impl Step for Store {
+    fn run<'a>(&'a self, job: &'a JobCtx) -> StepFuture<'a> {
+        Box::pin(async move { StepResult::Report(self.store(job).await) })
+    }
+}
+
+/// Opens every `NAME=DIR` storage target (creating an OCFL root in an
+/// absent or empty directory). Names are letters, digits, `.`, `_` and `-`.
+///
+/// # Errors
+/// A spec without `=`, an empty or unusable name, a name or directory given
+/// twice, or a directory that is not an OCFL repository; the message names
+/// the spec.
+pub fn open_targets(specs: &[String]) -> anyhow::Result<Vec<Arc<OcflTarget>>> {
+    let mut names = BTreeSet::new();
+    let mut dirs = BTreeSet::new();
+    let mut targets = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let (name, dir) = parse_spec(spec)?;
+        if !names.insert(name.to_string()) {
+            bail!("storage target {name:?} is configured twice");
+        }
+        let target = OcflTarget::open_or_init(name, Path::new(dir))
+            .with_context(|| format!("storage target {name} ({dir})"))?;
+        let root = std::fs::canonicalize(dir).unwrap_or_else(|_| PathBuf::from(dir));
+        if !dirs.insert(root.clone()) {
+            bail!(
+                "storage target {name}: the directory {} is already another target's",
+                root.display()
+            );
+        }
+        targets.push(Arc::new(target));
+    }
+    Ok(targets)
+}
+
+/// The names of the `NAME=DIR` specs, in order, skipping malformed ones
+/// (which [`open_targets`] refuses at start-up).
+pub fn target_names(specs: &[String]) -> Vec<String> {
+    specs
+        .iter()
+        .filter_map(|s| parse_spec(s).ok())
+        .map(|(name, _)| name.to_string())
+        .collect()
+}
+
+/// What a target holds of this job: written after it stored and verified the
+/// version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredMarker {
+    /// The target's name.
+    pub target: String,
+    /// The object's ark.
+    pub ark: String,
+    /// The version the target holds this job's files as.
+    pub version: u32,
+    /// The SHA-256 of the storage manifest that was stored.
+    pub manifest_sha256: String,
+}
+
+/// Where the marker of `target` lives.
+pub fn marker_path(job_dir: &Path, target: &str) -> PathBuf {
+    job_dir.join(format!("stored-{target}.json"))
+}
+
+/// The marker of `target`, if it has one.
+///
+/// # Errors
+/// An unreadable or malformed marker.
+pub fn read_marker(job_dir: &Path, target: &str) -> Result<Option<StoredMarker>, String> {
+    let path = marker_path(job_dir, target);
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| format!("{} is not a storage marker: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+/// Stores `producer/` and `system/` of `job_dir` as a version of `ark` in
+/// every target in parallel, verifies each, and returns each target's name
+/// and version, in the order of `targets`. Recoverable storage errors are
+/// retried per `policy`, each retry recorded on `job` (when given).
+///
+/// # Errors
+/// No target, no storage manifest, a staging failure, or a target that
+/// fails (retries exhausted, a permanent error, a fixity problem); every
+/// failing target is named.
+pub async fn store_object(
+    targets: &[Arc<OcflTarget>],
+    ark: &str,
+    job_dir: &Path,
+    meta: &VersionMeta,
+    policy: RetryPolicy,
+    job: Option<&JobCtx>,
+) -> Result<Vec<(String, u32)>, String> {
+    if targets.is_empty() {
+        return Err("no storage target is configured".into());
+    }
+    process::check_ark(ark)?;
+    let dir = job_dir.to_path_buf();
+    let prepared = tokio::task::spawn_blocking(move || prepare(&dir))
+        .await
+        .map_err(|e| format!("staging the object failed: {e}"))??;
+    let prepared = Arc::new(prepared);
+    let mut tasks = tokio::task::JoinSet::new();
+    for (index, target) in targets.iter().enumerate() {
+        let work = TargetWork {
+            target: Arc::clone(target),
+            ark: ark.to_string(),
+            job_dir: job_dir.to_path_buf(),
+            prepared: Arc::clone(&prepared),
+            meta: meta.clone(),
+        };
+        let job = job.cloned();
+        tasks.spawn(async move { (index, work.run(policy, job.as_ref()).await) });
+    }
+    let mut results: Vec<Option<Result<u32, String>>> = vec![None; targets.len()];
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok((index, result)) => {
+                if let Some(slot) = results.get_mut(index) {
+                    *slot = Some(result);
+                }
+            }
+            Err(e) => return Err(format!("a storage task failed: {e}")),
+        }
+    }
+    let staging = prepared.source.clone();
+    // The staged links are not needed any more; a leftover is rebuilt by
+    // the next run, so a failure to remove it is only logged.
+    let _ = tokio::task::spawn_blocking(move || {
+        if let Err(e) = std::fs::remove_dir_all(&staging) {
+            tracing::warn!(dir = %staging.display(), error = %e, "cannot remove the staged object");
+        }
+    })
+    .await;
+    let mut stored = Vec::with_capacity(targets.len());
+    let mut failures = Vec::new();
+    for (target, result) in targets.iter().zip(results) {
+        match result {
+            Some(Ok(version)) => stored.push((target.name().to_string(), version)),
+            Some(Err(e)) => failures.push(e),
+            None => failures.push(format!("target {}: no result", target.name())),
+        }
+    }
+    if failures.is_empty() {
+        Ok(stored)
+    } else {
+        Err(failures.join("; "))
+    }
+}
+
+/// `stored ARK vN in a, b`, or each target's version when they differ.
+fn stored_message(ark: &str, stored: &[(String, u32)]) -> String {
+    let versions: BTreeSet<u32> = stored.iter().map(|(_, v)| *v).collect();
+    if versions.len() == 1 {
+        let names: Vec<&str> = stored.iter().map(|(n, _)| n.as_str()).collect();
+        let v = versions.first().copied().unwrap_or_default();
+        format!("stored {ark} v{v} in {}", names.join(", "))
+    } else {
+        let each: Vec<String> = stored.iter().map(|(n, v)| format!("v{v} in {n}")).collect();
+        format!("stored {ark} {}", each.join(", "))
+    }
+}
+
+fn parse_spec(spec: &str) -> anyhow::Result<(&str, &str)> {
+    let Some((name, dir)) = spec.split_once('=') else {
+        bail!("storage target {spec:?} is not NAME=DIR");
+    };
+    let (name, dir) = (name.trim(), dir.trim());
+    if name.is_empty() {
+        bail!("storage target {spec:?} has an empty name");
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        || name.starts_with('.')
+    {
+        bail!("storage target name {name:?} may only hold letters, digits, '.', '_' and '-' (and not start with '.')");
+    }
+    if dir.is_empty() {
+        bail!("storage target {name} has an empty directory");
+    }
+    Ok((name, dir))
+}
+
+/// The staged source and the manifest it holds.
+struct Prepared {
+    source: PathBuf,
+    manifest: Vec<u8>,
+    manifest_sha256: String,
+}
+
+/// Reads the manifest and stages `producer/` and `system/` in
+/// `<job>/object/`.
+fn prepare(job_dir: &Path) -> Result<Prepared, String> {
+    let manifest_path = job_dir.join("system").join(MANIFEST_FILE);
+    let manifest = std::fs::read(&manifest_path).map_err(|e| {
+        format!(
+            "no storage manifest {} ({e}): Processing did not write it",
+            manifest_path.display()
+        )
+    })?;
+    let (_, manifest_sha256) = process::sha256_of(&manifest_path)?;
+    let source = job_dir.join("object");
+    match std::fs::remove_dir_all(&source) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot clear {}: {e}", source.display())),
+    }
+    for part in ["producer", "system"] {
+        for (name, path) in process::walk(&job_dir.join(part))? {
+            let to = source.join(part).join(&name);
+            if let Some(parent) = to.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+            }
+            if std::fs::hard_link(&path, &to).is_err() {
+                std::fs::copy(&path, &to).map_err(|e| {
+                    format!("cannot stage {} as {}: {e}", path.display(), to.display())
+                })?;
+            }
+        }
+    }
+    Ok(Prepared {
+        source,
+        manifest,
+        manifest_sha256,
+    })
+}
+
+/// One target's share of a store.
+struct TargetWork {
+    target: Arc<OcflTarget>,
+    ark: String,
+    job_dir: PathBuf,
+    prepared: Arc<Prepared>,
+    meta: VersionMeta,
+}
+
+/// Why a target's store stopped.
+enum Failure {
+    /// May succeed if tried again.
+    Recoverable(String),
+    /// Will not.
+    Permanent(String),
+}
+
+impl From<StorageError> for Failure {
+    fn from(e: StorageError) -> Failure {
+        if e.is_recoverable() {
+            Failure::Recoverable(e.to_string())
+        } else {
+            Failure::Permanent(e.to_string())
+        }
+    }
+}
+
+impl TargetWork {
+    async fn run(self, policy: RetryPolicy, job: Option<&JobCtx>) -> Result<u32, String> {
+        let name = self.target.name().to_string();
+        let work = Arc::new(self);
+        let mut attempt = 1;
+        loop {
+            let w = Arc::clone(&work);
+            let result = tokio::task::spawn_blocking(move || w.store_blocking()).await;
+            let message = match result {
+                Ok(Ok(version)) => return Ok(version),
+                Ok(Err(Failure::Permanent(m))) => return Err(format!("target {name}: {m}")),
+                Ok(Err(Failure::Recoverable(m))) => m,
+                Err(e) => return Err(format!("target {name}: the store task failed: {e}")),
+            };
+            if attempt > policy.retries {
+                return Err(format!(
+                    "target {name}: {message} (after {attempt} attempts)"
+                ));
+            }
+            attempt += 1;
+            let retry = format!("target {name}: {message}");
+            match job {
+                Some(job) => job.record_retry(attempt, &retry).await,
+                None => tracing::warn!(attempt, message = %retry, "recoverable error; retrying"),
+            }
+            tokio::time::sleep(process::backoff(policy, attempt)).await;
+        }
+    }
+
+    fn store_blocking(&self) -> Result<u32, Failure> {
+        let name = self.target.name();
+        let marker = read_marker(&self.job_dir, name).map_err(Failure::Permanent)?;
+        if let Some(m) = marker {
+            if m.ark == self.ark && m.manifest_sha256 == self.prepared.manifest_sha256 {
+                tracing::info!(target_name = name, ark = %self.ark, version = m.version, "already stored");
+                return Ok(m.version);
+            }
+        }
+        let version = match self.earlier_version()? {
+            Some(v) => {
+                tracing::info!(target_name = name, ark = %self.ark, version = v, "adopting a version stored by an earlier run");
+                v
+            }
+            None => {
+                self.target
+                    .store_version(&self.ark, &self.prepared.source, &self.meta)?
+                    .version
+            }
+        };
+        let report = self.target.verify(&self.ark)?;
+        if !report.ok {
+            return Err(Failure::Permanent(format!(
+                "the fixity check of {} v{version} failed: {}",
+                self.ark,
+                report.problems.join("; ")
+            )));
+        }
+        let marker = StoredMarker {
+            target: name.to_string(),
+            ark: self.ark.clone(),
+            version,
+            manifest_sha256: self.prepared.manifest_sha256.clone(),
+        };
+        let bytes = serde_json::to_vec_pretty(&marker)
+            .map_err(|e| Failure::Permanent(format!("cannot encode the marker: {e}")))?;
+        process::write_atomically(&self.job_dir, &marker_path(&self.job_dir, name), &bytes)
+            .map_err(Failure::Recoverable)?;
+        Ok(version)
+    }
+
+    /// The version of the object, newest first, whose storage manifest is
+    /// this job's: stored by a run that ended before writing its marker.
+    fn earlier_version(&self) -> Result<Option<u32>, Failure> {
+        let versions = match self.target.versions(&self.ark) {
+            Ok(v) => v,
+            Err(StorageError::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let logical = format!("system/{MANIFEST_FILE}");
+        for v in versions.into_iter().rev() {
+            match self.target.read_file(&self.ark, Some(v), &logical) {
+                Ok(bytes) if bytes == self.prepared.manifest => return Ok(Some(v)),
+                Ok(_) | Err(StorageError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn policy() -> RetryPolicy {
+        RetryPolicy {
+            retries: 2,
+            first_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(5),
+        }
+    }
+
+    fn meta() -> VersionMeta {
+        VersionMeta {
+            user_name: "tester".into(),
+            user_address: None,
+            message: "test".into(),
+            created: Utc::now(),
+        }
+    }
+
+    fn job_dir(root: &Path) -> PathBuf {
+        let dir = root.join("bid1").join("jid1");
+        std::fs::create_dir_all(dir.join("producer/sub")).expect("mkdir");
+        std::fs::write(dir.join("producer/a.txt"), b"abc").expect("write");
+        std::fs::write(dir.join("producer/sub/b.txt"), b"bee").expect("write");
+        // A leftover of the download that must not be stored.
+        std::fs::write(dir.join("container.zip"), b"zip").expect("write");
+        process::write_object_files(
+            &dir,
+            "ark:/99999/fk4store",
+            &["L1".into()],
+            &ingest_steps::erc::ErcFields::default(),
+            None,
+        )
+        .expect("object files");
+        dir
+    }
+
+    fn targets(root: &Path) -> Vec<Arc<OcflTarget>> {
+        open_targets(&[
+            format!("one={}", root.join("ocfl1").display()),
+            format!("two={}", root.join("ocfl2").display()),
+        ])
+        .expect("targets")
+    }
+
+    #[tokio::test]
+    async fn every_target_gets_the_object_once() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = job_dir(root.path());
+        let targets = targets(root.path());
+        let ark = "ark:/99999/fk4store";
+        let stored = store_object(&targets, ark, &dir, &meta(), policy(), None)
+            .await
+            .expect("stored");
+        assert_eq!(stored, vec![("one".to_string(), 1), ("two".to_string(), 1)]);
+        assert_eq!(
+            stored_message(ark, &stored),
+            "stored ark:/99999/fk4store v1 in one, two"
+        );
+        for t in &targets {
+            assert!(t.verify(ark).expect("verify").ok);
+            assert_eq!(
+                t.read_file(ark, None, "producer/sub/b.txt").expect("read"),
+                b"bee"
+            );
+            assert!(t.read_file(ark, None, "system/mrt-erc.txt").is_ok());
+            assert!(t.read_file(ark, None, "container.zip").is_err());
+            assert!(t.read_file(ark, None, "stored-one.json").is_err());
+        }
+        let marker = read_marker(&dir, "two").expect("read").expect("marker");
+        assert_eq!(marker.version, 1);
+        assert!(!dir.join("object").exists(), "the staging is removed");
+
+        // A second run with the same content is skipped by the marker.
+        let again = store_object(&targets, ark, &dir, &meta(), policy(), None)
+            .await
+            .expect("again");
+        assert_eq!(again, stored);
+        for t in &targets {
+            assert_eq!(t.versions(ark).expect("versions"), vec![1]);
+        }
+
+        // A run that committed but lost its marker adopts its version.
+        std::fs::remove_file(marker_path(&dir, "one")).expect("rm");
+        let adopted = store_object(&targets, ark, &dir, &meta(), policy(), None)
+            .await
+            .expect("adopted");
+        assert_eq!(adopted, stored);
+        assert_eq!(targets[0].versions(ark).expect("versions"), vec![1]);
+
+        // New content (a changed manifest) is a new version.
+        std::fs::write(dir.join("producer/c.txt"), b"sea").expect("write");
+        process::write_object_files(&dir, ark, &[], &Default::default(), None).expect("rewrite");
+        let v2 = store_object(&targets, ark, &dir, &meta(), policy(), None)
+            .await
+            .expect("v2");
+        assert_eq!(v2, vec![("one".to_string(), 2), ("two".to_string(), 2)]);
+        assert!(targets[1].verify(ark).expect("verify").ok);
+    }
+
+    #[tokio::test]
+    async fn failures_name_the_problem() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = job_dir(root.path());
+        let err = store_object(&[], "ark:/1/a", &dir, &meta(), policy(), None)
+            .await
+            .expect_err("no target");
+        assert_eq!(err, "no storage target is configured");
+        let targets = targets(root.path());
+        let err = store_object(&targets, "not an ark", &dir, &meta(), policy(), None)
+            .await
+            .expect_err("bad ark");
+        assert!(err.contains("not a usable ark"), "{err}");
+        let empty = root.path().join("empty");
+        std::fs::create_dir_all(&empty).expect("mkdir");
+        let err = store_object(&targets, "ark:/1/a", &empty, &meta(), policy(), None)
+            .await
+            .expect_err("no manifest");
+        assert!(err.contains("Processing did not write it"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_fixity_problem_names_the_target() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = job_dir(root.path());
+        let targets = targets(root.path());
+        let ark = "ark:/99999/fk4store";
+        store_object(&targets, ark, &dir, &meta(), policy(), None)
+            .await
+            .expect("stored");
+        let content = process::walk(&root.path().join("ocfl1"))
+            .expect("walk")
+            .into_iter()
+            .find(|(name, _)| name.ends_with("/content/producer/a.txt"))
+            .map(|(_, path)| path)
+            .expect("content file");
+        std::fs::write(&content, b"abd").expect("corrupt");
+        std::fs::remove_file(marker_path(&dir, "one")).expect("rm");
+        let err = store_object(&targets, ark, &dir, &meta(), policy(), None)
+            .await
+            .expect_err("fixity");
+        assert!(
+            err.starts_with("target one: the fixity check of ark:/99999/fk4store v1 failed"),
+            "{err}"
+        );
+        assert!(!err.contains("target two"), "{err}");
+    }
+
+    #[test]
+    fn target_specs_are_checked() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let d = |n: &str| root.path().join(n).display().to_string();
+        let err = |specs: Vec<String>| match open_targets(&specs) {
+            Ok(_) => panic!("accepted {specs:?}"),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(err(vec![d("x")]).contains("is not NAME=DIR"));
+        assert!(err(vec![format!("={}", d("x"))]).contains("empty name"));
+        assert!(err(vec![format!("a/b={}", d("x"))]).contains("may only hold"));
+        assert!(err(vec![format!("a={}", d("x")), format!("a={}", d("y"))])
+            .contains("configured twice"));
+        assert!(err(vec![format!("a={}", d("x")), format!("b={}", d("x"))])
+            .contains("already another target's"));
+        let file = root.path().join("file");
+        std::fs::write(&file, b"x").expect("write");
+        assert!(err(vec![format!("f={}", file.display())]).contains("storage target f"));
+        assert!(open_targets(&[]).expect("none").is_empty());
+        assert_eq!(
+            target_names(&["a=/x".into(), "bad".into(), " b = /y".into()]),
+            vec!["a", "b"]
+        );
+    }
+}

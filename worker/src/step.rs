@@ -1,0 +1,677 @@
+//! The work done in each job state: the [`Step`] trait, the simulated steps
+//! (configurable duration, seedable failure rate, fault injection) and the
+//! provisioning gate on working storage.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ingest_client::Reply;
+use ingest_events::JobState;
+use serde_json::{json, Map, Value};
+
+/// What a step concluded about one job.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepResult {
+    /// Report this outcome.
+    Report(Outcome),
+    /// Do not report: the job stays in its state and is looked at again on
+    /// a later cycle (provisioning while working storage is too full).
+    Wait(String),
+}
+
+/// A step's outcome, sent to `POST /jobs/{jid}/outcome`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// Success or failure.
+    pub success: bool,
+    /// A human-readable message.
+    pub message: String,
+    /// Extra fields of the report (`space_needed`, `identifiers`, `store`,
+    /// `inventory`, `priority`).
+    pub data: Map<String, Value>,
+}
+
+impl Outcome {
+    /// A success without data.
+    pub fn success(message: impl Into<String>) -> Outcome {
+        Outcome {
+            success: true,
+            message: message.into(),
+            data: Map::new(),
+        }
+    }
+
+    /// A failure.
+    pub fn failure(message: impl Into<String>) -> Outcome {
+        Outcome {
+            success: false,
+            message: message.into(),
+            data: Map::new(),
+        }
+    }
+
+    /// The same outcome with one more report field.
+    pub fn with(mut self, key: &str, value: Value) -> Outcome {
+        self.data.insert(key.to_string(), value);
+        self
+    }
+}
+
+/// The job a step works on.
+#[derive(Debug, Clone)]
+pub struct JobCtx {
+    /// The job id (`jid…`).
+    pub jid: String,
+    /// The state it is in.
+    pub state: JobState,
+    /// Its queue priority.
+    pub priority: u8,
+    /// The worker's ZooKeeper session (the one holding the job's lock), for
+    /// reading the job's nodes; `None` in unit tests.
+    pub zk: Option<zookeeper_client::Client>,
+    /// The API, for fenced calls made while the step runs (retries, arks,
+    /// inventory); `None` in unit tests.
+    pub api: Option<ApiCtx>,
+}
+
+/// How a step reaches the API while it holds a job's lock.
+#[derive(Debug, Clone)]
+pub struct ApiCtx {
+    /// The API client (worker token).
+    pub engine: ingest_client::Client,
+    /// The worker's name.
+    pub worker: String,
+    /// The session holding the lock (the fence of every call).
+    pub session_id: i64,
+}
+
+/// A job's nodes, as the projection wrote them (`/jobs/JID/*`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobData {
+    /// The batch.
+    pub bid: String,
+    /// `/jobs/JID/configuration`: `profile_name`, `payload_url`, `payload_type`, `submission_mode`, `digest`, …
+    pub configuration: Value,
+    /// `/jobs/JID/identifiers`: `primary_id`, `local_id`.
+    pub identifiers: Value,
+    /// `/jobs/JID/metadata`: `erc_who`, `erc_what`, `erc_when`, `erc_where`.
+    pub metadata: Value,
+    /// `/jobs/JID/status`: `status`, `last_successful_status`, `retry_count`, …
+    pub status: Value,
+    /// `/jobs/JID/space_needed`.
+    pub space_needed: u64,
+}
+
+impl JobCtx {
+    /// A context without ZooKeeper or API (unit tests, simulations).
+    pub fn detached(jid: impl Into<String>, state: JobState, priority: u8) -> JobCtx {
+        JobCtx {
+            jid: jid.into(),
+            state,
+            priority,
+            zk: None,
+            api: None,
+        }
+    }
+
+    /// Reads the job's nodes from ZooKeeper.
+    ///
+    /// # Errors
+    /// No session, a missing node or data that is not what the projection
+    /// writes; the message names the node.
+    pub async fn data(&self) -> Result<JobData, String> {
+        let zk = self
+            .zk
+            .as_ref()
+            .ok_or_else(|| "no ZooKeeper session to read the job from".to_string())?;
+        let read = |node: &'static str| {
+            let path = format!("/jobs/{}/{node}", self.jid);
+            async move {
+                zk.get_data(&path)
+                    .await
+                    .map(|(data, _)| data)
+                    .map_err(|e| format!("cannot read {path}: {e}"))
+            }
+        };
+        let json = |node: &'static str, bytes: Vec<u8>| -> Result<Value, String> {
+            serde_json::from_slice(&bytes)
+                .map_err(|e| format!("/jobs/{}/{node} is not JSON: {e}", self.jid))
+        };
+        // identifiers and metadata are absent while the job has none.
+        let optional = |node: &'static str| {
+            let path = format!("/jobs/{}/{node}", self.jid);
+            async move {
+                match zk.get_data(&path).await {
+                    Ok((data, _)) => Ok(Some(data)),
+                    Err(zookeeper_client::Error::NoNode) => Ok(None),
+                    Err(e) => Err(format!("cannot read {path}: {e}")),
+                }
+            }
+        };
+        let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).trim().to_string();
+        let object = |node: &'static str, bytes: Option<Vec<u8>>| match bytes {
+            Some(b) => json(node, b),
+            None => Ok(json!({})),
+        };
+        Ok(JobData {
+            bid: text(read("bid").await?),
+            configuration: json("configuration", read("configuration").await?)?,
+            identifiers: object("identifiers", optional("identifiers").await?)?,
+            metadata: object("metadata", optional("metadata").await?)?,
+            status: json("status", read("status").await?)?,
+            space_needed: text(read("space_needed").await?).parse().unwrap_or(0),
+        })
+    }
+
+    /// Records a recoverable error and the attempt that follows it
+    /// (`POST /jobs/JID/retries`), so the history shows every retry. A
+    /// refusal or an unreachable API is logged: the retry goes on.
+    pub async fn record_retry(&self, attempt: u32, message: &str) {
+        tracing::warn!(jid = %self.jid, state = %self.state, attempt, %message, "recoverable error; retrying");
+        let Some(api) = &self.api else {
+            return;
+        };
+        let body = json!({
+            "worker": api.worker,
+            "session_id": api.session_id,
+            "state": self.state.to_string(),
+            "attempt": attempt,
+            "message": message,
+        });
+        let path = format!("/jobs/{}/retries", self.jid);
+        if let Err(e) = api.engine.report::<_, Value>(&path, &body).await {
+            tracing::warn!(jid = %self.jid, error = %e, "cannot record the retry");
+        }
+    }
+
+    /// A fenced call: POSTs `body` plus this worker's name and session to
+    /// `path`.
+    ///
+    /// # Errors
+    /// No API, no answer, or an answer other than 2xx and 409.
+    pub async fn call(&self, path: &str, mut body: Value) -> Result<Reply<Value>, CallError> {
+        let api = self.api.as_ref().ok_or(CallError::NoApi)?;
+        if let Some(o) = body.as_object_mut() {
+            o.insert("worker".into(), json!(api.worker));
+            o.insert("session_id".into(), json!(api.session_id));
+        }
+        Ok(api.engine.report(path, &body).await?)
+    }
+}
+
+/// Why a fenced call got no usable answer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallError {
+    /// The step runs without an API (unit tests of pure steps).
+    #[error("no API to call")]
+    NoApi,
+    /// The client's error, with the status it kept.
+    #[error(transparent)]
+    Client(#[from] ingest_client::ClientError),
+}
+
+impl CallError {
+    /// Whether the same call may succeed later.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            CallError::NoApi => false,
+            CallError::Client(e) => e.is_retryable(),
+        }
+    }
+}
+
+/// A boxed future returned by [`Step::run`].
+pub type StepFuture<'a> = Pin<Box<dyn Future<Output = StepResult> + Send + 'a>>;
+
+/// The work of one job state. Implementations must be cancel-safe: a daemon
+/// drops the future when its session expires or the worker stops.
+pub trait Step: Send + Sync {
+    /// Does the work for `job` and says what to report.
+    fn run<'a>(&'a self, job: &'a JobCtx) -> StepFuture<'a>;
+}
+
+/// The job states that have a step (the ones a job daemon works on, besides
+/// Pending which only starts jobs).
+pub const STEP_STATES: [JobState; 7] = [
+    JobState::Estimating,
+    JobState::Provisioning,
+    JobState::Downloading,
+    JobState::Processing,
+    JobState::Storing,
+    JobState::Recording,
+    JobState::Notify,
+];
+
+/// A small deterministic random-number generator (SplitMix64).
+#[derive(Debug)]
+pub struct Rng(Mutex<u64>);
+
+impl Rng {
+    /// A generator from `seed`.
+    pub fn new(seed: u64) -> Rng {
+        Rng(Mutex::new(seed))
+    }
+
+    /// A generator seeded from the clock and the process id.
+    pub fn from_entropy() -> Rng {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        Rng::new(nanos ^ (u64::from(std::process::id()) << 32))
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&self) -> u64 {
+        let mut s = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        *s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = *s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `[0, 1)`.
+    pub fn unit(&self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// A number in `[0, n)` (0 when `n` is 0).
+    pub fn below(&self, n: usize) -> usize {
+        if n == 0 {
+            0
+        } else {
+            (self.next_u64() % n as u64) as usize
+        }
+    }
+}
+
+/// Fault injection: "force the next job of step S to fail". Cloning gives
+/// another handle on the same faults.
+#[derive(Debug, Clone, Default)]
+pub struct Faults(Arc<Mutex<HashMap<JobState, u32>>>);
+
+impl Faults {
+    /// Makes the next job run in `state` fail (calls add up).
+    pub fn fail_next(&self, state: JobState) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        *m.entry(state).or_default() += 1;
+    }
+
+    /// Takes one pending fault for `state`, if any.
+    pub fn take(&self, state: JobState) -> bool {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match m.get_mut(&state) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// How many faults are still pending for `state`.
+    pub fn pending(&self, state: JobState) -> u32 {
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(&state).copied().unwrap_or(0)
+    }
+}
+
+/// How one simulated step behaves.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SimSettings {
+    /// How long the step takes.
+    pub duration: Duration,
+    /// The probability, in `[0, 1]`, that it fails.
+    pub failure_rate: f64,
+}
+
+impl Default for SimSettings {
+    fn default() -> SimSettings {
+        SimSettings {
+            duration: Duration::ZERO,
+            failure_rate: 0.0,
+        }
+    }
+}
+
+/// A simulated step: it sleeps, then succeeds or fails at random (or when a
+/// fault was injected), with plausible data for its state.
+#[derive(Debug, Clone)]
+pub struct Simulate {
+    settings: SimSettings,
+    rng: Arc<Rng>,
+    faults: Faults,
+}
+
+impl Simulate {
+    /// A simulated step sharing `rng` and `faults` with the others.
+    pub fn new(settings: SimSettings, rng: Arc<Rng>, faults: Faults) -> Simulate {
+        Simulate {
+            settings,
+            rng,
+            faults,
+        }
+    }
+
+    fn conclude(&self, job: &JobCtx) -> Outcome {
+        if self.faults.take(job.state) {
+            return Outcome::failure(format!("simulated {} failure (injected)", job.state));
+        }
+        if self.settings.failure_rate > 0.0 && self.rng.unit() < self.settings.failure_rate {
+            return Outcome::failure(format!("simulated {} failure", job.state));
+        }
+        let done = Outcome::success(format!("simulated {}", job.state));
+        let manifest = format!(
+            "https://example.invalid/simulate/{}/manifest.checkm",
+            job.jid
+        );
+        match job.state {
+            JobState::Estimating | JobState::Downloading => {
+                done.with("space_needed", json!(1024 + self.rng.below(1 << 20) as u64))
+            }
+            JobState::Storing => done.with("store", json!({"manifest_url": manifest})),
+            JobState::Recording => done.with(
+                "inventory",
+                json!({"manifest_url": manifest, "mode": "add"}),
+            ),
+            _ => done,
+        }
+    }
+}
+
+impl Step for Simulate {
+    fn run<'a>(&'a self, job: &'a JobCtx) -> StepFuture<'a> {
+        Box::pin(async move {
+            if !self.settings.duration.is_zero() {
+                tokio::time::sleep(self.settings.duration).await;
+            }
+            StepResult::Report(self.conclude(job))
+        })
+    }
+}
+
+/// How full a file system is.
+pub trait StorageProbe: Send + Sync {
+    /// The used share of the file system holding `path`, in percent.
+    ///
+    /// # Errors
+    /// When it cannot be measured.
+    fn used_percent(&self, path: &Path) -> std::io::Result<f64>;
+}
+
+/// Measures with `df -P PATH` (POSIX output: the fifth column of the second
+/// line is the capacity, `NN%`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DfProbe;
+
+impl StorageProbe for DfProbe {
+    fn used_percent(&self, path: &Path) -> std::io::Result<f64> {
+        let out = std::process::Command::new("df")
+            .arg("-P")
+            .arg(path)
+            .output()?;
+        if !out.status.success() {
+            return Err(std::io::Error::other(format!(
+                "df -P {} failed: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        parse_df(&String::from_utf8_lossy(&out.stdout)).ok_or_else(|| {
+            std::io::Error::other(format!(
+                "cannot read the output of df -P {}",
+                path.display()
+            ))
+        })
+    }
+}
+
+/// Reads the capacity column of `df -P` output.
+pub fn parse_df(text: &str) -> Option<f64> {
+    let line = text.lines().nth(1)?;
+    let capacity = line.split_whitespace().nth(4)?;
+    capacity.strip_suffix('%')?.parse().ok()
+}
+
+/// A probe that answers what it is told (for tests).
+#[derive(Debug, Clone, Default)]
+pub struct FixedProbe(Arc<Mutex<f64>>);
+
+impl FixedProbe {
+    /// A probe answering `percent`.
+    pub fn new(percent: f64) -> FixedProbe {
+        FixedProbe(Arc::new(Mutex::new(percent)))
+    }
+
+    /// Changes the answer.
+    pub fn set(&self, percent: f64) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = percent;
+    }
+}
+
+impl StorageProbe for FixedProbe {
+    fn used_percent(&self, _: &Path) -> std::io::Result<f64> {
+        Ok(*self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// Provisioning: keeps jobs waiting while working storage is fuller than the
+/// threshold, then runs the inner step.
+pub struct Provision {
+    probe: Arc<dyn StorageProbe>,
+    threshold_percent: f64,
+    working_storage: PathBuf,
+    inner: Arc<dyn Step>,
+}
+
+impl Provision {
+    /// A gate on `working_storage` in front of `inner`.
+    pub fn new(
+        probe: Arc<dyn StorageProbe>,
+        threshold_percent: f64,
+        working_storage: PathBuf,
+        inner: Arc<dyn Step>,
+    ) -> Provision {
+        Provision {
+            probe,
+            threshold_percent,
+            working_storage,
+            inner,
+        }
+    }
+}
+
+impl Step for Provision {
+    fn run<'a>(&'a self, job: &'a JobCtx) -> StepFuture<'a> {
+        Box::pin(async move {
+            let probe = Arc::clone(&self.probe);
+            let path = self.working_storage.clone();
+            let used = tokio::task::spawn_blocking(move || probe.used_percent(&path)).await;
+            match used {
+                Ok(Ok(used)) if used <= self.threshold_percent => self.inner.run(job).await,
+                Ok(Ok(used)) => StepResult::Wait(format!(
+                    "working storage {} is {used}% full (threshold {}%)",
+                    self.working_storage.display(),
+                    self.threshold_percent
+                )),
+                Ok(Err(e)) => StepResult::Wait(format!(
+                    "cannot measure working storage {}: {e}",
+                    self.working_storage.display()
+                )),
+                Err(e) => StepResult::Wait(format!("the storage probe failed: {e}")),
+            }
+        })
+    }
+}
+
+/// A batch a batch daemon works on, with its lock held.
+#[derive(Debug, Clone)]
+pub struct BatchCtx {
+    /// The batch id (`bid…`).
+    pub bid: String,
+    /// The worker's session (the one holding `/batches/BID/lock`).
+    pub zk: zookeeper_client::Client,
+    /// The API.
+    pub api: ApiCtx,
+}
+
+/// The outcome of expanding a batch's payload.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expansion {
+    /// The jobs to create (`POST /batches/BID/acquire`'s `jobs`).
+    Jobs(Vec<Value>),
+    /// The payload does not expand; the batch fails with this message.
+    Failed(String),
+}
+
+/// A boxed future of the batch work.
+pub type BatchFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The work of the batch daemons beyond recording: expanding a pending
+/// batch's payload (fetching and parsing its manifest) and sending a
+/// finished batch's report. Without it the server expands the simple
+/// forms itself and reports go nowhere.
+pub trait BatchWork: Send + Sync {
+    /// Expands the pending batch into jobs.
+    fn expand<'a>(&'a self, batch: &'a BatchCtx) -> BatchFuture<'a, Expansion>;
+    /// Sends the report of a batch in Reporting or UpdateReporting; `Some`
+    /// is the error of sending it (recorded with the report).
+    fn report<'a>(&'a self, batch: &'a BatchCtx) -> BatchFuture<'a, Option<String>>;
+}
+
+/// The steps of every state.
+#[derive(Clone)]
+pub struct Steps {
+    steps: HashMap<JobState, Arc<dyn Step>>,
+    /// The fault-injection handle of the simulated steps.
+    pub faults: Faults,
+    /// The batch daemons' work, when the steps are real.
+    pub batch: Option<Arc<dyn BatchWork>>,
+    /// The janitor of working storage, when the steps are real.
+    pub janitor: Option<Arc<super::real::janitor::Janitor>>,
+}
+
+impl Steps {
+    /// Simulated steps for every state, each with `settings`, provisioning
+    /// gated on `probe`.
+    pub fn simulated(
+        settings: SimSettings,
+        seed: Option<u64>,
+        probe: Arc<dyn StorageProbe>,
+        threshold_percent: f64,
+        working_storage: PathBuf,
+    ) -> Steps {
+        let rng = Arc::new(seed.map_or_else(Rng::from_entropy, Rng::new));
+        let faults = Faults::default();
+        let mut steps: HashMap<JobState, Arc<dyn Step>> = HashMap::new();
+        for state in STEP_STATES {
+            let sim: Arc<dyn Step> =
+                Arc::new(Simulate::new(settings, Arc::clone(&rng), faults.clone()));
+            let step = if state == JobState::Provisioning {
+                Arc::new(Provision::new(
+                    Arc::clone(&probe),
+                    threshold_percent,
+                    working_storage.clone(),
+                    sim,
+                )) as Arc<dyn Step>
+            } else {
+                sim
+            };
+            steps.insert(state, step);
+        }
+        Steps {
+            steps,
+            faults,
+            batch: None,
+            janitor: None,
+        }
+    }
+
+    /// Replaces the step of `state`.
+    pub fn set(&mut self, state: JobState, step: Arc<dyn Step>) {
+        self.steps.insert(state, step);
+    }
+
+    /// The step of `state`.
+    pub fn get(&self, state: JobState) -> Option<Arc<dyn Step>> {
+        self.steps.get(&state).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(state: JobState) -> JobCtx {
+        JobCtx::detached("jid0000000001", state, 5)
+    }
+
+    fn report(r: StepResult) -> Outcome {
+        match r {
+            StepResult::Report(o) => o,
+            StepResult::Wait(w) => panic!("waits: {w}"),
+        }
+    }
+
+    #[test]
+    fn df_output_parses() {
+        let text = "Filesystem 1024-blocks Used Available Capacity Mounted on\n/dev/sda1 100 42 58 42% /\n";
+        assert_eq!(parse_df(text), Some(42.0));
+        assert_eq!(parse_df("garbage"), None);
+        assert!(DfProbe.used_percent(Path::new("/")).is_ok());
+    }
+
+    #[test]
+    fn the_rng_is_deterministic() {
+        let a = Rng::new(7);
+        let b = Rng::new(7);
+        for _ in 0..10 {
+            assert_eq!(a.next_u64(), b.next_u64());
+        }
+        assert!((0.0..1.0).contains(&a.unit()));
+    }
+
+    #[tokio::test]
+    async fn faults_fail_the_next_job_once_and_rates_apply() {
+        let probe = Arc::new(FixedProbe::new(10.0));
+        let steps = Steps::simulated(SimSettings::default(), Some(1), probe, 70.0, "/".into());
+        steps.faults.fail_next(JobState::Storing);
+        let storing = steps.get(JobState::Storing).expect("step");
+        assert!(!report(storing.run(&job(JobState::Storing)).await).success);
+        let ok = report(storing.run(&job(JobState::Storing)).await);
+        assert!(ok.success);
+        assert!(ok.data.contains_key("store"));
+        let always = Simulate::new(
+            SimSettings {
+                duration: Duration::ZERO,
+                failure_rate: 1.0,
+            },
+            Arc::new(Rng::new(3)),
+            Faults::default(),
+        );
+        assert!(!report(always.run(&job(JobState::Processing)).await).success);
+    }
+
+    #[tokio::test]
+    async fn provisioning_waits_while_storage_is_full() {
+        let probe = FixedProbe::new(95.0);
+        let steps = Steps::simulated(
+            SimSettings::default(),
+            Some(1),
+            Arc::new(probe.clone()),
+            70.0,
+            "/".into(),
+        );
+        let step = steps.get(JobState::Provisioning).expect("step");
+        let j = job(JobState::Provisioning);
+        assert!(matches!(step.run(&j).await, StepResult::Wait(_)));
+        probe.set(50.0);
+        assert!(report(step.run(&j).await).success);
+    }
+}
