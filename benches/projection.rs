@@ -343,7 +343,7 @@ fn main() {
         .block_on(async {
             tokio::time::timeout(
                 Duration::from_secs(600),
-                sink.run(RunMode::CatchUp, std::future::pending()),
+                sink.run(RunMode::CatchUp, tokio_util::sync::CancellationToken::new()),
             )
             .await
         })

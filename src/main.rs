@@ -11,10 +11,23 @@ mod cli;
 
 fn main() {
     let matches = Cli::command().get_matches();
-    let cli = match Cli::from_arg_matches(&matches) {
+    let mut cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
+    // What `serve` was told on its command line or in its environment wins
+    // over its configuration file; clap's defaults do not.
+    if let (cli::Cmd::Serve(args), Some(("serve", sub))) = (&mut cli.command, matches.subcommand())
+    {
+        args.given = sub
+            .ids()
+            .filter(|id| {
+                sub.value_source(id.as_str())
+                    .is_some_and(|s| s != ValueSource::DefaultValue)
+            })
+            .map(|id| id.as_str().to_string())
+            .collect();
+    }
     // `serve` reads a configuration file that may set these; only options the
     // user gave (flag or environment) override it, not clap's defaults.
     let given = |id: &str| {

@@ -22,7 +22,7 @@
 //! test keeps them loadable).
 //!
 //! ```no_run
-//! use ingest::config::{GlobalOverrides, ServeArgs, ServeConfig};
+//! use ingest_config::{GlobalOverrides, ServeArgs, ServeConfig};
 //!
 //! let args = ServeArgs {
 //!     config: Some("/etc/ingest/serve.yaml".into()),
@@ -31,7 +31,7 @@
 //! let config = ServeConfig::load(&args, &GlobalOverrides::default())?;
 //! let profiles = config.profiles()?;
 //! println!("listening on {} with {} profiles", config.listen, profiles.len());
-//! # Ok::<(), ingest::config::ConfigError>(())
+//! # Ok::<(), ingest_config::ConfigError>(())
 //! ```
 
 use std::collections::BTreeMap;
@@ -69,40 +69,9 @@ pub const MIN_TOKEN_CHARS: usize = 16;
 /// The most tasks one daemon may run.
 pub const MAX_DAEMON_TASKS: u32 = 1024;
 
-/// A complete configuration file in YAML.
-pub const EXAMPLE_YAML: &str = r#"# ingest serve configuration. Flags and INGEST_* variables override it.
-data_dir: /var/lib/ingest            # --data-dir / INGEST_DATA_DIR
-listen: 127.0.0.1:7878               # --listen / INGEST_LISTEN
-lifecycle: /etc/ingest/states.yml    # --states / INGEST_STATES (built-in when absent)
-log_format: json                     # human | json; --log-format / INGEST_LOG_FORMAT
-profiles_dir: /etc/ingest/profiles   # --profiles-dir / INGEST_PROFILES_DIR
-tokens:                              # files holding one bearer token each
-  admin_file: /etc/ingest/tokens/admin          # or INGEST_ADMIN_TOKEN
-  depositor_file: /etc/ingest/tokens/depositor  # or INGEST_DEPOSITOR_TOKEN
-  worker_file: /etc/ingest/tokens/worker        # or INGEST_WORKER_TOKEN
-  # metrics_file: /etc/ingest/tokens/metrics    # /metrics needs no token unless set
-zookeeper:
-  hosts: zk1:2181,zk2:2181,zk3:2181  # --zk / INGEST_ZK
-  root: /                            # --zk-root / INGEST_ZK_ROOT
-  session_timeout_secs: 6            # --zk-session-timeout / INGEST_ZK_SESSION_TIMEOUT
-daemons:                             # --daemon NAME=off|on|TASKS / INGEST_DAEMONS
-  batch_pending: {enabled: true, tasks: 1}
-  batch_reporting: {enabled: true, tasks: 1}
-  batch_update_reporting: {enabled: true, tasks: 1}
-  job_pending: {enabled: true, tasks: 1}
-  estimating: {enabled: true, tasks: 2}
-  provisioning: {enabled: true, tasks: 1}
-  downloading: {enabled: true, tasks: 4}
-  processing: {enabled: true, tasks: 2}
-  storing: {enabled: true, tasks: 2}
-  recording: {enabled: false}        # run by Merritt Inventory
-  notify: {enabled: true, tasks: 1}
-provisioning:
-  threshold_percent: 70              # --provisioning-threshold / INGEST_PROVISIONING_THRESHOLD
-  working_storage: /zfs/queue        # --working-storage / INGEST_WORKING_STORAGE
-http:
-  max_body_bytes: 1048576            # --max-body-bytes / INGEST_MAX_BODY_BYTES
-"#;
+/// A complete configuration file in YAML, listing every key: the file
+/// `config/ingest.example.yaml` of the repository.
+pub const EXAMPLE_YAML: &str = include_str!("../ingest.example.yaml");
 
 /// The same configuration as [`EXAMPLE_YAML`], in TOML.
 pub const EXAMPLE_TOML: &str = r#"# ingest serve configuration. Flags and INGEST_* variables override it.
@@ -202,6 +171,26 @@ pub struct ServeArgs {
     /// The largest request body the API reads, in bytes [default: 1048576].
     #[arg(long, env = "INGEST_MAX_BODY_BYTES", value_name = "BYTES")]
     pub max_body_bytes: Option<usize>,
+    /// Where arks come from.
+    #[command(flatten)]
+    pub ids: IdArgs,
+    /// Which steps the in-process workers run.
+    #[command(flatten)]
+    pub steps: StepsArgs,
+    /// The real steps' options (with --steps real).
+    #[command(flatten)]
+    pub real: RealArgs,
+    /// The ids of the options given on the command line or in the
+    /// environment (clap's), which the configuration file does not
+    /// override; `main` fills it from the parsed matches.
+    #[arg(skip)]
+    pub given: std::collections::BTreeSet<String>,
+}
+
+/// Where arks come from: the NOID minter's NAAN and shoulder, or EZID.
+#[derive(Debug, Clone, Default, PartialEq, Args, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IdArgs {
     /// The Name Assigning Authority Number of minted arks (99999 is the test NAAN).
     #[arg(
         long,
@@ -227,12 +216,6 @@ pub struct ServeArgs {
     /// A file holding the EZID password.
     #[arg(long, env = "INGEST_EZID_PASSWORD_FILE", value_name = "FILE")]
     pub ezid_password_file: Option<PathBuf>,
-    /// Which steps the in-process workers run.
-    #[command(flatten)]
-    pub steps: StepsArgs,
-    /// The real steps' options (with --steps real).
-    #[command(flatten)]
-    pub real: RealArgs,
 }
 
 /// The CLI's global options that `serve` shares: `--data-dir`, `--states`,
@@ -569,6 +552,12 @@ struct FileConfig {
     provisioning: FileProvisioning,
     #[serde(default)]
     http: FileHttp,
+    /// `--steps`, `--step-ms`, `--failure-rate`, `--seed` ([`StepsArgs`]).
+    steps: Option<serde_json::Value>,
+    /// The real steps' options ([`RealArgs`]).
+    real_steps: Option<serde_json::Value>,
+    /// `--naan`, `--shoulder`, `--ezid-*` ([`IdArgs`]).
+    ids: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -586,6 +575,7 @@ struct FileZooKeeper {
     hosts: Option<String>,
     root: Option<String>,
     session_timeout_secs: Option<f64>,
+    request_timeout_secs: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -674,6 +664,36 @@ impl ServeConfig {
             Some(b) if p.is_relative() => b.join(p),
             _ => p,
         };
+        // The sections that mirror a group of flags: the file sets what the
+        // command line and the environment leave unset.
+        let text = args
+            .config
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default();
+        let section = |name: &'static str| Section {
+            name,
+            origin: &file_origin,
+            given: &args.given,
+            text: &text,
+        };
+        let steps: StepsArgs = section("steps").merge(&args.steps, file.steps.as_ref())?;
+        let mut real: RealArgs =
+            section("real_steps").merge(&args.real, file.real_steps.as_ref())?;
+        let ids: IdArgs = section("ids").merge(&args.ids, file.ids.as_ref())?;
+        // Paths in the file are relative to the file.
+        let from_file = |key: &str| {
+            !args.given.contains(key) && file.real_steps.as_ref().and_then(|v| v.get(key)).is_some()
+        };
+        if from_file("file_root") {
+            real.file_root = real.file_root.map(rel);
+        }
+        if from_file("signing_key") {
+            real.signing_key = real.signing_key.map(rel);
+        }
+        if from_file("outbox") {
+            real.outbox = real.outbox.map(rel);
+        }
 
         let data_dir = layer(
             file.data_dir.map(rel),
@@ -895,6 +915,18 @@ impl ServeConfig {
             ));
         }
 
+        let request_timeout = args
+            .zookeeper
+            .zk_timeout
+            .or(file.zookeeper.request_timeout_secs)
+            .unwrap_or(zk::DEFAULT_REQUEST_TIMEOUT_SECS);
+        if !(request_timeout.is_finite() && request_timeout > 0.0 && request_timeout <= 86_400.0) {
+            return Err(invalid(
+                &file_origin,
+                "zookeeper.request_timeout_secs",
+                format!("{request_timeout} is outside (0, 86400] seconds"),
+            ));
+        }
         Ok(ServeConfig {
             file: args.config.clone(),
             data_dir,
@@ -904,11 +936,7 @@ impl ServeConfig {
                 hosts: zk_hosts.map(|l| l.value.trim().to_string()),
                 root: zk_root.value,
                 session_timeout: Duration::from_secs_f64(timeout.value),
-                request_timeout: Duration::from_secs_f64(
-                    args.zookeeper
-                        .zk_timeout
-                        .unwrap_or(zk::DEFAULT_REQUEST_TIMEOUT_SECS),
-                ),
+                request_timeout: Duration::from_secs_f64(request_timeout),
             },
             lifecycle: lifecycle.map(|l| l.value),
             log_format,
@@ -919,10 +947,10 @@ impl ServeConfig {
             },
             profiles_dir: profiles_dir.map(|l| l.value),
             max_body_bytes: max_body.value,
-            minter: (args.naan.clone(), args.shoulder.clone()),
-            ezid: ezid_settings(args)?,
-            steps: args.steps.clone(),
-            real: args.real.clone(),
+            minter: (ids.naan.clone(), ids.shoulder.clone()),
+            ezid: ezid_settings(&ids)?,
+            steps,
+            real,
         })
     }
 
@@ -951,6 +979,98 @@ impl ServeConfig {
             Some(dir) => Profiles::load(dir),
             None => Ok(Profiles::unrestricted()),
         }
+    }
+}
+
+/// A section of the configuration file that mirrors a group of flags
+/// (`steps`, `real_steps`, `ids`): one parser for each setting, clap's, and
+/// the file's keys are the flags' names with `_` for `-`.
+struct Section<'a> {
+    name: &'static str,
+    origin: &'a Origin,
+    given: &'a std::collections::BTreeSet<String>,
+    /// The file's text, to say on which line a key is.
+    text: &'a str,
+}
+
+impl Section<'_> {
+    /// The line of `key` inside this section (YAML `key:` or TOML `key =`),
+    /// counted from 1.
+    fn line_of(&self, key: &str) -> Option<usize> {
+        let lines: Vec<&str> = self.text.lines().collect();
+        let start = lines.iter().position(|l| {
+            let t = l.trim();
+            t.starts_with(&format!("{}:", self.name)) || t == format!("[{}]", self.name)
+        })?;
+        lines[start + 1..]
+            .iter()
+            .position(|l| {
+                let t = l.trim_start();
+                t.strip_prefix(key)
+                    .is_some_and(|rest| rest.trim_start().starts_with([':', '=']))
+            })
+            .map(|i| start + 2 + i)
+    }
+
+    /// The flags' values, with every key of the file's section that the
+    /// command line and the environment did not set.
+    ///
+    /// # Errors
+    /// An unknown key or a value of the wrong type, naming the section and
+    /// the key.
+    fn merge<T: Serialize + serde::de::DeserializeOwned>(
+        &self,
+        flags: &T,
+        section: Option<&serde_json::Value>,
+    ) -> Result<T, ConfigError> {
+        let Some(section) = section else {
+            return serde_json::to_value(flags)
+                .and_then(serde_json::from_value)
+                .map_err(|e| invalid(self.origin, self.name, e.to_string()));
+        };
+        let serde_json::Value::Object(entries) = section else {
+            return Err(invalid(
+                self.origin,
+                self.name,
+                "is a section: give it keys, one per option",
+            ));
+        };
+        let mut merged = serde_json::to_value(flags)
+            .map_err(|e| invalid(self.origin, self.name, e.to_string()))?;
+        let known: Vec<String> = merged
+            .as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default();
+        for (key, value) in entries {
+            let field = format!("{}.{key}", self.name);
+            let at = |reason: String| match self.line_of(key) {
+                Some(line) => format!("line {line}: {reason}"),
+                None => reason,
+            };
+            if !known.contains(key) {
+                return Err(invalid(
+                    self.origin,
+                    &field,
+                    at(format!(
+                        "unknown key; the keys of `{}` are {}",
+                        self.name,
+                        known.join(", ")
+                    )),
+                ));
+            }
+            if self.given.contains(key) {
+                continue;
+            }
+            let mut next = merged.clone();
+            if let Some(o) = next.as_object_mut() {
+                o.insert(key.clone(), value.clone());
+            }
+            // Checked key by key, so a wrong type names its key.
+            serde_json::from_value::<T>(next.clone())
+                .map_err(|e| invalid(self.origin, &field, at(e.to_string())))?;
+            merged = next;
+        }
+        serde_json::from_value(merged).map_err(|e| invalid(self.origin, self.name, e.to_string()))
     }
 }
 
@@ -1123,12 +1243,40 @@ fn parse_percent(p: &Percent) -> Result<f64, String> {
     Ok(v)
 }
 
-/// Parses one `NAME=off|on|TASKS` setting.
+/// Parses one `NAME=off|on|TASKS` setting, the one grammar of `serve
+/// --daemons`, `worker --daemons` and `INGEST_DAEMONS`. A bare `NAME` is
+/// `NAME=on`; a job state's name (`downloading`) names its daemon.
+///
+/// # Errors
+/// What is wrong with the setting.
+pub fn parse_daemon(text: &str) -> Result<(DaemonKind, DaemonSettings), String> {
+    let (kind, spec) = parse_daemon_setting(text)?;
+    let mut settings = DaemonSettings::default();
+    if let Some(e) = spec.enabled {
+        settings.enabled = e;
+    }
+    if let Some(t) = spec.tasks {
+        if t == 0 || t > MAX_DAEMON_TASKS {
+            return Err(format!(
+                "{text:?}: the task count is outside 1-{MAX_DAEMON_TASKS}"
+            ));
+        }
+        settings.tasks = t;
+    }
+    Ok((kind, settings))
+}
+
 fn parse_daemon_setting(text: &str) -> Result<(DaemonKind, DaemonSpec), String> {
-    let Some((name, spec)) = text.split_once('=') else {
-        return Err(format!("{text:?} is not NAME=off, NAME=on or NAME=TASKS"));
-    };
-    let kind = DaemonKind::from_name(name)
+    let text = text.trim();
+    let (name, spec) = text.split_once('=').unwrap_or((text, "on"));
+    let lower = name.trim().to_ascii_lowercase();
+    let kind = DaemonKind::from_name(&lower)
+        .or_else(|| {
+            lower
+                .parse::<JobState>()
+                .ok()
+                .and_then(DaemonKind::for_job_state)
+        })
         .ok_or_else(|| format!("{name:?} is not a daemon (known: {})", DaemonKind::names()))?;
     let spec = match spec.trim().to_ascii_lowercase().as_str() {
         "off" | "false" | "no" => DaemonSpec {
@@ -1451,7 +1599,7 @@ fn validate_profile(p: &Profile) -> Result<(), (&'static str, String)> {
 
 /// The EZID settings `--ezid-url` asks for, with the password from
 /// `INGEST_EZID_PASSWORD` or `--ezid-password-file`.
-fn ezid_settings(args: &ServeArgs) -> Result<Option<EzidSettings>, ConfigError> {
+fn ezid_settings(args: &IdArgs) -> Result<Option<EzidSettings>, ConfigError> {
     let Some(base) = &args.ezid_url else {
         return Ok(None);
     };
@@ -1998,7 +2146,98 @@ mod tests {
             parse_daemon_setting("notify=0").is_ok(),
             "0 is caught by validation, with a hint"
         );
-        assert!(parse_daemon_setting("notify").is_err());
+        // One grammar for serve and worker: a bare name is NAME=on, a job
+        // state names its daemon.
+        let (kind, settings) = parse_daemon("notify").expect("bare name");
+        assert_eq!((kind, settings.enabled), (DaemonKind::Notify, true));
+        let (kind, settings) = parse_daemon("Downloading=3").expect("state name");
+        assert_eq!((kind, settings.tasks), (DaemonKind::Downloading, 3));
+        assert!(!parse_daemon("recording=off").expect("off").1.enabled);
+        assert!(parse_daemon("notify=0").is_err());
+        assert!(parse_daemon("nope").is_err());
         assert!(parse_daemon_setting("notify=lots").is_err());
+    }
+}
+
+#[cfg(test)]
+mod section_tests {
+    use super::*;
+
+    const TOKENS: [(&str, &str); 3] = [
+        ("INGEST_ADMIN_TOKEN", "admin-token-0123456789"),
+        ("INGEST_DEPOSITOR_TOKEN", "depositor-token-0123456789"),
+        ("INGEST_WORKER_TOKEN", "worker-token-0123456789"),
+    ];
+
+    fn env(k: &str) -> Option<String> {
+        TOKENS
+            .iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.to_string())
+    }
+
+    fn load(dir: &Path, text: &str, args: ServeArgs) -> Result<ServeConfig, ConfigError> {
+        let path = dir.join("serve.yaml");
+        std::fs::write(&path, text).expect("write");
+        let args = ServeArgs {
+            config: Some(path),
+            ..args
+        };
+        ServeConfig::load_with_env(&args, &GlobalOverrides::default(), &env)
+    }
+
+    /// Regression: the file refused `storage_targets`, the signing key, the
+    /// steps, NAAN and shoulder although the README said every option can
+    /// come from it.
+    #[test]
+    fn the_file_sets_the_real_steps_the_steps_and_the_ids() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = "steps:\n  steps: real\n  step_ms: 5\nreal_steps:\n  storage_targets: [primary=/srv/ocfl]\n  signing_key: keys/sign.pem\n  step_retries: 7\nids:\n  naan: \"13030\"\n  shoulder: m5\n";
+        let c = load(dir.path(), text, ServeArgs::default()).expect("loads");
+        assert_eq!(c.steps.steps, Some(StepsKind::Real));
+        assert_eq!(c.steps.step_ms, Some(5));
+        assert_eq!(c.real.storage_targets, ["primary=/srv/ocfl"]);
+        assert_eq!(c.real.step_retries, 7);
+        // A relative path in the file is relative to the file.
+        assert_eq!(c.real.signing_key, Some(dir.path().join("keys/sign.pem")));
+        assert_eq!(c.minter, ("13030".to_string(), "m5".to_string()));
+    }
+
+    #[test]
+    fn a_flag_or_variable_wins_over_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut args = ServeArgs::default();
+        args.ids.naan = "99999".into();
+        args.real.step_retries = 2;
+        args.given = ["naan".to_string(), "step_retries".to_string()].into();
+        let text = "real_steps:\n  step_retries: 7\n  transfers: 3\nids:\n  naan: \"13030\"\n";
+        let c = load(dir.path(), text, args).expect("loads");
+        assert_eq!(c.minter.0, "99999");
+        assert_eq!(c.real.step_retries, 2);
+        assert_eq!(c.real.transfers, 3);
+    }
+
+    #[test]
+    fn unknown_and_ill_typed_section_keys_are_refused_with_file_line_and_key() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let e = load(
+            dir.path(),
+            "listen: 127.0.0.1:7878\nreal_steps:\n  file_root: /srv\n  storage_target: x=/y\n",
+            ServeArgs::default(),
+        )
+        .expect_err("unknown key")
+        .to_string();
+        assert!(e.contains("serve.yaml"), "{e}");
+        assert!(e.contains("real_steps.storage_target"), "{e}");
+        assert!(e.contains("line 4"), "{e}");
+        let e = load(
+            dir.path(),
+            "real_steps:\n  step_retries: many\n",
+            ServeArgs::default(),
+        )
+        .expect_err("ill-typed")
+        .to_string();
+        assert!(e.contains("real_steps.step_retries"), "{e}");
+        assert!(e.contains("line 2"), "{e}");
     }
 }

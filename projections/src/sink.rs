@@ -89,16 +89,13 @@
 //! state (connected, disconnected, standing by, stopped).
 //!
 //! ## Shutdown
-//! [`Sink::run`] takes a future; once it completes the sink stops between
+//! [`Sink::run`] takes a `CancellationToken`; once it is cancelled the sink stops between
 //! transactions: a transaction in flight is finished (its answer awaited)
 //! first.
 
 use std::collections::BTreeSet;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -106,6 +103,7 @@ use ingest_events::codec::GENESIS_HASH;
 use ingest_events::log::{Log, LogError};
 use ingest_events::Hash;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use crate::checkpoint::{Checkpoint, Partial, CHECKPOINT_NODE};
@@ -481,8 +479,8 @@ impl Sink {
         &self.identity
     }
 
-    /// Runs until `mode` is satisfied or `shutdown` completes (then between
-    /// transactions), retrying every ZooKeeper problem.
+    /// Runs until `mode` is satisfied or `shutdown` is cancelled (then
+    /// between transactions), retrying every ZooKeeper problem.
     ///
     /// # Errors
     /// Only errors that need an operator (see [`SinkError`]); the status then
@@ -490,7 +488,7 @@ impl Sink {
     pub async fn run(
         self,
         mode: RunMode,
-        shutdown: impl Future<Output = ()> + Send,
+        shutdown: CancellationToken,
     ) -> Result<SinkReport, SinkError> {
         let target = self.log.durable_position();
         let mut runner = Runner {
@@ -499,10 +497,7 @@ impl Sink {
             cfg: self.config,
             identity: self.identity,
             status: self.status,
-            shutdown: Shutdown {
-                fut: Box::pin(shutdown),
-                fired: false,
-            },
+            shutdown,
             mode,
             target,
             model: Model::new(),
@@ -549,32 +544,6 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 // ---------------------------------------------------------------------------
-
-/// A future that asks the sink to stop, polled without blocking between
-/// transactions.
-struct Shutdown<'a> {
-    fut: Pin<Box<dyn Future<Output = ()> + Send + 'a>>,
-    fired: bool,
-}
-
-impl Shutdown<'_> {
-    fn requested(&mut self) -> bool {
-        if !self.fired {
-            let mut cx = Context::from_waker(Waker::noop());
-            if let Poll::Ready(()) = self.fut.as_mut().poll(&mut cx) {
-                self.fired = true;
-            }
-        }
-        self.fired
-    }
-
-    async fn wait(&mut self) {
-        if !self.fired {
-            self.fut.as_mut().await;
-            self.fired = true;
-        }
-    }
-}
 
 /// Capped exponential backoff with a little jitter.
 #[derive(Debug, Default)]
@@ -734,13 +703,13 @@ const READ_CHUNK: u64 = 512;
 /// add no bytes, so the byte cap alone would not bound the queue).
 const MAX_PENDING_EVENTS: usize = 8192;
 
-struct Runner<'a> {
+struct Runner {
     log: Arc<Log>,
     cfg: SinkConfig,
     identity: String,
     status: watch::Sender<SinkStatus>,
     durable: watch::Receiver<u64>,
-    shutdown: Shutdown<'a>,
+    shutdown: CancellationToken,
     mode: RunMode,
     /// For [`RunMode::CatchUp`]: the durable position at the start.
     target: u64,
@@ -754,7 +723,7 @@ struct Runner<'a> {
     ever_connected: bool,
 }
 
-impl Runner<'_> {
+impl Runner {
     fn root(&self) -> String {
         self.cfg.zk.root.clone()
     }
@@ -831,7 +800,7 @@ impl Runner<'_> {
         loop {
             tokio::select! {
                 _ = &mut sleep => return,
-                _ = self.shutdown.wait() => return,
+                _ = self.shutdown.cancelled() => return,
                 changed = self.durable.changed() => {
                     if changed.is_err() {
                         (&mut sleep).await;
@@ -845,7 +814,7 @@ impl Runner<'_> {
 
     async fn main(&mut self) -> Result<SinkReport, SinkError> {
         loop {
-            if self.shutdown.requested() {
+            if self.shutdown.is_cancelled() {
                 return Ok(self.report());
             }
             let state = if self.ever_connected {
@@ -856,7 +825,7 @@ impl Runner<'_> {
             self.set_state(state);
             let connected = tokio::select! {
                 r = crate::zk::connect(&self.cfg.zk) => r,
-                _ = self.shutdown.wait() => return Ok(self.report()),
+                _ = self.shutdown.cancelled() => return Ok(self.report()),
             };
             let client = match connected {
                 Ok(c) => c,
@@ -923,7 +892,7 @@ impl Runner<'_> {
     }
 
     async fn serve_inner(&mut self, client: &zk::Client) -> Result<Exit, Exit> {
-        if self.shutdown.requested() {
+        if self.shutdown.is_cancelled() {
             return Ok(Exit::Done);
         }
         leader::ensure_engine_node(client, self.deadline()).await?;
@@ -992,7 +961,7 @@ impl Runner<'_> {
             tokio::select! {
                 _ = &mut changed => return Ok(Exit::Retry),
                 _ = &mut recheck => return Ok(Exit::Retry),
-                _ = self.shutdown.wait() => return Ok(Exit::Done),
+                _ = self.shutdown.cancelled() => return Ok(Exit::Done),
                 r = self.durable.changed() => {
                     if r.is_err() {
                         return Ok(Exit::Retry);
@@ -1282,7 +1251,7 @@ impl Runner<'_> {
         // Parents whose `lock` child must go with them (see the module docs).
         let mut lock_parents: BTreeSet<String> = BTreeSet::new();
         loop {
-            if self.shutdown.requested() {
+            if self.shutdown.is_cancelled() {
                 return Ok(Exit::Done);
             }
             let limit = self.limit();
@@ -1298,7 +1267,7 @@ impl Runner<'_> {
                             return Ok(Exit::Done);
                         }
                     }
-                    _ = self.shutdown.wait() => return Ok(Exit::Done),
+                    _ = self.shutdown.cancelled() => return Ok(Exit::Done),
                 }
                 continue;
             }

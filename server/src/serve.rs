@@ -90,10 +90,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
             )?;
             metrics.attach_projector(sink.status());
             let stop = shutdown.child_token();
-            let task =
-                tokio::spawn(
-                    async move { sink.run(RunMode::Follow, stop.cancelled_owned()).await },
-                );
+            let task = tokio::spawn(async move { sink.run(RunMode::Follow, stop).await });
             let checker = ZkLocks::new(zk_config.clone(), Arc::clone(&metrics));
             (Arc::new(checker) as Arc<dyn LockChecker>, Some(task))
         }

@@ -6,8 +6,6 @@
 //! to ZooKeeper runs on its own small tokio runtime.
 
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -178,30 +176,6 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// Completes on Ctrl-C or SIGTERM.
-pub(crate) async fn shutdown_signal(fired: Arc<AtomicBool>) {
-    let term = async {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{signal, SignalKind};
-            match signal(SignalKind::terminate()) {
-                Ok(mut s) => {
-                    s.recv().await;
-                }
-                Err(_) => std::future::pending::<()>().await,
-            }
-        }
-        #[cfg(not(unix))]
-        std::future::pending::<()>().await
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
-    }
-    fired.store(true, Ordering::SeqCst);
-    tracing::info!("stop requested; finishing the transaction in flight");
-}
-
 fn bar_style(template: &str) -> ProgressStyle {
     ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar())
 }
@@ -288,13 +262,14 @@ pub fn project(engine: &mut Engine, args: ProjectArgs) -> Result<i32> {
     } else {
         RunMode::CatchUp
     };
-    let interrupted = Arc::new(AtomicBool::new(false));
     let rt = runtime()?;
+    let mut interrupted = None;
     let report = rt.block_on(async {
+        // SIGTERM or Ctrl-C: the sink stops after its transaction in flight.
+        let stop = ingest_config::shutdown::on_signal();
+        interrupted = Some(stop.clone());
         let progress = tokio::spawn(show_progress(status, args.follow));
-        let result = sink
-            .run(mode, shutdown_signal(Arc::clone(&interrupted)))
-            .await;
+        let result = sink.run(mode, stop).await;
         // The status channel closes with the run, which ends the display.
         let leader = progress.await.ok().flatten();
         (result, leader)
@@ -311,7 +286,7 @@ pub fn project(engine: &mut Engine, args: ProjectArgs) -> Result<i32> {
         "projected {} events ({} node operations in {} transactions) into {root}; checkpoint {}",
         report.events_applied, report.ops_applied, report.transactions, report.checkpoint
     );
-    if interrupted.load(Ordering::SeqCst) && !args.follow {
+    if interrupted.is_some_and(|t| t.is_cancelled()) && !args.follow {
         println!("interrupted before the end of the log");
         return Ok(130);
     }

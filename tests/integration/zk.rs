@@ -287,9 +287,13 @@ fn spawn_sink(log: Arc<Log>, config: SinkConfig, mode: RunMode) -> Running {
     let sink = Sink::new(log, config).expect("sink");
     let status = sink.status();
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(sink.run(mode, async move {
+    let token = tokio_util::sync::CancellationToken::new();
+    let cancel = token.clone();
+    tokio::spawn(async move {
         let _ = stopped.await;
-    }));
+        cancel.cancel();
+    });
+    let task = tokio::spawn(sink.run(mode, token));
     Running {
         status,
         stop: Some(stop),
@@ -318,10 +322,13 @@ async fn checkpoint_of(zk: &ZkConfig) -> Option<Checkpoint> {
 
 async fn catch_up(log: Arc<Log>, zk: &ZkConfig, identity: &str) -> SinkReport {
     let sink = Sink::new(log, sink_config(zk, identity)).expect("sink");
-    tokio::time::timeout(DEADLINE, sink.run(RunMode::CatchUp, std::future::pending()))
-        .await
-        .expect("catch-up within the deadline")
-        .expect("catch-up")
+    tokio::time::timeout(
+        DEADLINE,
+        sink.run(RunMode::CatchUp, tokio_util::sync::CancellationToken::new()),
+    )
+    .await
+    .expect("catch-up within the deadline")
+    .expect("catch-up")
 }
 
 // ---------------------------------------------------------------------------
@@ -946,7 +953,7 @@ async fn an_oversized_event_is_reported_with_its_position() {
     let sink = Sink::new(f.log(), config).expect("sink");
     let mut status = sink.status();
     let err = sink
-        .run(RunMode::CatchUp, std::future::pending())
+        .run(RunMode::CatchUp, tokio_util::sync::CancellationToken::new())
         .await
         .expect_err("oversized");
     match &err {
@@ -1046,7 +1053,7 @@ async fn a_tree_of_another_log_is_refused() {
     b.walk_batches(1, 2, false);
     let sink = Sink::new(b.log(), sink_config(&zk, "log-b")).expect("sink");
     let err = sink
-        .run(RunMode::CatchUp, std::future::pending())
+        .run(RunMode::CatchUp, tokio_util::sync::CancellationToken::new())
         .await
         .expect_err("foreign");
     assert!(matches!(err, SinkError::ForeignTree { .. }), "{err}");
@@ -1054,7 +1061,7 @@ async fn a_tree_of_another_log_is_refused() {
     let c = Fixture::new();
     let sink = Sink::new(c.log(), sink_config(&zk, "log-c")).expect("sink");
     let err = sink
-        .run(RunMode::CatchUp, std::future::pending())
+        .run(RunMode::CatchUp, tokio_util::sync::CancellationToken::new())
         .await
         .expect_err("ahead");
     assert!(matches!(err, SinkError::CheckpointAhead { .. }), "{err}");

@@ -41,7 +41,6 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use ingest_config::{StepsArgs, StepsKind, ZkArgs};
-use ingest_events::JobState;
 use ingest_projections::ZkConfig;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -245,7 +244,7 @@ pub struct WorkerArgs {
     /// Where ZooKeeper is.
     #[command(flatten)]
     pub zookeeper: ZkArgs,
-    /// The daemons to run, comma-separated: job states (downloading, processing, …) or batch_pending, batch_reporting, batch_update_reporting, job_pending; NAME=TASKS sets a task count.
+    /// The daemons to run, comma-separated, as `serve --daemons` takes them: NAME, NAME=on, NAME=off or NAME=TASKS; names are job states (downloading, processing, …) or batch_pending, batch_reporting, batch_update_reporting, job_pending.
     /// (`--states` is the CLI's global lifecycle-file option, hence `--daemons`.)
     #[arg(
         long,
@@ -278,47 +277,22 @@ pub struct WorkerArgs {
     pub real: real::RealArgs,
 }
 
-/// Parses `--daemons`: names, each optionally `=TASKS`.
+/// Parses `--daemons`: `NAME[=off|on|TASKS]`, the grammar `serve` uses
+/// ([`ingest_config::parse_daemon`]); the daemons switched on, with their
+/// task counts.
 ///
 /// # Errors
 /// An unknown name or a bad task count.
 pub fn parse_daemons(names: &[String]) -> Result<Vec<(DaemonKind, u32)>> {
-    names
-        .iter()
-        .map(|n| n.trim())
-        .filter(|n| !n.is_empty())
-        .map(|n| {
-            let (name, tasks) = match n.split_once('=') {
-                Some((name, t)) => (
-                    name,
-                    t.parse::<u32>()
-                        .with_context(|| format!("{n}: the task count"))?,
-                ),
-                None => (n, 1),
-            };
-            let lower = name.to_ascii_lowercase();
-            let kind = DaemonKind::from_name(&lower)
-                .or_else(|| {
-                    lower
-                        .parse::<JobState>()
-                        .ok()
-                        .and_then(DaemonKind::for_job_state)
-                })
-                .with_context(|| {
-                    format!(
-                        "{name}: not a daemon; use one of {}",
-                        DaemonKind::ALL.map(DaemonKind::name).join(", ")
-                    )
-                })?;
-            if tasks == 0 || tasks > ingest_config::MAX_DAEMON_TASKS {
-                bail!(
-                    "{n}: the task count is outside 1-{}",
-                    ingest_config::MAX_DAEMON_TASKS
-                );
-            }
-            Ok((kind, tasks))
-        })
-        .collect()
+    let mut out = Vec::new();
+    for n in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        let (kind, settings) = ingest_config::parse_daemon(n).map_err(anyhow::Error::msg)?;
+        out.retain(|(k, _)| *k != kind);
+        if settings.enabled {
+            out.push((kind, settings.tasks));
+        }
+    }
+    Ok(out)
 }
 
 /// Runs `ingest worker` until SIGTERM or Ctrl-C.

@@ -18,11 +18,11 @@
 //! request metrics by route template, and a body limit (413 beyond it).
 //!
 //! ```no_run
-//! # async fn run(handle: ingest::service::EngineHandle, tokens: ingest::config::Tokens) -> std::io::Result<()> {
+//! # async fn run(handle: ingest_engine::service::EngineHandle, tokens: ingest_config::Tokens) -> std::io::Result<()> {
 //! use std::sync::Arc;
-//! use ingest::api::{self, ApiConfig, NoLocks};
-//! use ingest::config::Profiles;
-//! use ingest::metrics::Metrics;
+//! use ingest_server::api::{self, ApiConfig, NoLocks};
+//! use ingest_config::Profiles;
+//! use ingest_server::metrics::Metrics;
 //!
 //! let router = api::router(ApiConfig {
 //!     metrics: Arc::new(Metrics::new(handle.clone())),
