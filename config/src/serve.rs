@@ -1,0 +1,886 @@
+//! `ingest serve`'s configuration: its flags ([`ServeArgs`]), the file
+//! (YAML or TOML) and the layering file < environment < flags, key by key.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use ingest_events::Lifecycle;
+use serde::{Deserialize, Serialize};
+
+use crate::*;
+
+/// A complete configuration file in YAML, listing every key: the file
+/// `config/ingest.example.yaml` of the repository.
+pub const EXAMPLE_YAML: &str = include_str!("../ingest.example.yaml");
+
+/// The same configuration as [`EXAMPLE_YAML`], in TOML.
+pub const EXAMPLE_TOML: &str = r#"# ingest serve configuration. Flags and INGEST_* variables override it.
+data_dir = "/var/lib/ingest"
+listen = "127.0.0.1:7878"
+lifecycle = "/etc/ingest/states.yml"
+log_format = "json"
+profiles_dir = "/etc/ingest/profiles"
+
+[tokens]
+admin_file = "/etc/ingest/tokens/admin"
+depositor_file = "/etc/ingest/tokens/depositor"
+worker_file = "/etc/ingest/tokens/worker"
+
+[zookeeper]
+hosts = "zk1:2181,zk2:2181,zk3:2181"
+root = "/"
+session_timeout_secs = 6
+
+[daemons]
+batch_pending = { enabled = true, tasks = 1 }
+batch_reporting = { enabled = true, tasks = 1 }
+batch_update_reporting = { enabled = true, tasks = 1 }
+job_pending = { enabled = true, tasks = 1 }
+estimating = { enabled = true, tasks = 2 }
+provisioning = { enabled = true, tasks = 1 }
+downloading = { enabled = true, tasks = 4 }
+processing = { enabled = true, tasks = 2 }
+storing = { enabled = true, tasks = 2 }
+recording = { enabled = false }
+notify = { enabled = true, tasks = 1 }
+
+[provisioning]
+threshold_percent = 70
+working_storage = "/zfs/queue"
+
+[http]
+max_body_bytes = 1048576
+"#;
+
+/// An example collection profile (one file per profile in the profiles directory).
+pub const EXAMPLE_PROFILE: &str = r#"name: demo_content
+priority: 10                     # optional; overrides the batch-size priority
+notification:
+  callback_url: https://example.org/ingest-callback   # optional
+  emails: [curator@example.org]
+  summary_at_queueing: true      # e-mail a summary when the batch's jobs are queued
+"#;
+
+/// The flags of `ingest serve`, each also read from its `INGEST_*`
+/// environment variable. Unset options fall back to the configuration file,
+/// then to the defaults.
+///
+/// Token values are not flags: set `INGEST_ADMIN_TOKEN`,
+/// `INGEST_DEPOSITOR_TOKEN`, `INGEST_WORKER_TOKEN` (and optionally
+/// `INGEST_METRICS_TOKEN`), or name files holding them.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ServeArgs {
+    /// A configuration file, YAML (.yaml, .yml) or TOML (.toml); flags and INGEST_* variables override it.
+    #[arg(long, env = "INGEST_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The address to listen on [default: 127.0.0.1:7878].
+    #[arg(long, env = "INGEST_LISTEN", value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// The directory of collection profiles, one YAML file per profile (without it, any profile name is accepted).
+    #[arg(long, env = "INGEST_PROFILES_DIR", value_name = "DIR")]
+    pub profiles_dir: Option<PathBuf>,
+    /// A file holding the admin bearer token (or set INGEST_ADMIN_TOKEN).
+    #[arg(long, env = "INGEST_ADMIN_TOKEN_FILE", value_name = "FILE")]
+    pub admin_token_file: Option<PathBuf>,
+    /// A file holding the depositor bearer token (or set INGEST_DEPOSITOR_TOKEN).
+    #[arg(long, env = "INGEST_DEPOSITOR_TOKEN_FILE", value_name = "FILE")]
+    pub depositor_token_file: Option<PathBuf>,
+    /// A file holding the worker bearer token (or set INGEST_WORKER_TOKEN).
+    #[arg(long, env = "INGEST_WORKER_TOKEN_FILE", value_name = "FILE")]
+    pub worker_token_file: Option<PathBuf>,
+    /// A file holding a token that /metrics then requires (or set INGEST_METRICS_TOKEN); without one, scraping needs no token.
+    #[arg(long, env = "INGEST_METRICS_TOKEN_FILE", value_name = "FILE")]
+    pub metrics_token_file: Option<PathBuf>,
+    /// Where ZooKeeper is.
+    #[command(flatten)]
+    pub zookeeper: ZkArgs,
+    /// A daemon's switch and concurrency: NAME=off, NAME=on or NAME=TASKS; comma-separated or repeated (`--daemon` is the old spelling; also INGEST_DAEMONS, which these override). Names: batch_pending, batch_reporting, batch_update_reporting, job_pending, estimating, provisioning, downloading, processing, storing, recording, notify.
+    #[arg(
+        long = "daemons",
+        alias = "daemon",
+        value_delimiter = ',',
+        value_name = "NAME=off|on|TASKS"
+    )]
+    pub daemons: Vec<String>,
+    /// Working-storage use, in percent, above which provisioning holds jobs back [default: 70].
+    #[arg(long, env = "INGEST_PROVISIONING_THRESHOLD", value_name = "PERCENT")]
+    pub provisioning_threshold: Option<String>,
+    /// The working storage jobs download into [default: DATA_DIR/work].
+    #[arg(long, env = "INGEST_WORKING_STORAGE", value_name = "DIR")]
+    pub working_storage: Option<PathBuf>,
+    /// The largest request body the API reads, in bytes [default: 1048576].
+    #[arg(long, env = "INGEST_MAX_BODY_BYTES", value_name = "BYTES")]
+    pub max_body_bytes: Option<usize>,
+    /// Where arks come from.
+    #[command(flatten)]
+    pub ids: IdArgs,
+    /// Which steps the in-process workers run.
+    #[command(flatten)]
+    pub steps: StepsArgs,
+    /// The real steps' options (with --steps real).
+    #[command(flatten)]
+    pub real: RealArgs,
+    /// The ids of the options given on the command line or in the
+    /// environment (clap's), which the configuration file does not
+    /// override; `main` fills it from the parsed matches.
+    #[arg(skip)]
+    pub given: std::collections::BTreeSet<String>,
+}
+
+/// Where arks come from: the NOID minter's NAAN and shoulder, or EZID.
+#[derive(Debug, Clone, Default, PartialEq, Args, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IdArgs {
+    /// The Name Assigning Authority Number of minted arks (99999 is the test NAAN).
+    #[arg(
+        long,
+        env = "INGEST_NAAN",
+        value_name = "NAAN",
+        default_value = "99999"
+    )]
+    pub naan: String,
+    /// The shoulder of minted arks (fk4: a "fake" shoulder for tests and demos).
+    #[arg(
+        long,
+        env = "INGEST_SHOULDER",
+        value_name = "SHOULDER",
+        default_value = "fk4"
+    )]
+    pub shoulder: String,
+    /// Mint arks through the EZID API at this URL (`https://ezid.cdlib.org`) instead of the built-in NOID minter.
+    #[arg(long, env = "INGEST_EZID_URL", value_name = "URL")]
+    pub ezid_url: Option<String>,
+    /// The EZID account (the password comes from INGEST_EZID_PASSWORD or --ezid-password-file).
+    #[arg(long, env = "INGEST_EZID_USER", value_name = "USER")]
+    pub ezid_user: Option<String>,
+    /// A file holding the EZID password.
+    #[arg(long, env = "INGEST_EZID_PASSWORD_FILE", value_name = "FILE")]
+    pub ezid_password_file: Option<PathBuf>,
+}
+
+/// The CLI's global options that `serve` shares: `--data-dir`, `--states`,
+/// `--log-format` (with their environment variables). Give `None` for an
+/// option the user did not set, so the configuration file can set it.
+#[derive(Debug, Clone, Default)]
+pub struct GlobalOverrides {
+    /// `--data-dir` / `INGEST_DATA_DIR`.
+    pub data_dir: Option<PathBuf>,
+    /// `--states` / `INGEST_STATES`.
+    pub lifecycle: Option<PathBuf>,
+    /// `--log-format` / `INGEST_LOG_FORMAT`.
+    pub log_format: Option<LogFormat>,
+}
+
+/// The resolved configuration of `ingest serve`.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// The configuration file read, if any.
+    pub file: Option<PathBuf>,
+    /// The data directory (the log lives in `<data_dir>/log`).
+    pub data_dir: PathBuf,
+    /// Where the HTTP API listens.
+    pub listen: SocketAddr,
+    /// The bearer tokens.
+    pub tokens: Tokens,
+    /// Where ZooKeeper is.
+    pub zookeeper: ZooKeeperSettings,
+    /// A lifecycle file (mrt-zk `states.yml` format); the built-in one when `None`.
+    pub lifecycle: Option<PathBuf>,
+    /// Log output on stderr.
+    pub log_format: LogFormat,
+    /// Each daemon's switch and concurrency.
+    pub daemons: Daemons,
+    /// The provisioning step's settings.
+    pub provisioning: Provisioning,
+    /// The collection profiles directory; `None` accepts any profile name.
+    pub profiles_dir: Option<PathBuf>,
+    /// The largest request body the API reads.
+    pub max_body_bytes: usize,
+    /// The NAAN and shoulder of minted arks.
+    pub minter: (String, String),
+    /// EZID, when arks come from it.
+    pub ezid: Option<EzidSettings>,
+    /// Which steps the in-process workers run.
+    pub steps: StepsArgs,
+    /// The real steps' options.
+    pub real: RealArgs,
+}
+
+/// The provisioning step's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Provisioning {
+    /// Working-storage use, in percent (0–100], above which jobs wait in Provisioning.
+    pub threshold_percent: f64,
+    /// The working storage jobs download into.
+    pub working_storage: PathBuf,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileConfig {
+    pub(crate) data_dir: Option<PathBuf>,
+    pub(crate) listen: Option<String>,
+    pub(crate) lifecycle: Option<PathBuf>,
+    pub(crate) log_format: Option<String>,
+    pub(crate) profiles_dir: Option<PathBuf>,
+    #[serde(default)]
+    pub(crate) tokens: FileTokens,
+    #[serde(default)]
+    pub(crate) zookeeper: FileZooKeeper,
+    #[serde(default)]
+    pub(crate) daemons: BTreeMap<String, FileDaemon>,
+    #[serde(default)]
+    pub(crate) provisioning: FileProvisioning,
+    #[serde(default)]
+    pub(crate) http: FileHttp,
+    /// `--steps`, `--step-ms`, `--failure-rate`, `--seed` ([`StepsArgs`]).
+    pub(crate) steps: Option<serde_json::Value>,
+    /// The real steps' options ([`RealArgs`]).
+    pub(crate) real_steps: Option<serde_json::Value>,
+    /// `--naan`, `--shoulder`, `--ezid-*` ([`IdArgs`]).
+    pub(crate) ids: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileTokens {
+    pub(crate) admin_file: Option<PathBuf>,
+    pub(crate) depositor_file: Option<PathBuf>,
+    pub(crate) worker_file: Option<PathBuf>,
+    pub(crate) metrics_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileZooKeeper {
+    pub(crate) hosts: Option<String>,
+    pub(crate) root: Option<String>,
+    pub(crate) session_timeout_secs: Option<f64>,
+    pub(crate) request_timeout_secs: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileDaemon {
+    pub(crate) enabled: Option<bool>,
+    pub(crate) tasks: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileProvisioning {
+    pub(crate) threshold_percent: Option<Percent>,
+    pub(crate) working_storage: Option<PathBuf>,
+}
+
+/// `70`, `70.5` or `"70%"`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Percent {
+    Number(f64),
+    Text(String),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileHttp {
+    pub(crate) max_body_bytes: Option<usize>,
+}
+
+/// A value and where it came from.
+pub(crate) struct Layered<T> {
+    pub(crate) value: T,
+    pub(crate) origin: Origin,
+}
+
+/// The flag (or its variable, which clap merged into it) wins over the file.
+pub(crate) fn layer<T>(
+    file: Option<T>,
+    over: Option<T>,
+    file_origin: &Origin,
+    flag: &'static str,
+) -> Option<Layered<T>> {
+    match (over, file) {
+        (Some(value), _) => Some(Layered {
+            value,
+            origin: Origin::Override(flag),
+        }),
+        (None, Some(value)) => Some(Layered {
+            value,
+            origin: file_origin.clone(),
+        }),
+        (None, None) => None,
+    }
+}
+
+impl ServeConfig {
+    /// Resolves the configuration: the file named by `args.config`, then the
+    /// environment, then the flags; validates every value.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the file or flag and the field.
+    pub fn load(args: &ServeArgs, globals: &GlobalOverrides) -> Result<ServeConfig, ConfigError> {
+        Self::load_with_env(args, globals, &|name| std::env::var(name).ok())
+    }
+
+    /// As [`ServeConfig::load`], reading the variables that are not flags
+    /// (tokens, `INGEST_DAEMONS`) through `env` (tests pass a map).
+    ///
+    /// # Errors
+    /// See [`ServeConfig::load`].
+    pub fn load_with_env(
+        args: &ServeArgs,
+        globals: &GlobalOverrides,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<ServeConfig, ConfigError> {
+        let (file, file_origin, base) = match &args.config {
+            Some(path) => {
+                let parsed = read_config_file(path)?;
+                let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+                (parsed, Origin::File(path.clone()), Some(base))
+            }
+            None => (FileConfig::default(), Origin::Default, None),
+        };
+        let rel = |p: PathBuf| match &base {
+            Some(b) if p.is_relative() => b.join(p),
+            _ => p,
+        };
+        // The sections that mirror a group of flags: the file sets what the
+        // command line and the environment leave unset.
+        let text = args
+            .config
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default();
+        let section = |name: &'static str| Section {
+            name,
+            origin: &file_origin,
+            given: &args.given,
+            text: &text,
+        };
+        let steps: StepsArgs = section("steps").merge(&args.steps, file.steps.as_ref())?;
+        let mut real: RealArgs =
+            section("real_steps").merge(&args.real, file.real_steps.as_ref())?;
+        let ids: IdArgs = section("ids").merge(&args.ids, file.ids.as_ref())?;
+        // Paths in the file are relative to the file.
+        let from_file = |key: &str| {
+            !args.given.contains(key) && file.real_steps.as_ref().and_then(|v| v.get(key)).is_some()
+        };
+        if from_file("file_root") {
+            real.file_root = real.file_root.map(rel);
+        }
+        if from_file("signing_key") {
+            real.signing_key = real.signing_key.map(rel);
+        }
+        if from_file("outbox") {
+            real.outbox = real.outbox.map(rel);
+        }
+
+        let data_dir = layer(
+            file.data_dir.map(rel),
+            globals.data_dir.clone(),
+            &file_origin,
+            "--data-dir or INGEST_DATA_DIR",
+        )
+        .map_or_else(|| PathBuf::from(DEFAULT_DATA_DIR), |l| l.value);
+        if data_dir.as_os_str().is_empty() {
+            return Err(invalid(&file_origin, "data_dir", "is empty"));
+        }
+
+        let listen = match layer(
+            file.listen,
+            args.listen.clone(),
+            &file_origin,
+            "--listen or INGEST_LISTEN",
+        ) {
+            Some(l) => l.value.trim().parse::<SocketAddr>().map_err(|e| {
+                invalid(
+                    &l.origin,
+                    "listen",
+                    format!("{:?} is not an address like 127.0.0.1:7878 ({e})", l.value),
+                )
+            })?,
+            None => DEFAULT_LISTEN.parse().map_err(|e| {
+                invalid(&Origin::Default, "listen", format!("{DEFAULT_LISTEN}: {e}"))
+            })?,
+        };
+
+        let lifecycle = layer(
+            file.lifecycle.map(rel),
+            globals.lifecycle.clone(),
+            &file_origin,
+            "--states or INGEST_STATES",
+        );
+        if let Some(l) = &lifecycle {
+            if !l.value.is_file() {
+                return Err(invalid(
+                    &l.origin,
+                    "lifecycle",
+                    format!("{} is not a file", l.value.display()),
+                ));
+            }
+        }
+
+        let log_format = match (globals.log_format, file.log_format) {
+            (Some(f), _) => f,
+            (None, Some(text)) => LogFormat::from_str(&text, true).map_err(|_| {
+                invalid(
+                    &file_origin,
+                    "log_format",
+                    format!("{text:?} is not one of human, json"),
+                )
+            })?,
+            (None, None) => LogFormat::Human,
+        };
+
+        let profiles_dir = layer(
+            file.profiles_dir.map(rel),
+            args.profiles_dir.clone(),
+            &file_origin,
+            "--profiles-dir or INGEST_PROFILES_DIR",
+        );
+        if let Some(l) = &profiles_dir {
+            if !l.value.is_dir() {
+                return Err(invalid(
+                    &l.origin,
+                    "profiles_dir",
+                    format!("{} is not a directory", l.value.display()),
+                ));
+            }
+        }
+
+        let tokens = Tokens {
+            admin: required_token(
+                token(
+                    &TokenSpec::ADMIN,
+                    file.tokens.admin_file.map(&rel),
+                    args.admin_token_file.clone(),
+                    &file_origin,
+                    env,
+                )?,
+                &TokenSpec::ADMIN,
+            )?,
+            depositor: required_token(
+                token(
+                    &TokenSpec::DEPOSITOR,
+                    file.tokens.depositor_file.map(&rel),
+                    args.depositor_token_file.clone(),
+                    &file_origin,
+                    env,
+                )?,
+                &TokenSpec::DEPOSITOR,
+            )?,
+            worker: required_token(
+                token(
+                    &TokenSpec::WORKER,
+                    file.tokens.worker_file.map(&rel),
+                    args.worker_token_file.clone(),
+                    &file_origin,
+                    env,
+                )?,
+                &TokenSpec::WORKER,
+            )?,
+            metrics: token(
+                &TokenSpec::METRICS,
+                file.tokens.metrics_file.map(&rel),
+                args.metrics_token_file.clone(),
+                &file_origin,
+                env,
+            )?,
+        };
+        let roles = [
+            ("admin", Some(&tokens.admin)),
+            ("depositor", Some(&tokens.depositor)),
+            ("worker", Some(&tokens.worker)),
+            ("metrics", tokens.metrics.as_ref()),
+        ];
+        for (i, (a, ta)) in roles.iter().enumerate() {
+            for (b, tb) in &roles[i + 1..] {
+                if let (Some(ta), Some(tb)) = (ta, tb) {
+                    if ta == tb {
+                        return Err(invalid(
+                            &Origin::Override("the tokens"),
+                            &format!("tokens.{a}"),
+                            format!("the {a} and {b} tokens are the same; each role needs its own token"),
+                        ));
+                    }
+                }
+            }
+        }
+
+        let zk_hosts = layer(
+            file.zookeeper.hosts,
+            args.zookeeper.zk.clone(),
+            &file_origin,
+            "--zk or INGEST_ZK",
+        );
+        if let Some(l) = &zk_hosts {
+            check_zk_hosts(&l.value).map_err(|r| invalid(&l.origin, "zookeeper.hosts", r))?;
+        }
+        let zk_root = layer(
+            file.zookeeper.root,
+            args.zookeeper.zk_root.clone(),
+            &file_origin,
+            "--zk-root or INGEST_ZK_ROOT",
+        )
+        .unwrap_or(Layered {
+            value: "/".into(),
+            origin: Origin::Default,
+        });
+        if !zk_root.value.starts_with('/')
+            || (zk_root.value.len() > 1 && zk_root.value.ends_with('/'))
+            || zk_root.value.contains("//")
+        {
+            return Err(invalid(
+                &zk_root.origin,
+                "zookeeper.root",
+                format!(
+                    "{:?} is not an absolute ZooKeeper path like / or /ingest",
+                    zk_root.value
+                ),
+            ));
+        }
+        let timeout = layer(
+            file.zookeeper.session_timeout_secs,
+            args.zookeeper.zk_session_timeout,
+            &file_origin,
+            "--zk-session-timeout or INGEST_ZK_SESSION_TIMEOUT",
+        )
+        .unwrap_or(Layered {
+            value: DEFAULT_ZK_SESSION_TIMEOUT_SECS,
+            origin: Origin::Default,
+        });
+        if !(timeout.value.is_finite() && timeout.value > 0.0 && timeout.value <= 600.0) {
+            return Err(invalid(
+                &timeout.origin,
+                "zookeeper.session_timeout_secs",
+                format!("{} is not a number of seconds in (0, 600]", timeout.value),
+            ));
+        }
+
+        let daemons = daemons(&file.daemons, &file_origin, env, &args.daemons)?;
+
+        let threshold = match layer(
+            file.provisioning.threshold_percent,
+            args.provisioning_threshold.clone().map(Percent::Text),
+            &file_origin,
+            "--provisioning-threshold or INGEST_PROVISIONING_THRESHOLD",
+        ) {
+            Some(l) => parse_percent(&l.value)
+                .map_err(|r| invalid(&l.origin, "provisioning.threshold_percent", r))?,
+            None => DEFAULT_PROVISIONING_THRESHOLD,
+        };
+        let working_storage = layer(
+            file.provisioning.working_storage.map(&rel),
+            args.working_storage.clone(),
+            &file_origin,
+            "--working-storage or INGEST_WORKING_STORAGE",
+        )
+        .map_or_else(|| data_dir.join("work"), |l| l.value);
+
+        let max_body = layer(
+            file.http.max_body_bytes,
+            args.max_body_bytes,
+            &file_origin,
+            "--max-body-bytes or INGEST_MAX_BODY_BYTES",
+        )
+        .unwrap_or(Layered {
+            value: DEFAULT_MAX_BODY_BYTES,
+            origin: Origin::Default,
+        });
+        if !(1024..=64 * 1024 * 1024).contains(&max_body.value) {
+            return Err(invalid(
+                &max_body.origin,
+                "http.max_body_bytes",
+                format!("{} is outside 1024-67108864", max_body.value),
+            ));
+        }
+
+        let request_timeout = args
+            .zookeeper
+            .zk_timeout
+            .or(file.zookeeper.request_timeout_secs)
+            .unwrap_or(zk::DEFAULT_REQUEST_TIMEOUT_SECS);
+        if !(request_timeout.is_finite() && request_timeout > 0.0 && request_timeout <= 86_400.0) {
+            return Err(invalid(
+                &file_origin,
+                "zookeeper.request_timeout_secs",
+                format!("{request_timeout} is outside (0, 86400] seconds"),
+            ));
+        }
+        Ok(ServeConfig {
+            file: args.config.clone(),
+            data_dir,
+            listen,
+            tokens,
+            zookeeper: ZooKeeperSettings {
+                hosts: zk_hosts.map(|l| l.value.trim().to_string()),
+                root: zk_root.value,
+                session_timeout: Duration::from_secs_f64(timeout.value),
+                request_timeout: Duration::from_secs_f64(request_timeout),
+            },
+            lifecycle: lifecycle.map(|l| l.value),
+            log_format,
+            daemons,
+            provisioning: Provisioning {
+                threshold_percent: threshold,
+                working_storage,
+            },
+            profiles_dir: profiles_dir.map(|l| l.value),
+            max_body_bytes: max_body.value,
+            minter: (ids.naan.clone(), ids.shoulder.clone()),
+            ezid: ezid_settings(&ids)?,
+            steps,
+            real,
+        })
+    }
+
+    /// The lifecycle to enforce: the configured file, or the built-in one.
+    ///
+    /// # Errors
+    /// [`ConfigError::Parse`] listing the file's problems with their lines.
+    pub fn lifecycle(&self) -> Result<Lifecycle, ConfigError> {
+        match &self.lifecycle {
+            None => Ok(Lifecycle::builtin()),
+            Some(path) => Lifecycle::load(path).map_err(|e| ConfigError::Parse {
+                what: "lifecycle file",
+                path: path.clone(),
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    /// The collection profiles: loaded from the profiles directory, or
+    /// [`Profiles::unrestricted`] when none is configured.
+    ///
+    /// # Errors
+    /// See [`Profiles::load`].
+    pub fn profiles(&self) -> Result<Profiles, ConfigError> {
+        match &self.profiles_dir {
+            Some(dir) => Profiles::load(dir),
+            None => Ok(Profiles::unrestricted()),
+        }
+    }
+}
+
+/// A section of the configuration file that mirrors a group of flags
+/// (`steps`, `real_steps`, `ids`): one parser for each setting, clap's, and
+/// the file's keys are the flags' names with `_` for `-`.
+pub(crate) struct Section<'a> {
+    pub(crate) name: &'static str,
+    pub(crate) origin: &'a Origin,
+    pub(crate) given: &'a std::collections::BTreeSet<String>,
+    /// The file's text, to say on which line a key is.
+    pub(crate) text: &'a str,
+}
+
+impl Section<'_> {
+    /// The line of `key` inside this section (YAML `key:` or TOML `key =`),
+    /// counted from 1.
+    pub(crate) fn line_of(&self, key: &str) -> Option<usize> {
+        let lines: Vec<&str> = self.text.lines().collect();
+        let start = lines.iter().position(|l| {
+            let t = l.trim();
+            t.starts_with(&format!("{}:", self.name)) || t == format!("[{}]", self.name)
+        })?;
+        lines[start + 1..]
+            .iter()
+            .position(|l| {
+                let t = l.trim_start();
+                t.strip_prefix(key)
+                    .is_some_and(|rest| rest.trim_start().starts_with([':', '=']))
+            })
+            .map(|i| start + 2 + i)
+    }
+
+    /// The flags' values, with every key of the file's section that the
+    /// command line and the environment did not set.
+    ///
+    /// # Errors
+    /// An unknown key or a value of the wrong type, naming the section and
+    /// the key.
+    pub(crate) fn merge<T: Serialize + serde::de::DeserializeOwned>(
+        &self,
+        flags: &T,
+        section: Option<&serde_json::Value>,
+    ) -> Result<T, ConfigError> {
+        let Some(section) = section else {
+            return serde_json::to_value(flags)
+                .and_then(serde_json::from_value)
+                .map_err(|e| invalid(self.origin, self.name, e.to_string()));
+        };
+        let serde_json::Value::Object(entries) = section else {
+            return Err(invalid(
+                self.origin,
+                self.name,
+                "is a section: give it keys, one per option",
+            ));
+        };
+        let mut merged = serde_json::to_value(flags)
+            .map_err(|e| invalid(self.origin, self.name, e.to_string()))?;
+        let known: Vec<String> = merged
+            .as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default();
+        for (key, value) in entries {
+            let field = format!("{}.{key}", self.name);
+            let at = |reason: String| match self.line_of(key) {
+                Some(line) => format!("line {line}: {reason}"),
+                None => reason,
+            };
+            if !known.contains(key) {
+                return Err(invalid(
+                    self.origin,
+                    &field,
+                    at(format!(
+                        "unknown key; the keys of `{}` are {}",
+                        self.name,
+                        known.join(", ")
+                    )),
+                ));
+            }
+            if self.given.contains(key) {
+                continue;
+            }
+            let mut next = merged.clone();
+            if let Some(o) = next.as_object_mut() {
+                o.insert(key.clone(), value.clone());
+            }
+            // Checked key by key, so a wrong type names its key.
+            serde_json::from_value::<T>(next.clone())
+                .map_err(|e| invalid(self.origin, &field, at(e.to_string())))?;
+            merged = next;
+        }
+        serde_json::from_value(merged).map_err(|e| invalid(self.origin, self.name, e.to_string()))
+    }
+}
+
+pub(crate) fn read_config_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let what = "configuration file";
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        what,
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let parse_err = |message: String| ConfigError::Parse {
+        what,
+        path: path.to_path_buf(),
+        message,
+    };
+    match ext.as_deref() {
+        Some("yaml" | "yml") => {
+            if text.trim().is_empty() {
+                return Ok(FileConfig::default());
+            }
+            serde_norway::from_str(&text).map_err(|e| parse_err(e.to_string()))
+        }
+        Some("toml") => toml::from_str(&text).map_err(|e| parse_err(e.to_string())),
+        _ => Err(parse_err(
+            "the format is chosen by the extension: .yaml, .yml or .toml".into(),
+        )),
+    }
+}
+
+pub(crate) fn check_zk_hosts(hosts: &str) -> Result<(), String> {
+    let hosts = hosts.trim();
+    if hosts.is_empty() {
+        return Err("is empty; give host:port[,host:port...]".into());
+    }
+    // A chroot belongs in zookeeper.root, not in the connect string.
+    if hosts.contains('/') {
+        return Err(format!(
+            "{hosts:?} contains '/'; give the chroot as zookeeper.root (--zk-root)"
+        ));
+    }
+    for h in hosts.split(',') {
+        let h = h.trim();
+        let Some((host, port)) = h.rsplit_once(':') else {
+            return Err(format!("{h:?} is not host:port"));
+        };
+        if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
+            return Err(format!("{h:?} is not host:port"));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn parse_percent(p: &Percent) -> Result<f64, String> {
+    let v = match p {
+        Percent::Number(n) => *n,
+        Percent::Text(t) => t
+            .trim()
+            .trim_end_matches('%')
+            .trim()
+            .parse::<f64>()
+            .map_err(|_| format!("{t:?} is not a percentage like 70 or 70%"))?,
+    };
+    if !(v.is_finite() && v > 0.0 && v <= 100.0) {
+        return Err(format!("{v} is outside (0, 100]"));
+    }
+    Ok(v)
+}
+
+/// The EZID API settings.
+#[derive(Debug, Clone)]
+pub struct EzidSettings {
+    /// The API base, `https://ezid.cdlib.org`.
+    pub base: String,
+    /// The shoulder to mint under, `ark:/99999/fk4`.
+    pub shoulder: String,
+    /// The account.
+    pub user: String,
+    /// Its password.
+    pub password: String,
+}
+
+/// The EZID settings `--ezid-url` asks for, with the password from
+/// `INGEST_EZID_PASSWORD` or `--ezid-password-file`.
+pub(crate) fn ezid_settings(args: &IdArgs) -> Result<Option<EzidSettings>, ConfigError> {
+    let Some(base) = &args.ezid_url else {
+        return Ok(None);
+    };
+    let origin = Origin::Named("--ezid-url".into());
+    let user = args.ezid_user.clone().ok_or_else(|| {
+        invalid(
+            &origin,
+            "ezid_user",
+            "--ezid-url needs --ezid-user (or INGEST_EZID_USER)",
+        )
+    })?;
+    let password = match (
+        &args.ezid_password_file,
+        std::env::var("INGEST_EZID_PASSWORD"),
+    ) {
+        (Some(file), _) => std::fs::read_to_string(file)
+            .map_err(|e| {
+                invalid(
+                    &origin,
+                    "ezid_password_file",
+                    format!("cannot read {}: {e}", file.display()),
+                )
+            })?
+            .trim()
+            .to_string(),
+        (None, Ok(p)) if !p.is_empty() => p,
+        _ => {
+            return Err(invalid(
+                &origin,
+                "ezid_password",
+                "--ezid-url needs a password: INGEST_EZID_PASSWORD or --ezid-password-file",
+            ))
+        }
+    };
+    Ok(Some(EzidSettings {
+        base: base.clone(),
+        shoulder: format!("ark:/{}/{}", args.naan, args.shoulder),
+        user,
+        password,
+    }))
+}

@@ -1,0 +1,602 @@
+//! Tests of loading and layering the configuration.
+
+use super::*;
+use ingest_events::JobState;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const ADMIN: &str = "admin-token-0123456789";
+const DEPOSITOR: &str = "depositor-token-0123456789";
+const WORKER: &str = "worker-token-0123456789";
+
+fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |k| map.get(k).cloned()
+}
+
+fn token_env() -> impl Fn(&str) -> Option<String> {
+    env_of(&[
+        ("INGEST_ADMIN_TOKEN", ADMIN),
+        ("INGEST_DEPOSITOR_TOKEN", DEPOSITOR),
+        ("INGEST_WORKER_TOKEN", WORKER),
+    ])
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("write");
+    p
+}
+
+fn err_text(r: Result<ServeConfig, ConfigError>) -> String {
+    match r {
+        Ok(c) => panic!("expected an error, got {c:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// A directory laid out like the example files, so they load as written
+/// (apart from their absolute paths, which are rewritten into it).
+fn example_dir(ext: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("etc/ingest/profiles")).expect("mkdir");
+    std::fs::create_dir_all(root.join("etc/ingest/tokens")).expect("mkdir");
+    write(
+        &root.join("etc/ingest/profiles"),
+        "demo.yaml",
+        EXAMPLE_PROFILE,
+    );
+    write(
+        &root.join("etc/ingest"),
+        "states.yml",
+        ingest_events::lifecycle::BUILTIN_STATES_YML,
+    );
+    for (role, t) in [
+        ("admin", ADMIN),
+        ("depositor", DEPOSITOR),
+        ("worker", WORKER),
+    ] {
+        write(&root.join("etc/ingest/tokens"), role, &format!("{t}\n"));
+    }
+    let text = text.replace(
+        "/etc/ingest",
+        &root.join("etc/ingest").display().to_string(),
+    );
+    let path = write(root, &format!("serve.{ext}"), &text);
+    (dir, path)
+}
+
+#[test]
+fn the_example_files_load_and_agree() {
+    let mut loaded = Vec::new();
+    for (ext, text) in [("yaml", EXAMPLE_YAML), ("toml", EXAMPLE_TOML)] {
+        let (dir, path) = example_dir(ext, text);
+        let args = ServeArgs {
+            config: Some(path),
+            ..ServeArgs::default()
+        };
+        let c = ServeConfig::load_with_env(&args, &GlobalOverrides::default(), &env_of(&[]))
+            .unwrap_or_else(|e| panic!("{ext}: {e}"));
+        assert_eq!(c.listen.to_string(), "127.0.0.1:7878");
+        assert_eq!(c.data_dir, PathBuf::from("/var/lib/ingest"));
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert_eq!(
+            c.tokens.admin.expose(),
+            ADMIN,
+            "the trailing newline is dropped"
+        );
+        assert!(c.tokens.metrics.is_none());
+        assert_eq!(
+            c.zookeeper.hosts.as_deref(),
+            Some("zk1:2181,zk2:2181,zk3:2181")
+        );
+        assert_eq!(c.zookeeper.session_timeout, Duration::from_secs(6));
+        assert_eq!(
+            c.daemons.get(DaemonKind::Downloading),
+            DaemonSettings {
+                enabled: true,
+                tasks: 4
+            }
+        );
+        assert!(!c.daemons.get(DaemonKind::Recording).enabled);
+        assert_eq!(c.provisioning.threshold_percent, 70.0);
+        assert_eq!(c.provisioning.working_storage, PathBuf::from("/zfs/queue"));
+        assert_eq!(c.max_body_bytes, 1024 * 1024);
+        assert!(c.lifecycle().is_ok());
+        let profiles = c.profiles().expect("profiles");
+        let demo = profiles
+            .check("demo_content")
+            .expect("known")
+            .expect("settings");
+        assert_eq!(demo.priority, Some(10));
+        assert!(demo.notification.summary_at_queueing);
+        assert!(profiles.check("other").is_err());
+        loaded.push(format!(
+            "{:?}",
+            (c.listen, c.daemons, c.provisioning, c.max_body_bytes)
+        ));
+        drop(dir);
+    }
+    assert_eq!(loaded[0], loaded[1], "YAML and TOML examples say the same");
+}
+
+#[test]
+fn defaults_need_only_the_tokens() {
+    let c = ServeConfig::load_with_env(
+        &ServeArgs::default(),
+        &GlobalOverrides::default(),
+        &token_env(),
+    )
+    .expect("load");
+    assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+    assert_eq!(c.data_dir, PathBuf::from(DEFAULT_DATA_DIR));
+    assert_eq!(c.provisioning.threshold_percent, 70.0);
+    assert_eq!(
+        c.provisioning.working_storage,
+        PathBuf::from(DEFAULT_DATA_DIR).join("work")
+    );
+    assert_eq!(c.zookeeper.root, "/");
+    assert!(c.zookeeper.hosts.is_none());
+    assert!(c
+        .daemons
+        .iter()
+        .all(|(_, s)| s == DaemonSettings::default()));
+    assert!(!c.profiles().expect("profiles").is_restricted());
+}
+
+#[test]
+fn file_then_env_then_flags() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write(
+        dir.path(),
+        "serve.yaml",
+        "listen: 127.0.0.1:1000\ndata_dir: data\ndaemons:\n  estimating: {tasks: 3}\n  notify: {enabled: false}\nprovisioning: {threshold_percent: \"80%\"}\n",
+    );
+    let file_only = ServeArgs {
+        config: Some(path.clone()),
+        ..ServeArgs::default()
+    };
+    let c = ServeConfig::load_with_env(&file_only, &GlobalOverrides::default(), &token_env())
+        .expect("load");
+    assert_eq!(c.listen.port(), 1000);
+    assert_eq!(c.data_dir, dir.path().join("data"), "relative to the file");
+    assert_eq!(c.daemons.get(DaemonKind::Estimating).tasks, 3);
+    assert!(!c.daemons.get(DaemonKind::Notify).enabled);
+    assert_eq!(c.provisioning.threshold_percent, 80.0);
+
+    // INGEST_DAEMONS overrides the file per daemon; --daemon overrides both.
+    let env = env_of(&[
+        ("INGEST_ADMIN_TOKEN", ADMIN),
+        ("INGEST_DEPOSITOR_TOKEN", DEPOSITOR),
+        ("INGEST_WORKER_TOKEN", WORKER),
+        ("INGEST_DAEMONS", "estimating=5, notify=on ,downloading=off"),
+    ]);
+    let over = ServeArgs {
+        config: Some(path),
+        listen: Some("0.0.0.0:2000".into()),
+        daemons: vec!["downloading=7".into()],
+        provisioning_threshold: Some("65".into()),
+        ..ServeArgs::default()
+    };
+    let globals = GlobalOverrides {
+        data_dir: Some("/elsewhere".into()),
+        log_format: Some(LogFormat::Json),
+        lifecycle: None,
+    };
+    let c = ServeConfig::load_with_env(&over, &globals, &env).expect("load");
+    assert_eq!(c.listen.port(), 2000);
+    assert_eq!(c.data_dir, PathBuf::from("/elsewhere"));
+    assert_eq!(c.log_format, LogFormat::Json);
+    assert_eq!(c.daemons.get(DaemonKind::Estimating).tasks, 5);
+    assert!(c.daemons.get(DaemonKind::Notify).enabled);
+    assert_eq!(
+        c.daemons.get(DaemonKind::Downloading),
+        DaemonSettings {
+            enabled: true,
+            tasks: 7
+        }
+    );
+    assert_eq!(c.provisioning.threshold_percent, 65.0);
+}
+
+// Each flag reads its INGEST_* variable (checked on the clap command, so
+// no test has to change the process environment).
+#[test]
+fn flags_and_their_variables() {
+    use clap::{CommandFactory, Parser};
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+    let cmd = Cli::command();
+    let env_of = |long: &str| {
+        cmd.get_arguments()
+            .find(|a| a.get_long() == Some(long))
+            .and_then(|a| a.get_env())
+            .map(|e| e.to_string_lossy().into_owned())
+    };
+    for (long, env) in [
+        ("config", "INGEST_CONFIG"),
+        ("listen", "INGEST_LISTEN"),
+        ("profiles-dir", "INGEST_PROFILES_DIR"),
+        ("admin-token-file", "INGEST_ADMIN_TOKEN_FILE"),
+        ("depositor-token-file", "INGEST_DEPOSITOR_TOKEN_FILE"),
+        ("worker-token-file", "INGEST_WORKER_TOKEN_FILE"),
+        ("metrics-token-file", "INGEST_METRICS_TOKEN_FILE"),
+        ("zk", "INGEST_ZK"),
+        ("zk-root", "INGEST_ZK_ROOT"),
+        ("zk-session-timeout", "INGEST_ZK_SESSION_TIMEOUT"),
+        ("provisioning-threshold", "INGEST_PROVISIONING_THRESHOLD"),
+        ("working-storage", "INGEST_WORKING_STORAGE"),
+        ("max-body-bytes", "INGEST_MAX_BODY_BYTES"),
+    ] {
+        assert_eq!(env_of(long).as_deref(), Some(env), "--{long}");
+    }
+    // Token values and the daemon list are read by `load`, not by clap.
+    assert_eq!(env_of("daemon"), None);
+    let args = Cli::try_parse_from([
+        "serve",
+        "--listen",
+        "127.0.0.1:4000",
+        "--daemon",
+        "notify=off",
+        "--daemon",
+        "estimating=3",
+    ])
+    .expect("parse")
+    .serve;
+    assert_eq!(args.listen.as_deref(), Some("127.0.0.1:4000"));
+    assert_eq!(args.daemons, ["notify=off", "estimating=3"]);
+}
+
+#[test]
+fn errors_name_the_file_and_the_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cases: &[(&str, &str, &[&str])] = &[
+        (
+            "bad-listen.yaml",
+            "listen: nowhere\n",
+            &["bad-listen.yaml", "`listen`", "nowhere"],
+        ),
+        ("typo.yaml", "lisen: 127.0.0.1:1\n", &["typo.yaml", "lisen"]),
+        (
+            "daemon.yaml",
+            "daemons:\n  estimator: {tasks: 1}\n",
+            &["daemon.yaml", "daemons.estimator"],
+        ),
+        (
+            "tasks.toml",
+            "[daemons.notify]\ntasks = 0\n",
+            &["tasks.toml", "daemons.notify.tasks"],
+        ),
+        (
+            "zk.yaml",
+            "zookeeper: {hosts: \"zk1\"}\n",
+            &["zk.yaml", "zookeeper.hosts"],
+        ),
+        (
+            "root.yaml",
+            "zookeeper: {root: \"ingest\"}\n",
+            &["root.yaml", "zookeeper.root"],
+        ),
+        (
+            "pct.yaml",
+            "provisioning: {threshold_percent: 170}\n",
+            &["pct.yaml", "provisioning.threshold_percent"],
+        ),
+        ("fmt.yaml", "log_format: xml\n", &["fmt.yaml", "log_format"]),
+        (
+            "body.yaml",
+            "http: {max_body_bytes: 10}\n",
+            &["body.yaml", "http.max_body_bytes"],
+        ),
+        (
+            "prof.yaml",
+            "profiles_dir: missing\n",
+            &["prof.yaml", "profiles_dir"],
+        ),
+        (
+            "states.yaml",
+            "lifecycle: missing.yml\n",
+            &["states.yaml", "lifecycle"],
+        ),
+        ("ext.json", "{}", &["ext.json", ".toml"]),
+        ("broken.toml", "listen = \n", &["broken.toml"]),
+    ];
+    for (name, text, needles) in cases {
+        let path = write(dir.path(), name, text);
+        let args = ServeArgs {
+            config: Some(path),
+            ..ServeArgs::default()
+        };
+        let e = err_text(ServeConfig::load_with_env(
+            &args,
+            &GlobalOverrides::default(),
+            &token_env(),
+        ));
+        for n in *needles {
+            assert!(e.contains(n), "{name}: {e:?} should mention {n:?}");
+        }
+    }
+    // The file's token file is read only when no variable or flag overrides it.
+    let path = write(dir.path(), "tok.yaml", "tokens: {admin_file: missing}\n");
+    let args = ServeArgs {
+        config: Some(path),
+        ..ServeArgs::default()
+    };
+    let no_admin = env_of(&[
+        ("INGEST_DEPOSITOR_TOKEN", DEPOSITOR),
+        ("INGEST_WORKER_TOKEN", WORKER),
+    ]);
+    let e = err_text(ServeConfig::load_with_env(
+        &args,
+        &GlobalOverrides::default(),
+        &no_admin,
+    ));
+    assert!(
+        e.contains("admin token file") && e.contains("missing"),
+        "{e}"
+    );
+    let flag = ServeArgs {
+        listen: Some("::1".into()),
+        ..ServeArgs::default()
+    };
+    let e = err_text(ServeConfig::load_with_env(
+        &flag,
+        &GlobalOverrides::default(),
+        &token_env(),
+    ));
+    assert!(
+        e.contains("--listen or INGEST_LISTEN") && e.contains("`listen`"),
+        "{e}"
+    );
+    let daemon = ServeArgs {
+        daemons: vec!["nosuch=on".into()],
+        ..ServeArgs::default()
+    };
+    let e = err_text(ServeConfig::load_with_env(
+        &daemon,
+        &GlobalOverrides::default(),
+        &token_env(),
+    ));
+    assert!(e.contains("--daemon") && e.contains("nosuch"), "{e}");
+}
+
+#[test]
+fn tokens_are_required_distinct_and_never_printed() {
+    let e = err_text(ServeConfig::load_with_env(
+        &ServeArgs::default(),
+        &GlobalOverrides::default(),
+        &env_of(&[
+            ("INGEST_ADMIN_TOKEN", ADMIN),
+            ("INGEST_DEPOSITOR_TOKEN", DEPOSITOR),
+        ]),
+    ));
+    assert!(
+        e.contains("no worker token") && e.contains("INGEST_WORKER_TOKEN"),
+        "{e}"
+    );
+
+    let same = env_of(&[
+        ("INGEST_ADMIN_TOKEN", ADMIN),
+        ("INGEST_DEPOSITOR_TOKEN", ADMIN),
+        ("INGEST_WORKER_TOKEN", WORKER),
+    ]);
+    let e = err_text(ServeConfig::load_with_env(
+        &ServeArgs::default(),
+        &GlobalOverrides::default(),
+        &same,
+    ));
+    assert!(e.contains("admin and depositor tokens are the same"), "{e}");
+    assert!(!e.contains(ADMIN), "the message must not contain the token");
+
+    let short = env_of(&[
+        ("INGEST_ADMIN_TOKEN", "short"),
+        ("INGEST_DEPOSITOR_TOKEN", DEPOSITOR),
+        ("INGEST_WORKER_TOKEN", WORKER),
+    ]);
+    let e = err_text(ServeConfig::load_with_env(
+        &ServeArgs::default(),
+        &GlobalOverrides::default(),
+        &short,
+    ));
+    assert!(
+        e.contains("INGEST_ADMIN_TOKEN") && e.contains("shorter"),
+        "{e}"
+    );
+    assert!(!e.contains("short\""), "{e}");
+
+    // A token file named by flag wins over the variable.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = write(dir.path(), "admin", "file-admin-token-0123456789\n");
+    let args = ServeArgs {
+        admin_token_file: Some(file),
+        ..ServeArgs::default()
+    };
+    let c =
+        ServeConfig::load_with_env(&args, &GlobalOverrides::default(), &token_env()).expect("load");
+    assert_eq!(c.tokens.admin.expose(), "file-admin-token-0123456789");
+    let printed = format!("{c:?}");
+    for t in ["file-admin-token-0123456789", DEPOSITOR, WORKER] {
+        assert!(!printed.contains(t), "Debug printed a token: {printed}");
+    }
+}
+
+#[test]
+fn constant_time_comparison() {
+    let s = Secret::new("abcdefghijklmnop");
+    assert!(s.matches(b"abcdefghijklmnop"));
+    assert!(!s.matches(b"abcdefghijklmnoq"));
+    assert!(!s.matches(b"abcdefghijklmno"));
+    assert!(!s.matches(b"abcdefghijklmnopq"));
+    assert!(!s.matches(b""));
+    assert!(constant_time_eq(b"", b""));
+}
+
+#[test]
+fn profiles_load_and_report_bad_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "demo.yaml", EXAMPLE_PROFILE);
+    write(dir.path(), "plain.yml", "name: plain\n");
+    write(dir.path(), "README.txt", "not a profile");
+    write(dir.path(), ".hidden.yaml", "garbage: [");
+    let p = Profiles::load(dir.path()).expect("load");
+    assert_eq!(p.len(), 2);
+    assert_eq!(p.get("plain").map(|p| p.priority), Some(None));
+    assert!(matches!(p.check("nope"), Err(UnknownProfile { .. })));
+
+    let cases: &[(&str, &str, &str)] = &[
+        ("prio.yaml", "name: x\npriority: 120\n", "priority"),
+        (
+            "url.yaml",
+            "name: x\nnotification: {callback_url: \"ftp://a\"}\n",
+            "notification.callback_url",
+        ),
+        (
+            "mail.yaml",
+            "name: x\nnotification: {emails: [nobody]}\n",
+            "notification.emails",
+        ),
+        ("name.yaml", "name: \"a/b\"\n", "name"),
+        ("typo.yaml", "name: x\nprority: 1\n", "prority"),
+        ("hold.yaml", "name: x\nheld: true\n", "held"),
+    ];
+    for (file, text, field) in cases {
+        let bad = tempfile::tempdir().expect("tempdir");
+        write(bad.path(), file, text);
+        let e = Profiles::load(bad.path()).expect_err(file).to_string();
+        assert!(e.contains(file) && e.contains(field), "{file}: {e}");
+    }
+
+    let dup = tempfile::tempdir().expect("tempdir");
+    write(dup.path(), "a.yaml", "name: same\n");
+    write(dup.path(), "b.yaml", "name: same\n");
+    let e = Profiles::load(dup.path())
+        .expect_err("duplicate")
+        .to_string();
+    assert!(e.contains("a.yaml") && e.contains("b.yaml"), "{e}");
+
+    let empty = tempfile::tempdir().expect("tempdir");
+    let e = Profiles::load(empty.path()).expect_err("empty").to_string();
+    assert!(e.contains("holds no profile"), "{e}");
+}
+
+#[test]
+fn daemon_names_and_states() {
+    for d in DaemonKind::ALL {
+        assert_eq!(DaemonKind::from_name(d.name()), Some(d));
+    }
+    assert_eq!(
+        DaemonKind::from_name("Batch-Update-Reporting"),
+        Some(DaemonKind::BatchUpdateReporting)
+    );
+    assert_eq!(
+        DaemonKind::for_job_state(JobState::Storing),
+        Some(DaemonKind::Storing)
+    );
+    assert_eq!(DaemonKind::for_job_state(JobState::Held), None);
+    assert!(
+        parse_daemon_setting("notify=0").is_ok(),
+        "0 is caught by validation, with a hint"
+    );
+    // One grammar for serve and worker: a bare name is NAME=on, a job
+    // state names its daemon.
+    let (kind, settings) = parse_daemon("notify").expect("bare name");
+    assert_eq!((kind, settings.enabled), (DaemonKind::Notify, true));
+    let (kind, settings) = parse_daemon("Downloading=3").expect("state name");
+    assert_eq!((kind, settings.tasks), (DaemonKind::Downloading, 3));
+    assert!(!parse_daemon("recording=off").expect("off").1.enabled);
+    assert!(parse_daemon("notify=0").is_err());
+    assert!(parse_daemon("nope").is_err());
+    assert!(parse_daemon_setting("notify=lots").is_err());
+}
+
+mod sections {
+
+    use super::*;
+    use std::path::Path;
+
+    const TOKENS: [(&str, &str); 3] = [
+        ("INGEST_ADMIN_TOKEN", "admin-token-0123456789"),
+        ("INGEST_DEPOSITOR_TOKEN", "depositor-token-0123456789"),
+        ("INGEST_WORKER_TOKEN", "worker-token-0123456789"),
+    ];
+
+    fn env(k: &str) -> Option<String> {
+        TOKENS
+            .iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.to_string())
+    }
+
+    fn load(dir: &Path, text: &str, args: ServeArgs) -> Result<ServeConfig, ConfigError> {
+        let path = dir.join("serve.yaml");
+        std::fs::write(&path, text).expect("write");
+        let args = ServeArgs {
+            config: Some(path),
+            ..args
+        };
+        ServeConfig::load_with_env(&args, &GlobalOverrides::default(), &env)
+    }
+
+    /// Regression: the file refused `storage_targets`, the signing key, the
+    /// steps, NAAN and shoulder although the README said every option can
+    /// come from it.
+    #[test]
+    fn the_file_sets_the_real_steps_the_steps_and_the_ids() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = "steps:\n  steps: real\n  step_ms: 5\nreal_steps:\n  storage_targets: [primary=/srv/ocfl]\n  signing_key: keys/sign.pem\n  step_retries: 7\nids:\n  naan: \"13030\"\n  shoulder: m5\n";
+        let c = load(dir.path(), text, ServeArgs::default()).expect("loads");
+        assert_eq!(c.steps.steps, Some(StepsKind::Real));
+        assert_eq!(c.steps.step_ms, Some(5));
+        assert_eq!(c.real.storage_targets, ["primary=/srv/ocfl"]);
+        assert_eq!(c.real.step_retries, 7);
+        // A relative path in the file is relative to the file.
+        assert_eq!(c.real.signing_key, Some(dir.path().join("keys/sign.pem")));
+        assert_eq!(c.minter, ("13030".to_string(), "m5".to_string()));
+    }
+
+    #[test]
+    fn a_flag_or_variable_wins_over_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut args = ServeArgs::default();
+        args.ids.naan = "99999".into();
+        args.real.step_retries = 2;
+        args.given = ["naan".to_string(), "step_retries".to_string()].into();
+        let text = "real_steps:\n  step_retries: 7\n  transfers: 3\nids:\n  naan: \"13030\"\n";
+        let c = load(dir.path(), text, args).expect("loads");
+        assert_eq!(c.minter.0, "99999");
+        assert_eq!(c.real.step_retries, 2);
+        assert_eq!(c.real.transfers, 3);
+    }
+
+    #[test]
+    fn unknown_and_ill_typed_section_keys_are_refused_with_file_line_and_key() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let e = load(
+            dir.path(),
+            "listen: 127.0.0.1:7878\nreal_steps:\n  file_root: /srv\n  storage_target: x=/y\n",
+            ServeArgs::default(),
+        )
+        .expect_err("unknown key")
+        .to_string();
+        assert!(e.contains("serve.yaml"), "{e}");
+        assert!(e.contains("real_steps.storage_target"), "{e}");
+        assert!(e.contains("line 4"), "{e}");
+        let e = load(
+            dir.path(),
+            "real_steps:\n  step_retries: many\n",
+            ServeArgs::default(),
+        )
+        .expect_err("ill-typed")
+        .to_string();
+        assert!(e.contains("real_steps.step_retries"), "{e}");
+        assert!(e.contains("line 2"), "{e}");
+    }
+}

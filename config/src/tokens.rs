@@ -1,0 +1,164 @@
+//! Bearer tokens: [`Secret`] never prints, comparisons take constant time,
+//! and each role's token comes from a file or the environment, never a flag.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::*;
+
+/// A secret (a bearer token). Its `Debug` output is redacted and it has no
+/// `Display`, so it cannot end up in a log line by accident.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The value, for the one place that must compare or send it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether `presented` equals the secret, in time that depends only on
+    /// the secret's length (not on where the first difference is).
+    pub fn matches(&self, presented: &[u8]) -> bool {
+        constant_time_eq(self.0.as_bytes(), presented)
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// Compares `expected` with `presented` in time that depends only on
+/// `expected.len()`.
+pub fn constant_time_eq(expected: &[u8], presented: &[u8]) -> bool {
+    let mut diff: usize = expected.len() ^ presented.len();
+    for (i, e) in expected.iter().enumerate() {
+        let p = presented.get(i).copied().unwrap_or(0);
+        diff |= usize::from(e ^ p);
+    }
+    std::hint::black_box(diff) == 0
+}
+
+/// The API's bearer tokens, one per role.
+#[derive(Debug, Clone)]
+pub struct Tokens {
+    /// Admin routes (and depositor routes).
+    pub admin: Secret,
+    /// Depositor routes.
+    pub depositor: Secret,
+    /// Worker routes.
+    pub worker: Secret,
+    /// `/metrics`, when set; without it scraping needs no token.
+    pub metrics: Option<Secret>,
+}
+
+/// How one role's token is configured.
+pub(crate) struct TokenSpec {
+    pub(crate) role: &'static str,
+    pub(crate) env: &'static str,
+    pub(crate) file_flag: &'static str,
+    pub(crate) what: &'static str,
+}
+
+impl TokenSpec {
+    pub(crate) const ADMIN: TokenSpec = TokenSpec {
+        role: "admin",
+        env: "INGEST_ADMIN_TOKEN",
+        file_flag: "--admin-token-file or INGEST_ADMIN_TOKEN_FILE",
+        what: "admin token file",
+    };
+    pub(crate) const DEPOSITOR: TokenSpec = TokenSpec {
+        role: "depositor",
+        env: "INGEST_DEPOSITOR_TOKEN",
+        file_flag: "--depositor-token-file or INGEST_DEPOSITOR_TOKEN_FILE",
+        what: "depositor token file",
+    };
+    pub(crate) const WORKER: TokenSpec = TokenSpec {
+        role: "worker",
+        env: "INGEST_WORKER_TOKEN",
+        file_flag: "--worker-token-file or INGEST_WORKER_TOKEN_FILE",
+        what: "worker token file",
+    };
+    pub(crate) const METRICS: TokenSpec = TokenSpec {
+        role: "metrics",
+        env: "INGEST_METRICS_TOKEN",
+        file_flag: "--metrics-token-file or INGEST_METRICS_TOKEN_FILE",
+        what: "metrics token file",
+    };
+}
+
+/// One role's token: `--X-token-file` (or `INGEST_X_TOKEN_FILE`) wins over
+/// `INGEST_X_TOKEN`, which wins over the file's `tokens.X_file`.
+pub(crate) fn token(
+    spec: &TokenSpec,
+    file_path: Option<PathBuf>,
+    flag_path: Option<PathBuf>,
+    file_origin: &Origin,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<Secret>, ConfigError> {
+    let field = format!("tokens.{}_file", spec.role);
+    let from_file = |path: &Path, origin: &Origin| -> Result<Secret, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            what: spec.what,
+            path: path.to_path_buf(),
+            source,
+        })?;
+        check_token(text.trim_end_matches(['\n', '\r']).trim(), origin, &field)
+    };
+    if let Some(path) = flag_path {
+        return from_file(&path, &Origin::Override(spec.file_flag)).map(Some);
+    }
+    if let Some(value) = env(spec.env) {
+        return check_token(value.trim(), &Origin::Env(spec.env), &field).map(Some);
+    }
+    match file_path {
+        Some(path) => from_file(&path, file_origin).map(Some),
+        None => Ok(None),
+    }
+}
+
+pub(crate) fn required_token(t: Option<Secret>, spec: &TokenSpec) -> Result<Secret, ConfigError> {
+    t.ok_or_else(|| {
+        invalid(
+            &Origin::Named("the configuration".into()),
+            &format!("tokens.{}_file", spec.role),
+            format!(
+                "no {} token: set {}, or name a file holding it with {} or tokens.{}_file",
+                spec.role, spec.env, spec.file_flag, spec.role
+            ),
+        )
+    })
+}
+
+pub(crate) fn check_token(
+    value: &str,
+    origin: &Origin,
+    field: &str,
+) -> Result<Secret, ConfigError> {
+    // The messages never include the token itself.
+    if value.chars().count() < MIN_TOKEN_CHARS {
+        return Err(invalid(
+            origin,
+            field,
+            format!("the token is shorter than {MIN_TOKEN_CHARS} characters"),
+        ));
+    }
+    if value
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || !c.is_ascii())
+    {
+        return Err(invalid(
+            origin,
+            field,
+            "the token must be printable ASCII without spaces (it is sent in an HTTP header)",
+        ));
+    }
+    Ok(Secret::new(value))
+}

@@ -1,0 +1,384 @@
+//! The grammar of the command line: `ingest [GLOBAL OPTIONS] NOUN [ID] VERB
+//! [OPTIONS]` for actions on one item, plain verbs for the rest.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use ingest_config::LogFormat;
+use ingest_events::{Bid, Jid, JobState};
+
+use super::zk;
+
+/// `ingest`: an event-sourced ingest queue for digital-preservation repositories.
+#[derive(Debug, Parser)]
+#[command(
+    name = "ingest",
+    version,
+    about = "An event-sourced ingest queue for digital-preservation repositories",
+    long_about = "An event-sourced ingest queue for digital-preservation repositories.\n\n\
+Every change to a batch or job is an event appended to a hash-chained log in the data \
+directory (the source of truth); the ZooKeeper queue tree Merritt's workers read is \
+projected from it.\n\n\
+Grammar: `ingest NOUN ID VERB` acts on one item (batch, job, collection, queue); \
+`submit`, `show`, `history`, `verify`, `repair`, `lifecycle`, `cleanup` and `status` stand alone.",
+    after_help = "Examples:\n  ingest submit --profile demo --submitter alice --payload-url https://example.org/a.zip --type container\n  ingest batch bid0000000001 acquire\n  ingest job jid0000000001 start\n  ingest job jid0000000001 success\n  ingest job jid0000000001 fail --message 'HEAD https://… returned 404'\n  ingest job jid0000000001 requeue --reason 'server fixed'\n  ingest collection demo hold --reason 'storage migration'\n  ingest history --batch bid0000000001 --format table\n  ingest verify"
+)]
+pub struct Cli {
+    /// The data directory holding the event log.
+    #[arg(
+        long,
+        global = true,
+        env = "INGEST_DATA_DIR",
+        default_value = "./ingest-data"
+    )]
+    pub data_dir: PathBuf,
+    /// A lifecycle file (mrt-zk states.yml format) to use instead of the built-in one.
+    #[arg(long, global = true, env = "INGEST_STATES", value_name = "FILE")]
+    pub states: Option<PathBuf>,
+    /// Who is acting: admin:NAME, worker:NAME, depositor:NAME (default admin:$USER; depositor:SUBMITTER for submit).
+    #[arg(long, global = true, env = "INGEST_ACTOR")]
+    pub actor: Option<String>,
+    /// Run the command through the `ingest serve` at this URL (its HTTP API) instead of opening the data directory, which a running server holds. Tokens from INGEST_ADMIN_TOKEN (or INGEST_DEPOSITOR_TOKEN for submit/show/history).
+    #[arg(long, global = true, env = "INGEST_ENGINE", value_name = "URL")]
+    pub engine: Option<String>,
+    /// Log output on stderr.
+    #[arg(long, global = true, env = "INGEST_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+/// Output formats of listings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// YAML.
+    Yaml,
+    /// JSON.
+    Json,
+    /// An aligned text table.
+    Table,
+}
+
+/// Lifecycle output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LifecycleFormat {
+    /// The transition table.
+    Table,
+    /// A Mermaid state diagram generated from the table.
+    Mermaid,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Submit a batch (fields as options, or --file submission.yml; options override the file).
+    Submit(Box<SubmitArgs>),
+    /// Show a batch or a job as the log says it is now.
+    Show {
+        /// What to show.
+        #[command(subcommand)]
+        what: ShowWhat,
+        /// Output format.
+        #[arg(long, global = true, value_enum, default_value_t = Format::Yaml)]
+        format: Format,
+    },
+    /// Every event of a batch and its jobs (or of one job), in log order.
+    History {
+        /// The batch.
+        #[arg(long, conflicts_with = "job", required_unless_present = "job")]
+        batch: Option<Bid>,
+        /// The job.
+        #[arg(long)]
+        job: Option<Jid>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+    /// Re-check the whole hash chain and every stream index entry.
+    Verify,
+    /// Truncate a torn tail that fails the hash chain (only the tail; never the middle).
+    Repair {
+        /// Do it: without this, only say what would be removed.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Print the job and batch lifecycle.
+    Lifecycle {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = LifecycleFormat::Table)]
+        format: LifecycleFormat,
+    },
+    /// Act on a batch.
+    Batch {
+        /// The batch id (bid0000000001).
+        bid: Bid,
+        /// The action.
+        #[command(subcommand)]
+        action: BatchAction,
+    },
+    /// Act on a job.
+    Job {
+        /// The job id (jid0000000001).
+        jid: Jid,
+        /// The action.
+        #[command(subcommand)]
+        action: JobAction,
+    },
+    /// Hold or release a collection.
+    Collection {
+        /// The collection profile.
+        profile: String,
+        /// The action.
+        #[command(subcommand)]
+        action: CollectionAction,
+    },
+    /// Pause or resume the ingest queue.
+    Queue {
+        /// The action.
+        #[command(subcommand)]
+        action: QueueAction,
+    },
+    /// Remove finished (Completed or Deleted) batches from the live tree; their history stays.
+    Cleanup {
+        /// Only batches last changed before this time (RFC 3339).
+        #[arg(long)]
+        before: Option<chrono::DateTime<chrono::Utc>>,
+    },
+    /// Print the ZooKeeper tree the log projects (or, with --live, the live one), as YAML.
+    Tree(zk::TreeArgs),
+    /// Project the log into ZooKeeper: catch up from the checkpoint (and, with --follow, keep going).
+    Project(zk::ProjectArgs),
+    /// Rebuild the live ZooKeeper tree from the log after an incident (worker locks are left alone).
+    Rebuild(zk::RebuildArgs),
+    /// Compare the live ZooKeeper tree with what the log says it should be (exit 1 on drift).
+    Diff(zk::DiffArgs),
+    /// Run the queue service: the engine, the ZooKeeper projector and the HTTP API in one process (until SIGTERM or Ctrl-C).
+    Serve(Box<ingest_config::ServeArgs>),
+    /// Run worker daemons (simulated steps) against a server's API and ZooKeeper (until SIGTERM or Ctrl-C).
+    Worker(Box<ingest_worker::WorkerArgs>),
+    /// An object in the inventory: by ark, or by collection and local id.
+    Inventory {
+        /// The ark (ark:/NAAN/NAME).
+        #[arg(required_unless_present = "local_id")]
+        ark: Option<String>,
+        /// The collection of --local-id.
+        #[arg(long, requires = "local_id")]
+        collection: Option<String>,
+        /// A local id (with --collection).
+        #[arg(long, requires = "collection")]
+        local_id: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Yaml)]
+        format: Format,
+    },
+    /// Storage-manifest signing keys: make one, or publish its public key.
+    Keys {
+        /// The action.
+        #[command(subcommand)]
+        action: KeysAction,
+    },
+    /// Counts of batches and jobs by state, holds, pause, log head.
+    Status {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Yaml)]
+        format: Format,
+    },
+}
+
+/// `ingest submit` options.
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// A submission file (YAML or JSON) with the fields below.
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// The collection profile.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Who submits.
+    #[arg(long)]
+    pub submitter: Option<String>,
+    /// The payload URL.
+    #[arg(long)]
+    pub payload_url: Option<String>,
+    /// file, container, object-manifest, single-file-batch-manifest, container-batch-manifest, batch-manifest.
+    #[arg(long = "type")]
+    pub payload_type: Option<String>,
+    /// add or update.
+    #[arg(long)]
+    pub submission_mode: Option<String>,
+    /// The response type (json, xml, …).
+    #[arg(long)]
+    pub response_type: Option<String>,
+    /// An inline manifest line `URL [LOCAL_ID [ARK]]`; repeat for several.
+    #[arg(long = "manifest", value_name = "LINE")]
+    pub manifest: Vec<String>,
+    /// ERC who.
+    #[arg(long)]
+    pub erc_who: Option<String>,
+    /// ERC what (title).
+    #[arg(long)]
+    pub erc_what: Option<String>,
+    /// ERC when (date).
+    #[arg(long)]
+    pub erc_when: Option<String>,
+    /// ERC where (local id).
+    #[arg(long)]
+    pub erc_where: Option<String>,
+    /// The depositor's digest of a single-file payload, ALGORITHM:HEX.
+    #[arg(long)]
+    pub digest: Option<String>,
+}
+
+/// What `show` shows.
+#[derive(Debug, Subcommand)]
+pub enum ShowWhat {
+    /// A batch with its jobs.
+    Batch {
+        /// The batch id.
+        bid: Bid,
+    },
+    /// A job.
+    Job {
+        /// The job id.
+        jid: Jid,
+    },
+}
+
+/// Actions on a batch.
+#[derive(Debug, Subcommand)]
+pub enum BatchAction {
+    /// Acquire a pending batch: Held if its collection is held, else create its jobs (Processing).
+    Acquire,
+    /// Release a held batch (Held -> Pending) once its collection is no longer held.
+    Release(Reason),
+    /// Ask for a new report of a failed batch (Failed -> UpdateReporting).
+    UpdateReporting(Reason),
+    /// Report a batch in Reporting or UpdateReporting (-> Completed or Failed).
+    Report {
+        /// The error of sending the report, if it failed.
+        #[arg(long)]
+        notification_error: Option<String>,
+    },
+    /// Delete a Held or Failed batch and its deletable jobs (soft: status Deleted).
+    Delete(Reason),
+}
+
+/// Actions on a job.
+#[derive(Debug, Subcommand)]
+pub enum JobAction {
+    /// Acquire a pending job: Held if its collection is held, else Estimating.
+    Start,
+    /// The current step succeeded: move to its success state.
+    Success(MoveArgs),
+    /// The current step failed: move to its fail state.
+    Fail(MoveArgs),
+    /// Move to an explicit state (an admin's force, e.g. `move failed`).
+    Move {
+        /// The target state.
+        state: JobState,
+        /// Options.
+        #[command(flatten)]
+        args: MoveArgs,
+    },
+    /// Record the space the job needs (estimating).
+    Space {
+        /// Bytes.
+        bytes: u64,
+        /// A new priority (0-99).
+        #[arg(long)]
+        priority: Option<u8>,
+    },
+    /// Record the job's ark and local ids (processing).
+    Identifiers {
+        /// The ark.
+        #[arg(long)]
+        ark: Option<String>,
+        /// Local ids, `;`-separated.
+        #[arg(long)]
+        local_id: Option<String>,
+    },
+    /// Record the storage step's parameters.
+    Store {
+        /// The storage manifest URL.
+        #[arg(long)]
+        manifest_url: String,
+        /// add or update.
+        #[arg(long, default_value = "add")]
+        mode: String,
+        /// Delete files absent from the manifest.
+        #[arg(long)]
+        delete: bool,
+    },
+    /// Record the inventory step's parameters.
+    Inventory {
+        /// The storage manifest URL.
+        #[arg(long)]
+        manifest_url: String,
+        /// add or update.
+        #[arg(long, default_value = "add")]
+        mode: String,
+    },
+    /// Requeue a Failed job at the step after its last successful status (retry_count + 1).
+    Requeue(Reason),
+    /// Hold a Pending job.
+    Hold(Reason),
+    /// Release a Held job (-> Pending).
+    Release(Reason),
+    /// Delete a Held or Failed job (soft: status Deleted).
+    Delete(Reason),
+}
+
+/// Options of a status move.
+#[derive(Debug, Args)]
+pub struct MoveArgs {
+    /// Why (the step's error for a failure).
+    #[arg(long, default_value = "")]
+    pub message: String,
+    /// A new priority (0-99) set together with the move.
+    #[arg(long)]
+    pub priority: Option<u8>,
+}
+
+/// A reason recorded with an admin action.
+#[derive(Debug, Args)]
+pub struct Reason {
+    /// Why; recorded with the event.
+    #[arg(long, default_value = "")]
+    pub reason: String,
+}
+
+/// Actions on a collection.
+#[derive(Debug, Subcommand)]
+pub enum CollectionAction {
+    /// Hold the collection: its new batches and jobs park in Held.
+    Hold(Reason),
+    /// Release the collection and every held batch and job of it.
+    Release(Reason),
+    /// Release every held job of the collection (the hold stays).
+    ReleaseJobs(Reason),
+}
+
+/// Signing-key actions.
+#[derive(Debug, Subcommand)]
+pub enum KeysAction {
+    /// Make a new Ed25519 key (PKCS#8 PEM, mode 0600); refuses to overwrite.
+    Generate {
+        /// Where to write it.
+        file: PathBuf,
+    },
+    /// Print the public key (SPKI PEM) and its fingerprint, for verifiers.
+    Show {
+        /// The key file.
+        file: PathBuf,
+    },
+}
+
+/// Actions on the queue.
+#[derive(Debug, Subcommand)]
+pub enum QueueAction {
+    /// Pause: no job leaves Pending.
+    Pause(Reason),
+    /// Resume.
+    Resume(Reason),
+}
