@@ -15,8 +15,8 @@ fn main() {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    // What `serve` was told on its command line or in its environment wins
-    // over its configuration file; clap's defaults do not.
+    // What `serve` and `worker` were told on their command line or in their
+    // environment wins over their configuration file; clap's defaults do not.
     if let (cli::Cmd::Serve(args), Some(("serve", sub))) = (&mut cli.command, matches.subcommand())
     {
         args.given = sub

@@ -53,6 +53,7 @@ pub use error::*;
 pub use profiles::*;
 pub use serve::*;
 pub use tokens::*;
+pub use worker::{WorkerArgs, WorkerConfig};
 
 pub mod daemons;
 pub mod error;
@@ -63,6 +64,7 @@ pub mod server_file;
 pub mod shutdown;
 pub mod steps;
 pub mod tokens;
+pub mod worker;
 pub mod zk;
 
 /// The address `ingest serve` listens on by default.

@@ -242,6 +242,9 @@ pub(crate) struct FileConfig {
     pub(crate) real_steps: Option<serde_json::Value>,
     /// `--naan`, `--shoulder`, `--ezid-*` ([`IdArgs`]).
     pub(crate) ids: Option<serde_json::Value>,
+    /// `ingest worker`'s own settings ([`crate::worker::FileWorker`]).
+    #[serde(default)]
+    pub(crate) worker: crate::worker::FileWorker,
 }
 
 #[derive(Debug, Default, Deserialize)]

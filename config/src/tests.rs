@@ -108,6 +108,23 @@ fn the_example_files_load_and_agree() {
         assert_eq!(c.provisioning.working_storage, PathBuf::from("/zfs/queue"));
         assert_eq!(c.max_body_bytes, 1024 * 1024);
         assert!(c.lifecycle().is_ok());
+        if ext == "yaml" {
+            // The sections that mirror flags, and the worker's view of the
+            // same file (every key of the sample is read by someone).
+            assert_eq!(c.real.storage_targets.len(), 1);
+            assert_eq!(c.steps.steps, Some(StepsKind::None));
+            assert_eq!(c.minter.1, "fk4");
+            let w = WorkerArgs {
+                config: args.config.clone(),
+                ..WorkerArgs::default()
+            }
+            .resolve_with_env(&env_of(&[]))
+            .unwrap_or_else(|e| panic!("worker: {e}"));
+            assert_eq!(w.name, "worker-1");
+            assert_eq!(w.token.expose(), WORKER);
+            assert_eq!(w.daemons.len(), 5);
+            assert_eq!(w.zk.hosts, "zk1:2181,zk2:2181,zk3:2181");
+        }
         let profiles = c.profiles().expect("profiles");
         let demo = profiles
             .check("demo_content")
@@ -598,5 +615,88 @@ mod sections {
         .to_string();
         assert!(e.contains("real_steps.step_retries"), "{e}");
         assert!(e.contains("line 2"), "{e}");
+    }
+}
+
+mod worker {
+    use crate::*;
+
+    fn env(k: &str) -> Option<String> {
+        (k == "INGEST_WORKER_TOKEN").then(|| "worker-token-0123456789".to_string())
+    }
+
+    fn args(daemons: &[&str]) -> WorkerArgs {
+        WorkerArgs {
+            engine: "http://127.0.0.1:7878".into(),
+            zookeeper: ZkArgs {
+                zk: Some("127.0.0.1:2181".into()),
+                ..ZkArgs::default()
+            },
+            daemons: daemons.iter().map(|d| d.to_string()).collect(),
+            ..WorkerArgs::default()
+        }
+    }
+
+    #[test]
+    fn daemons_take_the_serve_grammar() {
+        let c = args(&["downloading", "Processing=3", "batch_pending", "notify=off"])
+            .resolve_with_env(&env)
+            .expect("resolves");
+        assert_eq!(
+            c.daemons,
+            [
+                (DaemonKind::Downloading, 1),
+                (DaemonKind::Processing, 3),
+                (DaemonKind::BatchPending, 1)
+            ]
+        );
+        for bad in [&["nope"][..], &["notify=0"], &[]] {
+            let e = args(bad).resolve_with_env(&env).expect_err("refused");
+            assert!(e.to_string().contains("worker.daemons"), "{e}");
+        }
+    }
+
+    /// Regression: `ingest worker` had no configuration file at all.
+    #[test]
+    fn the_worker_reads_the_serve_file_and_flags_win() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("worker-token"), "file-token-0123456789\n").expect("write");
+        let path = dir.path().join("ingest.yaml");
+        std::fs::write(
+            &path,
+            "zookeeper:\n  hosts: zk1:2181\n  root: /merritt\nprovisioning:\n  threshold_percent: 80\n  working_storage: work\nworker:\n  name: w1\n  daemons: [downloading=2, storing]\n  token_file: worker-token\nsteps:\n  steps: real\nreal_steps:\n  step_retries: 9\n",
+        )
+        .expect("write");
+        let mut a = WorkerArgs {
+            config: Some(path),
+            ..WorkerArgs::default()
+        };
+        let c = a.resolve_with_env(&|_| None).expect("resolves");
+        assert_eq!(c.zk.hosts, "zk1:2181");
+        assert_eq!(c.zk.root, "/merritt");
+        assert_eq!(c.name, "w1");
+        assert_eq!(
+            c.daemons,
+            [(DaemonKind::Downloading, 2), (DaemonKind::Storing, 1)]
+        );
+        assert_eq!(c.token.expose(), "file-token-0123456789");
+        assert_eq!(c.provisioning_threshold, 80.0);
+        assert_eq!(c.working_storage, dir.path().join("work"));
+        assert_eq!(c.steps.steps, Some(StepsKind::Real));
+        assert_eq!(c.real.step_retries, 9);
+        // Flags and the environment win, key by key.
+        a.zookeeper.zk = Some("zk9:2181".into());
+        a.daemons = vec!["notify".into()];
+        a.real.step_retries = 1;
+        a.given.insert("step_retries".into());
+        let c = a
+            .resolve_with_env(&|k| {
+                (k == "INGEST_WORKER_TOKEN").then(|| "env-token-0123456789".into())
+            })
+            .expect("resolves");
+        assert_eq!(c.zk.hosts, "zk9:2181");
+        assert_eq!(c.daemons, [(DaemonKind::Notify, 1)]);
+        assert_eq!(c.real.step_retries, 1);
+        assert_eq!(c.token.expose(), "env-token-0123456789");
     }
 }

@@ -23,32 +23,7 @@ use ingest_projections::{
 use ingest_engine::tree::tree_from_log;
 use ingest_engine::{Engine, EngineError};
 
-/// Where ZooKeeper is.
-#[derive(Debug, Clone, Args)]
-pub struct ZkArgs {
-    /// ZooKeeper connect string: host:port[,host:port...].
-    #[arg(long = "zk", env = "INGEST_ZK", value_name = "HOSTS")]
-    pub zk: Option<String>,
-    /// The node under which the Merritt tree lives (a chroot); created when missing.
-    #[arg(
-        long = "zk-root",
-        env = "INGEST_ZK_ROOT",
-        value_name = "PATH",
-        default_value = "/"
-    )]
-    pub zk_root: String,
-    /// ZooKeeper session timeout in seconds (a dead projector's successor waits at most this long).
-    #[arg(
-        long,
-        env = "INGEST_ZK_SESSION_TIMEOUT",
-        value_name = "SECS",
-        default_value_t = 6.0
-    )]
-    pub zk_session_timeout: f64,
-    /// Deadline of every ZooKeeper call, in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
-    pub zk_timeout: f64,
-}
+pub use ingest_config::ZkArgs;
 
 /// Transaction caps.
 #[derive(Debug, Clone, Args)]
@@ -137,15 +112,7 @@ fn seconds(value: f64, what: &str) -> Result<Duration> {
 }
 
 fn zk_config(args: &ZkArgs) -> Result<ZkConfig> {
-    let Some(hosts) = &args.zk else {
-        bail!("give the ZooKeeper connect string with --zk HOST:PORT (or set INGEST_ZK)");
-    };
-    let mut c = ZkConfig::new(hosts.clone()).with_root(args.zk_root.clone());
-    c.session_timeout = seconds(args.zk_session_timeout, "--zk-session-timeout")?;
-    c.request_timeout = seconds(args.zk_timeout, "--zk-timeout")?;
-    c.connect_timeout = c.request_timeout;
-    c.validate().map_err(anyhow::Error::msg)?;
-    Ok(c)
+    Ok(args.require()?)
 }
 
 fn limits(args: &TxnArgs) -> TxnLimits {

@@ -34,13 +34,11 @@ pub mod daemon;
 pub mod real;
 pub mod step;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
-use clap::Args;
-use ingest_config::{StepsArgs, StepsKind, ZkArgs};
+use anyhow::{Context, Result};
+use ingest_config::{StepsArgs, StepsKind};
 use ingest_projections::ZkConfig;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -234,125 +232,50 @@ fn sim_settings(steps: &StepsArgs) -> SimSettings {
     }
 }
 
-/// `ingest worker`: the daemons as a separate process, reporting to a
-/// server over HTTP.
-#[derive(Debug, Clone, Args)]
-pub struct WorkerArgs {
-    /// The server's base URL: the global `--engine URL` (or INGEST_ENGINE).
-    #[arg(skip)]
-    pub engine: String,
-    /// Where ZooKeeper is.
-    #[command(flatten)]
-    pub zookeeper: ZkArgs,
-    /// The daemons to run, comma-separated, as `serve --daemons` takes them: NAME, NAME=on, NAME=off or NAME=TASKS; names are job states (downloading, processing, …) or batch_pending, batch_reporting, batch_update_reporting, job_pending.
-    /// (`--states` is the CLI's global lifecycle-file option, hence `--daemons`.)
-    #[arg(
-        long,
-        env = "INGEST_WORKER_DAEMONS",
-        value_delimiter = ',',
-        required = true,
-        value_name = "NAMES"
-    )]
-    pub daemons: Vec<String>,
-    /// A file holding the worker bearer token (or set INGEST_WORKER_TOKEN).
-    #[arg(long, env = "INGEST_WORKER_TOKEN_FILE", value_name = "FILE")]
-    pub token_file: Option<PathBuf>,
-    /// This worker's name in reports [default: worker-PID].
-    #[arg(long, value_name = "NAME")]
-    pub name: Option<String>,
-    /// Working-storage use (percent) above which provisioning holds jobs back.
-    #[arg(long, default_value_t = ingest_config::DEFAULT_PROVISIONING_THRESHOLD)]
-    pub provisioning_threshold: f64,
-    /// The working storage measured by provisioning (and, with real steps, where jobs download: DIR/BID/JID).
-    #[arg(long, default_value = ".", value_name = "DIR")]
-    pub working_storage: PathBuf,
-    /// Which steps run (simulate by default).
-    #[command(flatten)]
-    pub steps: StepsArgs,
-    /// The collection profiles directory (callback URLs and report recipients for real steps).
-    #[arg(long, env = "INGEST_PROFILES_DIR", value_name = "DIR")]
-    pub profiles_dir: Option<PathBuf>,
-    /// The real steps' options.
-    #[command(flatten)]
-    pub real: real::RealArgs,
-}
-
-/// Parses `--daemons`: `NAME[=off|on|TASKS]`, the grammar `serve` uses
-/// ([`ingest_config::parse_daemon`]); the daemons switched on, with their
-/// task counts.
-///
-/// # Errors
-/// An unknown name or a bad task count.
-pub fn parse_daemons(names: &[String]) -> Result<Vec<(DaemonKind, u32)>> {
-    let mut out = Vec::new();
-    for n in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
-        let (kind, settings) = ingest_config::parse_daemon(n).map_err(anyhow::Error::msg)?;
-        out.retain(|(k, _)| *k != kind);
-        if settings.enabled {
-            out.push((kind, settings.tasks));
-        }
-    }
-    Ok(out)
-}
+pub use ingest_config::{WorkerArgs, WorkerConfig};
 
 /// Runs `ingest worker` until SIGTERM or Ctrl-C.
 ///
 /// # Errors
-/// Bad arguments, a missing token, or no runtime.
+/// A configuration that cannot be used (naming the key), or no runtime.
 pub fn run(args: WorkerArgs) -> Result<i32> {
-    let daemons = parse_daemons(&args.daemons)?;
-    if daemons.is_empty() {
-        bail!("--daemons names no daemon");
-    }
-    let token = match &args.token_file {
-        Some(f) => std::fs::read_to_string(f)
-            .with_context(|| format!("cannot read the worker token file {}", f.display()))?
-            .trim()
-            .to_string(),
-        None => std::env::var("INGEST_WORKER_TOKEN")
-            .context("set --token-file, INGEST_WORKER_TOKEN_FILE or INGEST_WORKER_TOKEN")?,
-    };
-    args.steps.check().map_err(anyhow::Error::msg)?;
-    let sim = sim_settings(&args.steps);
-    let zk = args.zookeeper.require()?;
+    let config = args.resolve()?;
+    let sim = sim_settings(&config.steps);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let profiles = match &args.profiles_dir {
+    let profiles = match &config.profiles_dir {
         Some(dir) => ingest_config::Profiles::load(dir)
             .with_context(|| format!("the profiles directory {}", dir.display()))?,
         None => ingest_config::Profiles::unrestricted(),
     };
     runtime.block_on(async move {
-        let steps = if args.steps.kind_or(StepsKind::Simulate) == StepsKind::Real {
+        let steps = if config.steps.kind_or(StepsKind::Simulate) == StepsKind::Real {
             real::steps(
                 real::RealConfig {
-                    work_dir: args.working_storage.clone(),
-                    args: args.real.clone(),
+                    work_dir: config.working_storage.clone(),
+                    args: config.real.clone(),
                     profiles,
                 },
                 Arc::new(DfProbe),
-                args.provisioning_threshold,
+                config.provisioning_threshold,
             )?
         } else {
             Steps::simulated(
                 sim,
-                args.steps.seed,
+                config.steps.seed,
                 Arc::new(DfProbe),
-                args.provisioning_threshold,
-                args.working_storage.clone(),
+                config.provisioning_threshold,
+                config.working_storage.clone(),
             )
         };
         let workers = Workers::start(WorkerOptions {
-            engine: args.engine.clone(),
-            token,
-            zk,
-            name: args
-                .name
-                .clone()
-                .unwrap_or_else(|| format!("worker-{}", std::process::id())),
-            daemons,
+            engine: config.engine.clone(),
+            token: config.token.expose().to_string(),
+            zk: config.zk.clone(),
+            name: config.name.clone(),
+            daemons: config.daemons.clone(),
             steps,
         })?;
         println!("ingest worker started");
@@ -365,26 +288,6 @@ pub fn run(args: WorkerArgs) -> Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn daemon_names_parse() {
-        let parsed = parse_daemons(&[
-            "downloading".into(),
-            "Processing=3".into(),
-            "batch_pending".into(),
-        ])
-        .expect("parse");
-        assert_eq!(
-            parsed,
-            [
-                (DaemonKind::Downloading, 1),
-                (DaemonKind::Processing, 3),
-                (DaemonKind::BatchPending, 1)
-            ]
-        );
-        assert!(parse_daemons(&["nope".into()]).is_err());
-        assert!(parse_daemons(&["notify=0".into()]).is_err());
-    }
 
     #[test]
     fn simulation_settings_come_from_the_steps_options() {
