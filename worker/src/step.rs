@@ -247,38 +247,35 @@ pub const STEP_STATES: [JobState; 7] = [
     JobState::Notify,
 ];
 
-/// A small deterministic random-number generator (SplitMix64).
+/// A shared random-number generator: `fastrand`'s (wyrand), seeded for a
+/// reproducible simulation or from entropy, behind a lock so every task of
+/// a worker draws from one stream.
 #[derive(Debug)]
-pub struct Rng(Mutex<u64>);
+pub struct Rng(Mutex<fastrand::Rng>);
 
 impl Rng {
-    /// A generator from `seed`.
+    /// A generator from `seed` (the same seed gives the same numbers).
     pub fn new(seed: u64) -> Rng {
-        Rng(Mutex::new(seed))
+        Rng(Mutex::new(fastrand::Rng::with_seed(seed)))
     }
 
-    /// A generator seeded from the clock and the process id.
+    /// A generator seeded from entropy.
     pub fn from_entropy() -> Rng {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        Rng::new(nanos ^ (u64::from(std::process::id()) << 32))
+        Rng(Mutex::new(fastrand::Rng::new()))
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut fastrand::Rng) -> T) -> T {
+        f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&self) -> u64 {
-        let mut s = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        *s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = *s;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.with(|r| r.u64(..))
     }
 
     /// A number in `[0, 1)`.
     pub fn unit(&self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        self.with(|r| r.f64())
     }
 
     /// A number in `[0, n)` (0 when `n` is 0).
@@ -286,7 +283,7 @@ impl Rng {
         if n == 0 {
             0
         } else {
-            (self.next_u64() % n as u64) as usize
+            self.with(|r| r.usize(..n))
         }
     }
 }
@@ -405,38 +402,28 @@ pub trait StorageProbe: Send + Sync {
     fn used_percent(&self, path: &Path) -> std::io::Result<f64>;
 }
 
-/// Measures with `df -P PATH` (POSIX output: the fifth column of the second
-/// line is the capacity, `NN%`).
+/// Measures with `statvfs(2)` (through `rustix`), as `df` does: used
+/// blocks over the blocks an unprivileged writer can use
+/// (`used / (used + available)`), so reserved blocks count as full.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DfProbe;
 
 impl StorageProbe for DfProbe {
     fn used_percent(&self, path: &Path) -> std::io::Result<f64> {
-        let out = std::process::Command::new("df")
-            .arg("-P")
-            .arg(path)
-            .output()?;
-        if !out.status.success() {
-            return Err(std::io::Error::other(format!(
-                "df -P {} failed: {}",
-                path.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-        parse_df(&String::from_utf8_lossy(&out.stdout)).ok_or_else(|| {
-            std::io::Error::other(format!(
-                "cannot read the output of df -P {}",
-                path.display()
-            ))
-        })
+        let st = rustix::fs::statvfs(path).map_err(std::io::Error::from)?;
+        Ok(used_percent(st.f_blocks, st.f_bfree, st.f_bavail))
     }
 }
 
-/// Reads the capacity column of `df -P` output.
-pub fn parse_df(text: &str) -> Option<f64> {
-    let line = text.lines().nth(1)?;
-    let capacity = line.split_whitespace().nth(4)?;
-    capacity.strip_suffix('%')?.parse().ok()
+/// `df`'s capacity from block counts: used over used plus available, in
+/// percent (0 for an empty file system).
+pub fn used_percent(blocks: u64, free: u64, available: u64) -> f64 {
+    let used = blocks.saturating_sub(free);
+    let usable = used.saturating_add(available);
+    if usable == 0 {
+        return 0.0;
+    }
+    used as f64 * 100.0 / usable as f64
 }
 
 /// A probe that answers what it is told (for tests).
@@ -620,11 +607,17 @@ mod tests {
     }
 
     #[test]
-    fn df_output_parses() {
-        let text = "Filesystem 1024-blocks Used Available Capacity Mounted on\n/dev/sda1 100 42 58 42% /\n";
-        assert_eq!(parse_df(text), Some(42.0));
-        assert_eq!(parse_df("garbage"), None);
-        assert!(DfProbe.used_percent(Path::new("/")).is_ok());
+    fn capacity_counts_reserved_blocks_as_df_does() {
+        // 100 blocks, 42 used, nothing reserved: 42%.
+        assert_eq!(used_percent(100, 58, 58), 42.0);
+        // 100 blocks, 40 used, 60 free of which 20 are reserved for root:
+        // df says 40 / (40 + 40) = 50%.
+        assert_eq!(used_percent(100, 60, 40), 50.0);
+        assert_eq!(used_percent(100, 100, 100), 0.0);
+        assert_eq!(used_percent(0, 0, 0), 0.0);
+        let here = DfProbe.used_percent(Path::new("/")).expect("statvfs /");
+        assert!((0.0..=100.0).contains(&here), "{here}");
+        assert!(DfProbe.used_percent(Path::new("/no/such/dir")).is_err());
     }
 
     #[test]
