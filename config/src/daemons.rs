@@ -9,6 +9,7 @@ use clap::ValueEnum;
 use ingest_events::JobState;
 use serde::Serialize;
 
+use crate::file::*;
 use crate::*;
 
 /// The daemons `ingest serve` can run.

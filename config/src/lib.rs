@@ -57,6 +57,7 @@ pub use worker::{WorkerArgs, WorkerConfig};
 
 pub mod daemons;
 pub mod error;
+mod file;
 pub mod logging;
 pub mod profiles;
 pub mod serve;

@@ -8,23 +8,9 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use ingest_projections::ZkConfig;
-use serde::Deserialize;
 
-use crate::serve::{parse_percent, read_config_file, FileConfig, Section};
+use crate::file::{parse_percent, read_config_file, FileConfig, Section};
 use crate::*;
-
-/// The `worker:` section of the configuration file.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct FileWorker {
-    /// `--name`.
-    pub(crate) name: Option<String>,
-    /// `--daemons`, one entry per daemon.
-    #[serde(default)]
-    pub(crate) daemons: Vec<String>,
-    /// `--token-file`.
-    pub(crate) token_file: Option<PathBuf>,
-}
 
 /// `ingest worker`: the daemons as a separate process, reporting to a
 /// server over HTTP.

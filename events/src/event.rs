@@ -371,14 +371,14 @@ macro_rules! events {
 
             /// Encodes the payload alone (current schema).
             pub(crate) fn encode_payload(&self) -> Vec<u8> {
-                match self { $(Event::$kind(p) => crate::codec::encode_value(p)),+ }
+                match self { $(Event::$kind(p) => crate::wire::encode_value(p)),+ }
             }
 
             /// Decodes a payload of the current schema.
-            pub(crate) fn decode_payload(kind: &str, bytes: &[u8]) -> Result<Event, crate::codec::DecodeError> {
+            pub(crate) fn decode_payload(kind: &str, bytes: &[u8]) -> Result<Event, crate::wire::DecodeError> {
                 match kind {
-                    $(stringify!($kind) => Ok(Event::$kind(crate::codec::decode_value(bytes)?)),)+
-                    other => Err(crate::codec::DecodeError::UnknownKind(other.to_string())),
+                    $(stringify!($kind) => Ok(Event::$kind(crate::wire::decode_value(bytes)?)),)+
+                    other => Err(crate::wire::DecodeError::UnknownKind(other.to_string())),
                 }
             }
         }

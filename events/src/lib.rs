@@ -62,6 +62,7 @@ pub mod ids;
 pub mod lifecycle;
 pub mod log;
 pub mod state;
+mod wire;
 
 pub use codec::{Envelope, Hash, Recorded};
 pub use command::{decide, Command, Decision, Rejection};

@@ -78,6 +78,7 @@
 pub mod checkpoint;
 pub mod layout;
 pub mod leader;
+pub mod materialize;
 pub mod ops;
 pub mod projector;
 pub mod rebuild;
@@ -88,11 +89,12 @@ pub mod views;
 pub mod zk;
 
 pub use checkpoint::Checkpoint;
+pub use materialize::{materialize, Until};
 pub use ops::{batches_by_size, EventOps, Op, OpKind};
 pub use projector::{ProjectError, Projector};
 pub use rebuild::{AdminConfig, DiffReport, Progress, RebuildReport, RepairReport};
 pub use sink::{RunMode, Sink, SinkConfig, SinkError, SinkReport, SinkState, SinkStatus};
-pub use tree::{materialize, Differing, Tree, TreeDiff, TreeError, Until};
+pub use tree::{Differing, Tree, TreeDiff, TreeError};
 pub use txn::TxnLimits;
 pub use views::Views;
 pub use zk::{LiveTree, ZkConfig, ZkError};

@@ -6,17 +6,13 @@
 //! against, and what a live tree read back from ZooKeeper is turned into for a
 //! diff. The root `/` always exists and carries no data.
 
-use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use chrono::{DateTime, Utc};
-use ingest_events::Recorded;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use crate::ops::{Op, OpKind};
-use crate::projector::{ProjectError, Projector};
 
 /// An operation that ZooKeeper would refuse.
 ///
@@ -81,46 +77,6 @@ impl From<BTreeMap<String, Vec<u8>>> for Tree {
         nodes.remove("/");
         Tree { nodes }
     }
-}
-
-/// How far to materialize the log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Until {
-    /// Every record given.
-    End,
-    /// Records up to and including this position.
-    Position(u64),
-    /// Records stamped at or before this time (the log's timestamps never go
-    /// backwards, so this is a prefix of the log).
-    Time(DateTime<Utc>),
-}
-
-/// The tree the log implies at a point in its history: the base nodes and
-/// every record up to `until`, projected from the start. Records after the
-/// point are not read.
-///
-/// # Errors
-/// As [`Projector::project`]; the records must start at position 1.
-pub fn materialize<I>(records: I, until: Until) -> Result<Tree, ProjectError>
-where
-    I: IntoIterator,
-    I::Item: Borrow<Recorded>,
-{
-    let mut projector = Projector::new();
-    projector.init()?;
-    for r in records {
-        let r = r.borrow();
-        let past = match until {
-            Until::End => false,
-            Until::Position(p) => r.envelope.position > p,
-            Until::Time(t) => r.envelope.timestamp > t,
-        };
-        if past {
-            break;
-        }
-        projector.project(r)?;
-    }
-    Ok(projector.into_tree())
 }
 
 impl Tree {

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ingest_events::JobState;
-use ingest_projections::ZkConfig;
 use serde_json::{json, Value};
-use tokio::sync::{watch, Mutex};
+use tokio::sync::watch;
 use zookeeper_client as zk;
 
+use super::session::Session;
 use super::step::{JobCtx, Rng, StepResult, Steps};
 use ingest_client::{Client as EngineClient, Reply};
 use ingest_config::DaemonKind;
@@ -26,41 +26,6 @@ const SPREAD: usize = 8;
 /// projection to show the item's new state (so that no other worker takes
 /// the item again from a projection that lags).
 const PROJECTION_WAIT: Duration = Duration::from_secs(5);
-
-/// One ZooKeeper session shared by a worker's tasks, replaced when it
-/// expires.
-pub struct Session {
-    config: ZkConfig,
-    client: Mutex<Option<zk::Client>>,
-}
-
-impl Session {
-    /// A session made on first use.
-    pub fn new(config: ZkConfig) -> Session {
-        Session {
-            config,
-            client: Mutex::new(None),
-        }
-    }
-
-    /// The live client, or a new session when the last one is gone.
-    ///
-    /// # Errors
-    /// When no session can be established.
-    pub async fn client(&self) -> anyhow::Result<zk::Client> {
-        let mut guard = self.client.lock().await;
-        if let Some(c) = guard.as_ref() {
-            if !c.state().is_terminated() {
-                return Ok(c.clone());
-            }
-            tracing::warn!(session = %c.session_id(), state = ?c.state(), "the ZooKeeper session ended; current work is dropped and a new session is made");
-        }
-        let c = ingest_projections::zk::connect(&self.config).await?;
-        tracing::info!(session = %c.session_id(), "worker ZooKeeper session established");
-        *guard = Some(c.clone());
-        Ok(c)
-    }
-}
 
 /// Counts of a worker's reports.
 #[derive(Debug, Default)]
@@ -78,7 +43,7 @@ pub struct Shared {
     /// The worker's name, as reported.
     pub name: String,
     /// The ZooKeeper session.
-    pub session: Session,
+    pub session: Arc<Session>,
     /// The API.
     pub engine: EngineClient,
     /// The steps.

@@ -32,6 +32,7 @@
 
 pub mod daemon;
 pub mod real;
+pub mod session;
 pub mod step;
 
 use std::sync::Arc;
@@ -43,9 +44,10 @@ use ingest_projections::ZkConfig;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use daemon::{Session, Shared, Stats};
+use daemon::{Shared, Stats};
 use ingest_client::Client as EngineClient;
 use ingest_config::{DaemonKind, Daemons, Provisioning};
+use session::Session;
 use step::{DfProbe, Rng, SimSettings, Steps, StorageProbe};
 
 /// How long [`Workers::shutdown`] waits for steps in flight.
@@ -87,7 +89,7 @@ impl Workers {
         let shared = Arc::new(Shared {
             stats: Arc::clone(&stats),
             name: options.name,
-            session: Session::new(options.zk),
+            session: Arc::new(Session::new(options.zk)),
             engine,
             steps: options.steps,
             rng: Rng::from_entropy(),
@@ -106,7 +108,9 @@ impl Workers {
             }
         }
         if let Some(janitor) = shared.steps.janitor.clone() {
-            tasks.push(tokio::spawn(janitor.run(Arc::clone(&shared), rx.clone())));
+            tasks.push(tokio::spawn(
+                janitor.run(Arc::clone(&shared.session), rx.clone()),
+            ));
         }
         tracing::info!(worker = %shared.name, tasks = tasks.len(), "worker daemons started");
         Ok(Workers {

@@ -33,7 +33,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 use zookeeper_client as zk;
 
-use crate::daemon::Shared;
+use crate::session::Session;
 
 /// How often the janitor of the real steps sweeps working storage.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
@@ -360,11 +360,11 @@ impl Janitor {
     /// Sweeps every `interval` (the first right away) with the worker's
     /// session until `stop` turns true. No sweep runs while the session is
     /// not connected.
-    pub async fn run(self: Arc<Self>, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    pub async fn run(self: Arc<Self>, session: Arc<Session>, mut stop: watch::Receiver<bool>) {
         tracing::debug!(dir = %self.work_dir.display(), interval = ?self.interval, "janitor started");
         while !*stop.borrow() {
             let once = async {
-                match shared.session.client().await {
+                match session.client().await {
                     Ok(client)
                         if matches!(
                             client.state(),
@@ -539,10 +539,6 @@ mod tests {
 
     #[tokio::test]
     async fn the_janitor_stops_on_shutdown() {
-        use crate::daemon::{Session, Stats};
-        use crate::step::{FixedProbe, Rng, SimSettings, Steps};
-        use ingest_client::Client as EngineClient;
-
         let tmp = tempfile::tempdir().expect("tmp");
         let janitor = Arc::new(Janitor::new(tmp.path().into(), Duration::from_secs(3600)));
         assert_eq!(janitor.interval(), Duration::from_secs(3600));
@@ -550,23 +546,9 @@ mod tests {
         // Nothing listens there: the session never comes, and the janitor
         // must still stop when told.
         let zk = ingest_projections::ZkConfig::new("127.0.0.1:1".to_string());
-        let shared = Arc::new(Shared {
-            stats: Arc::new(Stats::default()),
-            name: "test".into(),
-            session: Session::new(zk),
-            engine: EngineClient::new("http://127.0.0.1:1", "token").expect("client"),
-            steps: Steps::simulated(
-                SimSettings::default(),
-                Some(1),
-                Arc::new(FixedProbe::new(0.0)),
-                90.0,
-                tmp.path().into(),
-            ),
-            rng: Rng::new(1),
-            acquired: Default::default(),
-        });
+        let session = Arc::new(Session::new(zk));
         let (stop, rx) = watch::channel(false);
-        let task = tokio::spawn(janitor.run(shared, rx));
+        let task = tokio::spawn(janitor.run(session, rx));
         tokio::time::sleep(Duration::from_millis(200)).await;
         let _ = stop.send(true);
         tokio::time::timeout(Duration::from_secs(5), task)

@@ -1,0 +1,40 @@
+//! The worker's ZooKeeper session, shared by its tasks and its janitor.
+
+use ingest_projections::ZkConfig;
+use tokio::sync::Mutex;
+use zookeeper_client as zk;
+
+/// One ZooKeeper session shared by a worker's tasks, replaced when it
+/// expires.
+pub struct Session {
+    config: ZkConfig,
+    client: Mutex<Option<zk::Client>>,
+}
+
+impl Session {
+    /// A session made on first use.
+    pub fn new(config: ZkConfig) -> Session {
+        Session {
+            config,
+            client: Mutex::new(None),
+        }
+    }
+
+    /// The live client, or a new session when the last one is gone.
+    ///
+    /// # Errors
+    /// When no session can be established.
+    pub async fn client(&self) -> anyhow::Result<zk::Client> {
+        let mut guard = self.client.lock().await;
+        if let Some(c) = guard.as_ref() {
+            if !c.state().is_terminated() {
+                return Ok(c.clone());
+            }
+            tracing::warn!(session = %c.session_id(), state = ?c.state(), "the ZooKeeper session ended; current work is dropped and a new session is made");
+        }
+        let c = ingest_projections::zk::connect(&self.config).await?;
+        tracing::info!(session = %c.session_id(), "worker ZooKeeper session established");
+        *guard = Some(c.clone());
+        Ok(c)
+    }
+}
