@@ -11,13 +11,13 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use crate::append::{ExpectedVersion, Proposed};
 use crate::event::{
     self, Digest, Erc, Event, Identifiers, InventoryParams, JobConfiguration, PayloadType,
     StoreParams, StreamId, Submission,
 };
 use crate::ids::{Bid, Jid};
 use crate::lifecycle::{BatchState, JobState, Lifecycle, StateKind};
-use crate::log::{ExpectedVersion, Proposed};
 use crate::state::{Batch, Job, State};
 
 /// The highest priority number (lowest urgency).

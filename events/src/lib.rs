@@ -1,13 +1,18 @@
 //! `ingest-events`: the domain and the event log of the ingest queue.
 //!
 //! Everything that happens to a batch or a job is an [`event::Event`]
-//! appended to the [`log::Log`], an append-only, hash-chained log in sled that
+//! appended to the log (`log::Log`), an append-only, hash-chained log in sled that
 //! is the source of truth. The current state is a fold of the log
 //! ([`state::State`]); a [`command::Command`] is checked against that state
 //! and the [`lifecycle::Lifecycle`] by [`command::decide`], which either
 //! rejects it or returns the events to append.
 //!
 //! This crate knows nothing of ZooKeeper or HTTP.
+//!
+//! The log and its storage (sled) are the default feature `log`. Without it
+//! the crate is the domain alone (ids, lifecycle, events, codec, fold,
+//! decisions): what a process that must never touch the log (a worker, a
+//! client) depends on.
 //!
 //! ```
 //! use ingest_events::command::{decide, Command};
@@ -55,19 +60,23 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod append;
 pub mod codec;
 pub mod command;
 pub mod event;
 pub mod ids;
 pub mod lifecycle;
+#[cfg(feature = "log")]
 pub mod log;
 pub mod state;
 mod wire;
 
+pub use append::AppendRequest;
 pub use codec::{Envelope, Hash, Recorded};
 pub use command::{decide, Command, Decision, Rejection};
 pub use event::{Actor, Event, StreamId};
 pub use ids::{Bid, Jid};
 pub use lifecycle::{BatchState, JobState, Lifecycle};
-pub use log::{AppendRequest, Log, LogConfig, LogError};
+#[cfg(feature = "log")]
+pub use log::{Log, LogConfig, LogError};
 pub use state::State;

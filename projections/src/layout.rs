@@ -2,9 +2,10 @@
 //!
 //! Every path the projection writes and every byte of node data comes from
 //! here, so the projector, the sink and the tools agree on them. Data is UTF-8:
-//! JSON objects with a fixed key order (written by hand, not through a map, so
-//! the bytes never depend on serde_json's features), plain decimal text for
-//! numbers, the id for id nodes, and empty data for reference nodes.
+//! JSON objects of the node types of `ingest_protocol::node` (their fields
+//! serialise in declaration order, so the bytes never depend on a map's
+//! order; workers read the same types back), plain decimal text for numbers,
+//! the id for id nodes, and empty data for reference nodes.
 //!
 //! Where mrt-zk and the seed documents leave a choice, the choice is the one
 //! that a Merritt reader (mrt-zk's `Job`/`Batch` loaders) accepts:
@@ -26,6 +27,10 @@ use ingest_events::event::{
 use ingest_events::lifecycle::{BatchState, JobState, StateKind};
 use ingest_events::state::{Job, Report};
 use ingest_events::{Bid, Jid};
+use ingest_protocol::node::{
+    BatchStatusNode, ConfigurationNode, IdentifiersNode, InventoryNode, JobStatusNode,
+    MetadataNode, StatusReportNode, StoreNode, SubmissionNode,
+};
 
 /// Parent of every batch.
 pub const BATCHES: &str = "/batches";
@@ -223,7 +228,8 @@ pub fn timestamp(at: DateTime<Utc>) -> String {
     at.format("%Y-%m-%d %H:%M:%S %z").to_string()
 }
 
-/// `/batches/BID/submission`: the submission as given, with its uuid.
+/// `/batches/BID/submission`: the submission as given, with its uuid
+/// ([`SubmissionNode`]).
 ///
 /// Keys: `profile_name`, `submitter`, `payload_url`, `type`, `response_type`,
 /// `submission_mode`, `erc_what`, `erc_who`, `erc_when`, `erc_where`,
@@ -231,182 +237,164 @@ pub fn timestamp(at: DateTime<Utc>) -> String {
 /// `digest_value` when present, then the extra fields in key order. An extra
 /// field whose name is already taken is left out: the named fields win.
 pub fn submission_json(uuid: &impl Display, s: &Submission) -> String {
-    let mut o = JsonObject::new();
-    o.str("profile_name", &s.profile_name)
-        .str("submitter", &s.submitter)
-        .str("payload_url", &s.payload_url)
-        .str("type", s.payload_type.name())
-        .str("response_type", &s.response_type)
-        .str("submission_mode", s.submission_mode.name())
-        .str("erc_what", opt(&s.erc.what))
-        .str("erc_who", opt(&s.erc.who))
-        .str("erc_when", opt(&s.erc.when))
-        .str("erc_where", opt(&s.erc.r#where))
-        .str("batchID", &uuid.to_string());
-    if !s.manifest.is_empty() {
-        o.strings("manifest", &s.manifest);
-    }
-    digest(&mut o, s.digest.as_ref());
-    for (k, v) in &s.extra {
-        if !o.has(k) {
-            o.str(k, v);
-        }
-    }
-    o.finish()
+    let (digest_type, digest_value) = digest(s.digest.as_ref());
+    let mut node = SubmissionNode {
+        profile_name: s.profile_name.clone(),
+        submitter: s.submitter.clone(),
+        payload_url: s.payload_url.clone(),
+        payload_type: s.payload_type.name().to_string(),
+        response_type: s.response_type.clone(),
+        submission_mode: s.submission_mode.name().to_string(),
+        erc_what: opt(&s.erc.what),
+        erc_who: opt(&s.erc.who),
+        erc_when: opt(&s.erc.when),
+        erc_where: opt(&s.erc.r#where),
+        batch_id: uuid.to_string(),
+        manifest: s.manifest.clone(),
+        digest_type,
+        digest_value,
+        extra: Default::default(),
+    };
+    // An extra field may take a named key only when the named one is left
+    // out of this node (an empty manifest, no digest).
+    let left_out = |k: &str| match k {
+        "manifest" => s.manifest.is_empty(),
+        "digest_type" | "digest_value" => s.digest.is_none(),
+        _ => false,
+    };
+    node.extra = s
+        .extra
+        .iter()
+        .filter(|(k, _)| !SUBMISSION_KEYS.contains(&k.as_str()) || left_out(k))
+        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+        .collect();
+    json(&node)
 }
 
-/// `/batches/BID/status`: `{"status","last_modified","message"}`.
+/// The keys [`SubmissionNode`] names, in its order.
+const SUBMISSION_KEYS: [&str; 14] = [
+    "profile_name",
+    "submitter",
+    "payload_url",
+    "type",
+    "response_type",
+    "submission_mode",
+    "erc_what",
+    "erc_who",
+    "erc_when",
+    "erc_where",
+    "batchID",
+    "manifest",
+    "digest_type",
+    "digest_value",
+];
+
+/// `/batches/BID/status` ([`BatchStatusNode`]).
 pub fn batch_status_json(status: BatchState, at: DateTime<Utc>, message: &str) -> String {
-    let mut o = JsonObject::new();
-    o.str("status", status.name())
-        .str("last_modified", &timestamp(at))
-        .str("message", message);
-    o.finish()
+    json(&BatchStatusNode {
+        status: status.name().to_string(),
+        last_modified: timestamp(at),
+        message: message.to_string(),
+    })
 }
 
-/// `/batches/BID/status-report`: `{"last_modified","failed_jobs","successful_jobs"}`.
+/// `/batches/BID/status-report` ([`StatusReportNode`]).
 pub fn status_report_json(report: &Report) -> String {
     let ids = |v: &[Jid]| v.iter().map(|j| j.to_string()).collect::<Vec<_>>();
-    let mut o = JsonObject::new();
-    o.str("last_modified", &timestamp(report.at))
-        .strings("failed_jobs", &ids(&report.failed_jobs))
-        .strings("successful_jobs", &ids(&report.successful_jobs));
-    o.finish()
+    json(&StatusReportNode {
+        last_modified: timestamp(report.at),
+        failed_jobs: ids(&report.failed_jobs),
+        successful_jobs: ids(&report.successful_jobs),
+    })
 }
 
-/// `/jobs/JID/status`: `{"status","last_modified","message","last_successful_status","retry_count"}`.
+/// `/jobs/JID/status` ([`JobStatusNode`]).
 pub fn job_status_json(job: &Job) -> String {
-    let mut o = JsonObject::new();
-    o.str("status", job.status.name())
-        .str("last_modified", &timestamp(job.last_modified))
-        .str("message", &job.message);
-    match job.last_successful_status {
-        Some(s) => o.str("last_successful_status", s.name()),
-        None => o.null("last_successful_status"),
-    };
-    o.raw("retry_count", &job.retry_count.to_string());
-    o.finish()
+    json(&JobStatusNode {
+        status: job.status.name().to_string(),
+        last_modified: timestamp(job.last_modified),
+        message: job.message.clone(),
+        last_successful_status: job.last_successful_status.map(|s| s.name().to_string()),
+        retry_count: job.retry_count,
+    })
 }
 
-/// `/jobs/JID/configuration`: `profile_name`, `submitter`, `payload_url`,
-/// `payload_type`, `response_type`, `submission_mode`, then `digest_type` /
-/// `digest_value` when the depositor gave a digest.
+/// `/jobs/JID/configuration` ([`ConfigurationNode`]): `digest_type` /
+/// `digest_value` only when the depositor gave a digest.
 pub fn configuration_json(c: &JobConfiguration) -> String {
-    let mut o = JsonObject::new();
-    o.str("profile_name", &c.profile_name)
-        .str("submitter", &c.submitter)
-        .str("payload_url", &c.payload_url)
-        .str("payload_type", c.payload_type.name())
-        .str("response_type", &c.response_type)
-        .str("submission_mode", c.submission_mode.name());
-    digest(&mut o, c.digest.as_ref());
-    o.finish()
+    let (digest_type, digest_value) = digest(c.digest.as_ref());
+    json(&ConfigurationNode {
+        profile_name: c.profile_name.clone(),
+        submitter: c.submitter.clone(),
+        payload_url: c.payload_url.clone(),
+        payload_type: c.payload_type.name().to_string(),
+        response_type: c.response_type.clone(),
+        submission_mode: c.submission_mode.name().to_string(),
+        digest_type,
+        digest_value,
+    })
 }
 
-/// `/jobs/JID/identifiers`: `{"primary_id","local_id":[…]}`, or `None` when
-/// the job has neither (the node is then absent, as mrt-zk leaves it).
+/// `/jobs/JID/identifiers` ([`IdentifiersNode`]), or `None` when the job has
+/// neither an ark nor a local id (the node is then absent, as mrt-zk leaves
+/// it).
 pub fn identifiers_json(ids: &Identifiers) -> Option<String> {
     if ids.primary_id.is_none() && ids.local_ids.is_empty() {
         return None;
     }
-    let mut o = JsonObject::new();
-    o.str("primary_id", opt(&ids.primary_id))
-        .strings("local_id", &ids.local_ids);
-    Some(o.finish())
+    Some(json(&IdentifiersNode {
+        primary_id: opt(&ids.primary_id),
+        local_id: ids.local_ids.clone(),
+    }))
 }
 
-/// `/jobs/JID/metadata`: `{"erc_who","erc_what","erc_when","erc_where"}`, or
-/// `None` when every field is absent (the node is then absent).
+/// `/jobs/JID/metadata` ([`MetadataNode`]), or `None` when every field is
+/// absent (the node is then absent).
 pub fn metadata_json(erc: &Erc) -> Option<String> {
     if erc.who.is_none() && erc.what.is_none() && erc.when.is_none() && erc.r#where.is_none() {
         return None;
     }
-    let mut o = JsonObject::new();
-    o.str("erc_who", opt(&erc.who))
-        .str("erc_what", opt(&erc.what))
-        .str("erc_when", opt(&erc.when))
-        .str("erc_where", opt(&erc.r#where));
-    Some(o.finish())
+    Some(json(&MetadataNode {
+        erc_who: opt(&erc.who),
+        erc_what: opt(&erc.what),
+        erc_when: opt(&erc.when),
+        erc_where: opt(&erc.r#where),
+    }))
 }
 
-/// `/jobs/JID/store`: `{"manifest_url","mode","delete"}` (`delete` as text).
+/// `/jobs/JID/store` ([`StoreNode`]; `delete` as text).
 pub fn store_json(s: &StoreParams) -> String {
-    let mut o = JsonObject::new();
-    o.str("manifest_url", &s.manifest_url)
-        .str("mode", &s.mode)
-        .str("delete", if s.delete { "true" } else { "false" });
-    o.finish()
+    json(&StoreNode {
+        manifest_url: s.manifest_url.clone(),
+        mode: s.mode.clone(),
+        delete: if s.delete { "true" } else { "false" }.to_string(),
+    })
 }
 
-/// `/jobs/JID/inventory`: `{"manifest_url","mode"}`.
+/// `/jobs/JID/inventory` ([`InventoryNode`]).
 pub fn inventory_json(i: &InventoryParams) -> String {
-    let mut o = JsonObject::new();
-    o.str("manifest_url", &i.manifest_url).str("mode", &i.mode);
-    o.finish()
+    json(&InventoryNode {
+        manifest_url: i.manifest_url.clone(),
+        mode: i.mode.clone(),
+    })
 }
 
-fn opt(v: &Option<String>) -> &str {
-    v.as_deref().unwrap_or("")
+fn opt(v: &Option<String>) -> String {
+    v.clone().unwrap_or_default()
 }
 
-fn digest(o: &mut JsonObject, d: Option<&Digest>) {
-    if let Some(d) = d {
-        o.str("digest_type", &d.algorithm)
-            .str("digest_value", &d.value);
-    }
-}
-
-/// A JSON object written field by field, in the order the fields are added.
-struct JsonObject {
-    out: String,
-    keys: Vec<String>,
-}
-
-impl JsonObject {
-    fn new() -> JsonObject {
-        JsonObject {
-            out: String::from("{"),
-            keys: Vec::new(),
-        }
-    }
-
-    fn has(&self, key: &str) -> bool {
-        self.keys.iter().any(|k| k == key)
-    }
-
-    fn raw(&mut self, key: &str, json: &str) -> &mut JsonObject {
-        if !self.keys.is_empty() {
-            self.out.push(',');
-        }
-        self.out.push_str(&quote(key));
-        self.out.push(':');
-        self.out.push_str(json);
-        self.keys.push(key.to_string());
-        self
-    }
-
-    fn str(&mut self, key: &str, value: &str) -> &mut JsonObject {
-        self.raw(key, &quote(value))
-    }
-
-    fn null(&mut self, key: &str) -> &mut JsonObject {
-        self.raw(key, "null")
-    }
-
-    fn strings(&mut self, key: &str, values: &[String]) -> &mut JsonObject {
-        let items: Vec<String> = values.iter().map(|v| quote(v)).collect();
-        self.raw(key, &format!("[{}]", items.join(",")))
-    }
-
-    fn finish(mut self) -> String {
-        self.out.push('}');
-        self.out
+fn digest(d: Option<&Digest>) -> (Option<String>, Option<String>) {
+    match d {
+        Some(d) => (Some(d.algorithm.clone()), Some(d.value.clone())),
+        None => (None, None),
     }
 }
 
-fn quote(s: &str) -> String {
-    // Serializing a str into a String cannot fail; the fallback is unreachable.
-    serde_json::to_string(s).unwrap_or_else(|_| String::from("\"\""))
+/// A node's data: the type's fields in declaration order.
+fn json(node: &impl serde::Serialize) -> String {
+    // Plain strings, numbers and maps of them always serialise; the
+    // fallback is unreachable.
+    serde_json::to_string(node).unwrap_or_else(|_| String::from("{}"))
 }
 
 #[cfg(test)]
@@ -453,5 +441,51 @@ mod tests {
             r#"{"manifest_url":"http://x/\"m\"","mode":"add","delete":"false"}"#
         );
         assert_eq!(identifiers_json(&Identifiers::default()), None);
+    }
+
+    /// The writer and the readers share one type: what the projector writes,
+    /// a worker reads back field for field; extra fields never shadow a
+    /// named one that is written.
+    #[test]
+    fn submission_nodes_round_trip_and_extras_never_shadow_named_keys() {
+        use ingest_events::event::{PayloadType, SubmissionMode};
+        let mut s = Submission {
+            profile_name: "demo".into(),
+            submitter: "alice".into(),
+            payload_url: "https://example.org/a".into(),
+            payload_type: PayloadType::File,
+            response_type: "json".into(),
+            submission_mode: SubmissionMode::Add,
+            manifest: vec![],
+            erc: Erc {
+                what: Some("A title".into()),
+                ..Erc::default()
+            },
+            digest: None,
+            extra: [
+                ("type".to_string(), "evil".to_string()),
+                ("manifest".to_string(), "kept".to_string()),
+                ("zz".to_string(), "last".to_string()),
+            ]
+            .into(),
+        };
+        let text = submission_json(&"u-1", &s);
+        assert!(
+            text.ends_with(r#""batchID":"u-1","manifest":"kept","zz":"last"}"#),
+            "{text}"
+        );
+        let node: SubmissionNode =
+            ingest_protocol::node::decode("/batches/BID/submission", text.as_bytes())
+                .expect("reads");
+        assert_eq!(node.payload_type, "file");
+        assert_eq!(node.erc_what, "A title");
+        assert_eq!(node.batch_id, "u-1");
+        s.manifest = vec!["https://example.org/b".into()];
+        let text = submission_json(&"u-1", &s);
+        assert!(
+            text.contains(r#""manifest":["https://example.org/b"],"zz":"last"}"#),
+            "{text}"
+        );
+        assert!(!text.contains("evil") && !text.contains("kept"), "{text}");
     }
 }

@@ -81,7 +81,9 @@ pub mod leader;
 pub mod materialize;
 pub mod ops;
 pub mod projector;
+#[cfg(feature = "log")]
 pub mod rebuild;
+#[cfg(feature = "log")]
 pub mod sink;
 pub mod tree;
 pub mod txn;
@@ -92,7 +94,9 @@ pub use checkpoint::Checkpoint;
 pub use materialize::{materialize, Until};
 pub use ops::{batches_by_size, EventOps, Op, OpKind};
 pub use projector::{ProjectError, Projector};
+#[cfg(feature = "log")]
 pub use rebuild::{AdminConfig, DiffReport, Progress, RebuildReport, RepairReport};
+#[cfg(feature = "log")]
 pub use sink::{RunMode, Sink, SinkConfig, SinkError, SinkReport, SinkState, SinkStatus};
 pub use tree::{Differing, Tree, TreeDiff, TreeError};
 pub use txn::TxnLimits;

@@ -8,8 +8,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::history::HistoryRow;
+use crate::inventory::ObjectVersionRecord;
 use crate::profile::Notification;
-use ingest_steps::inventory::ObjectVersionRecord;
 
 // ---- admin routes
 

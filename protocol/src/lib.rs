@@ -27,6 +27,8 @@
 
 pub mod api;
 pub mod history;
+pub mod inventory;
+pub mod node;
 pub mod profile;
 pub mod report;
 pub mod submission;

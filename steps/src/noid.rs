@@ -41,6 +41,7 @@ pub const MAX_SHOULDER_LEN: usize = 10;
 /// with every 29^k and its round permutes the blade space. They are part of
 /// the stored format: changing one would change every future ark and could
 /// repeat a past one.
+#[cfg(feature = "store")]
 const ROUNDS: [(u64, u64); 2] = [
     (0x9E37_79B9_7F4A_7C15, 0x2545_F491_4F6C_DD1D),
     (0xD6E8_FEB8_6659_FD93, 0x5851_F42D_4C95_7F2D),
@@ -119,6 +120,7 @@ pub enum NoidError {
     /// An I/O failure: the counter may or may not have moved, but no ark
     /// was handed out, so retrying is safe (at worst it skips one ark).
     /// Stop if it persists.
+    #[cfg(feature = "store")]
     #[error("NOID counter storage failed: {0}")]
     Storage(#[from] sled::Error),
 
@@ -236,6 +238,7 @@ pub fn parse_ark(s: &str) -> Result<Ark, NoidError> {
 /// Each [`Minter::mint`] takes the next counter value atomically and
 /// flushes before handing out the ark, so an ark is never handed out twice,
 /// across restarts and across minters sharing the tree.
+#[cfg(feature = "store")]
 #[derive(Debug, Clone)]
 pub struct Minter {
     tree: sled::Tree,
@@ -246,6 +249,7 @@ pub struct Minter {
     capacity: u64,
 }
 
+#[cfg(feature = "store")]
 impl Minter {
     /// A minter for `ark:/NAAN/SHOULDER…` with blades of `blade_len`
     /// characters (29^`blade_len` arks in all).
@@ -347,6 +351,7 @@ impl Minter {
 /// reversal of its base-29 digits and a second affine round. Each step is a
 /// permutation of `0..29^k`, so distinct counters give distinct blades,
 /// while consecutive counters give blades that do not look consecutive.
+#[cfg(feature = "store")]
 fn blade(counter: u64, blade_len: usize, capacity: u64) -> String {
     let [first, second] = ROUNDS;
     let scrambled = affine(counter, first, capacity);
@@ -359,6 +364,7 @@ fn blade(counter: u64, blade_len: usize, capacity: u64) -> String {
 }
 
 /// `(x * multiplier + offset) mod capacity`, without overflow.
+#[cfg(feature = "store")]
 fn affine(x: u64, (multiplier, offset): (u64, u64), capacity: u64) -> u64 {
     let capacity = u128::from(capacity);
     let result = (u128::from(x) * u128::from(multiplier) + u128::from(offset)) % capacity;
@@ -367,6 +373,7 @@ fn affine(x: u64, (multiplier, offset): (u64, u64), capacity: u64) -> u64 {
 }
 
 /// The `len` base-29 digits of `value`, most significant first.
+#[cfg(feature = "store")]
 fn to_digits(mut value: u64, len: usize) -> Vec<u64> {
     let mut digits = vec![0; len];
     for slot in digits.iter_mut().rev() {
@@ -376,15 +383,18 @@ fn to_digits(mut value: u64, len: usize) -> Vec<u64> {
     digits
 }
 
+#[cfg(feature = "store")]
 fn from_digits(digits: &[u64]) -> u64 {
     digits.iter().fold(0, |acc, &d| acc * RADIX + d)
 }
 
+#[cfg(feature = "store")]
 fn reversed(mut digits: Vec<u64>) -> Vec<u64> {
     digits.reverse();
     digits
 }
 
+#[cfg(feature = "store")]
 fn decode_counter(bytes: &[u8]) -> Option<u64> {
     <[u8; 8]>::try_from(bytes).ok().map(u64::from_be_bytes)
 }
@@ -410,6 +420,7 @@ fn strip_label(s: &str) -> Option<&str> {
     Some(rest.strip_prefix('/').unwrap_or(rest))
 }
 
+#[cfg(feature = "store")]
 fn validate_naan(naan: &str) -> Result<(), NoidError> {
     if naan.len() >= 5 && naan.bytes().all(|b| b.is_ascii_digit()) {
         return Ok(());
@@ -419,6 +430,7 @@ fn validate_naan(naan: &str) -> Result<(), NoidError> {
     })
 }
 
+#[cfg(feature = "store")]
 fn validate_shoulder(shoulder: &str) -> Result<(), NoidError> {
     let invalid = |reason| NoidError::InvalidShoulder {
         shoulder: shoulder.to_string(),

@@ -1,0 +1,397 @@
+//! The data of every JSON node the projection writes in Merritt's ZooKeeper
+//! layout (mrt-zk 2.x), one type per node, and [`decode`] for readers.
+//!
+//! **Writing** (the projector): fields serialise in declaration order, which
+//! is the key order mrt-zk writes, so the bytes are the same for the same
+//! log. Absent strings are written as `""` (mrt-zk reads them with
+//! `getString`), except `last_successful_status`, which mrt-zk writes as
+//! `null` until a job's first move.
+//!
+//! **Reading** (workers, tools): nodes may have been written by others
+//! (Merritt's own code, an admin, an attacker), so every reader is lenient
+//! about shape and strict about size: unknown keys are ignored, missing keys
+//! take their defaults, a `null`, number or boolean where text is expected
+//! is read as text, and a node larger than [`MAX_NODE_BYTES`] is refused
+//! with a [`NodeError`] that names the node and quotes none of it.
+
+use std::collections::BTreeMap;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// The largest node data read: ZooKeeper's default `jute.maxbuffer`.
+pub const MAX_NODE_BYTES: usize = 1024 * 1024;
+
+/// Why a node's data could not be read.
+///
+/// ### Handling
+/// The node is not the caller's to fix: skip the item (it is reported by
+/// `ingest diff` and the consistency checks) and go on with the others.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// The data is larger than [`MAX_NODE_BYTES`].
+    #[error("the {node} node has {len} bytes, more than the {MAX_NODE_BYTES} a node may have")]
+    TooLarge {
+        /// Which node (`/jobs/JID/status`, …).
+        node: &'static str,
+        /// Its size.
+        len: usize,
+    },
+    /// The data is not the JSON object the node holds.
+    #[error("the {node} node is not valid: {message}")]
+    Invalid {
+        /// Which node.
+        node: &'static str,
+        /// The parser's message (bounded; it quotes none of the data).
+        message: String,
+    },
+}
+
+/// Reads the data of `node` (its path pattern, for messages) as `T`.
+///
+/// # Errors
+/// [`NodeError::TooLarge`] or [`NodeError::Invalid`].
+pub fn decode<T: DeserializeOwned>(node: &'static str, data: &[u8]) -> Result<T, NodeError> {
+    if data.len() > MAX_NODE_BYTES {
+        return Err(NodeError::TooLarge {
+            node,
+            len: data.len(),
+        });
+    }
+    serde_json::from_slice(data).map_err(|e| NodeError::Invalid {
+        node,
+        // serde_json's messages name a line and column, never the data.
+        message: crate::cut(&e.to_string(), 200).into_owned(),
+    })
+}
+
+/// Text from any JSON scalar: `null` is `""`, numbers and booleans their
+/// JSON text. Objects and arrays are refused.
+fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    use serde::de::Error;
+    match serde_json::Value::deserialize(d)? {
+        serde_json::Value::Null => Ok(String::new()),
+        serde_json::Value::String(s) => Ok(s),
+        serde_json::Value::Bool(b) => Ok(b.to_string()),
+        serde_json::Value::Number(n) => Ok(n.to_string()),
+        _ => Err(D::Error::custom("expected text")),
+    }
+}
+
+/// A list of texts, `null` being empty.
+fn texts<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    use serde::de::Error;
+    match serde_json::Value::deserialize(d)? {
+        serde_json::Value::Null => Ok(Vec::new()),
+        serde_json::Value::Array(items) => items
+            .into_iter()
+            .map(|v| match v {
+                serde_json::Value::String(s) => Ok(s),
+                serde_json::Value::Number(n) => Ok(n.to_string()),
+                _ => Err(D::Error::custom("expected a list of texts")),
+            })
+            .collect(),
+        // mrt-zk's older writers put a single local id as text.
+        serde_json::Value::String(s) => Ok(vec![s]),
+        _ => Err(D::Error::custom("expected a list of texts")),
+    }
+}
+
+/// Text or `null`.
+fn optional_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(Some(text(d)?).filter(|s| !s.is_empty()))
+}
+
+/// A non-negative count from a number or its text (`0` when absent).
+fn count<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    use serde::de::Error;
+    match serde_json::Value::deserialize(d)? {
+        serde_json::Value::Null => Ok(0),
+        serde_json::Value::Number(n) => n
+            .as_u64()
+            .and_then(|v| u32::try_from(v).ok())
+            .ok_or_else(|| D::Error::custom("expected a count")),
+        serde_json::Value::String(s) => s
+            .trim()
+            .parse()
+            .map_err(|_| D::Error::custom("expected a count")),
+        _ => Err(D::Error::custom("expected a count")),
+    }
+}
+
+/// `/batches/BID/submission`: the submission as given, with its uuid
+/// (mrt-zk's `Batch` loader, the admin tool's batch columns).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SubmissionNode {
+    /// The collection profile.
+    #[serde(deserialize_with = "text")]
+    pub profile_name: String,
+    /// Who submitted.
+    #[serde(deserialize_with = "text")]
+    pub submitter: String,
+    /// The payload URL.
+    #[serde(deserialize_with = "text")]
+    pub payload_url: String,
+    /// The payload type (`file`, `container`, `object-manifest`, …).
+    #[serde(rename = "type", deserialize_with = "text")]
+    pub payload_type: String,
+    /// The response type.
+    #[serde(deserialize_with = "text")]
+    pub response_type: String,
+    /// `add` or `update`.
+    #[serde(deserialize_with = "text")]
+    pub submission_mode: String,
+    /// ERC what (title).
+    #[serde(deserialize_with = "text")]
+    pub erc_what: String,
+    /// ERC who (creator).
+    #[serde(deserialize_with = "text")]
+    pub erc_who: String,
+    /// ERC when (date).
+    #[serde(deserialize_with = "text")]
+    pub erc_when: String,
+    /// ERC where (local id).
+    #[serde(deserialize_with = "text")]
+    pub erc_where: String,
+    /// The submission's uuid.
+    #[serde(rename = "batchID", deserialize_with = "text")]
+    pub batch_id: String,
+    /// Inline manifest lines (absent when there are none).
+    #[serde(skip_serializing_if = "Vec::is_empty", deserialize_with = "texts")]
+    pub manifest: Vec<String>,
+    /// The depositor's digest algorithm, when given.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "optional_text"
+    )]
+    pub digest_type: Option<String>,
+    /// The depositor's digest value, when given.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "optional_text"
+    )]
+    pub digest_value: Option<String>,
+    /// Further fields, in key order (never one of the names above: the
+    /// projector leaves those out).
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, serde_json::Value>,
+}
+
+/// `/batches/BID/status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BatchStatusNode {
+    /// The batch state's name (`Pending`, `Processing`, …).
+    #[serde(deserialize_with = "text")]
+    pub status: String,
+    /// When it changed, as mrt-zk writes it (`2024-05-16 10:11:12 +0000`).
+    #[serde(deserialize_with = "text")]
+    pub last_modified: String,
+    /// The message of the change.
+    #[serde(deserialize_with = "text")]
+    pub message: String,
+}
+
+/// `/batches/BID/status-report`: what reporting found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StatusReportNode {
+    /// When the report was made.
+    #[serde(deserialize_with = "text")]
+    pub last_modified: String,
+    /// Failed jobs.
+    #[serde(deserialize_with = "texts")]
+    pub failed_jobs: Vec<String>,
+    /// Completed jobs.
+    #[serde(deserialize_with = "texts")]
+    pub successful_jobs: Vec<String>,
+}
+
+/// `/jobs/JID/status` (mrt-zk's `Job` loader; every worker reads it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobStatusNode {
+    /// The job state's name (`Estimating`, `UpdateReporting`, …).
+    #[serde(deserialize_with = "text")]
+    pub status: String,
+    /// When it changed.
+    #[serde(deserialize_with = "text")]
+    pub last_modified: String,
+    /// The message of the change.
+    #[serde(deserialize_with = "text")]
+    pub message: String,
+    /// The last state the job completed; `null` until its first move.
+    #[serde(deserialize_with = "optional_text")]
+    pub last_successful_status: Option<String>,
+    /// How often the job was requeued.
+    #[serde(deserialize_with = "count")]
+    pub retry_count: u32,
+}
+
+/// `/jobs/JID/configuration`: what the job was submitted with.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ConfigurationNode {
+    /// The collection profile.
+    #[serde(deserialize_with = "text")]
+    pub profile_name: String,
+    /// Who submitted.
+    #[serde(deserialize_with = "text")]
+    pub submitter: String,
+    /// The payload URL.
+    #[serde(deserialize_with = "text")]
+    pub payload_url: String,
+    /// The payload type.
+    #[serde(deserialize_with = "text")]
+    pub payload_type: String,
+    /// The response type.
+    #[serde(deserialize_with = "text")]
+    pub response_type: String,
+    /// `add` or `update`.
+    #[serde(deserialize_with = "text")]
+    pub submission_mode: String,
+    /// The depositor's digest algorithm, when given.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "optional_text"
+    )]
+    pub digest_type: Option<String>,
+    /// The depositor's digest value, when given.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "optional_text"
+    )]
+    pub digest_value: Option<String>,
+}
+
+/// `/jobs/JID/identifiers` (absent while the job has none).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct IdentifiersNode {
+    /// The ark, `""` until known.
+    #[serde(deserialize_with = "text")]
+    pub primary_id: String,
+    /// The local ids.
+    #[serde(deserialize_with = "texts")]
+    pub local_id: Vec<String>,
+}
+
+/// `/jobs/JID/metadata` (absent while every field is).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MetadataNode {
+    /// ERC who.
+    #[serde(deserialize_with = "text")]
+    pub erc_who: String,
+    /// ERC what.
+    #[serde(deserialize_with = "text")]
+    pub erc_what: String,
+    /// ERC when.
+    #[serde(deserialize_with = "text")]
+    pub erc_when: String,
+    /// ERC where.
+    #[serde(deserialize_with = "text")]
+    pub erc_where: String,
+}
+
+/// `/jobs/JID/store`: the storage hand-off.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StoreNode {
+    /// The storage manifest.
+    #[serde(deserialize_with = "text")]
+    pub manifest_url: String,
+    /// `add` or `update`.
+    #[serde(deserialize_with = "text")]
+    pub mode: String,
+    /// `"true"`/`"false"` as mrt-zk's `Job.setStore` writes it.
+    #[serde(deserialize_with = "text")]
+    pub delete: String,
+}
+
+/// `/jobs/JID/inventory`: the inventory hand-off.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct InventoryNode {
+    /// The storage manifest the inventory reads.
+    #[serde(deserialize_with = "text")]
+    pub manifest_url: String,
+    /// `add` or `update`.
+    #[serde(deserialize_with = "text")]
+    pub mode: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_status_round_trips_with_null_last_successful_status() {
+        let node = JobStatusNode {
+            status: "Estimating".into(),
+            last_modified: "2024-05-16 10:11:12 +0000".into(),
+            message: String::new(),
+            last_successful_status: None,
+            retry_count: 0,
+        };
+        let text = serde_json::to_string(&node).expect("encode");
+        assert_eq!(
+            text,
+            r#"{"status":"Estimating","last_modified":"2024-05-16 10:11:12 +0000","message":"","last_successful_status":null,"retry_count":0}"#
+        );
+        assert_eq!(decode::<JobStatusNode>("status", text.as_bytes()), Ok(node));
+    }
+
+    #[test]
+    fn readers_take_nodes_written_by_others() {
+        // Unknown keys, missing keys, numbers as text, null as empty.
+        let n: JobStatusNode = decode(
+            "/jobs/JID/status",
+            br#"{"status":"Failed","retry_count":"2","extra":{"x":1},"message":null}"#,
+        )
+        .expect("lenient");
+        assert_eq!(n.status, "Failed");
+        assert_eq!(n.retry_count, 2);
+        assert_eq!(n.last_successful_status, None);
+        let ids: IdentifiersNode =
+            decode("/jobs/JID/identifiers", br#"{"local_id":"only-one"}"#).expect("lenient");
+        assert_eq!(ids.local_id, ["only-one"]);
+        let s: SubmissionNode = decode(
+            "/batches/BID/submission",
+            br#"{"type":"file","profile":"p","n":3}"#,
+        )
+        .expect("lenient");
+        assert_eq!(s.payload_type, "file");
+        assert_eq!(s.extra.get("profile"), Some(&serde_json::json!("p")));
+    }
+
+    #[test]
+    fn hostile_nodes_are_refused_naming_the_node_not_quoting_it() {
+        let big = vec![b' '; MAX_NODE_BYTES + 1];
+        let e = decode::<JobStatusNode>("/jobs/JID/status", &big).expect_err("too large");
+        assert!(matches!(e, NodeError::TooLarge { .. }), "{e}");
+        let secret = br#"{"status":{"secret-value-1234":1}}"#;
+        let e = decode::<JobStatusNode>("/jobs/JID/status", secret).expect_err("bad shape");
+        let text = e.to_string();
+        assert!(text.contains("/jobs/JID/status"), "{text}");
+        assert!(!text.contains("secret-value-1234"), "{text}");
+        assert!(decode::<JobStatusNode>("/jobs/JID/status", b"not json").is_err());
+    }
+
+    #[test]
+    fn submission_keeps_key_order_and_leaves_out_empty_optionals() {
+        let node = SubmissionNode {
+            profile_name: "p".into(),
+            batch_id: "u".into(),
+            extra: [("zeta".to_string(), serde_json::json!("z"))].into(),
+            ..SubmissionNode::default()
+        };
+        let text = serde_json::to_string(&node).expect("encode");
+        assert_eq!(
+            text,
+            r#"{"profile_name":"p","submitter":"","payload_url":"","type":"","response_type":"","submission_mode":"","erc_what":"","erc_who":"","erc_when":"","erc_where":"","batchID":"u","zeta":"z"}"#
+        );
+    }
+}
