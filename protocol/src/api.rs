@@ -14,32 +14,32 @@ use crate::profile::Notification;
 // ---- admin routes
 
 /// The body of an admin action.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminBody {
     /// Who acts; recorded as `admin:<actor>`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<String>,
     /// Why; recorded with the event.
     pub reason: String,
 }
 
 /// The cleanup body.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CleanupBody {
     /// Who acts; recorded as `admin:<actor>` (`admin:api` when absent).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<String>,
     /// Why; recorded with the event.
     pub reason: String,
     /// Only batches last changed before this time (RFC 3339).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub before: Option<DateTime<Utc>>,
 }
 
 /// The cleaned up.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Clone, Serialize, Deserialize)]
 pub struct CleanedUp {
     /// Batches removed from the live tree.
     pub batches: Vec<String>,
@@ -50,7 +50,7 @@ pub struct CleanedUp {
 // ---- mod routes
 
 /// The events a command appended, as answered to clients.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Clone, Serialize, Deserialize)]
 pub struct Appended {
     /// One row per event, as in the history.
     pub events: Vec<HistoryRow>,
@@ -59,7 +59,7 @@ pub struct Appended {
 // ---- objects routes
 
 /// A fenced worker call about a job.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ArkBody {
     /// The reporting worker's name (recorded as `worker:NAME`).
@@ -69,7 +69,7 @@ pub struct ArkBody {
 }
 
 /// The body of `POST /jobs/{jid}/lookup`.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LookupBody {
     /// The reporting worker's name (recorded as `worker:NAME`).
@@ -83,7 +83,7 @@ pub struct LookupBody {
 }
 
 /// The body of `POST /jobs/{jid}/object`.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ObjectBody {
     /// The reporting worker's name (recorded as `worker:NAME`).
@@ -95,7 +95,7 @@ pub struct ObjectBody {
 }
 
 /// An object and its versions.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Clone, Serialize, Deserialize)]
 pub struct ObjectView {
     /// The object's ark.
     pub ark: String,
@@ -104,7 +104,7 @@ pub struct ObjectView {
 }
 
 /// The query of `GET /objects`.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ObjectQuery {
     /// The collection (profile name).
@@ -116,30 +116,30 @@ pub struct ObjectQuery {
 // ---- ops routes
 
 /// The body of `POST /faults`.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FaultBody {
     /// The job state whose step fails (`Downloading`, `storing`, …).
     pub state: String,
     /// How many of the next reports fail (default 1).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u32>,
     /// Who acts; recorded as `admin:<actor>` (`admin:api` when absent).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<String>,
     /// Why; recorded with the event.
     pub reason: String,
 }
 
 /// Faults armed, by state.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Clone, Serialize, Deserialize)]
 pub struct FaultsView {
     /// The armed.
     pub armed: BTreeMap<String, usize>,
 }
 
 /// The answer of `GET /verify`.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Clone, Serialize, Deserialize)]
 pub struct Verified {
     /// The events checked.
     pub events_checked: u64,
@@ -154,7 +154,7 @@ pub struct Verified {
 }
 
 /// The problem view.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Clone, Serialize, Deserialize)]
 pub struct ProblemView {
     /// A log position.
     pub position: u64,
@@ -163,19 +163,19 @@ pub struct ProblemView {
 }
 
 /// The query of `GET /tree`.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TreeQuery {
     /// A log position or an RFC 3339 time.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<String>,
     /// Only this node and those under it.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
 }
 
 /// The answer of `GET /diff`.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Clone, Serialize, Deserialize)]
 pub struct Diffed {
     /// The live tree's checkpoint (`None`: never projected).
     pub checkpoint: Option<String>,
@@ -200,7 +200,7 @@ pub struct Diffed {
 // ---- depositor routes
 
 /// The submitted.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Clone, Serialize, Deserialize)]
 pub struct Submitted {
     /// The batch id.
     pub bid: String,
@@ -211,7 +211,7 @@ pub struct Submitted {
 }
 
 /// The history.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Clone, Serialize, Deserialize)]
 pub struct History {
     /// The batch or job.
     pub id: String,
@@ -220,7 +220,7 @@ pub struct History {
 }
 
 /// The uuid lookup.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Clone, Serialize, Deserialize)]
 pub struct UuidLookup {
     /// The submission's uuid.
     pub uuid: String,
@@ -238,7 +238,7 @@ pub struct UuidLookup {
 pub struct SessionId(pub i64);
 
 /// Who is reporting: the worker's name and its ZooKeeper session.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkerRef {
     /// The reporting worker's name (recorded as `worker:NAME`).
@@ -248,7 +248,7 @@ pub struct WorkerRef {
 }
 
 /// The acquired.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Clone, Serialize, Deserialize)]
 pub struct Acquired {
     /// The batch id.
     pub bid: String,
@@ -267,7 +267,7 @@ pub struct Acquired {
 }
 
 /// A job a worker expanded from a batch's payload.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobBody {
     /// The payload url.
@@ -275,32 +275,32 @@ pub struct JobBody {
     /// The payload type.
     pub payload_type: String,
     /// The ark, when known.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primary_id: Option<String>,
     /// Local ids.
     #[serde(default)]
     pub local_ids: Vec<String>,
     /// The erc who.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub erc_who: Option<String>,
     /// The erc what.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub erc_what: Option<String>,
     /// The erc when.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub erc_when: Option<String>,
     /// The erc where.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub erc_where: Option<String>,
     /// `ALGORITHM:HEX`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
 }
 
 /// The body of `POST /batches/{bid}/acquire`: the worker, and either the
 /// jobs it expanded the payload into or why the payload does not expand
 /// (without both, the server expands the simple forms itself).
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AcquireBody {
     /// The reporting worker's name (recorded as `worker:NAME`).
@@ -308,15 +308,15 @@ pub struct AcquireBody {
     /// The worker's ZooKeeper session (the lock's owner).
     pub session_id: SessionId,
     /// The jobs.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jobs: Option<Vec<JobBody>>,
     /// The expansion error.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expansion_error: Option<String>,
 }
 
 /// The report body.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReportBody {
     /// The reporting worker's name (recorded as `worker:NAME`).
@@ -324,12 +324,12 @@ pub struct ReportBody {
     /// The worker's ZooKeeper session (the lock's owner).
     pub session_id: SessionId,
     /// The error of sending the report, if it could not be sent.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notification_error: Option<String>,
 }
 
 /// The reported.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Clone, Serialize, Deserialize)]
 pub struct Reported {
     /// The batch id.
     pub bid: String,
@@ -340,7 +340,7 @@ pub struct Reported {
 }
 
 /// The job moved.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Clone, Serialize, Deserialize)]
 pub struct JobMoved {
     /// The job id.
     pub jid: String,
@@ -363,11 +363,11 @@ pub enum OutcomeKind {
 }
 
 /// The identifiers body.
-#[derive(Debug, Default, Deserialize, Serialize)]
+#[derive(Debug, PartialEq, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct IdentifiersBody {
     /// The ark, when known.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primary_id: Option<String>,
     /// Local ids.
     #[serde(default)]
@@ -375,7 +375,7 @@ pub struct IdentifiersBody {
 }
 
 /// The store body.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreBody {
     /// Where the manifest is.
@@ -389,7 +389,7 @@ pub struct StoreBody {
 }
 
 /// The inventory body.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct InventoryBody {
     /// Where the manifest is.
@@ -400,7 +400,7 @@ pub struct InventoryBody {
 }
 
 /// A step's outcome.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutcomeBody {
     /// The reporting worker's name (recorded as `worker:NAME`).
@@ -415,27 +415,27 @@ pub struct OutcomeBody {
     #[serde(default)]
     pub message: String,
     /// The priority (0-99, lower runs first).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<u8>,
     /// The space needed.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub space_needed: Option<u64>,
     /// The identifiers.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identifiers: Option<IdentifiersBody>,
     /// The store.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store: Option<StoreBody>,
     /// The inventory.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inventory: Option<InventoryBody>,
     /// How long the step took, for the step-duration metrics.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
 }
 
 /// The retry body.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetryBody {
     /// The reporting worker's name (recorded as `worker:NAME`).
@@ -452,7 +452,7 @@ pub struct RetryBody {
 
 impl<'de> Deserialize<'de> for SessionId {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
+        #[derive(Deserialize, PartialEq, Clone)]
         #[serde(untagged)]
         enum Raw {
             Signed(i64),
@@ -510,4 +510,31 @@ pub struct ErrorDetail {
     /// A message for people; never parsed.
     #[serde(default)]
     pub message: String,
+}
+
+// ---- answers of the object routes
+
+/// The answer of `POST /jobs/{jid}/ark`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArkAssigned {
+    /// The job's ark.
+    pub ark: String,
+    /// `true` when it was minted now, `false` when the job had one already.
+    pub minted: bool,
+}
+
+/// The answer of `POST /jobs/{jid}/lookup`: each local id's ark, `None`
+/// when the inventory binds it to none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LookedUp {
+    /// Arks by local id.
+    pub arks: BTreeMap<String, Option<String>>,
+}
+
+/// The answer of `POST /jobs/{jid}/object`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectRecorded {
+    /// `true` when the version is new to the inventory, `false` when the
+    /// same record was there already.
+    pub new: bool,
 }

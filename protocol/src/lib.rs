@@ -26,6 +26,7 @@
 #![deny(missing_docs)]
 
 pub mod api;
+pub mod callback;
 pub mod history;
 pub mod inventory;
 pub mod node;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ingest_events::JobState;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::watch;
 use zookeeper_client as zk;
 
@@ -15,6 +15,10 @@ use super::session::Session;
 use super::step::{JobCtx, Rng, StepResult, Steps};
 use ingest_client::{Client as EngineClient, Reply};
 use ingest_config::DaemonKind;
+use ingest_protocol::api::{
+    AcquireBody, OutcomeBody, OutcomeKind, ReportBody, SessionId, WorkerRef,
+};
+use ingest_protocol::node::decode;
 
 /// The first wait when a queue has nothing to take.
 const BACKOFF_MIN: Duration = Duration::from_millis(25);
@@ -332,13 +336,24 @@ async fn batch_matches(client: &zk::Client, target: Target, bid: &str) -> Result
     }
 }
 
+/// The `status` key that job and batch status nodes share
+/// ([`ingest_protocol::node::JobStatusNode`],
+/// [`ingest_protocol::node::BatchStatusNode`]).
+#[derive(serde::Deserialize)]
+struct StatusOnly {
+    #[serde(default)]
+    status: String,
+}
+
 /// The `status` field of a status node, `None` when the node is gone.
 async fn read_status(client: &zk::Client, path: &str) -> Result<Option<String>, BoxError> {
     match client.get_data(path).await {
-        Ok((data, _)) => {
-            let v: Value = serde_json::from_slice(&data).unwrap_or(Value::Null);
-            Ok(v["status"].as_str().map(str::to_string))
-        }
+        // A node that does not read as a status has no status: the item is
+        // skipped, not the queue.
+        Ok((data, _)) => Ok(decode::<StatusOnly>("status", &data)
+            .ok()
+            .map(|n| n.status)
+            .filter(|s| !s.is_empty())),
         Err(zk::Error::NoNode) => Ok(None),
         Err(e) => Err(e.into()),
     }
@@ -380,7 +395,10 @@ async fn locked(
     item: &Item,
 ) -> Result<Tried, BoxError> {
     let session_id = client.session_id().0;
-    let who = json!({"worker": shared.name, "session_id": session_id});
+    let who = WorkerRef {
+        worker: shared.name.clone(),
+        session_id: SessionId(session_id),
+    };
     let batch_ctx = || super::step::BatchCtx {
         bid: item.id.clone(),
         zk: client.clone(),
@@ -395,7 +413,12 @@ async fn locked(
             if !batch_matches(client, target, &item.id).await? {
                 return Ok(Tried::Skipped);
             }
-            let mut body = who.clone();
+            let mut body = AcquireBody {
+                worker: who.worker,
+                session_id: who.session_id,
+                jobs: None,
+                expansion_error: None,
+            };
             if let Some(work) = &shared.steps.batch {
                 let ctx = batch_ctx();
                 let expansion = tokio::select! {
@@ -403,8 +426,8 @@ async fn locked(
                     () = session_ended(client) => return Ok(Tried::Refused),
                 };
                 match expansion {
-                    super::step::Expansion::Jobs(jobs) => body["jobs"] = Value::Array(jobs),
-                    super::step::Expansion::Failed(why) => body["expansion_error"] = json!(why),
+                    super::step::Expansion::Jobs(jobs) => body.jobs = Some(jobs),
+                    super::step::Expansion::Failed(why) => body.expansion_error = Some(why),
                 }
             }
             let path = format!("/batches/{}/acquire", item.id);
@@ -419,16 +442,18 @@ async fn locked(
             if !batch_matches(client, target, &item.id).await? {
                 return Ok(Tried::Skipped);
             }
-            let mut body = who.clone();
+            let mut body = ReportBody {
+                worker: who.worker,
+                session_id: who.session_id,
+                notification_error: None,
+            };
             if let Some(work) = &shared.steps.batch {
                 let ctx = batch_ctx();
                 let sent = tokio::select! {
                     e = work.report(&ctx) => e,
                     () = session_ended(client) => return Ok(Tried::Refused),
                 };
-                if let Some(error) = sent {
-                    body["notification_error"] = json!(error);
-                }
+                body.notification_error = sent;
             }
             let path = format!("/batches/{}/report", item.id);
             let tried = report(shared, &path, &body).await?;
@@ -442,8 +467,8 @@ async fn locked(
             if read_status(client, &status_path).await?.as_deref() != Some(&state.to_string()) {
                 return Ok(Tried::Skipped);
             }
-            let (path, body) = if state == JobState::Pending {
-                (format!("/jobs/{}/start", item.id), who)
+            let tried = if state == JobState::Pending {
+                report(shared, &format!("/jobs/{}/start", item.id), &who).await?
             } else {
                 let Some(step) = shared.steps.get(state) else {
                     return Ok(Tried::Skipped);
@@ -480,20 +505,27 @@ async fn locked(
                     tracing::warn!(jid = %item.id, %state, "the session ended during the step; the result is dropped");
                     return Ok(Tried::Refused);
                 }
-                let mut body = json!({
-                    "worker": shared.name,
-                    "session_id": session_id,
-                    "state": state.to_string(),
-                    "outcome": if outcome.success { "success" } else { "failure" },
-                    "message": outcome.message,
-                    "duration_ms": began.elapsed().as_millis() as u64,
-                });
-                if let Value::Object(o) = &mut body {
-                    o.extend(outcome.data);
-                }
-                (format!("/jobs/{}/outcome", item.id), body)
+                let body = OutcomeBody {
+                    worker: who.worker,
+                    session_id: who.session_id,
+                    state: state.to_string(),
+                    outcome: if outcome.success {
+                        OutcomeKind::Success
+                    } else {
+                        OutcomeKind::Failure
+                    },
+                    message: outcome.message,
+                    priority: outcome.priority,
+                    space_needed: outcome.space_needed,
+                    identifiers: outcome.identifiers,
+                    store: outcome.store,
+                    inventory: outcome.inventory,
+                    duration_ms: Some(
+                        u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    ),
+                };
+                report(shared, &format!("/jobs/{}/outcome", item.id), &body).await?
             };
-            let tried = report(shared, &path, &body).await?;
             if tried == Tried::Done {
                 await_status(client, &status_path, &state.to_string()).await;
             }
@@ -529,7 +561,11 @@ async fn release(client: &zk::Client, lock: &str, created: &zk::Stat) {
     }
 }
 
-async fn report(shared: &Shared, path: &str, body: &Value) -> Result<Tried, BoxError> {
+async fn report(
+    shared: &Shared,
+    path: &str,
+    body: &impl serde::Serialize,
+) -> Result<Tried, BoxError> {
     match shared.engine.report::<_, Value>(path, body).await? {
         Reply::Done(_) => {
             shared.stats.accepted.fetch_add(1, Ordering::Relaxed);
@@ -550,8 +586,8 @@ async fn await_status(client: &zk::Client, path: &str, old: &str) {
         let Ok((data, _, watcher)) = client.get_and_watch_data(path).await else {
             return;
         };
-        let v: Value = serde_json::from_slice(&data).unwrap_or(Value::Null);
-        if v["status"].as_str() != Some(old) {
+        let now = decode::<StatusOnly>("status", &data).map(|n| n.status);
+        if now.as_deref().ok() != Some(old) {
             return;
         }
         let _ = tokio::time::timeout_at(deadline.into(), watcher.changed()).await;

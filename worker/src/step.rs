@@ -11,7 +11,12 @@ use std::time::Duration;
 
 use ingest_client::Reply;
 use ingest_events::JobState;
-use serde_json::{json, Map, Value};
+use ingest_protocol::api::{
+    IdentifiersBody, InventoryBody, JobBody, RetryBody, SessionId, StoreBody, WorkerRef,
+};
+use ingest_protocol::node::{
+    decode, ConfigurationNode, IdentifiersNode, JobStatusNode, MetadataNode,
+};
 
 /// What a step concluded about one job.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,9 +35,17 @@ pub struct Outcome {
     pub success: bool,
     /// A human-readable message.
     pub message: String,
-    /// Extra fields of the report (`space_needed`, `identifiers`, `store`,
-    /// `inventory`, `priority`).
-    pub data: Map<String, Value>,
+    /// The bytes the job needs in working storage (Estimating,
+    /// Downloading).
+    pub space_needed: Option<u64>,
+    /// A new priority for the job (Estimating).
+    pub priority: Option<u8>,
+    /// The job's identifiers (Processing).
+    pub identifiers: Option<IdentifiersBody>,
+    /// The storage hand-off (Storing).
+    pub store: Option<StoreBody>,
+    /// The inventory hand-off (Recording).
+    pub inventory: Option<InventoryBody>,
 }
 
 impl Outcome {
@@ -41,7 +54,11 @@ impl Outcome {
         Outcome {
             success: true,
             message: message.into(),
-            data: Map::new(),
+            space_needed: None,
+            priority: None,
+            identifiers: None,
+            store: None,
+            inventory: None,
         }
     }
 
@@ -49,14 +66,37 @@ impl Outcome {
     pub fn failure(message: impl Into<String>) -> Outcome {
         Outcome {
             success: false,
-            message: message.into(),
-            data: Map::new(),
+            ..Outcome::success(message)
         }
     }
 
-    /// The same outcome with one more report field.
-    pub fn with(mut self, key: &str, value: Value) -> Outcome {
-        self.data.insert(key.to_string(), value);
+    /// With the space the job needs.
+    pub fn with_space_needed(mut self, bytes: u64) -> Outcome {
+        self.space_needed = Some(bytes);
+        self
+    }
+
+    /// With a new priority.
+    pub fn with_priority(mut self, priority: u8) -> Outcome {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// With the job's identifiers.
+    pub fn with_identifiers(mut self, identifiers: IdentifiersBody) -> Outcome {
+        self.identifiers = Some(identifiers);
+        self
+    }
+
+    /// With the storage hand-off.
+    pub fn with_store(mut self, store: StoreBody) -> Outcome {
+        self.store = Some(store);
+        self
+    }
+
+    /// With the inventory hand-off.
+    pub fn with_inventory(mut self, inventory: InventoryBody) -> Outcome {
+        self.inventory = Some(inventory);
         self
     }
 }
@@ -94,14 +134,14 @@ pub struct ApiCtx {
 pub struct JobData {
     /// The batch.
     pub bid: String,
-    /// `/jobs/JID/configuration`: `profile_name`, `payload_url`, `payload_type`, `submission_mode`, `digest`, …
-    pub configuration: Value,
-    /// `/jobs/JID/identifiers`: `primary_id`, `local_id`.
-    pub identifiers: Value,
-    /// `/jobs/JID/metadata`: `erc_who`, `erc_what`, `erc_when`, `erc_where`.
-    pub metadata: Value,
-    /// `/jobs/JID/status`: `status`, `last_successful_status`, `retry_count`, …
-    pub status: Value,
+    /// `/jobs/JID/configuration`.
+    pub configuration: ConfigurationNode,
+    /// `/jobs/JID/identifiers` (empty when the node is absent).
+    pub identifiers: IdentifiersNode,
+    /// `/jobs/JID/metadata` (empty when the node is absent).
+    pub metadata: MetadataNode,
+    /// `/jobs/JID/status`.
+    pub status: JobStatusNode,
     /// `/jobs/JID/space_needed`.
     pub space_needed: u64,
 }
@@ -137,10 +177,14 @@ impl JobCtx {
                     .map_err(|e| format!("cannot read {path}: {e}"))
             }
         };
-        let json = |node: &'static str, bytes: Vec<u8>| -> Result<Value, String> {
-            serde_json::from_slice(&bytes)
-                .map_err(|e| format!("/jobs/{}/{node} is not JSON: {e}", self.jid))
-        };
+        // Nodes are read with the types the projection writes them with;
+        // one written by someone else is read leniently and bounded.
+        fn typed<T: serde::de::DeserializeOwned>(
+            node: &'static str,
+            bytes: &[u8],
+        ) -> Result<T, String> {
+            decode(node, bytes).map_err(|e| e.to_string())
+        }
         // identifiers and metadata are absent while the job has none.
         let optional = |node: &'static str| {
             let path = format!("/jobs/{}/{node}", self.jid);
@@ -153,16 +197,18 @@ impl JobCtx {
             }
         };
         let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).trim().to_string();
-        let object = |node: &'static str, bytes: Option<Vec<u8>>| match bytes {
-            Some(b) => json(node, b),
-            None => Ok(json!({})),
-        };
         Ok(JobData {
             bid: text(read("bid").await?),
-            configuration: json("configuration", read("configuration").await?)?,
-            identifiers: object("identifiers", optional("identifiers").await?)?,
-            metadata: object("metadata", optional("metadata").await?)?,
-            status: json("status", read("status").await?)?,
+            configuration: typed("/jobs/JID/configuration", &read("configuration").await?)?,
+            identifiers: match optional("identifiers").await? {
+                Some(b) => typed("/jobs/JID/identifiers", &b)?,
+                None => IdentifiersNode::default(),
+            },
+            metadata: match optional("metadata").await? {
+                Some(b) => typed("/jobs/JID/metadata", &b)?,
+                None => MetadataNode::default(),
+            },
+            status: typed("/jobs/JID/status", &read("status").await?)?,
             space_needed: text(read("space_needed").await?).parse().unwrap_or(0),
         })
     }
@@ -175,31 +221,39 @@ impl JobCtx {
         let Some(api) = &self.api else {
             return;
         };
-        let body = json!({
-            "worker": api.worker,
-            "session_id": api.session_id,
-            "state": self.state.to_string(),
-            "attempt": attempt,
-            "message": message,
-        });
+        let body = RetryBody {
+            worker: api.worker.clone(),
+            session_id: SessionId(api.session_id),
+            state: self.state.to_string(),
+            attempt,
+            message: ingest_protocol::cut(message, ingest_protocol::MAX_MESSAGE_BYTES).into_owned(),
+        };
         let path = format!("/jobs/{}/retries", self.jid);
-        if let Err(e) = api.engine.report::<_, Value>(&path, &body).await {
+        if let Err(e) = api
+            .engine
+            .report::<_, serde::de::IgnoredAny>(&path, &body)
+            .await
+        {
             tracing::warn!(jid = %self.jid, error = %e, "cannot record the retry");
         }
     }
 
-    /// A fenced call: POSTs `body` plus this worker's name and session to
-    /// `path`.
+    /// A fenced call: POSTs the body `body` builds from this worker's name
+    /// and session to `path`, and reads the answer as `R`.
     ///
     /// # Errors
     /// No API, no answer, or an answer other than 2xx and 409.
-    pub async fn call(&self, path: &str, mut body: Value) -> Result<Reply<Value>, CallError> {
+    pub async fn call<B: serde::Serialize, R: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: impl Fn(WorkerRef) -> B,
+    ) -> Result<Reply<R>, CallError> {
         let api = self.api.as_ref().ok_or(CallError::NoApi)?;
-        if let Some(o) = body.as_object_mut() {
-            o.insert("worker".into(), json!(api.worker));
-            o.insert("session_id".into(), json!(api.session_id));
-        }
-        Ok(api.engine.report(path, &body).await?)
+        let who = WorkerRef {
+            worker: api.worker.clone(),
+            session_id: SessionId(api.session_id),
+        };
+        Ok(api.engine.report(path, &body(who)).await?)
     }
 }
 
@@ -370,13 +424,17 @@ impl Simulate {
         );
         match job.state {
             JobState::Estimating | JobState::Downloading => {
-                done.with("space_needed", json!(1024 + self.rng.below(1 << 20) as u64))
+                done.with_space_needed(1024 + self.rng.below(1 << 20) as u64)
             }
-            JobState::Storing => done.with("store", json!({"manifest_url": manifest})),
-            JobState::Recording => done.with(
-                "inventory",
-                json!({"manifest_url": manifest, "mode": "add"}),
-            ),
+            JobState::Storing => done.with_store(StoreBody {
+                manifest_url: manifest,
+                mode: "add".into(),
+                delete: false,
+            }),
+            JobState::Recording => done.with_inventory(InventoryBody {
+                manifest_url: manifest,
+                mode: "add".into(),
+            }),
             _ => done,
         }
     }
@@ -512,7 +570,7 @@ pub struct BatchCtx {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Expansion {
     /// The jobs to create (`POST /batches/BID/acquire`'s `jobs`).
-    Jobs(Vec<Value>),
+    Jobs(Vec<JobBody>),
     /// The payload does not expand; the batch fails with this message.
     Failed(String),
 }
@@ -639,7 +697,7 @@ mod tests {
         assert!(!report(storing.run(&job(JobState::Storing)).await).success);
         let ok = report(storing.run(&job(JobState::Storing)).await);
         assert!(ok.success);
-        assert!(ok.data.contains_key("store"));
+        assert!(ok.store.is_some());
         let always = Simulate::new(
             SimSettings {
                 duration: Duration::ZERO,

@@ -11,7 +11,7 @@ use ingest_events::event::Identifiers;
 use ingest_events::Jid;
 use ingest_protocol::api::*;
 use ingest_steps::inventory::InventoryError;
-use serde_json::{json, Value};
+use std::collections::BTreeMap;
 
 use super::locks::job_lock_path;
 use super::worker::{fence, worker_actor};
@@ -45,7 +45,7 @@ pub(crate) async fn ark(
     cid: CorrelationId,
     ApiPath(jid): ApiPath<Jid>,
     ApiJson(body): ApiJson<ArkBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ArkAssigned>, ApiError> {
     let actor = worker_actor(&body.worker)?;
     fence(&app, &job_lock_path(jid), body.session_id).await?;
     let identifiers = app
@@ -57,7 +57,7 @@ pub(crate) async fn ark(
         .map(|j| j.identifiers.clone())
         .ok_or_else(|| ApiError::not_found(Item::Job(jid)))?;
     if let Some(ark) = identifiers.primary_id.filter(|a| !a.is_empty()) {
-        return Ok(Json(json!({"ark": ark, "minted": false})));
+        return Ok(Json(ArkAssigned { ark, minted: false }));
     }
     let minter = app
         .inner
@@ -85,7 +85,7 @@ pub(crate) async fn ark(
     )
     .await?;
     tracing::info!(%jid, %ark, "minted");
-    Ok(Json(json!({"ark": ark, "minted": true})))
+    Ok(Json(ArkAssigned { ark, minted: true }))
 }
 
 /// `POST /jobs/{jid}/lookup`: the arks the inventory binds to local ids of a
@@ -94,7 +94,7 @@ pub(crate) async fn lookup(
     State(app): State<AppState>,
     ApiPath(jid): ApiPath<Jid>,
     ApiJson(body): ApiJson<LookupBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<LookedUp>, ApiError> {
     worker_actor(&body.worker)?;
     if body.local_ids.len() > MAX_LOOKUP {
         return Err(ApiError::invalid_field(
@@ -108,14 +108,14 @@ pub(crate) async fn lookup(
         .inventory
         .clone()
         .ok_or_else(|| unavailable("inventory"))?;
-    let mut arks = serde_json::Map::new();
+    let mut arks = BTreeMap::new();
     for id in &body.local_ids {
         let ark = inventory
             .by_local_id(&body.collection, id)
             .map_err(inventory_error)?;
-        arks.insert(id.clone(), json!(ark));
+        arks.insert(id.clone(), ark);
     }
-    Ok(Json(json!({"arks": arks})))
+    Ok(Json(LookedUp { arks }))
 }
 
 /// `POST /jobs/{jid}/object`: the recording step records a stored version.
@@ -123,7 +123,7 @@ pub(crate) async fn record(
     State(app): State<AppState>,
     ApiPath(jid): ApiPath<Jid>,
     ApiJson(body): ApiJson<ObjectBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ObjectRecorded>, ApiError> {
     worker_actor(&body.worker)?;
     fence(&app, &job_lock_path(jid), body.session_id).await?;
     if body.record.jid != jid.to_string() {
@@ -142,7 +142,7 @@ pub(crate) async fn record(
         .await
         .map_err(|e| ApiError::internal(format!("the inventory task failed: {e}")))?
         .map_err(inventory_error)?;
-    Ok(Json(json!({"new": outcome.new})))
+    Ok(Json(ObjectRecorded { new: outcome.new }))
 }
 
 /// `GET /objects/{ark}` (the ark percent-encoded or with its slashes).

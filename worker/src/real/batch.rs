@@ -23,10 +23,14 @@ use std::sync::Arc;
 
 use ingest_events::command::JobSpec;
 use ingest_events::event::{Digest, Erc, Identifiers, PayloadType, Submission, SubmissionMode};
+use ingest_protocol::api::JobBody;
+use ingest_protocol::callback::BatchCallback;
+use ingest_protocol::node::{
+    decode, BatchStatusNode, IdentifiersNode, JobStatusNode, SubmissionNode,
+};
 use ingest_steps::checkm;
 use ingest_steps::forms::{self, Form, ObjectKind};
-use serde::Serialize;
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
 use super::fetch::{Fetcher, RetryPolicy};
 use super::mail::Outbox;
@@ -69,7 +73,7 @@ impl Batches {
     /// `/batches/BID/submission`) into jobs, fetching its manifest when it
     /// has one, and e-mails the summary at queueing when the profile asks
     /// for it.
-    pub async fn expand_submission(&self, bid: &str, submission: &Value) -> Expansion {
+    pub async fn expand_submission(&self, bid: &str, submission: &SubmissionNode) -> Expansion {
         let jobs = match self.jobs_of(submission).await {
             Ok(jobs) => jobs,
             Err(e) => {
@@ -83,16 +87,13 @@ impl Batches {
         Expansion::Jobs(jobs)
     }
 
-    async fn jobs_of(&self, submission: &Value) -> Result<Vec<Value>, String> {
-        let has_lines = submission
-            .get("manifest")
-            .and_then(Value::as_array)
-            .is_some_and(|l| !l.is_empty());
+    async fn jobs_of(&self, submission: &SubmissionNode) -> Result<Vec<JobBody>, String> {
+        let has_lines = !submission.manifest.is_empty();
         let form = submission_form(submission)?;
         if has_lines || !form.is_manifest() {
             return jobs_from_submission(submission);
         }
-        let url = text(submission, "payload_url")
+        let url = set(&submission.payload_url)
             .ok_or_else(|| format!("the {} submission has no payload_url", form.name()))?;
         let bytes = self
             .fetcher
@@ -104,7 +105,7 @@ impl Batches {
         jobs_from_manifest(&bytes, form, submission).map_err(|e| format!("manifest {url}: {e}"))
     }
 
-    async fn summary_at_queueing(&self, bid: &str, submission: &Value, jobs: &[Value]) {
+    async fn summary_at_queueing(&self, bid: &str, submission: &SubmissionNode, jobs: &[JobBody]) {
         let Some(profile) = self.profile(submission) else {
             return;
         };
@@ -121,10 +122,8 @@ impl Batches {
         }
     }
 
-    fn profile(&self, submission: &Value) -> Option<&Profile> {
-        self.config
-            .profiles
-            .get(text(submission, "profile_name").unwrap_or_default())
+    fn profile(&self, submission: &SubmissionNode) -> Option<&Profile> {
+        self.config.profiles.get(submission.profile_name.trim())
     }
 
     /// Sends the report of batch `bid`: a POST of [`report_json`] to the
@@ -140,7 +139,7 @@ impl Batches {
         &self,
         bid: &str,
         batch_status: &str,
-        submission: &Value,
+        submission: &SubmissionNode,
         jobs: &[ReportJob],
     ) -> Option<String> {
         let n = &self.profile(submission)?.notification;
@@ -169,9 +168,20 @@ impl Batches {
         let policy = self.config.retry();
         let bid = &batch.bid;
         let gathered = async {
-            let status = read_json(&batch.zk, &format!("/batches/{bid}/status"), policy).await?;
-            let submission =
-                read_json(&batch.zk, &format!("/batches/{bid}/submission"), policy).await?;
+            let status: BatchStatusNode = read_typed(
+                &batch.zk,
+                &format!("/batches/{bid}/status"),
+                "/batches/BID/status",
+                policy,
+            )
+            .await?;
+            let submission: SubmissionNode = read_typed(
+                &batch.zk,
+                &format!("/batches/{bid}/submission"),
+                "/batches/BID/submission",
+                policy,
+            )
+            .await?;
             let mut jobs = Vec::new();
             for (set, status) in [("batch-completed", "Completed"), ("batch-failed", "Failed")] {
                 let path = format!("/batches/{bid}/states/{set}");
@@ -181,7 +191,7 @@ impl Batches {
                     jobs.push(read_report_job(&batch.zk, &jid, status, policy).await?);
                 }
             }
-            let status = text(&status, "status").unwrap_or("Reporting").to_string();
+            let status = set(&status.status).unwrap_or("Reporting").to_string();
             Ok::<_, String>((status, submission, jobs))
         };
         match gathered.await {
@@ -197,7 +207,13 @@ impl BatchWork for Batches {
     fn expand<'a>(&'a self, batch: &'a BatchCtx) -> BatchFuture<'a, Expansion> {
         Box::pin(async move {
             let path = format!("/batches/{}/submission", batch.bid);
-            match read_json(&batch.zk, &path, self.config.retry()).await {
+            let read = read_typed(
+                &batch.zk,
+                &path,
+                "/batches/BID/submission",
+                self.config.retry(),
+            );
+            match read.await {
                 Ok(submission) => self.expand_submission(&batch.bid, &submission).await,
                 Err(e) => Expansion::Failed(e),
             }
@@ -209,20 +225,7 @@ impl BatchWork for Batches {
     }
 }
 
-/// One job in a batch report.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ReportJob {
-    /// The job id.
-    pub jid: String,
-    /// Its ark, once it has one.
-    pub ark: Option<String>,
-    /// The depositor's local ids.
-    pub local_ids: Vec<String>,
-    /// `Completed` or `Failed`.
-    pub status: String,
-    /// The job's last message (why it failed).
-    pub message: String,
-}
+pub use ingest_protocol::callback::ReportJob;
 
 /// The report e-mail: subject `ingest batch BID: N completed, M failed`
 /// and a body listing every job (jid, status, ark, local ids, message).
@@ -250,22 +253,27 @@ pub fn report_text(bid: &str, jobs: &[ReportJob]) -> (String, String) {
 }
 
 /// The report POSTed to the profile's callback URL.
-pub fn report_json(bid: &str, batch_status: &str, submission: &Value, jobs: &[ReportJob]) -> Value {
+pub fn report_json(
+    bid: &str,
+    batch_status: &str,
+    submission: &SubmissionNode,
+    jobs: &[ReportJob],
+) -> BatchCallback {
     let completed = jobs.iter().filter(|j| j.status == "Completed").count();
-    json!({
-        "bid": bid,
-        "status": batch_status,
-        "profile": text(submission, "profile_name"),
-        "submitter": text(submission, "submitter"),
-        "completed": completed,
-        "failed": jobs.len() - completed,
-        "jobs": jobs,
-    })
+    BatchCallback {
+        bid: bid.to_string(),
+        status: batch_status.to_string(),
+        profile: set(&submission.profile_name).map(str::to_string),
+        submitter: set(&submission.submitter).map(str::to_string),
+        completed,
+        failed: jobs.len() - completed,
+        jobs: jobs.to_vec(),
+    }
 }
 
 /// The summary e-mail at queueing: subject `ingest batch BID queued: N
 /// jobs` and one line per job.
-pub fn summary_text(bid: &str, jobs: &[Value]) -> (String, String) {
+pub fn summary_text(bid: &str, jobs: &[JobBody]) -> (String, String) {
     let subject = format!(
         "ingest batch {bid} queued: {} job{}",
         jobs.len(),
@@ -273,22 +281,12 @@ pub fn summary_text(bid: &str, jobs: &[Value]) -> (String, String) {
     );
     let mut body = format!("Batch {bid} was queued with {} job(s):\n\n", jobs.len());
     for job in jobs {
-        let _ = write!(
-            body,
-            "- {} ({})",
-            text(job, "payload_url").unwrap_or_default(),
-            text(job, "payload_type").unwrap_or_default()
-        );
-        if let Some(ark) = text(job, "primary_id") {
+        let _ = write!(body, "- {} ({})", job.payload_url, job.payload_type);
+        if let Some(ark) = job.primary_id.as_deref().and_then(set) {
             let _ = write!(body, " ark {ark}");
         }
-        let ids: Vec<&str> = job
-            .get("local_ids")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        if !ids.is_empty() {
-            let _ = write!(body, " local ids {}", ids.join("; "));
+        if !job.local_ids.is_empty() {
+            let _ = write!(body, " local ids {}", job.local_ids.join("; "));
         }
         body.push('\n');
     }
@@ -299,10 +297,8 @@ pub fn summary_text(bid: &str, jobs: &[Value]) -> (String, String) {
 ///
 /// # Errors
 /// A missing or unknown type.
-pub fn submission_form(submission: &Value) -> Result<Form, String> {
-    let name = text(submission, "type")
-        .or_else(|| text(submission, "payload_type"))
-        .unwrap_or("file");
+pub fn submission_form(submission: &SubmissionNode) -> Result<Form, String> {
+    let name = submission_type(submission).unwrap_or("file");
     let payload: PayloadType = name
         .parse()
         .map_err(|e| format!("the submission's type: {e}"))?;
@@ -326,8 +322,8 @@ pub fn submission_form(submission: &Value) -> Result<Form, String> {
 pub fn jobs_from_manifest(
     bytes: &[u8],
     form: Form,
-    submission: &Value,
-) -> Result<Vec<Value>, String> {
+    submission: &SubmissionNode,
+) -> Result<Vec<JobBody>, String> {
     let manifest = checkm::parse(bytes).map_err(|e| e.to_string())?;
     let objects = forms::objects(&manifest, form).map_err(|e| e.to_string())?;
     if form == Form::ObjectManifest {
@@ -366,7 +362,7 @@ pub fn jobs_from_manifest(
             priority: None,
         }
     });
-    Ok(specs.map(|s| job_json(&s)).collect())
+    Ok(specs.map(|s| job_body(&s)).collect())
 }
 
 /// The jobs of the simple forms, exactly as the server expands them
@@ -376,75 +372,51 @@ pub fn jobs_from_manifest(
 /// # Errors
 /// A submission that is not what the projection writes, or an inline line
 /// with too many fields (named).
-pub fn jobs_from_submission(submission: &Value) -> Result<Vec<Value>, String> {
+pub fn jobs_from_submission(submission: &SubmissionNode) -> Result<Vec<JobBody>, String> {
     let s = submission_of(submission)?;
-    let specs = ingest_protocol::submission::expand_simple(&s).map_err(|e| format!("{e:#}"))?;
-    Ok(specs.iter().map(job_json).collect())
+    let specs = ingest_protocol::submission::expand_simple(&s).map_err(|e| e.to_string())?;
+    Ok(specs.iter().map(job_body).collect())
 }
 
-/// The acquire route's JSON for one job.
-fn job_json(spec: &JobSpec) -> Value {
-    let mut o = Map::new();
-    o.insert("payload_url".into(), json!(spec.payload_url));
-    o.insert("payload_type".into(), json!(spec.payload_type.name()));
-    if let Some(ark) = spec
-        .identifiers
-        .primary_id
-        .as_deref()
-        .filter(|a| !a.is_empty())
-    {
-        o.insert("primary_id".into(), json!(ark));
-    }
-    o.insert("local_ids".into(), json!(spec.identifiers.local_ids));
+/// The acquire route's body for one job.
+fn job_body(spec: &JobSpec) -> JobBody {
+    let nonempty = |v: &Option<String>| v.as_deref().and_then(set).map(str::to_string);
     let erc = &spec.metadata;
-    for (key, value) in [
-        ("erc_who", &erc.who),
-        ("erc_what", &erc.what),
-        ("erc_when", &erc.when),
-        ("erc_where", &erc.r#where),
-    ] {
-        if let Some(v) = value.as_deref().filter(|v| !v.is_empty()) {
-            o.insert(key.into(), json!(v));
-        }
+    JobBody {
+        payload_url: spec.payload_url.clone(),
+        payload_type: spec.payload_type.name().to_string(),
+        primary_id: nonempty(&spec.identifiers.primary_id),
+        local_ids: spec.identifiers.local_ids.clone(),
+        erc_who: nonempty(&erc.who),
+        erc_what: nonempty(&erc.what),
+        erc_when: nonempty(&erc.when),
+        erc_where: nonempty(&erc.r#where),
+        digest: spec
+            .digest
+            .as_ref()
+            .map(|d| format!("{}:{}", d.algorithm, d.value)),
     }
-    if let Some(d) = &spec.digest {
-        o.insert(
-            "digest".into(),
-            json!(format!("{}:{}", d.algorithm, d.value)),
-        );
-    }
-    Value::Object(o)
 }
 
-/// The submission the projection wrote (`submission_json`), back as the
-/// engine's type; absent and empty fields are unset.
-fn submission_of(v: &Value) -> Result<Submission, String> {
-    let owned = |key: &str| text(v, key).map(str::to_string);
-    let payload_type = match text(v, "type").or_else(|| text(v, "payload_type")) {
+/// The submission the projection wrote, back as the engine's type; absent
+/// and empty fields are unset.
+fn submission_of(v: &SubmissionNode) -> Result<Submission, String> {
+    let payload_type = match submission_type(v) {
         Some(t) => t
             .parse()
             .map_err(|e| format!("the submission's type: {e}"))?,
         None => PayloadType::File,
     };
-    let submission_mode = match text(v, "submission_mode") {
+    let submission_mode = match set(&v.submission_mode) {
         Some(m) => m
             .parse()
             .map_err(|e| format!("the submission's submission_mode: {e}"))?,
         None => SubmissionMode::Add,
     };
-    let manifest = match v.get("manifest") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(lines)) => lines
-            .iter()
-            .map(|l| {
-                l.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| format!("the submission's manifest line {l} is not text"))
-            })
-            .collect::<Result<_, _>>()?,
-        Some(other) => return Err(format!("the submission's manifest {other} is not a list")),
-    };
-    let digest = match (text(v, "digest_type"), text(v, "digest_value")) {
+    let digest = match (
+        v.digest_type.as_deref().and_then(set),
+        v.digest_value.as_deref().and_then(set),
+    ) {
         (Some(a), Some(h)) => Some(Digest {
             algorithm: a.to_ascii_lowercase(),
             value: h.to_ascii_lowercase(),
@@ -452,35 +424,42 @@ fn submission_of(v: &Value) -> Result<Submission, String> {
         _ => None,
     };
     Ok(Submission {
-        profile_name: owned("profile_name").unwrap_or_default(),
-        submitter: owned("submitter").unwrap_or_default(),
-        payload_url: owned("payload_url").unwrap_or_default(),
+        profile_name: v.profile_name.trim().to_string(),
+        submitter: v.submitter.trim().to_string(),
+        payload_url: v.payload_url.trim().to_string(),
         payload_type,
-        response_type: owned("response_type").unwrap_or_default(),
+        response_type: v.response_type.trim().to_string(),
         submission_mode,
-        manifest,
+        manifest: v.manifest.clone(),
         erc: erc_of(v),
         digest,
         extra: Default::default(),
     })
 }
 
-fn erc_of(v: &Value) -> Erc {
-    let owned = |key: &str| text(v, key).map(str::to_string);
+/// The submission's type: `type`, or `payload_type` as an extra field.
+fn submission_type(v: &SubmissionNode) -> Option<&str> {
+    set(&v.payload_type).or_else(|| {
+        v.extra
+            .get("payload_type")
+            .and_then(Value::as_str)
+            .and_then(set)
+    })
+}
+
+fn erc_of(v: &SubmissionNode) -> Erc {
+    let owned = |s: &str| set(s).map(str::to_string);
     Erc {
-        who: owned("erc_who"),
-        what: owned("erc_what"),
-        when: owned("erc_when"),
-        r#where: owned("erc_where"),
+        who: owned(&v.erc_who),
+        what: owned(&v.erc_what),
+        when: owned(&v.erc_when),
+        r#where: owned(&v.erc_where),
     }
 }
 
-/// A non-empty string field (the projection writes unset fields as "").
-fn text<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
-    v.get(key)
-        .and_then(Value::as_str)
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
+/// A non-empty text (the projection writes unset fields as "").
+fn set(s: &str) -> Option<&str> {
+    Some(s.trim()).filter(|s| !s.is_empty())
 }
 
 /// Reads a node's data, retrying errors other than its absence; `None`
@@ -505,15 +484,17 @@ async fn read_node(
     }
 }
 
-async fn read_json(
+/// Reads node `path` (of the kind `node`, for messages) as its type.
+async fn read_typed<T: serde::de::DeserializeOwned>(
     zk: &zookeeper_client::Client,
     path: &str,
+    node: &'static str,
     policy: RetryPolicy,
-) -> Result<Value, String> {
+) -> Result<T, String> {
     let data = read_node(zk, path, policy)
         .await?
         .ok_or_else(|| format!("{path} does not exist"))?;
-    serde_json::from_slice(&data).map_err(|e| format!("{path} is not JSON: {e}"))
+    decode(node, &data).map_err(|e| e.to_string())
 }
 
 async fn read_children(
@@ -542,36 +523,28 @@ async fn read_report_job(
     set_status: &str,
     policy: RetryPolicy,
 ) -> Result<ReportJob, String> {
-    let json_of = |path: &str, data: Option<Vec<u8>>| -> Result<Value, String> {
-        match data {
-            Some(d) => serde_json::from_slice(&d).map_err(|e| format!("{path} is not JSON: {e}")),
-            None => Ok(Value::Null),
-        }
-    };
     let ids_path = format!("/jobs/{jid}/identifiers");
-    let ids = json_of(&ids_path, read_node(zk, &ids_path, policy).await?)?;
+    let ids: IdentifiersNode = match read_node(zk, &ids_path, policy).await? {
+        Some(d) => decode("/jobs/JID/identifiers", &d).map_err(|e| e.to_string())?,
+        None => IdentifiersNode::default(),
+    };
     let status_path = format!("/jobs/{jid}/status");
-    let status = json_of(&status_path, read_node(zk, &status_path, policy).await?)?;
+    let status: JobStatusNode = match read_node(zk, &status_path, policy).await? {
+        Some(d) => decode("/jobs/JID/status", &d).map_err(|e| e.to_string())?,
+        None => JobStatusNode::default(),
+    };
     Ok(ReportJob {
         jid: jid.to_string(),
-        ark: text(&ids, "primary_id").map(str::to_string),
-        local_ids: ids
-            .get("local_id")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default(),
-        status: text(&status, "status").unwrap_or(set_status).to_string(),
-        message: text(&status, "message").unwrap_or_default().to_string(),
+        ark: set(&ids.primary_id).map(str::to_string),
+        local_ids: ids.local_id,
+        status: set(&status.status).unwrap_or(set_status).to_string(),
+        message: status.message,
     })
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
     use std::path::Path;
     use std::sync::Mutex;
 
@@ -591,6 +564,18 @@ mod tests {
         std::fs::read(Path::new(SAMPLES).join(name)).expect("sample manifest")
     }
 
+    /// The submission node as a worker reads it.
+    fn sub(v: &Value) -> SubmissionNode {
+        serde_json::from_value(v.clone()).expect("a submission node")
+    }
+
+    /// Job bodies as JSON, to compare with what the wire carries.
+    fn values(jobs: Vec<JobBody>) -> Vec<Value> {
+        jobs.iter()
+            .map(|j| serde_json::to_value(j).expect("json"))
+            .collect()
+    }
+
     fn submission(kind: &str, url: &str) -> Value {
         // As the projection writes it: unset fields are "".
         json!({
@@ -604,8 +589,13 @@ mod tests {
     #[test]
     fn the_sample_manifests_expand_one_job_per_object() {
         let s = submission("x", "http://example.org/m.checkm");
-        let jobs = jobs_from_manifest(&sample("digest_batch.checkm"), Form::ContainerBatch, &s)
-            .expect("jobs");
+        let jobs = jobs_from_manifest(
+            &sample("digest_batch.checkm"),
+            Form::ContainerBatch,
+            &sub(&s),
+        )
+        .map(values)
+        .expect("jobs");
         assert_eq!(
             jobs,
             vec![json!({
@@ -617,8 +607,13 @@ mod tests {
                 "digest": "sha256:80a5b1dd2a8f7a28e817768f8db5ae9098e89d6330b4fd2c2ca3c600d1f97e59",
             })]
         );
-        let jobs = jobs_from_manifest(&sample("localid2_batch.checkm"), Form::SingleFileBatch, &s)
-            .expect("jobs");
+        let jobs = jobs_from_manifest(
+            &sample("localid2_batch.checkm"),
+            Form::SingleFileBatch,
+            &sub(&s),
+        )
+        .map(values)
+        .expect("jobs");
         assert_eq!(jobs.len(), 1);
         assert_eq!(jobs[0]["payload_type"], "file");
         assert_eq!(
@@ -633,16 +628,26 @@ mod tests {
             jobs[0]["erc_where"],
             "localidseven;localideight;localidnine"
         );
-        let jobs = jobs_from_manifest(&sample("localid_batch.checkm"), Form::ContainerBatch, &s)
-            .expect("jobs");
+        let jobs = jobs_from_manifest(
+            &sample("localid_batch.checkm"),
+            Form::ContainerBatch,
+            &sub(&s),
+        )
+        .map(values)
+        .expect("jobs");
         assert_eq!(jobs.len(), 1);
         assert_eq!(
             jobs[0]["local_ids"],
             json!(["localidfour", "localidfive", "localidsix"])
         );
         let object = submission("object-manifest", "http://example.org/mock_object.checkm");
-        let jobs = jobs_from_manifest(&sample("mock_object.checkm"), Form::ObjectManifest, &object)
-            .expect("jobs");
+        let jobs = jobs_from_manifest(
+            &sample("mock_object.checkm"),
+            Form::ObjectManifest,
+            &sub(&object),
+        )
+        .map(values)
+        .expect("jobs");
         assert_eq!(
             jobs,
             vec![json!({
@@ -664,7 +669,9 @@ mod tests {
             https://example.org/b.checkm | | loc-b;loc-c | | |\n\
             #%eof\n";
         let s = submission("batch-manifest", "https://example.org/batch.checkm");
-        let jobs = jobs_from_manifest(text, Form::BatchManifest, &s).expect("jobs");
+        let jobs = jobs_from_manifest(text, Form::BatchManifest, &sub(&s))
+            .map(values)
+            .expect("jobs");
         assert_eq!(
             jobs,
             vec![
@@ -702,15 +709,25 @@ mod tests {
             format!("{head}not a url | a\n#%eof\n"),
         ];
         for case in cases {
-            let e =
-                jobs_from_manifest(case.as_bytes(), Form::SingleFileBatch, &s).expect_err(&case);
+            let e = jobs_from_manifest(case.as_bytes(), Form::SingleFileBatch, &sub(&s))
+                .map(values)
+                .expect_err(&case);
             assert!(e.starts_with("line "), "{e}");
         }
         // A manifest submitted as another form.
-        let e = jobs_from_manifest(&sample("mock_object.checkm"), Form::ContainerBatch, &s)
-            .expect_err("wrong form");
+        let e = jobs_from_manifest(
+            &sample("mock_object.checkm"),
+            Form::ContainerBatch,
+            &sub(&s),
+        )
+        .map(values)
+        .expect_err("wrong form");
         assert!(e.contains("object-manifest"), "{e}");
-        assert!(jobs_from_manifest(b"\xff\xfe garbage", Form::ObjectManifest, &s).is_err());
+        assert!(
+            jobs_from_manifest(b"\xff\xfe garbage", Form::ObjectManifest, &sub(&s))
+                .map(values)
+                .is_err()
+        );
     }
 
     #[test]
@@ -720,7 +737,7 @@ mod tests {
         s["digest_type"] = json!("SHA256");
         s["digest_value"] = json!("ABCD");
         assert_eq!(
-            jobs_from_submission(&s).expect("jobs"),
+            jobs_from_submission(&sub(&s)).map(values).expect("jobs"),
             vec![json!({
                 "payload_url": "https://example.org/a.zip", "payload_type": "container",
                 "local_ids": ["loc1", "loc2"], "erc_who": "Batch Author", "erc_when": "2024",
@@ -732,13 +749,15 @@ mod tests {
             "https://example.org/a.txt loc-a ark:/1/a",
             "https://example.org/b.txt"
         ]);
-        let jobs = jobs_from_submission(&s).expect("jobs");
+        let jobs = jobs_from_submission(&sub(&s)).map(values).expect("jobs");
         assert_eq!(jobs.len(), 2);
         assert_eq!(jobs[0]["primary_id"], "ark:/1/a");
         assert_eq!(jobs[0]["local_ids"], json!(["loc-a"]));
         assert_eq!(jobs[1]["payload_url"], "https://example.org/b.txt");
         s["manifest"] = json!(["a b c d"]);
-        assert!(jobs_from_submission(&s).is_err_and(|e| e.contains("manifest line 1")));
+        assert!(jobs_from_submission(&sub(&s))
+            .map(values)
+            .is_err_and(|e| e.contains("manifest line 1")));
     }
 
     #[test]
@@ -852,11 +871,11 @@ mod tests {
             },
         );
         let s = submission("single-file-batch-manifest", &format!("{base}/m"));
-        let Expansion::Jobs(jobs) = b.expand_submission("bid1", &s).await else {
+        let Expansion::Jobs(jobs) = b.expand_submission("bid1", &sub(&s)).await else {
             panic!("not expanded")
         };
         assert_eq!(jobs.len(), 1);
-        assert_eq!(jobs[0]["payload_type"], "file");
+        assert_eq!(jobs[0].payload_type, "file");
         let mail = outbox_messages(&tmp.path().join("outbox"));
         assert_eq!(mail.len(), 1);
         assert!(
@@ -878,20 +897,20 @@ mod tests {
         let b = batches(tmp.path(), Notification::default());
         let url = format!("{base}/m");
         let s = submission("object-manifest", &url);
-        let Expansion::Failed(e) = b.expand_submission("bid1", &s).await else {
+        let Expansion::Failed(e) = b.expand_submission("bid1", &sub(&s)).await else {
             panic!("expanded")
         };
         assert!(e.starts_with(&format!("manifest {url}: line ")), "{e}");
         let missing = format!("{base}/nothing-here");
         let s = submission("container-batch-manifest", &missing);
-        let Expansion::Failed(e) = b.expand_submission("bid1", &s).await else {
+        let Expansion::Failed(e) = b.expand_submission("bid1", &sub(&s)).await else {
             panic!("expanded")
         };
         assert!(e.contains(&missing) && e.contains("404"), "{e}");
         // A file or container payload is not fetched.
         let s = submission("file", &missing);
         assert!(
-            matches!(b.expand_submission("bid1", &s).await, Expansion::Jobs(j) if j.len() == 1)
+            matches!(b.expand_submission("bid1", &sub(&s)).await, Expansion::Jobs(j) if j.len() == 1)
         );
     }
 
@@ -915,7 +934,10 @@ mod tests {
             message: String::new(),
         }];
         let s = submission("file", "https://example.org/a.txt");
-        assert_eq!(b.send_report("bid1", "Reporting", &s, &jobs).await, None);
+        assert_eq!(
+            b.send_report("bid1", "Reporting", &sub(&s), &jobs).await,
+            None
+        );
         let bodies = server.bodies.lock().expect("lock").clone();
         assert_eq!(
             bodies,
@@ -949,7 +971,7 @@ mod tests {
         std::fs::write(tmp.path().join("outbox"), b"in the way").expect("write");
         let s = submission("file", "https://example.org/a.txt");
         let error = b
-            .send_report("bid1", "Reporting", &s, &[])
+            .send_report("bid1", "Reporting", &sub(&s), &[])
             .await
             .expect("errors");
         assert!(
@@ -966,6 +988,9 @@ mod tests {
         // No profile settings: nothing to send, nothing failed.
         let mut other = s.clone();
         other["profile_name"] = json!("unknown");
-        assert_eq!(b.send_report("bid1", "Reporting", &other, &[]).await, None);
+        assert_eq!(
+            b.send_report("bid1", "Reporting", &sub(&other), &[]).await,
+            None
+        );
     }
 }

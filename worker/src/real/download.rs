@@ -23,7 +23,6 @@ use ingest_steps::digest::{self, Algorithm, Expected};
 use ingest_steps::forms::{FileSpec, ObjectKind};
 use ingest_steps::paths;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -88,7 +87,7 @@ impl Step for Download {
                         report.files.len(),
                         report.bytes
                     ))
-                    .with("space_needed", json!(report.bytes))
+                    .with_space_needed(report.bytes)
                 }
                 Err(message) => {
                     tracing::warn!(jid = %job.jid, state = %job.state, %message, "download failed");
@@ -113,12 +112,7 @@ impl Download {
 
     async fn run_job(&self, job: &JobCtx) -> Result<DownloadReport, String> {
         let data = job.data().await?;
-        let payload_type = data
-            .configuration
-            .get("payload_type")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let (kind, single_digest) = match payload_type {
+        let (kind, single_digest) = match data.configuration.payload_type.as_str() {
             "container" => (ObjectKind::Container, estimate::payload_digest(&data)?),
             "file" => (ObjectKind::Files, estimate::payload_digest(&data)?),
             // An object manifest's digest is the manifest's, checked when

@@ -16,7 +16,6 @@ use ingest_steps::digest::{Algorithm, Expected, MultiHasher};
 use ingest_steps::forms::{self, FileSpec, Form};
 use ingest_steps::paths;
 use reqwest::Url;
-use serde_json::{json, Value};
 use tokio::task::JoinSet;
 
 use super::fetch::Fetcher;
@@ -102,13 +101,11 @@ pub async fn object_files(
     job: Option<&JobCtx>,
 ) -> Result<Vec<FileSpec>, String> {
     let conf = &data.configuration;
-    let url = conf
-        .get("payload_url")
-        .and_then(Value::as_str)
+    let url = Some(conf.payload_url.as_str())
+        .filter(|u| !u.is_empty())
         .ok_or("the job's configuration has no payload_url")?;
-    let kind = conf
-        .get("payload_type")
-        .and_then(Value::as_str)
+    let kind = Some(conf.payload_type.as_str())
+        .filter(|k| !k.is_empty())
         .ok_or("the job's configuration has no payload_type")?;
     match kind {
         "file" | "container" => Ok(vec![payload_file(url)?]),
@@ -142,13 +139,13 @@ pub async fn object_files(
 /// or one given without the other.
 pub fn payload_digest(data: &JobData) -> Result<Option<Expected>, String> {
     let conf = &data.configuration;
-    let field = |name: &str| {
-        conf.get(name)
-            .and_then(Value::as_str)
+    let field = |v: &Option<String>| {
+        v.as_deref()
             .map(str::trim)
             .filter(|s| !s.is_empty())
+            .map(str::to_string)
     };
-    match (field("digest_type"), field("digest_value")) {
+    match (field(&conf.digest_type), field(&conf.digest_value)) {
         (None, None) => Ok(None),
         (Some(kind), Some(value)) => {
             let algorithm: Algorithm =
@@ -299,7 +296,7 @@ fn outcome(job: &JobCtx, sizes: &Sizes) -> Outcome {
                 "estimated {} bytes in {} files",
                 sizes.bytes, sizes.files
             ))
-            .with("space_needed", json!(sizes.bytes))
+            .with_space_needed(sizes.bytes)
         }
         Some(reason) => {
             let priority = dropped_priority(job.priority);
@@ -308,14 +305,20 @@ fn outcome(job: &JobCtx, sizes: &Sizes) -> Outcome {
                 "size unknown ({reason}); priority lowered from {} to {priority}",
                 job.priority
             ))
-            .with("space_needed", json!(0))
-            .with("priority", json!(priority))
+            .with_space_needed(0)
+            .with_priority(priority)
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
+    /// A node value as a worker reads it.
+    fn node<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+        serde_json::from_value(v).expect("a node")
+    }
     use axum::routing::{get, post};
     use axum::Router;
     use ingest_events::JobState;
@@ -349,10 +352,10 @@ mod tests {
     fn job_data(url: &str, kind: &str) -> JobData {
         JobData {
             bid: "bid1".into(),
-            configuration: json!({"payload_url": url, "payload_type": kind}),
-            identifiers: json!({}),
-            metadata: json!({}),
-            status: json!({}),
+            configuration: node(json!({"payload_url": url, "payload_type": kind})),
+            identifiers: node(json!({})),
+            metadata: node(json!({})),
+            status: node(json!({})),
             space_needed: 0,
         }
     }
@@ -404,8 +407,8 @@ mod tests {
             let s = sizes(&fetcher, &files, 4).await;
             let o = outcome(&JobCtx::detached("jid1", JobState::Estimating, 95), &s);
             assert!(o.success);
-            assert_eq!(o.data["space_needed"], json!(0));
-            assert_eq!(o.data["priority"], json!(99));
+            assert_eq!(o.space_needed, Some(0));
+            assert_eq!(o.priority, Some(99));
             assert!(o.message.contains(odd), "{}", o.message);
         }
         assert_eq!(dropped_priority(5), 15);
@@ -475,12 +478,12 @@ mod tests {
         .expect_err("a batch payload");
         assert!(batch.contains("batch-manifest"), "{batch}");
         let bad_digest = JobData {
-            configuration: json!({
+            configuration: node(json!({
                 "payload_url": format!("{base}/manifest"),
                 "payload_type": "object-manifest",
                 "digest_type": "md5",
                 "digest_value": "0".repeat(32),
-            }),
+            })),
             ..job_data("", "")
         };
         let err = object_files(&fetcher, &config, &bad_digest, None)
@@ -496,9 +499,9 @@ mod tests {
     fn payload_digests_are_checked() {
         let mut data = job_data("http://h.invalid/x", "file");
         assert_eq!(payload_digest(&data), Ok(None));
-        data.configuration["digest_type"] = json!("SHA-256");
+        data.configuration.digest_type = Some("SHA-256".into());
         assert!(payload_digest(&data).is_err());
-        data.configuration["digest_value"] = json!("AB".repeat(32));
+        data.configuration.digest_value = Some("AB".repeat(32));
         assert_eq!(
             payload_digest(&data),
             Ok(Some(Expected {
@@ -506,7 +509,7 @@ mod tests {
                 value: "ab".repeat(32)
             }))
         );
-        data.configuration["digest_value"] = json!("ab");
+        data.configuration.digest_value = Some("ab".into());
         assert!(payload_digest(&data).is_err());
         assert!(payload_file("http://h.invalid/").is_err());
         assert!(payload_file("http://h.invalid/%2e%2e").is_err());

@@ -29,11 +29,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ingest_events::{Bid, Jid};
-use serde_json::Value;
 use tokio::sync::watch;
 use zookeeper_client as zk;
 
 use crate::session::Session;
+use ingest_protocol::node::{decode, JobStatusNode};
 
 /// How often the janitor of the real steps sweeps working storage.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
@@ -297,11 +297,11 @@ pub async fn zk_status(client: &zk::Client, jid: &str) -> Result<Option<String>,
     let status_path = format!("/jobs/{jid}/status");
     match client.get_data(&status_path).await {
         Ok((data, _)) => {
-            let v: Value = serde_json::from_slice(&data)
-                .map_err(|e| format!("{status_path} is not JSON: {e}"))?;
-            v.get("status")
-                .and_then(Value::as_str)
-                .map(|s| Some(s.to_string()))
+            let node: JobStatusNode =
+                decode("/jobs/JID/status", &data).map_err(|e| format!("{jid}: {e}"))?;
+            Some(node.status)
+                .filter(|s| !s.is_empty())
+                .map(Some)
                 .ok_or_else(|| format!("{status_path} has no status"))
         }
         Err(zk::Error::NoNode) => {

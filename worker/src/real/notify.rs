@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use serde_json::{json, Value};
+use ingest_protocol::callback::JobCallback;
 
 use super::fetch::{request_error, RetryPolicy};
 use super::RealConfig;
@@ -45,7 +45,7 @@ impl Step for Notify {
 
 impl Notify {
     async fn notify(&self, job: &JobCtx, data: &JobData) -> Outcome {
-        let profile_name = str_field(&data.configuration, "profile_name");
+        let profile_name = data.configuration.profile_name.as_str();
         let callback = self
             .config
             .profiles
@@ -77,26 +77,18 @@ impl Notify {
     }
 }
 
-/// The callback's JSON for a job that completed.
-pub fn callback_body(jid: &str, data: &JobData) -> Value {
-    let local_ids: Vec<Value> = match data.identifiers.get("local_id") {
-        Some(Value::Array(ids)) => ids.clone(),
-        _ => Vec::new(),
-    };
-    let ark = match str_field(&data.identifiers, "primary_id") {
-        "" => Value::Null,
-        ark => json!(ark),
-    };
-    json!({
-        "jid": jid,
-        "bid": data.bid,
-        "status": "Completed",
-        "ark": ark,
-        "local_ids": local_ids,
-        "profile": str_field(&data.configuration, "profile_name"),
-        "submitter": str_field(&data.configuration, "submitter"),
-        "message": format!("job {jid} of batch {} completed", data.bid),
-    })
+/// The callback's body for a job that completed.
+pub fn callback_body(jid: &str, data: &JobData) -> JobCallback {
+    JobCallback {
+        jid: jid.to_string(),
+        bid: data.bid.clone(),
+        status: "Completed".into(),
+        ark: Some(data.identifiers.primary_id.clone()).filter(|a| !a.is_empty()),
+        local_ids: data.identifiers.local_id.clone(),
+        profile: data.configuration.profile_name.clone(),
+        submitter: data.configuration.submitter.clone(),
+        message: format!("job {jid} of batch {} completed", data.bid),
+    }
 }
 
 /// POSTs `body` to `url`, retrying recoverable errors (connection errors,
@@ -110,7 +102,7 @@ pub fn callback_body(jid: &str, data: &JobData) -> Value {
 pub async fn post_callback(
     client: &reqwest::Client,
     url: &str,
-    body: &Value,
+    body: &impl serde::Serialize,
     policy: RetryPolicy,
     job: Option<&JobCtx>,
 ) -> Result<(), String> {
@@ -188,12 +180,14 @@ async fn remove_job_dir(config: &RealConfig, bid: &str, jid: &str) -> Result<Str
     }
 }
 
-fn str_field<'a>(v: &'a Value, key: &str) -> &'a str {
-    v.get(key).and_then(Value::as_str).unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
+    use serde_json::{json, Value};
+
+    /// A node value as a worker reads it.
+    fn node<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+        serde_json::from_value(v).expect("a node")
+    }
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
     use std::time::Duration;
@@ -261,10 +255,12 @@ mod tests {
     fn data() -> JobData {
         JobData {
             bid: "bid0000000001".into(),
-            configuration: json!({"profile_name": "demo", "submitter": "alice"}),
-            identifiers: json!({"primary_id": "ark:/99999/fk4abc", "local_id": ["loc1", "loc2"]}),
-            metadata: json!({}),
-            status: json!({"status": "Notify"}),
+            configuration: node(json!({"profile_name": "demo", "submitter": "alice"})),
+            identifiers: node(
+                json!({"primary_id": "ark:/99999/fk4abc", "local_id": ["loc1", "loc2"]}),
+            ),
+            metadata: node(json!({})),
+            status: node(json!({"status": "Notify"})),
             space_needed: 0,
         }
     }

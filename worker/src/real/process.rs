@@ -20,12 +20,15 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ingest_protocol::api::{
+    ArkAssigned, ArkBody, IdentifiersBody, LookedUp, LookupBody, WorkerRef,
+};
+use ingest_protocol::node::{IdentifiersNode, MetadataNode};
 use ingest_steps::digest::{digest_file, Algorithm};
 use ingest_steps::erc::{write_dublin_core, write_erc, ErcFields};
 use ingest_steps::signing::SigningKeyFile;
 use ingest_steps::storage_manifest::{render, ManifestFile};
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::fetch::RetryPolicy;
 use super::RealConfig;
@@ -63,10 +66,7 @@ impl Process {
             Ok(d) => d,
             Err(e) => return Outcome::failure(e),
         };
-        let collection = data.configuration["profile_name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
+        let collection = data.configuration.profile_name.clone();
         let local_ids = local_ids(&data.identifiers);
         let supplied = primary_id(&data.identifiers);
         let (ark, how) =
@@ -87,10 +87,10 @@ impl Process {
         match written {
             Ok(Ok(files)) => {
                 tracing::info!(jid = %job.jid, state = %job.state, %ark, files = files.len(), "processed");
-                Outcome::success(format!("ark {ark} ({how})")).with(
-                    "identifiers",
-                    json!({"primary_id": ark, "local_ids": local_ids}),
-                )
+                Outcome::success(format!("ark {ark} ({how})")).with_identifiers(IdentifiersBody {
+                    primary_id: Some(ark),
+                    local_ids,
+                })
             }
             Ok(Err(e)) => Outcome::failure(e),
             Err(e) => Outcome::failure(format!("writing the object's files failed: {e}")),
@@ -124,8 +124,14 @@ pub async fn assign_ark(
         BTreeMap::new()
     } else {
         let path = format!("/jobs/{}/lookup", job.jid);
-        let body = json!({"collection": collection, "local_ids": local_ids});
-        parse_lookup(&call_api(job, policy, &path, body).await?)?
+        let answer: LookedUp = call_api(job, policy, &path, |who: WorkerRef| LookupBody {
+            worker: who.worker,
+            session_id: who.session_id,
+            collection: collection.to_string(),
+            local_ids: local_ids.to_vec(),
+        })
+        .await?;
+        answer.arks
     };
     let supplied = supplied.map(str::trim).filter(|s| !s.is_empty());
     let (ark, how) = match choose_ark(supplied, &found)? {
@@ -133,13 +139,14 @@ pub async fn assign_ark(
         Some(ark) => (ark, "found by local id"),
         None => {
             let path = format!("/jobs/{}/ark", job.jid);
-            let v = call_api(job, policy, &path, json!({})).await?;
-            match v["ark"].as_str() {
-                Some(ark) if v["minted"].as_bool() == Some(false) => {
-                    (ark.to_string(), "already assigned")
-                }
-                Some(ark) => (ark.to_string(), "minted"),
-                None => return Err(format!("POST {path} answered without an ark: {v}")),
+            let answer: ArkAssigned = call_api(job, policy, &path, |who: WorkerRef| ArkBody {
+                worker: who.worker,
+                session_id: who.session_id,
+            })
+            .await?;
+            match answer.minted {
+                false => (answer.ark, "already assigned"),
+                true => (answer.ark, "minted"),
             }
         }
     };
@@ -351,17 +358,13 @@ pub fn sha256_of(path: &Path) -> Result<(u64, String), String> {
 
 /// The local ids of a job's `identifiers` node (`local_id`: a list, or a
 /// `;`-separated string), trimmed, without empty ones or repeats.
-pub fn local_ids(identifiers: &Value) -> Vec<String> {
-    let raw: Vec<String> = match &identifiers["local_id"] {
-        Value::Array(items) => items
-            .iter()
-            .filter_map(Value::as_str)
-            .flat_map(|s| s.split(';'))
-            .map(str::to_string)
-            .collect(),
-        Value::String(s) => s.split(';').map(str::to_string).collect(),
-        _ => Vec::new(),
-    };
+pub fn local_ids(identifiers: &IdentifiersNode) -> Vec<String> {
+    let raw: Vec<String> = identifiers
+        .local_id
+        .iter()
+        .flat_map(|s| s.split(';'))
+        .map(str::to_string)
+        .collect();
     let mut seen = BTreeSet::new();
     raw.into_iter()
         .map(|s| s.trim().to_string())
@@ -370,29 +373,21 @@ pub fn local_ids(identifiers: &Value) -> Vec<String> {
 }
 
 /// The job's ark (`primary_id`), if it has a non-empty one.
-pub fn primary_id(identifiers: &Value) -> Option<String> {
-    identifiers["primary_id"]
-        .as_str()
-        .map(str::trim)
+pub fn primary_id(identifiers: &IdentifiersNode) -> Option<String> {
+    Some(identifiers.primary_id.trim())
         .filter(|s| !s.is_empty())
         .map(str::to_string)
 }
 
 /// The ERC fields of a job's `metadata` node (`erc_who`, `erc_what`,
 /// `erc_when`, `erc_where`).
-pub fn erc_fields(metadata: &Value) -> ErcFields {
-    let field = |name: &str| {
-        metadata[name]
-            .as_str()
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-    };
+pub fn erc_fields(metadata: &MetadataNode) -> ErcFields {
+    let field = |v: &str| Some(v.trim()).filter(|s| !s.is_empty()).map(str::to_string);
     ErcFields {
-        who: field("erc_who"),
-        what: field("erc_what"),
-        when: field("erc_when"),
-        wheres: field("erc_where").into_iter().collect(),
+        who: field(&metadata.erc_who),
+        what: field(&metadata.erc_what),
+        when: field(&metadata.erc_when),
+        wheres: field(&metadata.erc_where).into_iter().collect(),
     }
 }
 
@@ -426,15 +421,15 @@ pub(crate) async fn job_data(job: &JobCtx, policy: RetryPolicy) -> Result<JobDat
 /// # Errors
 /// A refusal (409: the server's code and message), another HTTP error, or
 /// the last recoverable one when retries run out; the message names the path.
-pub(crate) async fn call_api(
+pub(crate) async fn call_api<B: serde::Serialize, R: serde::de::DeserializeOwned>(
     job: &JobCtx,
     policy: RetryPolicy,
     path: &str,
-    body: Value,
-) -> Result<Value, String> {
+    body: impl Fn(WorkerRef) -> B,
+) -> Result<R, String> {
     let mut attempt = 1;
     loop {
-        match job.call(path, body.clone()).await {
+        match job.call(path, &body).await {
             Ok(Reply::Done(v)) => return Ok(v),
             Ok(Reply::Refused { code, message }) => {
                 return Err(format!("POST {path} was refused ({code}): {message}"))
@@ -458,18 +453,6 @@ pub(crate) async fn call_api(
 /// [`RetryPolicy::backoff`] of retry number `attempt - 1`.
 pub(crate) fn backoff(policy: RetryPolicy, attempt: u32) -> Duration {
     policy.backoff(attempt.saturating_sub(1).max(1))
-}
-
-/// Whether an error of [`JobCtx::call`] may go away: no answer at all, or
-/// HTTP 5xx or 429. Its text is `URL: HTTP <status>: …` for an answer.
-fn parse_lookup(v: &Value) -> Result<BTreeMap<String, Option<String>>, String> {
-    let arks = v["arks"]
-        .as_object()
-        .ok_or_else(|| format!("the inventory lookup answered without arks: {v}"))?;
-    Ok(arks
-        .iter()
-        .map(|(k, a)| (k.clone(), a.as_str().map(str::to_string)))
-        .collect())
 }
 
 /// An ark must be an OCFL id, a checkm value and an ERC line: `ark:/…`
@@ -629,6 +612,12 @@ fn remove_if_present(path: &Path) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::{json, Value};
+
+    /// A node value as a worker reads it.
+    fn node<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+        serde_json::from_value(v).expect("a node")
+    }
     use super::*;
     use ingest_steps::signing::verify;
 
@@ -673,13 +662,18 @@ mod tests {
 
     #[test]
     fn identifiers_and_metadata_are_read() {
-        let ids = json!({"primary_id": " ark:/1/a ", "local_id": ["a;b", " c ", "a", ""]});
+        let ids = node(json!({"primary_id": " ark:/1/a ", "local_id": ["a;b", " c ", "a", ""]}));
         assert_eq!(local_ids(&ids), vec!["a", "b", "c"]);
         assert_eq!(primary_id(&ids).as_deref(), Some("ark:/1/a"));
-        assert_eq!(local_ids(&json!({"local_id": "x; y"})), vec!["x", "y"]);
-        assert!(local_ids(&json!({})).is_empty());
-        assert_eq!(primary_id(&json!({"primary_id": ""})), None);
-        let erc = erc_fields(&json!({"erc_who": "Me", "erc_what": "", "erc_where": "w"}));
+        assert_eq!(
+            local_ids(&node(json!({"local_id": "x; y"}))),
+            vec!["x", "y"]
+        );
+        assert!(local_ids(&node(json!({}))).is_empty());
+        assert_eq!(primary_id(&node(json!({"primary_id": ""}))), None);
+        let erc = erc_fields(&node(
+            json!({"erc_who": "Me", "erc_what": "", "erc_where": "w"}),
+        ));
         assert_eq!(erc.who.as_deref(), Some("Me"));
         assert_eq!(erc.what, None);
         assert_eq!(erc.wheres, vec!["w"]);

@@ -16,9 +16,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use chrono::Utc;
+use ingest_protocol::api::{InventoryBody, ObjectBody, ObjectRecorded, WorkerRef};
 use ingest_steps::erc::ErcFields;
 use ingest_steps::inventory::{InventoryFile, ObjectVersionRecord};
-use serde_json::json;
 
 use super::fetch::RetryPolicy;
 use super::process::{
@@ -48,17 +48,14 @@ impl Record {
         let Some(ark) = primary_id(&data.identifiers) else {
             return Outcome::failure("no ark: Processing did not assign one");
         };
-        let mode = match data.configuration["submission_mode"].as_str() {
-            Some("update") => "update",
+        let mode = match data.configuration.submission_mode.as_str() {
+            "update" => "update",
             _ => "add",
         };
         let job_dir = self.config.job_dir(&data.bid, &job.jid);
         let input = RecordInput {
             ark,
-            collection: data.configuration["profile_name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
+            collection: data.configuration.profile_name.clone(),
             local_ids: local_ids(&data.identifiers),
             targets: target_names(&self.config.args.storage_targets),
             jid: job.jid.clone(),
@@ -90,10 +87,10 @@ impl Record {
                     "recorded {} v{}{again}",
                     record.ark, record.version
                 ))
-                .with(
-                    "inventory",
-                    json!({"manifest_url": manifest_url, "mode": mode}),
-                )
+                .with_inventory(InventoryBody {
+                    manifest_url,
+                    mode: mode.to_string(),
+                })
             }
             Err(e) => Outcome::failure(e),
         }
@@ -236,10 +233,14 @@ pub async fn send_record(
     policy: RetryPolicy,
     record: &ObjectVersionRecord,
 ) -> Result<bool, String> {
-    let body = json!({ "record": record });
     let path = format!("/jobs/{}/object", job.jid);
-    let answer = call_api(job, policy, &path, body).await?;
-    Ok(answer["new"].as_bool().unwrap_or(true))
+    let answer: ObjectRecorded = call_api(job, policy, &path, |who: WorkerRef| ObjectBody {
+        worker: who.worker,
+        session_id: who.session_id,
+        record: record.clone(),
+    })
+    .await?;
+    Ok(answer.new)
 }
 
 /// The targets that left a marker in `job_dir`, sorted.
@@ -268,6 +269,7 @@ mod tests {
     use crate::step::ApiCtx;
     use ingest_client::Client as EngineClient;
     use ingest_events::JobState;
+    use serde_json::json;
     use std::path::PathBuf;
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::time::Duration;

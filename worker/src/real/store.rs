@@ -25,9 +25,9 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use chrono::Utc;
+use ingest_protocol::api::StoreBody;
 use ingest_steps::ocfl::{OcflTarget, StorageError, VersionMeta};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use super::fetch::RetryPolicy;
 use super::process::{self, file_url, job_data, primary_id, MANIFEST_FILE};
@@ -55,8 +55,8 @@ impl Store {
         let Some(ark) = primary_id(&data.identifiers) else {
             return Outcome::failure("no ark: Processing did not assign one");
         };
-        let mode = match data.configuration["submission_mode"].as_str() {
-            Some("update") => "update",
+        let mode = match data.configuration.submission_mode.as_str() {
+            "update" => "update",
             _ => "add",
         };
         let job_dir = self.config.job_dir(&data.bid, &job.jid);
@@ -73,8 +73,7 @@ impl Store {
             }
         };
         let meta = VersionMeta {
-            user_name: data.configuration["submitter"]
-                .as_str()
+            user_name: Some(data.configuration.submitter.as_str())
                 .filter(|s| !s.trim().is_empty())
                 .unwrap_or("ingest")
                 .to_string(),
@@ -85,10 +84,11 @@ impl Store {
         match store_object(&self.targets, &ark, &job_dir, &meta, policy, Some(job)).await {
             Ok(stored) => {
                 tracing::info!(jid = %job.jid, state = %job.state, %ark, ?stored, "stored");
-                Outcome::success(stored_message(&ark, &stored)).with(
-                    "store",
-                    json!({"manifest_url": manifest_url, "mode": mode, "delete": false}),
-                )
+                Outcome::success(stored_message(&ark, &stored)).with_store(StoreBody {
+                    manifest_url,
+                    mode: mode.to_string(),
+                    delete: false,
+                })
             }
             Err(e) => Outcome::failure(e),
         }

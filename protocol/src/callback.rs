@@ -1,0 +1,60 @@
+//! What `ingest` POSTs to a collection profile's callback URL: one body
+//! when a job completes ([`JobCallback`]) and one when a batch is reported
+//! ([`BatchCallback`]). Depositors' receivers parse these.
+
+use serde::{Deserialize, Serialize};
+
+/// Sent when a job completes (Notify).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobCallback {
+    /// The job.
+    pub jid: String,
+    /// Its batch.
+    pub bid: String,
+    /// `Completed`.
+    pub status: String,
+    /// The object's ark (`null` when the job has none).
+    pub ark: Option<String>,
+    /// The depositor's local ids.
+    pub local_ids: Vec<String>,
+    /// The collection profile.
+    pub profile: String,
+    /// Who submitted.
+    pub submitter: String,
+    /// A sentence for people.
+    pub message: String,
+}
+
+/// Sent when a batch is reported (Reporting, UpdateReporting).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchCallback {
+    /// The batch.
+    pub bid: String,
+    /// Its state when reported.
+    pub status: String,
+    /// The collection profile (`null` when unset).
+    pub profile: Option<String>,
+    /// Who submitted (`null` when unset).
+    pub submitter: Option<String>,
+    /// How many jobs completed.
+    pub completed: usize,
+    /// How many failed.
+    pub failed: usize,
+    /// Every job of the report.
+    pub jobs: Vec<ReportJob>,
+}
+
+/// One job in a batch report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportJob {
+    /// The job id.
+    pub jid: String,
+    /// Its ark, once it has one.
+    pub ark: Option<String>,
+    /// The depositor's local ids.
+    pub local_ids: Vec<String>,
+    /// `Completed` or `Failed`.
+    pub status: String,
+    /// The job's last message (why it failed).
+    pub message: String,
+}
