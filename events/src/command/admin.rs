@@ -1,0 +1,173 @@
+//! Queue-wide and collection-wide decisions: holds, pause, repairs,
+//! cleanup.
+
+use chrono::{DateTime, Utc};
+
+use crate::event::{self, StreamId};
+use crate::lifecycle::Lifecycle;
+use crate::state::State;
+
+use super::rules::*;
+use super::validate::*;
+use super::*;
+
+/// An admin holds a collection.
+/// (`Command::HoldCollection`.)
+pub(super) fn hold_collection(
+    state: &State,
+    _lc: &Lifecycle,
+    d: &mut Decision,
+    profile: &str,
+    reason: &str,
+) -> Result<(), Rejection> {
+    check_profile(profile)?;
+    if state.held_collections.contains(profile) {
+        return Err(Rejection::NoChange(format!(
+            "collection {profile} is already held"
+        )));
+    }
+    d.push(
+        state,
+        StreamId::System,
+        event::CollectionHeld {
+            profile: profile.to_owned(),
+            reason: reason.to_owned(),
+        },
+    );
+    Ok(())
+}
+
+/// An admin releases a collection, and with it every held job and batch of it.
+/// (`Command::ReleaseCollection`.)
+pub(super) fn release_collection(
+    state: &State,
+    lc: &Lifecycle,
+    d: &mut Decision,
+    profile: &str,
+    reason: &str,
+) -> Result<(), Rejection> {
+    check_profile(profile)?;
+    if !state.held_collections.contains(profile) {
+        return Err(Rejection::NoChange(format!(
+            "collection {profile} is not held"
+        )));
+    }
+    d.push(
+        state,
+        StreamId::System,
+        event::CollectionReleased {
+            profile: profile.to_owned(),
+            reason: reason.to_owned(),
+        },
+    );
+    release_held(state, lc, d, profile, reason, true);
+    Ok(())
+}
+
+/// An admin releases every held job of a collection (the hold itself stays).
+/// (`Command::ReleaseHeldJobs`.)
+pub(super) fn release_held_jobs(
+    state: &State,
+    lc: &Lifecycle,
+    d: &mut Decision,
+    profile: &str,
+    reason: &str,
+) -> Result<(), Rejection> {
+    check_profile(profile)?;
+    release_held(state, lc, d, profile, reason, false);
+    if d.events.is_empty() {
+        return Err(Rejection::NoChange(format!(
+            "collection {profile} has no held jobs"
+        )));
+    }
+    Ok(())
+}
+
+/// An admin pauses the ingest queue.
+/// (`Command::PauseQueue`.)
+pub(super) fn pause_queue(
+    state: &State,
+    _lc: &Lifecycle,
+    d: &mut Decision,
+    reason: &str,
+) -> Result<(), Rejection> {
+    if state.paused {
+        return Err(Rejection::NoChange(
+            "the ingest queue is already paused".into(),
+        ));
+    }
+    d.push(
+        state,
+        StreamId::System,
+        event::QueuePaused {
+            reason: reason.to_owned(),
+        },
+    );
+    Ok(())
+}
+
+/// An admin resumes the ingest queue.
+/// (`Command::ResumeQueue`.)
+pub(super) fn resume_queue(
+    state: &State,
+    _lc: &Lifecycle,
+    d: &mut Decision,
+    reason: &str,
+) -> Result<(), Rejection> {
+    if !state.paused {
+        return Err(Rejection::NoChange("the ingest queue is not paused".into()));
+    }
+    d.push(
+        state,
+        StreamId::System,
+        event::QueueResumed {
+            reason: reason.to_owned(),
+        },
+    );
+    Ok(())
+}
+
+/// An admin repaired drift between the live ZooKeeper tree and the log;
+/// records which paths were repaired.
+/// (`Command::RecordRepair`.)
+pub(super) fn record_repair(
+    state: &State,
+    _lc: &Lifecycle,
+    d: &mut Decision,
+    paths: &[String],
+) -> Result<(), Rejection> {
+    if paths.is_empty() {
+        return Err(Rejection::NoChange("no paths were repaired".into()));
+    }
+    d.push(
+        state,
+        StreamId::System,
+        event::TreeRepaired {
+            paths: paths.to_vec(),
+        },
+    );
+    Ok(())
+}
+
+/// Removes finished (Completed or Deleted) batches from the live tree.
+/// (`Command::Cleanup`.)
+pub(super) fn cleanup(
+    state: &State,
+    lc: &Lifecycle,
+    d: &mut Decision,
+    before: &Option<DateTime<Utc>>,
+) -> Result<(), Rejection> {
+    for b in state.batches.values() {
+        let old_enough = before.is_none_or(|t| b.last_modified < t);
+        if !b.cleaned_up && lc.batches.is_terminal(b.status) && old_enough {
+            d.push(
+                state,
+                StreamId::Batch(b.bid),
+                event::BatchCleanedUp {
+                    jobs: b.jobs.clone(),
+                },
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,691 @@
+//! Commands and the decisions that turn them into events.
+//!
+//! [`decide`] is pure: given the folded [`State`], the [`Lifecycle`] and a
+//! [`Command`], it returns the events to append (with the stream versions they
+//! were decided against) or a [`Rejection`] naming what is wrong. Nothing is
+//! appended for a rejected command.
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::append::{ExpectedVersion, Proposed};
+use crate::event::{
+    Digest, Erc, Event, Identifiers, InventoryParams, PayloadType, StoreParams, StreamId,
+    Submission,
+};
+use crate::ids::{Bid, Jid};
+use crate::lifecycle::{JobState, Lifecycle};
+use crate::state::State;
+
+mod admin;
+mod batch;
+mod job;
+mod rules;
+mod validate;
+
+pub use rules::requeue_target;
+pub use validate::{
+    DIGEST_ALGORITHMS, MAX_JOB_FIELD_BYTES, MAX_SUBMISSION_BYTES, RESERVED_SUBMISSION_KEYS,
+};
+
+/// The highest priority number (lowest urgency).
+pub const MAX_PRIORITY: u8 = 99;
+/// The priority a job gets when nothing else sets it.
+pub const DEFAULT_PRIORITY: u8 = 5;
+
+/// One object to create a job for, from the expansion of a batch's payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobSpec {
+    /// The object's payload.
+    pub payload_url: String,
+    /// Its type.
+    pub payload_type: PayloadType,
+    /// Ark (if supplied) and local ids.
+    pub identifiers: Identifiers,
+    /// ERC fields for this object.
+    pub metadata: Erc,
+    /// The depositor's digest of the payload.
+    pub digest: Option<Digest>,
+    /// Priority; `None` for [`DEFAULT_PRIORITY`].
+    pub priority: Option<u8>,
+}
+
+/// Where a status change goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// The current state's success successor.
+    Success,
+    /// The current state's fail successor.
+    Fail,
+    /// An explicit state.
+    To(JobState),
+}
+
+/// Every change a depositor, worker, admin or the engine can ask for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Command {
+    /// A depositor submits a batch.
+    SubmitBatch {
+        /// The uuid the batch is known by (`/batch-uuids/UUID`); chosen by the caller.
+        uuid: Uuid,
+        /// What was submitted.
+        submission: Submission,
+    },
+    /// The batch-pending daemon acquires a batch: Held if its collection is
+    /// held, else its jobs are created and it goes to Processing (Failed at
+    /// once when the payload expanded into no jobs).
+    AcquireBatch {
+        /// The batch.
+        bid: Bid,
+        /// One spec per object.
+        jobs: Vec<JobSpec>,
+    },
+    /// The batch-pending daemon could not expand the payload (a corrupt
+    /// manifest, a manifest that cannot be fetched): the batch fails at once
+    /// with `message` (Held instead if its collection is held).
+    RejectBatch {
+        /// The batch.
+        bid: Bid,
+        /// Why the payload does not expand, naming the line or the URL.
+        message: String,
+    },
+    /// Adds a job to a batch that is Processing.
+    CreateJob {
+        /// The batch.
+        bid: Bid,
+        /// The object.
+        spec: JobSpec,
+    },
+    /// The job-pending daemon acquires a job: Held if its collection is held,
+    /// else Estimating. Refused while the queue is paused.
+    StartJob {
+        /// The job.
+        jid: Jid,
+    },
+    /// A step reports its outcome, or an admin forces a move.
+    SetJobStatus {
+        /// The job.
+        jid: Jid,
+        /// Where to.
+        target: Target,
+        /// Why (the error of a failed step).
+        message: String,
+        /// A new priority set together with the move.
+        priority: Option<u8>,
+    },
+    /// A worker reports the outcome of the step it did, with the data the
+    /// step recorded, as ONE command: the data events and the move are
+    /// appended atomically, and a report for a state the job has left is
+    /// refused as stale (so a duplicated report cannot move a job twice).
+    StepOutcome {
+        /// The job.
+        jid: Jid,
+        /// The state the worker worked on.
+        state: JobState,
+        /// Whether the step succeeded (its success or fail successor).
+        success: bool,
+        /// The step's message (the error of a failure).
+        message: String,
+        /// A new priority, set with the move.
+        priority: Option<u8>,
+        /// Bytes the job needs (estimating, downloading).
+        space_needed: Option<u64>,
+        /// Ark and local ids (processing).
+        identifiers: Option<Identifiers>,
+        /// Storage parameters.
+        store: Option<StoreParams>,
+        /// Inventory parameters.
+        inventory: Option<InventoryParams>,
+    },
+    /// The estimating step records the space a job needs.
+    RecordSpace {
+        /// The job.
+        jid: Jid,
+        /// Bytes.
+        space_needed: u64,
+        /// A new priority, if the size changes it.
+        priority: Option<u8>,
+    },
+    /// The processing step records the job's ark and local ids.
+    RecordIdentifiers {
+        /// The job.
+        jid: Jid,
+        /// Ark and local ids.
+        identifiers: Identifiers,
+    },
+    /// The storage step's parameters.
+    RecordStore {
+        /// The job.
+        jid: Jid,
+        /// Parameters.
+        store: StoreParams,
+    },
+    /// The inventory step's parameters.
+    RecordInventory {
+        /// The job.
+        jid: Jid,
+        /// Parameters.
+        inventory: InventoryParams,
+    },
+    /// A step hit a recoverable error and tries again.
+    RecordStepRetry {
+        /// The job.
+        jid: Jid,
+        /// Which attempt follows (2 for the first retry).
+        attempt: u32,
+        /// The error.
+        message: String,
+    },
+    /// An admin requeues a failed job at the step after its `last_successful_status`.
+    RequeueJob {
+        /// The job.
+        jid: Jid,
+        /// Why.
+        reason: String,
+    },
+    /// An admin holds a pending job.
+    HoldJob {
+        /// The job.
+        jid: Jid,
+        /// Why.
+        reason: String,
+    },
+    /// An admin releases a held job.
+    ReleaseJob {
+        /// The job.
+        jid: Jid,
+        /// Why.
+        reason: String,
+    },
+    /// An admin releases a held batch (once its collection is no longer held).
+    ReleaseBatch {
+        /// The batch.
+        bid: Bid,
+        /// Why.
+        reason: String,
+    },
+    /// An admin holds a collection.
+    HoldCollection {
+        /// The profile.
+        profile: String,
+        /// Why.
+        reason: String,
+    },
+    /// An admin releases a collection, and with it every held job and batch of it.
+    ReleaseCollection {
+        /// The profile.
+        profile: String,
+        /// Why.
+        reason: String,
+    },
+    /// An admin releases every held job of a collection (the hold itself stays).
+    ReleaseHeldJobs {
+        /// The profile.
+        profile: String,
+        /// Why.
+        reason: String,
+    },
+    /// An admin pauses the ingest queue.
+    PauseQueue {
+        /// Why.
+        reason: String,
+    },
+    /// An admin resumes the ingest queue.
+    ResumeQueue {
+        /// Why.
+        reason: String,
+    },
+    /// An admin asks for a new report of a failed batch.
+    UpdateReporting {
+        /// The batch.
+        bid: Bid,
+        /// Why.
+        reason: String,
+    },
+    /// An admin deletes a job (soft: status Deleted).
+    DeleteJob {
+        /// The job.
+        jid: Jid,
+        /// Why.
+        reason: String,
+    },
+    /// An admin deletes a batch and its deletable jobs (soft).
+    DeleteBatch {
+        /// The batch.
+        bid: Bid,
+        /// Why.
+        reason: String,
+    },
+    /// The reporting daemon reports a batch: the report is recorded and the
+    /// batch ends Completed (every job completed) or Failed.
+    ReportBatch {
+        /// The batch.
+        bid: Bid,
+        /// The notification's error, if sending the report failed.
+        notification_error: Option<String>,
+    },
+    /// An admin repaired drift between the live ZooKeeper tree and the log;
+    /// records which paths were repaired.
+    RecordRepair {
+        /// The paths created, set or deleted.
+        paths: Vec<String>,
+    },
+    /// Removes finished (Completed or Deleted) batches from the live tree.
+    Cleanup {
+        /// Only batches last changed before this time.
+        before: Option<DateTime<Utc>>,
+    },
+}
+
+/// A queue item named in a rejection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Item {
+    /// A batch.
+    Batch(Bid),
+    /// A job.
+    Job(Jid),
+}
+
+impl fmt::Display for Item {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Item::Batch(b) => write!(f, "batch {b}"),
+            Item::Job(j) => write!(f, "job {j}"),
+        }
+    }
+}
+
+/// Why a command was refused. Nothing was appended.
+///
+/// ### Handling
+/// All variants are the caller's to fix (HTTP 404/409/422); retrying the same
+/// command gives the same answer until the state changes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// No such batch or job. (HTTP 404)
+    #[error("{item} does not exist")]
+    NotFound {
+        /// What was asked for.
+        item: Item,
+    },
+    /// The lifecycle does not allow the move. (HTTP 409)
+    #[error(
+        "{item} is {current}; it cannot go to {requested} (allowed: {})",
+        list(allowed)
+    )]
+    IllegalTransition {
+        /// The item.
+        item: Item,
+        /// Its state.
+        current: String,
+        /// What was asked for.
+        requested: String,
+        /// Where it may go.
+        allowed: Vec<String>,
+    },
+    /// The ingest queue is paused. (HTTP 409)
+    #[error("the ingest queue is paused; {item} stays Pending until an admin resumes it")]
+    QueuePaused {
+        /// The job that was to start.
+        item: Item,
+    },
+    /// The command would change nothing. (HTTP 409)
+    #[error("{0}")]
+    NoChange(String),
+    /// A batch still has jobs at work. (HTTP 409)
+    #[error("{item} has {} job(s) still at work: {}", jobs.len(), jobs.iter().map(|(j, s)| format!("{j} ({s})")).collect::<Vec<_>>().join(", "))]
+    ActiveJobs {
+        /// The batch.
+        item: Item,
+        /// The jobs at work and their states.
+        jobs: Vec<(Jid, JobState)>,
+    },
+    /// A worker reported on a state the job has left. (HTTP 409)
+    #[error("{item} is {current}, not {reported}: the report is stale and was discarded")]
+    StaleReport {
+        /// The job.
+        item: Item,
+        /// Its state now.
+        current: String,
+        /// The state the report was for.
+        reported: String,
+    },
+    /// The collection is still held. (HTTP 409)
+    #[error("collection {profile} is still held; release the collection first (ingest collection {profile} release)")]
+    CollectionStillHeld {
+        /// The profile.
+        profile: String,
+    },
+    /// The item was removed from the live tree by cleanup. (HTTP 409)
+    #[error("{item} was cleaned up; its history is kept but it can no longer change")]
+    CleanedUp {
+        /// The item.
+        item: Item,
+    },
+    /// A field is invalid. (HTTP 422)
+    #[error("invalid {field}: {reason}")]
+    Invalid {
+        /// Which field.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+fn list(v: &[String]) -> String {
+    if v.is_empty() {
+        "none: it is terminal".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// The events a command decided, with the stream versions it saw.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Decision {
+    /// The events to append, in order.
+    pub events: Vec<Proposed>,
+    /// Each touched stream's version when the command was decided.
+    pub expectations: Vec<(StreamId, ExpectedVersion)>,
+}
+
+impl Decision {
+    fn push(&mut self, state: &State, stream: StreamId, event: impl Into<Event>) {
+        if !self.expectations.iter().any(|(s, _)| *s == stream) {
+            let v = state.stream_version(stream);
+            let exp = if v == 0 {
+                ExpectedVersion::NoStream
+            } else {
+                ExpectedVersion::Exact(v)
+            };
+            self.expectations.push((stream, exp));
+        }
+        self.events.push(Proposed {
+            stream,
+            event: event.into(),
+        });
+    }
+}
+
+/// Decides a command against the current state.
+///
+/// # Errors
+/// A [`Rejection`] naming the item, its state and what is allowed.
+pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, Rejection> {
+    let mut d = Decision::default();
+    match cmd {
+        Command::SubmitBatch { uuid, submission } => {
+            batch::submit_batch(state, lc, &mut d, uuid, submission)?
+        }
+        Command::AcquireBatch { bid, jobs } => batch::acquire_batch(state, lc, &mut d, bid, jobs)?,
+        Command::RejectBatch { bid, message } => {
+            batch::reject_batch(state, lc, &mut d, bid, message)?
+        }
+        Command::CreateJob { bid, spec } => batch::create_job(state, lc, &mut d, bid, spec)?,
+        Command::StartJob { jid } => job::start_job(state, lc, &mut d, jid)?,
+        Command::SetJobStatus {
+            jid,
+            target,
+            message,
+            priority,
+        } => job::set_job_status(state, lc, &mut d, jid, target, message, priority)?,
+        Command::StepOutcome {
+            jid,
+            state: reported,
+            success,
+            message,
+            priority,
+            space_needed,
+            identifiers,
+            store,
+            inventory,
+        } => job::step_outcome(
+            state,
+            lc,
+            &mut d,
+            (jid, reported, success, message),
+            job::Handoffs {
+                priority,
+                space_needed,
+                identifiers,
+                store,
+                inventory,
+            },
+        )?,
+        Command::RecordSpace {
+            jid,
+            space_needed,
+            priority,
+        } => job::record_space(state, lc, &mut d, jid, space_needed, priority)?,
+        Command::RecordIdentifiers { jid, identifiers } => {
+            job::record_identifiers(state, lc, &mut d, jid, identifiers)?
+        }
+        Command::RecordStore { jid, store } => job::record_store(state, lc, &mut d, jid, store)?,
+        Command::RecordInventory { jid, inventory } => {
+            job::record_inventory(state, lc, &mut d, jid, inventory)?
+        }
+        Command::RecordStepRetry {
+            jid,
+            attempt,
+            message,
+        } => job::record_step_retry(state, lc, &mut d, jid, attempt, message)?,
+        Command::RequeueJob { jid, reason } => job::requeue_job(state, lc, &mut d, jid, reason)?,
+        Command::HoldJob { jid, reason } => job::hold_job(state, lc, &mut d, jid, reason)?,
+        Command::ReleaseJob { jid, reason } => job::release_job(state, lc, &mut d, jid, reason)?,
+        Command::ReleaseBatch { bid, reason } => {
+            batch::release_batch(state, lc, &mut d, bid, reason)?
+        }
+        Command::HoldCollection { profile, reason } => {
+            admin::hold_collection(state, lc, &mut d, profile, reason)?
+        }
+        Command::ReleaseCollection { profile, reason } => {
+            admin::release_collection(state, lc, &mut d, profile, reason)?
+        }
+        Command::ReleaseHeldJobs { profile, reason } => {
+            admin::release_held_jobs(state, lc, &mut d, profile, reason)?
+        }
+        Command::PauseQueue { reason } => admin::pause_queue(state, lc, &mut d, reason)?,
+        Command::ResumeQueue { reason } => admin::resume_queue(state, lc, &mut d, reason)?,
+        Command::UpdateReporting { bid, reason } => {
+            batch::update_reporting(state, lc, &mut d, bid, reason)?
+        }
+        Command::DeleteJob { jid, reason } => job::delete_job(state, lc, &mut d, jid, reason)?,
+        Command::DeleteBatch { bid, reason } => {
+            batch::delete_batch(state, lc, &mut d, bid, reason)?
+        }
+        Command::ReportBatch {
+            bid,
+            notification_error,
+        } => batch::report_batch(state, lc, &mut d, bid, notification_error)?,
+        Command::RecordRepair { paths } => admin::record_repair(state, lc, &mut d, paths)?,
+        Command::Cleanup { before } => admin::cleanup(state, lc, &mut d, before)?,
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{PayloadType, SubmissionMode};
+    use crate::ids::{Bid, Jid};
+    use std::collections::BTreeMap;
+
+    fn submission(profile: &str) -> Submission {
+        Submission {
+            profile_name: profile.into(),
+            submitter: "alice".into(),
+            payload_url: "https://example.org/a".into(),
+            payload_type: PayloadType::File,
+            response_type: "json".into(),
+            submission_mode: SubmissionMode::Add,
+            manifest: vec![],
+            erc: Erc::default(),
+            digest: None,
+            extra: BTreeMap::new(),
+        }
+    }
+
+    fn field_of(r: Result<Decision, Rejection>) -> String {
+        match r {
+            Err(Rejection::Invalid { field, .. }) => field,
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    // A profile ZooKeeper refuses as a path segment stopped the projector for good.
+    #[test]
+    fn profiles_zookeeper_cannot_hold_are_refused() {
+        let (state, lc) = (State::new(), Lifecycle::builtin());
+        for bad in ["coll😀", "a\u{e000}b", "x\u{fff5}", "nul\0"] {
+            let cmd = Command::HoldCollection {
+                profile: bad.into(),
+                reason: String::new(),
+            };
+            assert_eq!(field_of(decide(&state, &lc, &cmd)), "profile", "{bad:?}");
+            let cmd = Command::SubmitBatch {
+                uuid: Uuid::nil(),
+                submission: submission(bad),
+            };
+            assert_eq!(field_of(decide(&state, &lc, &cmd)), "profile", "{bad:?}");
+        }
+        let ok = Command::HoldCollection {
+            profile: "ucb_lib_étude".into(),
+            reason: String::new(),
+        };
+        assert!(decide(&state, &lc, &ok).is_ok());
+    }
+
+    // A worker's outcome is one atomic decision; a report on a state the job
+    // left is stale.
+    #[test]
+    fn a_step_outcome_records_its_data_and_the_move_together() {
+        let lc = Lifecycle::builtin();
+        let mut state = State::new();
+        let mut position = 0;
+        let mut run = |state: &mut State, cmd: Command| -> Result<Vec<Event>, Rejection> {
+            let d = decide(state, &lc, &cmd)?;
+            let mut prev = state.head_hash;
+            for p in &d.events {
+                position += 1;
+                let version = state.stream_version(p.stream) + 1;
+                let r = crate::codec::Recorded {
+                    envelope: crate::codec::Envelope {
+                        position,
+                        stream: p.stream,
+                        version,
+                        timestamp: chrono::Utc::now(),
+                        actor: crate::event::Actor::engine(),
+                        correlation_id: Uuid::nil(),
+                        schema_version: crate::codec::SCHEMA_VERSION,
+                        prev_hash: prev,
+                        hash: [position as u8; 32],
+                    },
+                    event: p.event.clone(),
+                };
+                prev = r.envelope.hash;
+                state.apply(&r).unwrap();
+            }
+            Ok(d.events.into_iter().map(|p| p.event).collect())
+        };
+        run(
+            &mut state,
+            Command::SubmitBatch {
+                uuid: Uuid::nil(),
+                submission: submission("demo"),
+            },
+        )
+        .unwrap();
+        let spec = JobSpec {
+            payload_url: "u".into(),
+            payload_type: PayloadType::File,
+            identifiers: Identifiers::default(),
+            metadata: Erc::default(),
+            digest: None,
+            priority: None,
+        };
+        run(
+            &mut state,
+            Command::AcquireBatch {
+                bid: Bid(1),
+                jobs: vec![spec],
+            },
+        )
+        .unwrap();
+        run(&mut state, Command::StartJob { jid: Jid(1) }).unwrap();
+        let outcome = |reported: JobState| Command::StepOutcome {
+            jid: Jid(1),
+            state: reported,
+            success: true,
+            message: String::new(),
+            priority: Some(12),
+            space_needed: Some(4096),
+            identifiers: None,
+            store: None,
+            inventory: None,
+        };
+        let events = run(&mut state, outcome(JobState::Estimating)).unwrap();
+        assert_eq!(
+            events.iter().map(Event::kind).collect::<Vec<_>>(),
+            ["JobSpaceEstimated", "JobStatusChanged"]
+        );
+        let j = &state.jobs[&Jid(1)];
+        assert_eq!(
+            (j.status, j.space_needed, j.priority),
+            (JobState::Provisioning, 4096, 12)
+        );
+        // The same report again is stale: the job has moved on.
+        let err = run(&mut state, outcome(JobState::Estimating)).unwrap_err();
+        assert!(matches!(err, Rejection::StaleReport { .. }), "{err:?}");
+        assert_eq!(err.to_string(), "job jid0000000001 is Provisioning, not Estimating: the report is stale and was discarded");
+
+        // A report restating what the job has appends only the move (the
+        // ark was recorded when it was minted; the size did not change).
+        let ark = Identifiers {
+            primary_id: Some("ark:/99999/fk4x".into()),
+            local_ids: vec!["l".into()],
+        };
+        run(
+            &mut state,
+            Command::RecordIdentifiers {
+                jid: Jid(1),
+                identifiers: ark.clone(),
+            },
+        )
+        .unwrap();
+        let restate = Command::StepOutcome {
+            jid: Jid(1),
+            state: JobState::Provisioning,
+            success: true,
+            message: String::new(),
+            priority: None,
+            space_needed: Some(4096),
+            identifiers: Some(ark),
+            store: None,
+            inventory: None,
+        };
+        let events = run(&mut state, restate).unwrap();
+        assert_eq!(
+            events.iter().map(Event::kind).collect::<Vec<_>>(),
+            ["JobStatusChanged"]
+        );
+    }
+
+    // An extra field named like a projected one was accepted and then dropped.
+    #[test]
+    fn extra_fields_may_not_shadow_submission_fields() {
+        let mut s = submission("demo");
+        s.extra.insert("batchID".into(), "not-the-uuid".into());
+        let cmd = Command::SubmitBatch {
+            uuid: Uuid::nil(),
+            submission: s,
+        };
+        assert_eq!(
+            field_of(decide(&State::new(), &Lifecycle::builtin(), &cmd)),
+            "extra.batchID"
+        );
+    }
+}
