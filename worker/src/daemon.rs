@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use ingest_events::JobState;
 use serde_json::Value;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
+use super::retry::RetryPolicy;
 use super::session::Session;
 use super::step::{JobCtx, Rng, StepResult, Steps};
 use ingest_client::{Client as EngineClient, Reply};
@@ -114,17 +115,12 @@ enum Tried {
 
 type BoxError = anyhow::Error;
 
-/// Runs one task of `kind` until `stop` turns true.
-pub async fn run_task(
-    shared: Arc<Shared>,
-    kind: DaemonKind,
-    task: u32,
-    mut stop: watch::Receiver<bool>,
-) {
+/// Runs one task of `kind` until `stop` is cancelled.
+pub async fn run_task(shared: Arc<Shared>, kind: DaemonKind, task: u32, stop: CancellationToken) {
     let target = Target::of(kind);
     let mut idle = 0u32;
     tracing::debug!(daemon = %kind, task, "daemon task started");
-    while !*stop.borrow() {
+    while !stop.is_cancelled() {
         let (progress, watcher) = match cycle(&shared, target, &stop).await {
             Ok(r) => r,
             Err(e) => {
@@ -137,7 +133,7 @@ pub async fn run_task(
             continue;
         }
         idle = idle.saturating_add(1);
-        let wait = backoff(&shared.rng, idle);
+        let wait = backoff(idle);
         let changed = async move {
             match watcher {
                 Some(w) => {
@@ -149,17 +145,22 @@ pub async fn run_task(
         tokio::select! {
             () = changed => {}
             () = tokio::time::sleep(wait) => {}
-            _ = stop.changed() => {}
+            () = stop.cancelled() => {}
         }
     }
     tracing::debug!(daemon = %kind, task, "daemon task stopped");
 }
 
-/// Capped exponential back-off with jitter (half to full).
-fn backoff(rng: &Rng, idle: u32) -> Duration {
-    let exp = BACKOFF_MIN.saturating_mul(1u32 << idle.min(10));
-    let cap = exp.min(BACKOFF_MAX);
-    cap.mul_f64(0.5 + rng.unit() / 2.0)
+/// The wait before the next look at a queue that stayed idle `idle`
+/// times: from [`BACKOFF_MIN`] doubling to [`BACKOFF_MAX`], with jitter
+/// (half to full), by the worker's one back-off calculator.
+fn backoff(idle: u32) -> Duration {
+    RetryPolicy {
+        retries: 0,
+        first_backoff: BACKOFF_MIN,
+        max_backoff: BACKOFF_MAX,
+    }
+    .backoff(idle.saturating_add(1))
 }
 
 /// One look at the queue: tries its items (starting at a random one among
@@ -168,7 +169,7 @@ fn backoff(rng: &Rng, idle: u32) -> Duration {
 async fn cycle(
     shared: &Shared,
     target: Target,
-    stop: &watch::Receiver<bool>,
+    stop: &CancellationToken,
 ) -> Result<(bool, Option<zk::OneshotWatcher>), BoxError> {
     let client = shared.session.client().await?;
     let (items, watcher) = list(shared, &client, target).await?;
@@ -182,7 +183,7 @@ async fn cycle(
     };
     let mut progress = false;
     for item in items[start..].iter().chain(&items[..start]) {
-        if *stop.borrow() || !connected(&client) {
+        if stop.is_cancelled() || !connected(&client) {
             // Disconnected: no new side effects until the session is back.
             break;
         }
@@ -618,15 +619,14 @@ mod tests {
 
     #[test]
     fn backoff_grows_to_its_cap_with_jitter() {
-        let rng = Rng::new(5);
         for idle in 0..40 {
-            let d = backoff(&rng, idle);
+            let d = backoff(idle);
             let full = BACKOFF_MIN
                 .saturating_mul(1u32 << idle.min(10))
                 .min(BACKOFF_MAX);
             assert!(d <= full && d >= full / 2, "{idle}: {d:?} vs {full:?}");
         }
-        assert!(backoff(&rng, 30) >= BACKOFF_MAX / 2);
+        assert!(backoff(30) >= BACKOFF_MAX / 2);
     }
 
     #[test]

@@ -32,6 +32,7 @@
 
 pub mod daemon;
 pub mod real;
+pub mod retry;
 pub mod session;
 pub mod step;
 
@@ -41,8 +42,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use ingest_config::{StepsArgs, StepsKind};
 use ingest_projections::ZkConfig;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use daemon::{Shared, Stats};
 use ingest_client::Client as EngineClient;
@@ -71,7 +72,7 @@ pub struct WorkerOptions {
 
 /// Running daemons; stop them with [`Workers::shutdown`].
 pub struct Workers {
-    stop: watch::Sender<bool>,
+    stop: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
     faults: step::Faults,
     stats: Arc<Stats>,
@@ -95,7 +96,7 @@ impl Workers {
             rng: Rng::from_entropy(),
             acquired: Default::default(),
         });
-        let (stop, rx) = watch::channel(false);
+        let stop = CancellationToken::new();
         let mut tasks = Vec::new();
         for (kind, n) in options.daemons {
             for task in 0..n.max(1) {
@@ -103,13 +104,13 @@ impl Workers {
                     Arc::clone(&shared),
                     kind,
                     task,
-                    rx.clone(),
+                    stop.child_token(),
                 )));
             }
         }
         if let Some(janitor) = shared.steps.janitor.clone() {
             tasks.push(tokio::spawn(
-                janitor.run(Arc::clone(&shared.session), rx.clone()),
+                janitor.run(Arc::clone(&shared.session), stop.child_token()),
             ));
         }
         tracing::info!(worker = %shared.name, tasks = tasks.len(), "worker daemons started");
@@ -134,7 +135,7 @@ impl Workers {
     /// Stops taking work, lets steps in flight finish and release their
     /// locks (abandoning them after [`SHUTDOWN_GRACE`]).
     pub async fn shutdown(self) {
-        let _ = self.stop.send(true);
+        self.stop.cancel();
         let all = futures_join(self.tasks);
         if tokio::time::timeout(SHUTDOWN_GRACE, all).await.is_err() {
             tracing::warn!("worker daemons did not stop in time; their locks go with the session");

@@ -161,20 +161,18 @@ impl JobCtx {
     /// Reads the job's nodes from ZooKeeper.
     ///
     /// # Errors
-    /// No session, a missing node or data that is not what the projection
-    /// writes; the message names the node.
-    pub async fn data(&self) -> Result<JobData, String> {
-        let zk = self
-            .zk
-            .as_ref()
-            .ok_or_else(|| "no ZooKeeper session to read the job from".to_string())?;
+    /// [`DataError`]: no session, a node that cannot be read now
+    /// (retryable), or one whose data is not what the projection writes;
+    /// the message names the node.
+    pub async fn data(&self) -> Result<JobData, DataError> {
+        let zk = self.zk.as_ref().ok_or(DataError::NoSession)?;
         let read = |node: &'static str| {
             let path = format!("/jobs/{}/{node}", self.jid);
             async move {
                 zk.get_data(&path)
                     .await
                     .map(|(data, _)| data)
-                    .map_err(|e| format!("cannot read {path}: {e}"))
+                    .map_err(|e| DataError::Read(format!("cannot read {path}: {e}")))
             }
         };
         // Nodes are read with the types the projection writes them with;
@@ -182,8 +180,8 @@ impl JobCtx {
         fn typed<T: serde::de::DeserializeOwned>(
             node: &'static str,
             bytes: &[u8],
-        ) -> Result<T, String> {
-            decode(node, bytes).map_err(|e| e.to_string())
+        ) -> Result<T, DataError> {
+            decode(node, bytes).map_err(DataError::Invalid)
         }
         // identifiers and metadata are absent while the job has none.
         let optional = |node: &'static str| {
@@ -192,7 +190,7 @@ impl JobCtx {
                 match zk.get_data(&path).await {
                     Ok((data, _)) => Ok(Some(data)),
                     Err(zookeeper_client::Error::NoNode) => Ok(None),
-                    Err(e) => Err(format!("cannot read {path}: {e}")),
+                    Err(e) => Err(DataError::Read(format!("cannot read {path}: {e}"))),
                 }
             }
         };
@@ -269,13 +267,24 @@ pub enum CallError {
     Client(#[from] ingest_client::ClientError),
 }
 
-impl CallError {
-    /// Whether the same call may succeed later.
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            CallError::NoApi => false,
-            CallError::Client(e) => e.is_retryable(),
-        }
+/// Why a job's nodes could not be read.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum DataError {
+    /// The step runs without a ZooKeeper session.
+    #[error("no ZooKeeper session to read the job from")]
+    NoSession,
+    /// A read failed (connection loss, a node not there yet): retryable.
+    #[error("{0}")]
+    Read(String),
+    /// A node's data is not what the projection writes: not retryable.
+    #[error(transparent)]
+    Invalid(#[from] ingest_protocol::node::NodeError),
+}
+
+impl From<DataError> for String {
+    fn from(e: DataError) -> String {
+        e.to_string()
     }
 }
 

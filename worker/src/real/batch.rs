@@ -469,19 +469,16 @@ async fn read_node(
     path: &str,
     policy: RetryPolicy,
 ) -> Result<Option<Vec<u8>>, String> {
-    let mut attempt = 1;
-    loop {
+    let read = || async {
         match zk.get_data(path).await {
-            Ok((data, _)) => return Ok(Some(data)),
-            Err(zookeeper_client::Error::NoNode) => return Ok(None),
-            Err(e) if attempt <= policy.retries => {
-                tracing::warn!(path, error = %e, attempt = attempt + 1, "ZooKeeper read failed; retrying");
-                tokio::time::sleep(policy.backoff(attempt)).await;
-                attempt += 1;
-            }
-            Err(e) => return Err(format!("cannot read {path}: {e}")),
+            Ok((data, _)) => Ok(Some(data)),
+            Err(zookeeper_client::Error::NoNode) => Ok(None),
+            Err(e) => Err(ZkRead(e)),
         }
-    }
+    };
+    crate::retry::retry(&policy, None, path, read)
+        .await
+        .map_err(|g| format!("cannot read {path}: {}", g.message()))
 }
 
 /// Reads node `path` (of the kind `node`, for messages) as its type.
@@ -502,18 +499,32 @@ async fn read_children(
     path: &str,
     policy: RetryPolicy,
 ) -> Result<Vec<String>, String> {
-    let mut attempt = 1;
-    loop {
+    let list = || async {
         match zk.get_children(path).await {
-            Ok((children, _)) => return Ok(children),
-            Err(zookeeper_client::Error::NoNode) => return Ok(Vec::new()),
-            Err(e) if attempt <= policy.retries => {
-                tracing::warn!(path, error = %e, attempt = attempt + 1, "ZooKeeper read failed; retrying");
-                tokio::time::sleep(policy.backoff(attempt)).await;
-                attempt += 1;
-            }
-            Err(e) => return Err(format!("cannot list {path}: {e}")),
+            Ok((children, _)) => Ok(children),
+            Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
+            Err(e) => Err(ZkRead(e)),
         }
+    };
+    crate::retry::retry(&policy, None, path, list)
+        .await
+        .map_err(|g| format!("cannot list {path}: {}", g.message()))
+}
+
+/// A ZooKeeper read that failed (its absence is not a failure): retried,
+/// since the session may come back.
+#[derive(Debug)]
+struct ZkRead(zookeeper_client::Error);
+
+impl std::fmt::Display for ZkRead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl crate::retry::Retryable for ZkRead {
+    fn is_retryable(&self) -> bool {
+        true
     }
 }
 

@@ -59,7 +59,7 @@ impl Step for Estimate {
         Box::pin(async move {
             let files = match job.data().await {
                 Ok(data) => object_files(&self.fetcher, &self.config, &data, Some(job)).await,
-                Err(e) => Err(e),
+                Err(e) => Err(e.to_string()),
             };
             let sizes = match files {
                 Ok(files) => sizes(&self.fetcher, &files, self.config.args.transfers_per_job).await,

@@ -18,7 +18,7 @@ use std::future::Future;
 use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -28,7 +28,7 @@ use reqwest::{StatusCode, Url};
 use tokio::sync::mpsc;
 
 use super::RealConfig;
-use crate::step::{JobCtx, Rng};
+use crate::step::JobCtx;
 
 /// How long establishing a connection may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -47,41 +47,12 @@ const CHANNEL_CHUNKS: usize = 32;
 /// The write buffer and the `file://` copy buffer.
 const COPY_BUFFER: usize = 256 * 1024;
 
-/// How a step retries recoverable errors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// Tries after the first.
-    pub retries: u32,
-    /// The first backoff (doubling, with jitter).
-    pub first_backoff: Duration,
-    /// The longest backoff.
-    pub max_backoff: Duration,
-}
+pub use crate::retry::RetryPolicy;
 
-impl RetryPolicy {
-    /// The pause before retry number `attempt` (1 for the first retry):
-    /// `first_backoff × 2^(attempt-1)`, capped at `max_backoff`, of which
-    /// the upper half is random ("equal jitter"), so that workers that
-    /// failed together do not all come back at the same moment.
-    pub fn backoff(&self, attempt: u32) -> Duration {
-        let doublings = attempt.saturating_sub(1).min(31);
-        let capped = self
-            .first_backoff
-            .saturating_mul(1u32 << doublings)
-            .min(self.max_backoff);
-        let half = capped / 2;
-        let span = u64::try_from((capped - half).as_nanos()).unwrap_or(u64::MAX);
-        let random = match span {
-            0 => 0,
-            _ => jitter().next_u64() % span.saturating_add(1),
-        };
-        half + Duration::from_nanos(random)
+impl crate::retry::Retryable for FetchError {
+    fn is_retryable(&self) -> bool {
+        self.is_recoverable()
     }
-}
-
-fn jitter() -> &'static Rng {
-    static RNG: OnceLock<Rng> = OnceLock::new();
-    RNG.get_or_init(Rng::from_entropy)
 }
 
 /// Why a read failed. The message names the URL.
@@ -402,33 +373,23 @@ impl Fetcher {
         policy: &RetryPolicy,
         job: Option<&JobCtx>,
         what: &str,
-        mut f: F,
+        f: F,
     ) -> Result<T, FetchError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, FetchError>>,
     {
-        let mut attempt: u32 = 1;
-        loop {
-            match f().await {
-                Ok(value) => return Ok(value),
-                Err(err) if err.is_recoverable() && attempt <= policy.retries => {
-                    let message = format!("{what}: {err}");
-                    match job {
-                        Some(job) => job.record_retry(attempt + 1, &message).await,
-                        None => tracing::warn!(attempt = attempt + 1, %message, "retrying"),
-                    }
-                    tokio::time::sleep(policy.backoff(attempt)).await;
-                    attempt += 1;
+        crate::retry::retry(policy, job, what, f)
+            .await
+            .map_err(|gave_up| match gave_up.error {
+                FetchError::Recoverable(message) if gave_up.attempts > 1 => {
+                    FetchError::Recoverable(format!(
+                        "{message} (gave up after {} attempts)",
+                        gave_up.attempts
+                    ))
                 }
-                Err(FetchError::Recoverable(message)) if attempt > 1 => {
-                    return Err(FetchError::Recoverable(format!(
-                        "{message} (gave up after {attempt} attempts)"
-                    )))
-                }
-                Err(err) => return Err(err),
-            }
-        }
+                other => other,
+            })
     }
 
     /// Checks `url` against the rules: `http`, `https`, or `file` under the

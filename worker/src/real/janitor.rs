@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ingest_events::{Bid, Jid};
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use crate::session::Session;
@@ -358,11 +358,11 @@ impl Janitor {
     }
 
     /// Sweeps every `interval` (the first right away) with the worker's
-    /// session until `stop` turns true. No sweep runs while the session is
-    /// not connected.
-    pub async fn run(self: Arc<Self>, session: Arc<Session>, mut stop: watch::Receiver<bool>) {
+    /// session until `stop` is cancelled. No sweep runs while the session
+    /// is not connected.
+    pub async fn run(self: Arc<Self>, session: Arc<Session>, stop: CancellationToken) {
         tracing::debug!(dir = %self.work_dir.display(), interval = ?self.interval, "janitor started");
-        while !*stop.borrow() {
+        while !stop.is_cancelled() {
             let once = async {
                 match session.client().await {
                     Ok(client)
@@ -390,11 +390,11 @@ impl Janitor {
             };
             tokio::select! {
                 () = once => {}
-                _ = stop.changed() => break,
+                () = stop.cancelled() => break,
             }
             tokio::select! {
                 () = tokio::time::sleep(self.interval) => {}
-                _ = stop.changed() => {}
+                () = stop.cancelled() => {}
             }
         }
         tracing::debug!("janitor stopped");
@@ -547,10 +547,10 @@ mod tests {
         // must still stop when told.
         let zk = ingest_projections::ZkConfig::new("127.0.0.1:1".to_string());
         let session = Arc::new(Session::new(zk));
-        let (stop, rx) = watch::channel(false);
-        let task = tokio::spawn(janitor.run(session, rx));
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(janitor.run(session, stop.clone()));
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let _ = stop.send(true);
+        stop.cancel();
         tokio::time::timeout(Duration::from_secs(5), task)
             .await
             .expect("the janitor stops on shutdown")

@@ -106,48 +106,60 @@ pub async fn post_callback(
     policy: RetryPolicy,
     job: Option<&JobCtx>,
 ) -> Result<(), String> {
-    let attempts = policy.retries.saturating_add(1);
-    let mut attempt = 1;
-    loop {
-        // `error` completes "callback URL URL …" or, for a request without
-        // an answer, is fetch's own message (which names the URL).
-        let (error, recoverable) = match client.post(url).json(body).send().await {
-            Ok(resp) if resp.status().is_success() => {
-                tracing::info!(url, attempt, "callback delivered");
-                return Ok(());
-            }
+    let post = || async {
+        // The message completes "callback URL URL …" or, for a request
+        // without an answer, is fetch's own message (which names the URL).
+        match client.post(url).json(body).send().await {
+            Ok(resp) if resp.status().is_success() => Ok(()),
             Ok(resp) => {
                 let status = resp.status();
-                let recoverable = status.is_server_error()
-                    || status == reqwest::StatusCode::TOO_MANY_REQUESTS
-                    || status == reqwest::StatusCode::REQUEST_TIMEOUT;
-                (
-                    format!("callback URL {url} returned {}", status.as_u16()),
-                    recoverable,
-                )
+                Err(CallbackError {
+                    message: format!("callback URL {url} returned {}", status.as_u16()),
+                    recoverable: status.is_server_error()
+                        || status == reqwest::StatusCode::TOO_MANY_REQUESTS
+                        || status == reqwest::StatusCode::REQUEST_TIMEOUT,
+                })
             }
             Err(e) => {
                 let e = request_error("POST", url, &e);
-                (format!("callback {}", e.message()), e.is_recoverable())
-            }
-        };
-        if !recoverable {
-            return Err(error);
-        }
-        if attempt >= attempts {
-            return Err(format!(
-                "{error} after {attempt} attempt{}",
-                if attempt == 1 { "" } else { "s" }
-            ));
-        }
-        match job {
-            Some(job) => job.record_retry(attempt + 1, &error).await,
-            None => {
-                tracing::warn!(url, attempt = attempt + 1, %error, "recoverable error; retrying")
+                Err(CallbackError {
+                    message: format!("callback {}", e.message()),
+                    recoverable: e.is_recoverable(),
+                })
             }
         }
-        tokio::time::sleep(policy.backoff(attempt)).await;
-        attempt += 1;
+    };
+    match crate::retry::retry(&policy, job, "the callback", post).await {
+        Ok(()) => {
+            tracing::info!(url, "callback delivered");
+            Ok(())
+        }
+        Err(gave_up) if gave_up.error.recoverable => Err(format!(
+            "{} after {} attempt{}",
+            gave_up.error.message,
+            gave_up.attempts,
+            if gave_up.attempts == 1 { "" } else { "s" }
+        )),
+        Err(gave_up) => Err(gave_up.error.message),
+    }
+}
+
+/// A callback that did not go through, and whether trying again may help.
+#[derive(Debug)]
+struct CallbackError {
+    message: String,
+    recoverable: bool,
+}
+
+impl std::fmt::Display for CallbackError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl crate::retry::Retryable for CallbackError {
+    fn is_retryable(&self) -> bool {
+        self.recoverable
     }
 }
 

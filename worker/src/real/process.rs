@@ -18,7 +18,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use ingest_protocol::api::{
     ArkAssigned, ArkBody, IdentifiersBody, LookedUp, LookupBody, WorkerRef,
@@ -397,22 +396,9 @@ pub fn erc_fields(metadata: &MetadataNode) -> ErcFields {
 /// # Errors
 /// The last error, prefixed with what was being read.
 pub(crate) async fn job_data(job: &JobCtx, policy: RetryPolicy) -> Result<JobData, String> {
-    let mut attempt = 1;
-    loop {
-        match job.data().await {
-            Ok(d) => return Ok(d),
-            Err(e) => {
-                let permanent = e.starts_with("no ZooKeeper") || e.contains("is not JSON");
-                if permanent || attempt > policy.retries {
-                    return Err(format!("cannot read the job: {e}"));
-                }
-                attempt += 1;
-                job.record_retry(attempt, &format!("reading the job: {e}"))
-                    .await;
-                tokio::time::sleep(backoff(policy, attempt)).await;
-            }
-        }
-    }
+    crate::retry::retry(&policy, Some(job), "reading the job", || job.data())
+        .await
+        .map_err(|g| format!("cannot read the job: {}", g.error))
 }
 
 /// A fenced API call, retried (each retry recorded) while the error is
@@ -427,32 +413,14 @@ pub(crate) async fn call_api<B: serde::Serialize, R: serde::de::DeserializeOwned
     path: &str,
     body: impl Fn(WorkerRef) -> B,
 ) -> Result<R, String> {
-    let mut attempt = 1;
-    loop {
-        match job.call(path, &body).await {
-            Ok(Reply::Done(v)) => return Ok(v),
-            Ok(Reply::Refused { code, message }) => {
-                return Err(format!("POST {path} was refused ({code}): {message}"))
-            }
-            Err(e) => {
-                // The decision reads the error's kind and status, never its
-                // wording: no answer, 408, 429 and 5xx are worth another try.
-                if !e.is_retryable() || attempt > policy.retries {
-                    return Err(format!("POST {path} failed: {e}"));
-                }
-                attempt += 1;
-                job.record_retry(attempt, &format!("POST {path}: {e}"))
-                    .await;
-                tokio::time::sleep(backoff(policy, attempt)).await;
-            }
+    let what = format!("POST {path}");
+    match crate::retry::retry(&policy, Some(job), &what, || job.call(path, &body)).await {
+        Ok(Reply::Done(answer)) => Ok(answer),
+        Ok(Reply::Refused { code, message }) => {
+            Err(format!("POST {path} was refused ({code}): {message}"))
         }
+        Err(gave_up) => Err(format!("POST {path} failed: {}", gave_up.message())),
     }
-}
-
-/// The pause before `attempt` (2 for the first retry): the shared
-/// [`RetryPolicy::backoff`] of retry number `attempt - 1`.
-pub(crate) fn backoff(policy: RetryPolicy, attempt: u32) -> Duration {
-    policy.backoff(attempt.saturating_sub(1).max(1))
 }
 
 /// An ark must be an OCFL id, a checkm value and an ERC line: `ark:/…`
@@ -613,6 +581,7 @@ fn remove_if_present(path: &Path) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use serde_json::{json, Value};
+    use std::time::Duration;
 
     /// A node value as a worker reads it.
     fn node<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {

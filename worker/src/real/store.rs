@@ -338,11 +338,26 @@ struct TargetWork {
 }
 
 /// Why a target's store stopped.
+#[derive(Debug)]
 enum Failure {
     /// May succeed if tried again.
     Recoverable(String),
     /// Will not.
     Permanent(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Recoverable(m) | Failure::Permanent(m) => f.write_str(m),
+        }
+    }
+}
+
+impl crate::retry::Retryable for Failure {
+    fn is_retryable(&self) -> bool {
+        matches!(self, Failure::Recoverable(_))
+    }
 }
 
 impl From<StorageError> for Failure {
@@ -359,29 +374,25 @@ impl TargetWork {
     async fn run(self, policy: RetryPolicy, job: Option<&JobCtx>) -> Result<u32, String> {
         let name = self.target.name().to_string();
         let work = Arc::new(self);
-        let mut attempt = 1;
-        loop {
+        let what = format!("target {name}");
+        let attempt = || {
             let w = Arc::clone(&work);
-            let result = tokio::task::spawn_blocking(move || w.store_blocking()).await;
-            let message = match result {
-                Ok(Ok(version)) => return Ok(version),
-                Ok(Err(Failure::Permanent(m))) => return Err(format!("target {name}: {m}")),
-                Ok(Err(Failure::Recoverable(m))) => m,
-                Err(e) => return Err(format!("target {name}: the store task failed: {e}")),
-            };
-            if attempt > policy.retries {
-                return Err(format!(
-                    "target {name}: {message} (after {attempt} attempts)"
-                ));
+            async move {
+                tokio::task::spawn_blocking(move || w.store_blocking())
+                    .await
+                    .unwrap_or_else(|e| {
+                        Err(Failure::Permanent(format!("the store task failed: {e}")))
+                    })
             }
-            attempt += 1;
-            let retry = format!("target {name}: {message}");
-            match job {
-                Some(job) => job.record_retry(attempt, &retry).await,
-                None => tracing::warn!(attempt, message = %retry, "recoverable error; retrying"),
-            }
-            tokio::time::sleep(process::backoff(policy, attempt)).await;
-        }
+        };
+        crate::retry::retry(&policy, job, &what, attempt)
+            .await
+            .map_err(|gave_up| match gave_up.error {
+                Failure::Recoverable(m) => {
+                    format!("target {name}: {m} (after {} attempts)", gave_up.attempts)
+                }
+                Failure::Permanent(m) => format!("target {name}: {m}"),
+            })
     }
 
     fn store_blocking(&self) -> Result<u32, Failure> {
