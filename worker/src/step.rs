@@ -267,6 +267,39 @@ pub enum CallError {
     Client(#[from] ingest_client::ClientError),
 }
 
+/// Why a step's work stopped short, by what a caller can do about it.
+///
+/// ### Handling
+/// The step reports a failure with the message in every case; the kind
+/// says why: `Recoverable` ran out of retries (an admin may requeue once
+/// the cause is fixed), `Permanent` will fail the same way again, and
+/// `Refused` means the engine would not take the call (the lock was lost or
+/// the job moved on): the result is discarded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StepError {
+    /// It may have worked if tried again; the retries ran out.
+    #[error("{0}")]
+    Recoverable(String),
+    /// It will not work with the same input.
+    #[error("{0}")]
+    Permanent(String),
+    /// The engine refused the call (HTTP 409) with its code.
+    #[error("{message}")]
+    Refused {
+        /// The engine's error code (`lock_not_held`, `inventory_conflict`…).
+        code: String,
+        /// The message, naming the call.
+        message: String,
+    },
+}
+
+impl From<StepError> for String {
+    fn from(e: StepError) -> String {
+        e.to_string()
+    }
+}
+
 /// Why a job's nodes could not be read.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]

@@ -31,7 +31,8 @@ use serde::Deserialize;
 
 use super::fetch::RetryPolicy;
 use super::RealConfig;
-use crate::step::{JobCtx, JobData, Outcome, Step, StepFuture, StepResult};
+use crate::retry::Retryable;
+use crate::step::{DataError, JobCtx, JobData, Outcome, Step, StepError, StepFuture, StepResult};
 use ingest_client::Reply;
 
 /// The ERC file, in `system/`.
@@ -395,10 +396,16 @@ pub fn erc_fields(metadata: &MetadataNode) -> ErcFields {
 ///
 /// # Errors
 /// The last error, prefixed with what was being read.
-pub(crate) async fn job_data(job: &JobCtx, policy: RetryPolicy) -> Result<JobData, String> {
+pub(crate) async fn job_data(job: &JobCtx, policy: RetryPolicy) -> Result<JobData, StepError> {
     crate::retry::retry(&policy, Some(job), "reading the job", || job.data())
         .await
-        .map_err(|g| format!("cannot read the job: {}", g.error))
+        .map_err(|g| {
+            let message = format!("cannot read the job: {}", g.error);
+            match g.error {
+                DataError::Read(_) => StepError::Recoverable(message),
+                _ => StepError::Permanent(message),
+            }
+        })
 }
 
 /// A fenced API call, retried (each retry recorded) while the error is
@@ -412,14 +419,21 @@ pub(crate) async fn call_api<B: serde::Serialize, R: serde::de::DeserializeOwned
     policy: RetryPolicy,
     path: &str,
     body: impl Fn(WorkerRef) -> B,
-) -> Result<R, String> {
+) -> Result<R, StepError> {
     let what = format!("POST {path}");
     match crate::retry::retry(&policy, Some(job), &what, || job.call(path, &body)).await {
         Ok(Reply::Done(answer)) => Ok(answer),
-        Ok(Reply::Refused { code, message }) => {
-            Err(format!("POST {path} was refused ({code}): {message}"))
+        Ok(Reply::Refused { code, message }) => Err(StepError::Refused {
+            message: format!("POST {path} was refused ({code}): {message}"),
+            code,
+        }),
+        Err(gave_up) => {
+            let message = format!("POST {path} failed: {}", gave_up.message());
+            Err(match gave_up.error.is_retryable() {
+                true => StepError::Recoverable(message),
+                false => StepError::Permanent(message),
+            })
         }
-        Err(gave_up) => Err(format!("POST {path} failed: {}", gave_up.message())),
     }
 }
 

@@ -458,4 +458,41 @@ mod tests {
         assert!(err.contains("503"), "{err}");
         assert_eq!(calls.load(Ordering::SeqCst), 4);
     }
+
+    /// A fenced call's error keeps its kind: the engine's refusal (409)
+    /// with its code, a retryable error whose retries ran out, and a
+    /// permanent one (400), each without reading a message.
+    #[tokio::test]
+    async fn call_errors_say_refused_recoverable_or_permanent() {
+        use crate::step::StepError;
+        use ingest_protocol::api::{ObjectBody, ObjectRecorded};
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = job_dir(root.path());
+        mark(&dir, "one", 1);
+        let rec = build_record(&dir, &input(&["one"])).expect("record");
+        let call = |base: String| {
+            let rec = rec.clone();
+            async move {
+                call_api::<_, ObjectRecorded>(&job(&base), policy(), "/jobs/jid1/object", |who| {
+                    ObjectBody {
+                        worker: who.worker,
+                        session_id: who.session_id,
+                        record: rec.clone(),
+                    }
+                })
+                .await
+            }
+        };
+        let conflict = json!({"error": {"code": "inventory_conflict", "message": "gap"}});
+        let (base, _, _) = api(0, 409, conflict).await;
+        assert!(matches!(
+            call(base).await,
+            Err(StepError::Refused { ref code, .. }) if code == "inventory_conflict"
+        ));
+        let (base, _, _) = api(10, 200, json!({})).await;
+        assert!(matches!(call(base).await, Err(StepError::Recoverable(_))));
+        let (base, calls, _) = api(0, 400, json!({"error": {"code": "invalid_field"}})).await;
+        assert!(matches!(call(base).await, Err(StepError::Permanent(_))));
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "a 400 is not retried");
+    }
 }
