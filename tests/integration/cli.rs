@@ -457,3 +457,35 @@ fn keys_are_generated_private_and_published_for_verifiers() {
     let open = ing.run(&["keys", "show", &key_arg]).failed();
     assert!(open.stderr.contains("chmod 600"), "{}", open.stderr);
 }
+
+/// Regression: `ingest tree | head -1` and `ingest history … | head -1`
+/// printed a panic's backtrace and exited 101 when the reader went away.
+#[test]
+fn a_closed_pipe_ends_the_output_quietly() {
+    let ing = Ingest::new();
+    for _ in 0..20 {
+        submit_three(&ing);
+    }
+    for args in [
+        vec!["tree"],
+        vec!["history", "--batch", "bid0000000001", "--format", "yaml"],
+        vec!["show", "batch", "bid0000000001", "--format", "json"],
+    ] {
+        let mut child = std::process::Command::new(crate::util::ingest_bin())
+            .arg("--data-dir")
+            .arg(ing.data_dir())
+            .args(&args)
+            .env_remove("INGEST_DATA_DIR")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn ingest");
+        // The reader goes away before the child writes (it opens the log
+        // first), so every write meets a closed pipe.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
