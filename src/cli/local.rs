@@ -236,10 +236,7 @@ fn inventory(
         eprintln!("no object {ark} in the inventory");
         return Ok(1);
     }
-    emit(
-        &serde_json::json!({"ark": ark, "versions": versions}),
-        format,
-    )?;
+    emit(&ingest_protocol::api::ObjectView { ark, versions }, format)?;
     Ok(0)
 }
 
