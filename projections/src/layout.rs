@@ -21,6 +21,7 @@
 use std::fmt::Display;
 
 use chrono::{DateTime, Utc};
+use ingest_events::command::RESERVED_SUBMISSION_KEYS;
 use ingest_events::event::{
     Digest, Erc, Identifiers, InventoryParams, JobConfiguration, StoreParams, Submission,
 };
@@ -265,29 +266,11 @@ pub fn submission_json(uuid: &impl Display, s: &Submission) -> String {
     node.extra = s
         .extra
         .iter()
-        .filter(|(k, _)| !SUBMISSION_KEYS.contains(&k.as_str()) || left_out(k))
+        .filter(|(k, _)| !RESERVED_SUBMISSION_KEYS.contains(&k.as_str()) || left_out(k))
         .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
         .collect();
     json(&node)
 }
-
-/// The keys [`SubmissionNode`] names, in its order.
-const SUBMISSION_KEYS: [&str; 14] = [
-    "profile_name",
-    "submitter",
-    "payload_url",
-    "type",
-    "response_type",
-    "submission_mode",
-    "erc_what",
-    "erc_who",
-    "erc_when",
-    "erc_where",
-    "batchID",
-    "manifest",
-    "digest_type",
-    "digest_value",
-];
 
 /// `/batches/BID/status` ([`BatchStatusNode`]).
 pub fn batch_status_json(status: BatchState, at: DateTime<Utc>, message: &str) -> String {

@@ -9,32 +9,13 @@
 //! `rebuild` and `diff --repair` need the data directory or the projector
 //! role and say to stop the server first.
 
-use std::path::Path;
-
 use anyhow::{bail, Result};
 use ingest_client::Method;
-use ingest_config::server_file::server_file;
+pub use ingest_config::server_file::locked_hint;
 use ingest_protocol::api::{CleanupBody, Diffed};
 
 use super::backend::{Refused, Remote};
 use super::{emit, print_rows, refused_or, zk, Cmd};
-
-/// The hint added to "the log is in use" errors.
-pub fn locked_hint(data_dir: &Path) -> String {
-    match server_file(data_dir) {
-        Some(s) => format!(
-            "`ingest serve` (pid {}) holds {}; run the command through it: `ingest --engine {} …` (or set INGEST_ENGINE={}), with INGEST_ADMIN_TOKEN set to its admin token",
-            s.pid,
-            data_dir.display(),
-            s.url,
-            s.url
-        ),
-        None => format!(
-            "another process holds {}; if it is `ingest serve`, run the command through it with `ingest --engine URL …` (or INGEST_ENGINE=URL) and INGEST_ADMIN_TOKEN",
-            data_dir.display()
-        ),
-    }
-}
 
 /// Runs a command that [`super::common`] did not take, against the server.
 ///
