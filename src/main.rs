@@ -44,7 +44,7 @@ fn main() {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("error: {e:#}");
-            std::process::exit(1);
+            std::process::exit(cli::exit::code_of(&e));
         }
     }
 }

@@ -21,7 +21,7 @@ directory (the source of truth); the ZooKeeper queue tree Merritt's workers read
 projected from it.\n\n\
 Grammar: `ingest NOUN ID VERB` acts on one item (batch, job, collection, queue); \
 `submit`, `show`, `history`, `verify`, `repair`, `lifecycle`, `cleanup` and `status` stand alone.",
-    after_help = "Examples:\n  ingest submit --profile demo --submitter alice --payload-url https://example.org/a.zip --type container\n  ingest batch bid0000000001 acquire\n  ingest job jid0000000001 start\n  ingest job jid0000000001 success\n  ingest job jid0000000001 fail --message 'HEAD https://… returned 404'\n  ingest job jid0000000001 requeue --reason 'server fixed'\n  ingest collection demo hold --reason 'storage migration'\n  ingest history --batch bid0000000001 --format table\n  ingest verify"
+    after_help = "Examples:\n  ingest submit --profile demo --submitter alice --payload-url https://example.org/a.zip --type container\n  ingest batch bid0000000001 acquire\n  ingest job jid0000000001 start\n  ingest job jid0000000001 success\n  ingest job jid0000000001 fail --message 'HEAD https://… returned 404'\n  ingest job jid0000000001 requeue --reason 'server fixed'\n  ingest collection demo hold --reason 'storage migration'\n  ingest history --batch bid0000000001 --format table\n  ingest verify\n\nExit codes: 0 done (diff: no drift); 1 refused by the queue, unknown item, drift found, verify failed; 2 usage (bad arguments, no such data directory, bad configuration); 3 unreachable (no answer, token refused, data directory held by another process)."
 )]
 pub struct Cli {
     /// The data directory holding the event log.

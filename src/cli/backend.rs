@@ -5,7 +5,7 @@
 //! protocol types either way, so `ingest show`, `history`, `status` and
 //! `verify` give the same shape locally and through a server.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use ingest_client::{Client, ClientError, Method};
 use ingest_engine::{Engine, EngineError};
 use ingest_events::command::Command;
@@ -240,10 +240,11 @@ impl Remote {
             Ok(v) => Ok(v),
             Err(ClientError::Status {
                 status: 401, code, ..
-            }) => bail!(
+            }) => Err(super::exit::Unreachable(format!(
                 "the server at {} refused the token (401 {code}): set INGEST_ADMIN_TOKEN to its admin token",
                 self.base
-            ),
+            ))
+            .into()),
             Err(ClientError::Status {
                 status,
                 code,

@@ -26,6 +26,7 @@ use backend::{Backend, Local, Refused, Remote};
 mod admin;
 pub mod args;
 pub mod backend;
+pub mod exit;
 mod local;
 mod output;
 pub mod remote;
@@ -89,6 +90,15 @@ pub fn run_with(cli: Cli, globals: ingest_config::GlobalOverrides) -> Result<i32
             // The live tree comes from ZooKeeper: no data directory needed.
             return zk::tree_live(args.clone());
         }
+    }
+    // A typo in --data-dir must not open an empty log and answer as if the
+    // queue were empty: only the first submission creates the directory.
+    if !cli.data_dir.exists() && !matches!(cli.command, Cmd::Submit(_)) {
+        return Err(exit::Usage(format!(
+            "there is no data directory at {} (a typo? `ingest submit` or `ingest serve` creates one there)",
+            cli.data_dir.display()
+        ))
+        .into());
     }
     let mut config = EngineConfig::new(&cli.data_dir);
     config.lifecycle = lifecycle;

@@ -90,10 +90,10 @@ fn run_inner(remote: &Remote, command: Cmd) -> Result<i32> {
             let client = remote.admin_api()?;
             match remote.run(client.diff()) {
                 Ok(d) => Ok(print_diff(&d)),
-                // A diff that cannot run is not drift.
+                // A diff that cannot run is not drift: 3, as unreachable.
                 Err(e) if e.is::<Refused>() => {
                     eprintln!("refused: {e}");
-                    Ok(2)
+                    Ok(super::exit::UNREACHABLE)
                 }
                 Err(e) => Err(e),
             }

@@ -112,7 +112,8 @@ fn seconds(value: f64, what: &str) -> Result<Duration> {
 }
 
 fn zk_config(args: &ZkArgs) -> Result<ZkConfig> {
-    Ok(args.require()?)
+    args.require()
+        .map_err(|e| super::exit::Usage(e.to_string()).into())
 }
 
 fn limits(args: &TxnArgs) -> TxnLimits {
@@ -423,7 +424,7 @@ pub fn diff(engine: &mut Engine, actor: &Actor, args: DiffArgs) -> Result<i32> {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot compare the tree under {root} with the log: {e}");
-            return Ok(2);
+            return Ok(super::exit::UNREACHABLE);
         }
     };
     match &report.checkpoint {

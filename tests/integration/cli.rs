@@ -372,6 +372,7 @@ fn a_second_process_on_the_data_dir_is_told_so() {
         "{}",
         out.stderr
     );
+    assert_eq!(out.code, 3, "a held data directory is 'cannot reach'");
     drop(held);
     ing.run(&["status"]).ok();
 }
@@ -488,4 +489,56 @@ fn a_closed_pipe_ends_the_output_quietly() {
         assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }
+}
+
+/// Regression: a typo in --data-dir opened an empty log (`status` exited 0
+/// on a directory that did not exist), and every failure exited 1.
+#[test]
+fn exit_codes_tell_refusals_typos_and_outages_apart() {
+    let ing = Ingest::new();
+    let missing = ing.data_dir().join("no-such-dir");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(crate::util::ingest_bin())
+            .arg("--data-dir")
+            .arg(&missing)
+            .args(args)
+            .env_remove("INGEST_DATA_DIR")
+            .env_remove("INGEST_ENGINE")
+            .env("INGEST_ADMIN_TOKEN", "admin-token-0123456789")
+            .output()
+            .expect("run ingest");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    // Usage: no data directory there, and none is created.
+    let (code, stderr) = run(&["status"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("there is no data directory at"), "{stderr}");
+    assert!(!missing.exists(), "status must not create the directory");
+    // The first submission creates it.
+    let (code, stderr) = run(&[
+        "submit",
+        "--profile",
+        "demo",
+        "--submitter",
+        "a",
+        "--payload-url",
+        "https://example.org/a",
+        "--type",
+        "file",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(missing.exists());
+    // Refused by the queue: an unknown job.
+    let (code, stderr) = run(&["job", "jid0000000099", "hold", "--reason", "x"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    // Cannot reach: a server that does not answer.
+    let (code, stderr) = run(&["--engine", "http://127.0.0.1:9", "status"]);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(stderr.contains("cannot reach"), "{stderr}");
+    // Usage: clap's own errors.
+    let (code, _) = run(&["no-such-command"]);
+    assert_eq!(code, Some(2));
 }
