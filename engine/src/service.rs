@@ -236,6 +236,13 @@ impl EngineHandle {
         &self.lifecycle
     }
 
+    /// Whether the writer thread still takes commands (it stops on
+    /// shutdown and on a log error it cannot go on after, such as a full
+    /// disk).
+    pub fn is_running(&self) -> bool {
+        !self.tx.is_closed()
+    }
+
     /// Queue-wide figures of the published state, as `ingest status` shows
     /// them.
     pub fn status_view(&self) -> ingest_protocol::view::StatusView {

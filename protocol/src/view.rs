@@ -99,3 +99,21 @@ pub struct StatusView {
     /// How long the engine took to fold the log when it opened, in ms.
     pub startup_fold_ms: u64,
 }
+
+/// `GET /readyz`: whether the server can do its work now, and why not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Readiness {
+    /// Every check passed.
+    pub ready: bool,
+    /// The engine's writer takes commands.
+    pub writer: bool,
+    /// The projector's state (`connected`, `standby`, `disconnected`,
+    /// `starting`, `stopped`), when ZooKeeper is configured.
+    pub projector: Option<String>,
+    /// Durable events not in ZooKeeper yet.
+    pub events_behind: Option<u64>,
+    /// The age of the oldest of them, in seconds.
+    pub seconds_behind: Option<f64>,
+    /// What keeps the server from being ready, one line each.
+    pub reasons: Vec<String>,
+}

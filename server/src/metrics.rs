@@ -298,6 +298,13 @@ impl Metrics {
         }
     }
 
+    /// The projector's latest status, when one is attached.
+    pub fn projector_status(&self) -> Option<SinkStatus> {
+        lock(&self.projector)
+            .as_ref()
+            .map(|p| p.status.borrow().clone())
+    }
+
     /// Shows the projector's lag (from the sink's status watch) from now on.
     /// A second call replaces the first watch.
     pub fn attach_projector(&self, status: watch::Receiver<SinkStatus>) {

@@ -1298,3 +1298,31 @@ async fn a_chunked_body_over_the_limit_is_413_json() {
     assert_eq!(s.head(), head);
     s.stop().await;
 }
+
+/// `/healthz` answers without a token; `/readyz` says ready while the
+/// writer takes commands and 503 with the reason once it has stopped
+/// (before, a server whose writer had stopped kept answering 200 on
+/// `/status` and nothing showed it).
+#[tokio::test]
+async fn health_and_readiness_need_no_token_and_readiness_sees_a_stopped_writer() {
+    let mut server = Server::start().await;
+    let health = server.call(Method::GET, "/healthz", None, None).await;
+    assert_eq!(health.status, 200);
+    let ready = server.call(Method::GET, "/readyz", None, None).await;
+    assert_eq!(ready.status, 200, "{}", ready.body);
+    assert_eq!(ready.body["ready"], true);
+    assert_eq!(ready.body["writer"], true);
+    // The writer stops (as it does on a log error it cannot go on after).
+    if let Some(service) = server.service.take() {
+        service.shutdown().await;
+    }
+    let ready = server.call(Method::GET, "/readyz", None, None).await;
+    assert_eq!(ready.status, 503, "{}", ready.body);
+    assert_eq!(ready.body["ready"], false);
+    assert_eq!(ready.body["writer"], false);
+    let reasons = ready.body["reasons"].to_string();
+    assert!(reasons.contains("writer has stopped"), "{reasons}");
+    let health = server.call(Method::GET, "/healthz", None, None).await;
+    assert_eq!(health.status, 200, "the process is still up");
+    server.stop().await;
+}

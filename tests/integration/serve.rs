@@ -97,6 +97,13 @@ async fn serve_projects_fences_on_real_locks_and_stops_cleanly() {
     })
     .await;
 
+    // Ready: the writer takes commands and the projector leads, caught up.
+    eventually("readiness with a connected projector", 30, async || {
+        let (code, body) = server.call(Method::GET, "/readyz", "", None).await;
+        (code == 200 && body["projector"] == "connected").then_some(())
+    })
+    .await;
+
     // SIGTERM: the server finishes and exits 0; the log verifies afterwards.
     let pid = server.child.id().to_string();
     assert!(Command::new("kill")

@@ -267,6 +267,8 @@ fn table() -> Vec<Entry> {
         // Operations.
         entry(M::GET, "/metrics", Metrics, metrics),
         entry(M::GET, "/openapi.yaml", Public, openapi),
+        entry(M::GET, "/healthz", Public, healthz),
+        entry(M::GET, "/readyz", Public, readyz),
     ]
 }
 
@@ -468,6 +470,67 @@ async fn metrics(State(app): State<AppState>) -> Result<Response, ApiError> {
         .map_err(|e| ApiError::internal(format!("the metrics task failed: {e}")))?
         .map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], page).into_response())
+}
+
+/// The largest projector lag, in seconds, at which the server is ready.
+pub const READY_MAX_SECONDS_BEHIND: f64 = 60.0;
+
+/// `GET /healthz`: the process answers (no token, no checks).
+async fn healthz() -> Response {
+    (StatusCode::OK, "ok\n").into_response()
+}
+
+/// `GET /readyz`: 200 when the writer takes commands and, with ZooKeeper,
+/// the projector is connected (or standing by) and at most
+/// [`READY_MAX_SECONDS_BEHIND`] behind; 503 with the reasons otherwise.
+async fn readyz(State(app): State<AppState>) -> Response {
+    let writer = app.inner.handle.is_running();
+    let mut reasons = Vec::new();
+    if !writer {
+        reasons.push("the engine's writer has stopped and takes no commands".to_string());
+    }
+    let status = app.inner.metrics.projector_status();
+    let projector = status.as_ref().map(|s| {
+        use ingest_projections::SinkState;
+        match &s.state {
+            SinkState::Starting => "starting",
+            SinkState::Connected => "connected",
+            SinkState::Disconnected => "disconnected",
+            SinkState::Standby { .. } => "standby",
+            SinkState::Stopped(_) => "stopped",
+            _ => "unknown",
+        }
+        .to_string()
+    });
+    if let Some(s) = &status {
+        match projector.as_deref() {
+            Some("connected" | "standby") => {}
+            Some(state) => reasons.push(format!("the projector is {state}")),
+            None => {}
+        }
+        if s.seconds_behind > READY_MAX_SECONDS_BEHIND {
+            reasons.push(format!(
+                "the projector is {:.0} s behind (at most {READY_MAX_SECONDS_BEHIND:.0} s)",
+                s.seconds_behind
+            ));
+        }
+    }
+    let body = ingest_protocol::view::Readiness {
+        ready: reasons.is_empty(),
+        writer,
+        projector,
+        events_behind: status.as_ref().map(|s| s.events_behind),
+        seconds_behind: status.as_ref().map(|s| s.seconds_behind),
+        reasons,
+    };
+    if !body.ready {
+        tracing::error!(reasons = ?body.reasons, "not ready");
+    }
+    let code = match body.ready {
+        true => StatusCode::OK,
+        false => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (code, axum::Json(body)).into_response()
 }
 
 async fn openapi() -> Response {
