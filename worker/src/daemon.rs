@@ -61,6 +61,40 @@ pub struct Shared {
     /// re-read every batch ever submitted (until cleanup), and a burst of N
     /// batches cost on the order of N² reads.
     pub acquired: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Why each waiting job waits, so the reason is logged at INFO once
+    /// when it changes rather than on every look (and not only at DEBUG,
+    /// where an operator would never see why jobs do not move).
+    pub waiting: std::sync::Mutex<std::collections::HashMap<String, String>>,
+}
+
+/// The most waiting jobs whose reasons are remembered; past it the memory
+/// starts over (a reason may then be logged again).
+const MAX_WAITING_REMEMBERED: usize = 10_000;
+
+impl Shared {
+    /// Logs at INFO that `jid` waits in `state`, when the reason is new;
+    /// says whether it did.
+    fn note_waiting(&self, jid: &str, state: JobState, why: &str) -> bool {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        if waiting.get(jid).map(String::as_str) == Some(why) {
+            tracing::debug!(%jid, %state, %why, "the job still waits");
+            return false;
+        }
+        if waiting.len() >= MAX_WAITING_REMEMBERED {
+            waiting.clear();
+        }
+        tracing::info!(%jid, %state, %why, "the job waits");
+        waiting.insert(jid.to_string(), why.to_string());
+        true
+    }
+
+    /// Forgets that `jid` waited (it moved on).
+    fn done_waiting(&self, jid: &str) {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(jid);
+    }
 }
 
 /// What the daemon works on.
@@ -498,10 +532,11 @@ async fn locked(
                 let outcome = match result {
                     StepResult::Report(o) => o,
                     StepResult::Wait(why) => {
-                        tracing::debug!(jid = %item.id, %state, %why, "the job waits");
+                        let _logged = shared.note_waiting(&item.id, state, &why);
                         return Ok(Tried::Waited);
                     }
                 };
+                shared.done_waiting(&item.id);
                 if client.state().is_terminated() {
                     tracing::warn!(jid = %item.id, %state, "the session ended during the step; the result is dropped");
                     return Ok(Tried::Refused);
@@ -644,5 +679,39 @@ mod tests {
             lock_path(Target::Jobs(JobState::Notify), "jid1"),
             "/jobs/jid1/lock"
         );
+    }
+
+    /// Regression: why a job waited (a full working storage, an unreadable
+    /// one) was logged only at DEBUG, so jobs waited silently; now at INFO,
+    /// once per reason.
+    #[tokio::test]
+    async fn a_wait_is_logged_once_per_reason() {
+        use crate::step::{FixedProbe, SimSettings};
+        let shared = Shared {
+            stats: Arc::new(Stats::default()),
+            name: "w".into(),
+            session: Arc::new(Session::new(ingest_projections::ZkConfig::new(
+                "127.0.0.1:1".to_string(),
+            ))),
+            engine: EngineClient::new("http://127.0.0.1:1", "token").expect("client"),
+            steps: Steps::simulated(
+                SimSettings::default(),
+                Some(1),
+                Arc::new(FixedProbe::new(0.0)),
+                90.0,
+                "/".into(),
+            ),
+            rng: Rng::new(1),
+            acquired: Default::default(),
+            waiting: Default::default(),
+        };
+        let full = "working storage /w is 95.0% full (threshold 70%)";
+        assert!(shared.note_waiting("jid1", JobState::Provisioning, full));
+        assert!(!shared.note_waiting("jid1", JobState::Provisioning, full));
+        assert!(shared.note_waiting("jid2", JobState::Provisioning, full));
+        let gone = "cannot measure /w: No such file or directory";
+        assert!(shared.note_waiting("jid1", JobState::Provisioning, gone));
+        shared.done_waiting("jid1");
+        assert!(shared.note_waiting("jid1", JobState::Provisioning, gone));
     }
 }

@@ -95,6 +95,7 @@ impl Workers {
             steps: options.steps,
             rng: Rng::from_entropy(),
             acquired: Default::default(),
+            waiting: Default::default(),
         });
         let stop = CancellationToken::new();
         let mut tasks = Vec::new();

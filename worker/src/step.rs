@@ -583,7 +583,7 @@ impl Step for Provision {
             match used {
                 Ok(Ok(used)) if used <= self.threshold_percent => self.inner.run(job).await,
                 Ok(Ok(used)) => StepResult::Wait(format!(
-                    "working storage {} is {used}% full (threshold {}%)",
+                    "working storage {} is {used:.1}% full (threshold {}%)",
                     self.working_storage.display(),
                     self.threshold_percent
                 )),
