@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::util::ingest_bin;
 
@@ -157,26 +157,21 @@ impl Server {
         body
     }
 
+    /// Submits a batch of `jobs` inline manifest lines through the typed
+    /// client (`ingest-client`, as depositors' tools and the CLI do); its bid.
     pub async fn submit(&self, jobs: usize) -> String {
-        let lines: Vec<String> = (0..jobs)
-            .map(|i| format!("https://example.org/{i}.txt loc{i}"))
-            .collect();
-        let (status, body) = self
-            .call(
-                reqwest::Method::POST,
-                "/batches",
-                DEPOSITOR,
-                Some(json!({
-                    "submitter": "alice",
-                    "profile": "demo",
-                    "type": "object-manifest",
-                    "payload_url": "https://example.org/batch.checkm",
-                    "manifest": lines,
-                })),
-            )
-            .await;
-        assert_eq!(status, 201, "{body}");
-        body["bid"].as_str().expect("bid").to_string()
+        let client = ingest_client::Client::new(&self.base, DEPOSITOR).expect("client");
+        let input = ingest_protocol::submission::SubmissionInput {
+            submitter: Some("alice".into()),
+            profile: Some("demo".into()),
+            payload_type: Some("object-manifest".into()),
+            payload_url: Some("https://example.org/batch.checkm".into()),
+            manifest: (0..jobs)
+                .map(|i| format!("https://example.org/{i}.txt loc{i}"))
+                .collect(),
+            ..Default::default()
+        };
+        client.submit(&input).await.expect("submitted").bid
     }
 
     /// Asserts that the job completed and made exactly one move out of
