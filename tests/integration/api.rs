@@ -1326,3 +1326,50 @@ async fn health_and_readiness_need_no_token_and_readiness_sees_a_stopped_writer(
     assert_eq!(health.status, 200, "the process is still up");
     server.stop().await;
 }
+
+/// Regression: concurrent retries with the same uuid could get 409 (the
+/// uuid check ran on the published state before the command was queued):
+/// now the writer decides, and every identical request gets the one batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_submissions_with_one_uuid_get_one_batch() {
+    let server = Server::start().await;
+    for round in 0..5u128 {
+        let uuid = format!("00000000-0000-0000-0000-{:012}", round + 1);
+        let body = json!({
+            "uuid": uuid, "submitter": "alice", "profile": "demo",
+            "type": "file", "payload_url": "https://example.org/a.txt",
+        });
+        let replies = futures::future::join_all(
+            (0..6).map(|_| server.post("/batches", DEPOSITOR, body.clone())),
+        )
+        .await;
+        let created = replies.iter().filter(|r| r.status == 201).count();
+        assert_eq!(
+            created,
+            1,
+            "round {round}: {:?}",
+            replies.iter().map(|r| r.status).collect::<Vec<_>>()
+        );
+        let bids: std::collections::BTreeSet<String> = replies
+            .iter()
+            .map(|r| {
+                assert!(
+                    r.status == 200 || r.status == 201,
+                    "{}: {}",
+                    r.status,
+                    r.body
+                );
+                r.body["bid"].as_str().expect("bid").to_string()
+            })
+            .collect();
+        assert_eq!(bids.len(), 1, "one batch for one uuid: {bids:?}");
+        // The same uuid with other fields is a conflict, not a retry.
+        let mut other = body.clone();
+        other["payload_url"] = json!("https://example.org/b.txt");
+        server
+            .post("/batches", DEPOSITOR, other)
+            .await
+            .error(409, "duplicate_uuid");
+    }
+    server.stop().await;
+}

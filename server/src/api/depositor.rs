@@ -1,5 +1,7 @@
 //! Depositor routes: submit a batch, follow it and its jobs.
 
+use ingest_engine::{EngineError, ServiceError};
+use ingest_events::command::Rejection;
 use ingest_protocol::api::*;
 use ingest_protocol::submission::SubmissionError;
 use std::collections::BTreeMap;
@@ -180,9 +182,33 @@ pub(crate) async fn submit(
         None => Uuid::new_v4(),
     };
     let actor = Actor::depositor(submission.submitter.clone());
-    let outcome = app
-        .execute(actor, cid, Command::SubmitBatch { uuid, submission })
-        .await?;
+    let command = Command::SubmitBatch {
+        uuid,
+        submission: submission.clone(),
+    };
+    let outcome = match app
+        .inner
+        .handle
+        .execute_correlated(actor, cid.0, command)
+        .await
+    {
+        Ok(outcome) => outcome,
+        // Requests with the same uuid that arrive together all pass the
+        // check above; the writer serialises them and refuses all but the
+        // first. Each later one is then answered as a retry would be (200
+        // with the batch), or 409 when its fields differ.
+        Err(ServiceError::Engine(EngineError::Rejected(Rejection::NoChange(_))))
+            if body.uuid.is_some() =>
+        {
+            return match existing_batch(&app.inner.handle.state(), uuid, &submission)? {
+                Some(existing) => Ok((StatusCode::OK, Json(existing)).into_response()),
+                None => Err(ApiError::internal(
+                    "the uuid was refused as taken, but no batch has it",
+                )),
+            };
+        }
+        Err(e) => return Err(e.into()),
+    };
     let bid = outcome
         .records
         .iter()
