@@ -46,6 +46,11 @@ pub fn run(config: ServeConfig) -> Result<i32> {
 async fn serve(config: ServeConfig) -> Result<i32> {
     let lifecycle = config.lifecycle()?;
     let profiles = config.profiles()?;
+    // Provisioning measures the working storage: a directory that does not
+    // exist would hold every job in Provisioning for ever, silently.
+    let work = &config.provisioning.working_storage;
+    std::fs::create_dir_all(work)
+        .with_context(|| format!("cannot create the working storage {}", work.display()))?;
     let profiles_for_workers = profiles.clone();
     let mut engine_config = EngineConfig::new(&config.data_dir);
     engine_config.lifecycle = lifecycle;

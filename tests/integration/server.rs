@@ -91,7 +91,8 @@ pub fn start_with(
         "100",
         "--working-storage",
     ]);
-    std::fs::create_dir_all(dir.join("work")).expect("working storage");
+    // Not created here: `serve` creates its working storage (before, jobs
+    // waited in Provisioning for ever on a fresh data directory).
     cmd.arg(dir.join("work")).args(args);
     if let Some(daemons) = daemons {
         cmd.env("INGEST_WORKER_STEPS", steps)
