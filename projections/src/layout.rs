@@ -214,6 +214,30 @@ pub fn collection_lock(profile: &str) -> String {
     format!("{LOCKS_COLLECTIONS}/{profile}")
 }
 
+/// Whether the projection owns `path`: the Merritt paths it writes
+/// (`/batches`, `/batch-uuids`, `/jobs` and below, the queue pause lock
+/// and the collection holds under `/locks`), but not worker locks. Rebuild,
+/// repair and diff compare and change only these; everything else under the
+/// root — `/locks/storage`, `/locks/inventory`, `/locks/localid`, other
+/// queues' locks, other sessions' nodes — belongs to its holder.
+pub fn is_owned(path: &str) -> bool {
+    if is_ephemeral_lock(path) {
+        return false;
+    }
+    let mut parts = path.trim_start_matches('/').split('/');
+    match parts.next() {
+        Some("batches" | "batch-uuids" | "jobs") => true,
+        Some("locks") => matches!(
+            (parts.next(), parts.next(), parts.next()),
+            (None, _, _)
+                | (Some("queue"), None, _)
+                | (Some("queue"), Some("ingest"), None)
+                | (Some("collections"), _, None)
+        ),
+        _ => false,
+    }
+}
+
 /// Whether `path` is a worker's ephemeral lock (`/batches/BID/lock`,
 /// `/jobs/JID/lock`), which the projection never writes and diffs ignore.
 pub fn is_ephemeral_lock(path: &str) -> bool {
@@ -400,6 +424,36 @@ mod tests {
             queue_ref(JobState::Pending, 5, Jid(1)),
             "/jobs/states/pending/05-jid0000000001"
         );
+    }
+
+    #[test]
+    fn the_projection_owns_its_paths_and_no_object_lock() {
+        for owned in [
+            "/batches",
+            "/batches/bid0000000001/status",
+            "/batch-uuids/u",
+            "/jobs/states/pending/05-jid0000000001",
+            "/locks",
+            "/locks/queue",
+            "/locks/queue/ingest",
+            "/locks/collections",
+            "/locks/collections/demo",
+        ] {
+            assert!(is_owned(owned), "{owned}");
+        }
+        for foreign in [
+            "/jobs/jid0000000001/lock",
+            "/batches/bid0000000001/lock",
+            "/locks/storage",
+            "/locks/storage/ark_99999_fk4x",
+            "/locks/inventory/ark_99999_fk4x",
+            "/locks/localid/loc_owner",
+            "/locks/queue/accessSmall",
+            "/access/small",
+            "/zookeeper",
+        ] {
+            assert!(!is_owned(foreign), "{foreign}");
+        }
     }
 
     #[test]

@@ -279,7 +279,7 @@ pub async fn diff(
     let at = checkpoint.clone().unwrap_or_else(Checkpoint::genesis);
     check_checkpoint(log, &zk_config.root, &at)?;
     let expected = expected_tree(log, &at, progress)?;
-    let diff = expected.diff_filtered(&live.tree, |p| !layout::is_ephemeral_lock(p));
+    let diff = expected.diff_filtered(&live.tree, layout::is_owned);
     let locks = live
         .tree
         .iter()
@@ -486,7 +486,7 @@ async fn converge(
         progress(Progress::Reading {
             nodes: live.tree.len(),
         });
-        let diff = expected.diff_filtered(&live.tree, |p| !layout::is_ephemeral_lock(p));
+        let diff = expected.diff_filtered(&live.tree, layout::is_owned);
         report.locks_kept = live
             .tree
             .iter()

@@ -689,12 +689,34 @@ async fn rebuild_restores_the_tree_and_leaves_locks_alone() {
         .get_data("/jobs/jid0000000001/lock")
         .await
         .expect("lock");
+    // Merritt's object locks belong to their holders (mrt-store holds
+    // /locks/storage/<ark> while it writes): a persistent one and another
+    // session's ephemeral one. Regression: rebuild deleted both.
+    let foreign = [
+        "/locks/storage",
+        "/locks/storage/ark_99999_fk4x",
+        "/locks/inventory",
+        "/locks/inventory/ark_99999_fk4x",
+    ];
+    for (i, p) in foreign.iter().enumerate() {
+        let mode = if i == 3 { &ephemeral } else { &acl };
+        worker
+            .create(p, b"mrt", mode)
+            .await
+            .expect("a foreign node");
+    }
 
     f.close();
     let run = f
         .ingest
         .run(&["rebuild", "--zk", &server.hosts(), "--zk-root", &root])
         .ok();
+    for p in foreign {
+        assert!(
+            worker.check_stat(p).await.expect("stat").is_some(),
+            "rebuild removed {p}, which is not the projection's"
+        );
+    }
     assert!(
         run.stdout.contains("1 deleted with their node"),
         "{}",
@@ -716,7 +738,9 @@ async fn rebuild_restores_the_tree_and_leaves_locks_alone() {
         .expect("the lock stays");
     assert_eq!(lock_before.ephemeral_owner, lock_after.ephemeral_owner);
     assert_eq!(lock_after.ephemeral_owner, worker.session_id().0);
-    assert_same_tree(&expected, &live_tree(&zk).await, "after the rebuild");
+    // The projection's own nodes match the log; the foreign ones are left.
+    let d = expected.diff_filtered(&live_tree(&zk).await, ingest_projections::layout::is_owned);
+    assert!(d.is_empty(), "after the rebuild:\n{d}");
     let cp = checkpoint_of(&zk).await.expect("checkpoint");
     assert_eq!((cp.position, cp.rebuilding), (head, None));
     // The rebuild records nothing; `diff` agrees.
