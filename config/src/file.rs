@@ -82,6 +82,8 @@ pub(crate) enum Percent {
 #[serde(deny_unknown_fields)]
 pub(crate) struct FileHttp {
     pub(crate) max_body_bytes: Option<usize>,
+    pub(crate) header_read_timeout_secs: Option<u64>,
+    pub(crate) max_connections: Option<usize>,
 }
 
 /// A value and where it came from.

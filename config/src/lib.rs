@@ -76,6 +76,12 @@ pub const DEFAULT_DATA_DIR: &str = "./ingest-data";
 pub const DEFAULT_PROVISIONING_THRESHOLD: f64 = 70.0;
 /// The largest request body the API reads, in bytes.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// How long, by default, a client may take to send a request's headers.
+pub const DEFAULT_HEADER_READ_TIMEOUT_SECS: u64 = 30;
+
+/// How many connections the API keeps open at once, by default.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// The ZooKeeper session timeout used when none is configured.
 pub const DEFAULT_ZK_SESSION_TIMEOUT_SECS: f64 = 6.0;
 /// The shortest bearer token accepted.

@@ -53,6 +53,8 @@ working_storage = "/zfs/queue"
 
 [http]
 max_body_bytes = 1048576
+header_read_timeout_secs = 30
+max_connections = 1024
 "#;
 
 /// An example collection profile (one file per profile in the profiles directory).
@@ -114,6 +116,12 @@ pub struct ServeArgs {
     /// The largest request body the API reads, in bytes [default: 1048576].
     #[arg(long, env = "INGEST_MAX_BODY_BYTES", value_name = "BYTES")]
     pub max_body_bytes: Option<usize>,
+    /// Seconds a client may take to send a request's headers before its connection is closed [default: 30].
+    #[arg(long, env = "INGEST_HEADER_READ_TIMEOUT", value_name = "SECONDS")]
+    pub header_read_timeout: Option<u64>,
+    /// The most connections the API keeps open; further ones are closed at once [default: 1024].
+    #[arg(long, env = "INGEST_MAX_CONNECTIONS", value_name = "N")]
+    pub max_connections: Option<usize>,
     /// Where arks come from.
     #[command(flatten)]
     pub ids: IdArgs,
@@ -199,6 +207,10 @@ pub struct ServeConfig {
     pub profiles_dir: Option<PathBuf>,
     /// The largest request body the API reads.
     pub max_body_bytes: usize,
+    /// How long a client may take to send a request's headers.
+    pub header_read_timeout: Duration,
+    /// The most connections the API keeps open at once.
+    pub max_connections: usize,
     /// The NAAN and shoulder of minted arks.
     pub minter: (String, String),
     /// EZID, when arks come from it.
@@ -500,6 +512,40 @@ impl ServeConfig {
                 format!("{} is outside 1024-67108864", max_body.value),
             ));
         }
+        let header_timeout = layer(
+            file.http.header_read_timeout_secs,
+            args.header_read_timeout,
+            &file_origin,
+            "--header-read-timeout or INGEST_HEADER_READ_TIMEOUT",
+        )
+        .unwrap_or(Layered {
+            value: DEFAULT_HEADER_READ_TIMEOUT_SECS,
+            origin: Origin::Default,
+        });
+        if !(1..=3600).contains(&header_timeout.value) {
+            return Err(invalid(
+                &header_timeout.origin,
+                "http.header_read_timeout_secs",
+                format!("{} is outside 1-3600 seconds", header_timeout.value),
+            ));
+        }
+        let max_connections = layer(
+            file.http.max_connections,
+            args.max_connections,
+            &file_origin,
+            "--max-connections or INGEST_MAX_CONNECTIONS",
+        )
+        .unwrap_or(Layered {
+            value: DEFAULT_MAX_CONNECTIONS,
+            origin: Origin::Default,
+        });
+        if !(1..=1_000_000).contains(&max_connections.value) {
+            return Err(invalid(
+                &max_connections.origin,
+                "http.max_connections",
+                format!("{} is outside 1-1000000", max_connections.value),
+            ));
+        }
 
         let request_timeout = args
             .zookeeper
@@ -533,6 +579,8 @@ impl ServeConfig {
             },
             profiles_dir: profiles_dir.map(|l| l.value),
             max_body_bytes: max_body.value,
+            header_read_timeout: Duration::from_secs(header_timeout.value),
+            max_connections: max_connections.value,
             minter: (ids.naan.clone(), ids.shoulder.clone()),
             ezid: ezid_settings(&ids)?,
             steps,

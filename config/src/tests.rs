@@ -107,6 +107,8 @@ fn the_example_files_load_and_agree() {
         assert_eq!(c.provisioning.threshold_percent, 70.0);
         assert_eq!(c.provisioning.working_storage, PathBuf::from("/zfs/queue"));
         assert_eq!(c.max_body_bytes, 1024 * 1024);
+        assert_eq!(c.header_read_timeout, Duration::from_secs(30));
+        assert_eq!(c.max_connections, 1024);
         assert!(c.lifecycle().is_ok());
         if ext == "yaml" {
             // The sections that mirror flags, and the worker's view of the
@@ -135,7 +137,14 @@ fn the_example_files_load_and_agree() {
         assert!(profiles.check("other").is_err());
         loaded.push(format!(
             "{:?}",
-            (c.listen, c.daemons, c.provisioning, c.max_body_bytes)
+            (
+                c.listen,
+                c.daemons,
+                c.provisioning,
+                c.max_body_bytes,
+                c.header_read_timeout,
+                c.max_connections
+            )
         ));
         drop(dir);
     }
@@ -252,6 +261,8 @@ fn flags_and_their_variables() {
         ("provisioning-threshold", "INGEST_PROVISIONING_THRESHOLD"),
         ("working-storage", "INGEST_WORKING_STORAGE"),
         ("max-body-bytes", "INGEST_MAX_BODY_BYTES"),
+        ("header-read-timeout", "INGEST_HEADER_READ_TIMEOUT"),
+        ("max-connections", "INGEST_MAX_CONNECTIONS"),
     ] {
         assert_eq!(env_of(long).as_deref(), Some(env), "--{long}");
     }
@@ -312,6 +323,16 @@ fn errors_name_the_file_and_the_field() {
             "body.yaml",
             "http: {max_body_bytes: 10}\n",
             &["body.yaml", "http.max_body_bytes"],
+        ),
+        (
+            "hdr.yaml",
+            "http: {header_read_timeout_secs: 0}\n",
+            &["hdr.yaml", "http.header_read_timeout_secs"],
+        ),
+        (
+            "conns.yaml",
+            "http: {max_connections: 0}\n",
+            &["conns.yaml", "http.max_connections"],
         ),
         (
             "prof.yaml",
@@ -591,6 +612,13 @@ mod sections {
         assert_eq!(c.minter.0, "99999");
         assert_eq!(c.real.step_retries, 2);
         assert_eq!(c.real.transfers, 3);
+
+        let mut args = ServeArgs::default();
+        args.max_connections = Some(20);
+        let text = "http:\n  max_connections: 10\n  header_read_timeout_secs: 5\n";
+        let c = load(dir.path(), text, args).expect("loads");
+        assert_eq!(c.max_connections, 20);
+        assert_eq!(c.header_read_timeout, Duration::from_secs(5));
     }
 
     #[test]

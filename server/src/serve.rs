@@ -163,7 +163,11 @@ async fn serve(config: ServeConfig) -> Result<i32> {
             }
         }
     };
-    api::serve(listener, router, api_stop)
+    let limits = api::Limits {
+        header_read_timeout: config.header_read_timeout,
+        max_connections: config.max_connections,
+    };
+    api::serve(listener, router, limits, api_stop)
         .await
         .context("the HTTP server failed")?;
     tracing::info!("the API stopped taking requests");

@@ -104,6 +104,10 @@ impl Server {
     }
 
     async fn start_with(locks: Option<Arc<dyn LockChecker>>) -> Server {
+        Server::start_limited(locks, api::Limits::default()).await
+    }
+
+    async fn start_limited(locks: Option<Arc<dyn LockChecker>>, limits: api::Limits) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let service =
             EngineService::start(Engine::open(EngineConfig::new(dir.path())).expect("open"));
@@ -133,7 +137,7 @@ impl Server {
             .await
             .expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("addr"));
-        let task = tokio::spawn(api::serve(listener, router, std::future::pending()));
+        let task = tokio::spawn(api::serve(listener, router, limits, std::future::pending()));
         Server {
             base,
             client: reqwest::Client::new(),
@@ -1371,5 +1375,140 @@ async fn concurrent_submissions_with_one_uuid_get_one_batch() {
             .await
             .error(409, "duplicate_uuid");
     }
+    server.stop().await;
+}
+
+/// Reads from `stream` until it closes or `within` passes; what was read,
+/// and whether it closed.
+async fn read_until_closed(
+    stream: &mut tokio::net::TcpStream,
+    within: std::time::Duration,
+) -> (Vec<u8>, bool) {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return (got, false),
+            Ok(Ok(0)) | Ok(Err(_)) => return (got, true),
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// Sends one keep-alive request and reads its answer's status line.
+async fn healthz_on(stream: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .expect("write");
+    let mut buf = [0u8; 4096];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(30), stream.read(&mut buf))
+        .await
+        .expect("an answer")
+        .expect("read");
+    String::from_utf8_lossy(&buf[..n])
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_sends_headers_slowly_is_disconnected() {
+    use tokio::io::AsyncWriteExt;
+    let server = Server::start_limited(
+        None,
+        api::Limits {
+            header_read_timeout: std::time::Duration::from_secs(1),
+            ..api::Limits::default()
+        },
+    )
+    .await;
+    let addr = server.base.trim_start_matches("http://").to_string();
+    let mut slow = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    // Part of a request, never finished: the server must not wait for ever.
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Slow: ")
+        .await
+        .expect("write");
+    let (got, closed) = read_until_closed(&mut slow, std::time::Duration::from_secs(60)).await;
+    assert!(
+        closed,
+        "a connection that never finished its headers was still open after 60 s"
+    );
+    assert!(
+        !String::from_utf8_lossy(&got).contains(" 200 "),
+        "an unfinished request was answered"
+    );
+    // Clients that send whole requests are served as before.
+    let mut whole = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    assert!(healthz_on(&mut whole).await.contains(" 200 "));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_the_limit_are_closed_and_those_open_are_served() {
+    let server = Server::start_limited(
+        None,
+        api::Limits {
+            max_connections: 3,
+            ..api::Limits::default()
+        },
+    )
+    .await;
+    let addr = server.base.trim_start_matches("http://").to_string();
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut s = tokio::net::TcpStream::connect(&addr)
+            .await
+            .expect("connect");
+        assert!(healthz_on(&mut s).await.contains(" 200 "));
+        held.push(s);
+    }
+    // A fourth connection is accepted by the kernel and closed by the server
+    // without an answer.
+    let mut extra = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    {
+        use tokio::io::AsyncWriteExt;
+        let _ = extra
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+            .await;
+    }
+    let (got, closed) = read_until_closed(&mut extra, std::time::Duration::from_secs(30)).await;
+    assert!(closed, "a connection over the limit was kept open");
+    assert!(got.is_empty(), "a connection over the limit was answered");
+    // The connections already open keep being served.
+    for s in &mut held {
+        assert!(healthz_on(s).await.contains(" 200 "));
+    }
+    // Once one closes, a new connection gets its place.
+    drop(held.pop());
+    let mut served = false;
+    for _ in 0..100 {
+        let mut s = tokio::net::TcpStream::connect(&addr)
+            .await
+            .expect("connect");
+        {
+            use tokio::io::AsyncWriteExt;
+            let _ = s
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+                .await;
+        }
+        let (got, _) = read_until_closed(&mut s, std::time::Duration::from_secs(1)).await;
+        if String::from_utf8_lossy(&got).contains(" 200 ") {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(served, "no connection was served after one closed");
     server.stop().await;
 }

@@ -36,7 +36,7 @@
 //!     minter: None,
 //! });
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:7878").await?;
-//! api::serve(listener, router, async { let _ = tokio::signal::ctrl_c().await; }).await
+//! api::serve(listener, router, api::Limits::default(), async { let _ = tokio::signal::ctrl_c().await; }).await
 //! # }
 //! ```
 
@@ -44,6 +44,7 @@ mod admin;
 mod auth;
 mod depositor;
 mod error;
+mod listen;
 pub mod locks;
 mod objects;
 mod ops;
@@ -51,7 +52,6 @@ mod worker;
 
 use ingest_protocol::api::*;
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -73,6 +73,7 @@ use uuid::Uuid;
 
 pub use auth::{Access, Role};
 pub use error::{ApiError, ApiJson, ApiPath};
+pub use listen::{serve, Limits};
 pub use locks::{LockCheckError, LockChecker, LockFuture, NoLocks};
 pub use worker::batch_priority;
 
@@ -352,21 +353,6 @@ pub fn router(config: ApiConfig) -> Router {
         )
         .layer(middleware::from_fn(correlation))
         .with_state(state)
-}
-
-/// Serves the router until `shutdown` completes, then finishes the requests
-/// in flight.
-///
-/// # Errors
-/// When accepting connections fails.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    router: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
 }
 
 /// A request's correlation id (recorded with its events).
@@ -665,7 +651,12 @@ mod tests {
             .await
             .expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("addr"));
-        let server = tokio::spawn(serve(listener, app, std::future::pending()));
+        let server = tokio::spawn(serve(
+            listener,
+            app,
+            Limits::default(),
+            std::future::pending(),
+        ));
         let client = reqwest::Client::new();
         let post = |path: &str, token: &str, body: serde_json::Value| {
             client

@@ -1,0 +1,129 @@
+//! The accept loop: connection limits and header deadlines in front of the
+//! router.
+//!
+//! `axum::serve` keeps a connection open for as long as its client takes to
+//! send the request headers, and accepts every connection offered; a client
+//! that opens connections and sends headers one byte at a time holds file
+//! descriptors and tasks for as long as it likes. This loop serves the same
+//! router through hyper with a header read deadline and a cap on open
+//! connections: a connection over the cap is closed at once (and counted in
+//! a WARN line at most every ten seconds), so the connections already open
+//! keep being served.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::sync::Semaphore;
+
+use ingest_config::{DEFAULT_HEADER_READ_TIMEOUT_SECS, DEFAULT_MAX_CONNECTIONS};
+
+/// How often, at most, refused connections are logged.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The limits [`serve`] puts on connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// How long a client may take to send a request's headers before its
+    /// connection is closed (HTTP/1; HTTP/2 clients are bounded by
+    /// keep-alive pings).
+    pub header_read_timeout: Duration,
+    /// The most connections open at once; further ones are closed at once.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header_read_timeout: Duration::from_secs(DEFAULT_HEADER_READ_TIMEOUT_SECS),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+/// Serves the router until `shutdown` completes, then finishes the requests
+/// in flight.
+///
+/// # Errors
+/// Never at present: failures to accept are logged and retried (after a
+/// pause, so a process out of file descriptors does not spin).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    limits: Limits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(limits.header_read_timeout))
+        .keep_alive_timeout(limits.header_read_timeout);
+    let graceful = GracefulShutdown::new();
+    let mut refused: u64 = 0;
+    let mut last_refusal_log: Option<Instant> = None;
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) if is_connection_error(&e) => continue,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot accept a connection; trying again in a second");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+            refused += 1;
+            if last_refusal_log.is_none_or(|t| t.elapsed() >= REFUSAL_LOG_INTERVAL) {
+                tracing::warn!(
+                    refused,
+                    max_connections = limits.max_connections,
+                    "connections refused: the API holds its most open connections"
+                );
+                last_refusal_log = Some(Instant::now());
+            }
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(router.clone());
+        let connection = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+            .into_owned();
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// Errors that concern one connection only (the client went away before it
+/// was accepted).
+fn is_connection_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
+    )
+}
