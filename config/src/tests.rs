@@ -613,8 +613,10 @@ mod sections {
         assert_eq!(c.real.step_retries, 2);
         assert_eq!(c.real.transfers, 3);
 
-        let mut args = ServeArgs::default();
-        args.max_connections = Some(20);
+        let args = ServeArgs {
+            max_connections: Some(20),
+            ..ServeArgs::default()
+        };
         let text = "http:\n  max_connections: 10\n  header_read_timeout_secs: 5\n";
         let c = load(dir.path(), text, args).expect("loads");
         assert_eq!(c.max_connections, 20);
