@@ -58,7 +58,8 @@ pub struct Appended {
 
 // ---- objects routes
 
-/// A fenced worker call about a job.
+/// The body of `POST /jobs/{jid}/ark` (answered [`ArkAssigned`]): a
+/// fenced worker call about a job.
 #[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ArkBody {
@@ -68,7 +69,7 @@ pub struct ArkBody {
     pub session_id: SessionId,
 }
 
-/// The body of `POST /jobs/{jid}/lookup`.
+/// The body of `POST /jobs/{jid}/lookup` (answered [`LookedUp`]).
 #[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LookupBody {
@@ -82,7 +83,7 @@ pub struct LookupBody {
     pub local_ids: Vec<String>,
 }
 
-/// The body of `POST /jobs/{jid}/object`.
+/// The body of `POST /jobs/{jid}/object` (answered [`ObjectRecorded`]).
 #[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ObjectBody {
@@ -237,7 +238,8 @@ pub struct UuidLookup {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionId(pub i64);
 
-/// Who is reporting: the worker's name and its ZooKeeper session.
+/// Who is reporting: the worker's name and its ZooKeeper session; the
+/// whole body of `POST /jobs/{jid}/start` (answered [`JobMoved`]).
 #[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkerRef {
@@ -247,7 +249,7 @@ pub struct WorkerRef {
     pub session_id: SessionId,
 }
 
-/// The acquired.
+/// The answer of `POST /batches/{bid}/acquire`.
 #[derive(Debug, PartialEq, Clone, Serialize, Deserialize)]
 pub struct Acquired {
     /// The batch id.
@@ -299,7 +301,8 @@ pub struct JobBody {
 
 /// The body of `POST /batches/{bid}/acquire`: the worker, and either the
 /// jobs it expanded the payload into or why the payload does not expand
-/// (without both, the server expands the simple forms itself).
+/// (without both, the server expands the simple forms itself). Answered
+/// [`Acquired`].
 #[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AcquireBody {
@@ -315,7 +318,7 @@ pub struct AcquireBody {
     pub expansion_error: Option<String>,
 }
 
-/// The report body.
+/// The body of `POST /batches/{bid}/report` (answered [`Reported`]).
 #[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReportBody {
@@ -328,7 +331,7 @@ pub struct ReportBody {
     pub notification_error: Option<String>,
 }
 
-/// The reported.
+/// The answer of `POST /batches/{bid}/report`.
 #[derive(Debug, PartialEq, Clone, Serialize, Deserialize)]
 pub struct Reported {
     /// The batch id.
@@ -339,7 +342,7 @@ pub struct Reported {
     pub events: Vec<HistoryRow>,
 }
 
-/// The job moved.
+/// The answer of `POST /jobs/{jid}/start`, `…/outcome` and `…/retries`.
 #[derive(Debug, PartialEq, Clone, Serialize, Deserialize)]
 pub struct JobMoved {
     /// The job id.
@@ -399,7 +402,8 @@ pub struct InventoryBody {
     pub mode: String,
 }
 
-/// A step's outcome.
+/// The body of `POST /jobs/{jid}/outcome`: a step's outcome (answered
+/// [`JobMoved`]).
 #[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutcomeBody {
@@ -434,7 +438,7 @@ pub struct OutcomeBody {
     pub duration_ms: Option<u64>,
 }
 
-/// The retry body.
+/// The body of `POST /jobs/{jid}/retries` (answered [`JobMoved`]).
 #[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetryBody {
@@ -537,4 +541,127 @@ pub struct ObjectRecorded {
     /// `true` when the version is new to the inventory, `false` when the
     /// same record was there already.
     pub new: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn wire(body: &impl Serialize) -> Value {
+        serde_json::to_value(body).expect("serializes")
+    }
+
+    /// The worker's bodies keep the wire form the server parses: the
+    /// session id as hex text, unset optional fields left out.
+    #[test]
+    fn worker_bodies_keep_their_wire_form() {
+        let who = WorkerRef {
+            worker: "w1".into(),
+            session_id: SessionId(0x7f),
+        };
+        assert_eq!(wire(&who), json!({"worker": "w1", "session_id": "0x7f"}));
+        let acquire = AcquireBody {
+            worker: "w1".into(),
+            session_id: SessionId(0x7f),
+            jobs: Some(vec![JobBody {
+                payload_url: "https://example.org/a".into(),
+                payload_type: "file".into(),
+                primary_id: None,
+                local_ids: vec!["L1".into()],
+                erc_who: Some("Doe".into()),
+                erc_what: None,
+                erc_when: None,
+                erc_where: None,
+                digest: None,
+            }]),
+            expansion_error: None,
+        };
+        assert_eq!(
+            wire(&acquire),
+            json!({"worker": "w1", "session_id": "0x7f", "jobs": [{
+                "payload_url": "https://example.org/a", "payload_type": "file",
+                "local_ids": ["L1"], "erc_who": "Doe"}]})
+        );
+        let outcome = OutcomeBody {
+            worker: "w1".into(),
+            session_id: SessionId(0x7f),
+            state: "Estimating".into(),
+            outcome: OutcomeKind::Success,
+            message: "ok".into(),
+            priority: None,
+            space_needed: Some(42),
+            identifiers: None,
+            store: None,
+            inventory: None,
+            duration_ms: Some(5),
+        };
+        assert_eq!(
+            wire(&outcome),
+            json!({"worker": "w1", "session_id": "0x7f", "state": "Estimating",
+                "outcome": "success", "message": "ok", "space_needed": 42, "duration_ms": 5})
+        );
+        let report = ReportBody {
+            worker: "w1".into(),
+            session_id: SessionId(0x7f),
+            notification_error: None,
+        };
+        assert_eq!(wire(&report), json!({"worker": "w1", "session_id": "0x7f"}));
+        let retry = RetryBody {
+            worker: "w1".into(),
+            session_id: SessionId(0x7f),
+            state: "Downloading".into(),
+            attempt: 2,
+            message: "503".into(),
+        };
+        assert_eq!(
+            wire(&retry),
+            json!({"worker": "w1", "session_id": "0x7f", "state": "Downloading",
+                "attempt": 2, "message": "503"})
+        );
+        let lookup = LookupBody {
+            worker: "w1".into(),
+            session_id: SessionId(0x7f),
+            collection: "demo".into(),
+            local_ids: vec!["L1".into()],
+        };
+        assert_eq!(
+            wire(&lookup),
+            json!({"worker": "w1", "session_id": "0x7f", "collection": "demo", "local_ids": ["L1"]})
+        );
+        // Each body reads back as itself (the server's side of the wire).
+        assert_eq!(
+            serde_json::from_value::<AcquireBody>(wire(&acquire)).ok(),
+            Some(acquire)
+        );
+        assert_eq!(
+            serde_json::from_value::<OutcomeBody>(wire(&outcome)).ok(),
+            Some(outcome)
+        );
+        assert_eq!(
+            serde_json::from_value::<RetryBody>(wire(&retry)).ok(),
+            Some(retry)
+        );
+    }
+
+    /// The answers a worker reads decode from what the server writes.
+    #[test]
+    fn worker_answers_decode() {
+        let row = json!({"position": 3, "time": "2026-01-01T00:00:00.000000Z",
+            "actor": "worker:w1", "stream": "jid1", "version": 2, "event": "JobMoved",
+            "detail": "Pending -> Estimating", "correlation_id": "c"});
+        let moved: JobMoved = serde_json::from_value(json!({"jid": "jid1",
+            "status": "Estimating", "batch_status": "Processing", "events": [row]}))
+        .expect("JobMoved");
+        assert_eq!(moved.events.len(), 1);
+        let acquired: Acquired = serde_json::from_value(json!({"bid": "bid1",
+            "status": "Processing", "jobs": ["jid1"], "priority": 5,
+            "expansion_error": null, "notification": null, "events": []}))
+        .expect("Acquired");
+        assert_eq!(acquired.jobs, ["jid1"]);
+        let reported: Reported = serde_json::from_value(json!({"bid": "bid1",
+            "status": "Completed", "events": []}))
+        .expect("Reported");
+        assert_eq!(reported.status, "Completed");
+    }
 }
