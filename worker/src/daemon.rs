@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ingest_events::JobState;
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
@@ -17,7 +16,8 @@ use super::step::{JobCtx, Rng, StepResult, Steps};
 use ingest_client::{Client as EngineClient, Reply};
 use ingest_config::DaemonKind;
 use ingest_protocol::api::{
-    AcquireBody, OutcomeBody, OutcomeKind, ReportBody, SessionId, WorkerRef,
+    AcquireBody, Acquired, JobMoved, OutcomeBody, OutcomeKind, ReportBody, Reported, SessionId,
+    WorkerRef,
 };
 use ingest_protocol::node::decode;
 
@@ -466,7 +466,7 @@ async fn locked(
                 }
             }
             let path = format!("/batches/{}/acquire", item.id);
-            let tried = report(shared, &path, &body).await?;
+            let tried = report::<Acquired>(shared, &path, &body).await?;
             if tried == Tried::Done {
                 let states = format!("/batches/{}/states", item.id);
                 await_projection(client, &states, |stat| stat.is_some()).await;
@@ -491,7 +491,7 @@ async fn locked(
                 body.notification_error = sent;
             }
             let path = format!("/batches/{}/report", item.id);
-            let tried = report(shared, &path, &body).await?;
+            let tried = report::<Reported>(shared, &path, &body).await?;
             if tried == Tried::Done {
                 await_status(client, &format!("/batches/{}/status", item.id), status).await;
             }
@@ -503,7 +503,7 @@ async fn locked(
                 return Ok(Tried::Skipped);
             }
             let tried = if state == JobState::Pending {
-                report(shared, &format!("/jobs/{}/start", item.id), &who).await?
+                report::<JobMoved>(shared, &format!("/jobs/{}/start", item.id), &who).await?
             } else {
                 let Some(step) = shared.steps.get(state) else {
                     return Ok(Tried::Skipped);
@@ -560,7 +560,7 @@ async fn locked(
                         u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
                     ),
                 };
-                report(shared, &format!("/jobs/{}/outcome", item.id), &body).await?
+                report::<JobMoved>(shared, &format!("/jobs/{}/outcome", item.id), &body).await?
             };
             if tried == Tried::Done {
                 await_status(client, &status_path, &state.to_string()).await;
@@ -597,12 +597,16 @@ async fn release(client: &zk::Client, lock: &str, created: &zk::Stat) {
     }
 }
 
-async fn report(
+/// POSTs a fenced report whose route answers `R` (`Acquired`, `Reported`
+/// or `JobMoved`). The answer is decoded, so a server that answers another
+/// shape is an error, but nothing in it is needed: the daemon learns the
+/// item's new state from the projection.
+async fn report<R: serde::de::DeserializeOwned>(
     shared: &Shared,
     path: &str,
     body: &impl serde::Serialize,
 ) -> Result<Tried, BoxError> {
-    match shared.engine.report::<_, Value>(path, body).await? {
+    match shared.engine.report::<_, R>(path, body).await? {
         Reply::Done(_) => {
             shared.stats.accepted.fetch_add(1, Ordering::Relaxed);
             Ok(Tried::Done)
@@ -681,19 +685,15 @@ mod tests {
         );
     }
 
-    /// Regression: why a job waited (a full working storage, an unreadable
-    /// one) was logged only at DEBUG, so jobs waited silently; now at INFO,
-    /// once per reason.
-    #[tokio::test]
-    async fn a_wait_is_logged_once_per_reason() {
+    fn shared(engine: &str) -> Shared {
         use crate::step::{FixedProbe, SimSettings};
-        let shared = Shared {
+        Shared {
             stats: Arc::new(Stats::default()),
             name: "w".into(),
             session: Arc::new(Session::new(ingest_projections::ZkConfig::new(
                 "127.0.0.1:1".to_string(),
             ))),
-            engine: EngineClient::new("http://127.0.0.1:1", "token").expect("client"),
+            engine: EngineClient::new(engine, "token").expect("client"),
             steps: Steps::simulated(
                 SimSettings::default(),
                 Some(1),
@@ -704,7 +704,15 @@ mod tests {
             rng: Rng::new(1),
             acquired: Default::default(),
             waiting: Default::default(),
-        };
+        }
+    }
+
+    /// Regression: why a job waited (a full working storage, an unreadable
+    /// one) was logged only at DEBUG, so jobs waited silently; now at INFO,
+    /// once per reason.
+    #[tokio::test]
+    async fn a_wait_is_logged_once_per_reason() {
+        let shared = shared("http://127.0.0.1:1");
         let full = "working storage /w is 95.0% full (threshold 70%)";
         assert!(shared.note_waiting("jid1", JobState::Provisioning, full));
         assert!(!shared.note_waiting("jid1", JobState::Provisioning, full));
@@ -713,5 +721,76 @@ mod tests {
         assert!(shared.note_waiting("jid1", JobState::Provisioning, gone));
         shared.done_waiting("jid1");
         assert!(shared.note_waiting("jid1", JobState::Provisioning, gone));
+    }
+
+    /// A report's answer is read as its route's type: an accepted report is
+    /// counted, a 409 is a refusal, and a 2xx answer of another shape is an
+    /// error rather than an acceptance.
+    #[tokio::test]
+    async fn reports_read_typed_answers() {
+        use axum::http::StatusCode;
+        use axum::routing::post;
+        use ingest_protocol::api::{ErrorBody, ErrorDetail};
+        let moved = JobMoved {
+            jid: "jid1".into(),
+            status: "Estimating".into(),
+            batch_status: "Processing".into(),
+            events: Vec::new(),
+        };
+        let app = axum::Router::new()
+            .route(
+                "/jobs/jid1/start",
+                post(move |axum::Json(who): axum::Json<WorkerRef>| {
+                    let moved = moved.clone();
+                    async move {
+                        assert_eq!(who.worker, "w");
+                        assert_eq!(who.session_id, SessionId(7));
+                        axum::Json(moved)
+                    }
+                }),
+            )
+            .route(
+                "/jobs/jid2/start",
+                post(|| async {
+                    let refused = ErrorBody {
+                        error: ErrorDetail {
+                            code: "lock_not_held".into(),
+                            message: "nobody holds it".into(),
+                        },
+                    };
+                    (StatusCode::CONFLICT, axum::Json(refused))
+                }),
+            )
+            .route(
+                "/jobs/jid3/start",
+                post(|| async {
+                    axum::Json(ingest_protocol::api::FaultsView {
+                        armed: Default::default(),
+                    })
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        let shared = shared(&format!("http://{addr}"));
+        let who = WorkerRef {
+            worker: "w".into(),
+            session_id: SessionId(7),
+        };
+        let tried = report::<JobMoved>(&shared, "/jobs/jid1/start", &who).await;
+        assert_eq!(tried.ok(), Some(Tried::Done));
+        let tried = report::<JobMoved>(&shared, "/jobs/jid2/start", &who).await;
+        assert_eq!(tried.ok(), Some(Tried::Refused));
+        let tried = report::<JobMoved>(&shared, "/jobs/jid3/start", &who).await;
+        assert!(
+            tried.is_err(),
+            "an answer of another shape is not an acceptance"
+        );
+        assert_eq!(shared.stats.accepted.load(Ordering::Relaxed), 1);
+        assert_eq!(shared.stats.refused.load(Ordering::Relaxed), 1);
     }
 }
