@@ -12,7 +12,7 @@ use std::time::Duration;
 use ingest_client::Reply;
 use ingest_events::JobState;
 use ingest_protocol::api::{
-    IdentifiersBody, InventoryBody, JobBody, RetryBody, SessionId, StoreBody, WorkerRef,
+    IdentifiersBody, InventoryBody, JobBody, JobMoved, RetryBody, SessionId, StoreBody, WorkerRef,
 };
 use ingest_protocol::node::{
     decode, ConfigurationNode, IdentifiersNode, JobStatusNode, MetadataNode,
@@ -227,11 +227,7 @@ impl JobCtx {
             message: ingest_protocol::cut(message, ingest_protocol::MAX_MESSAGE_BYTES).into_owned(),
         };
         let path = format!("/jobs/{}/retries", self.jid);
-        if let Err(e) = api
-            .engine
-            .report::<_, serde::de::IgnoredAny>(&path, &body)
-            .await
-        {
+        if let Err(e) = api.engine.report::<_, JobMoved>(&path, &body).await {
             tracing::warn!(jid = %self.jid, error = %e, "cannot record the retry");
         }
     }

@@ -395,7 +395,12 @@ mod tests {
                     let r = Arc::clone(&r);
                     async move {
                         r.fetch_add(1, Ordering::SeqCst);
-                        axum::Json(json!({}))
+                        axum::Json(ingest_protocol::api::JobMoved {
+                            jid: "jid1".into(),
+                            status: "Recording".into(),
+                            batch_status: "Processing".into(),
+                            events: Vec::new(),
+                        })
                     }
                 }),
             );
