@@ -112,6 +112,41 @@ pub(crate) fn layer<T>(
     }
 }
 
+/// A number layered like [`layer`], defaulted, and refused (naming where
+/// it came from and `key`) unless it lies in `range`; `unit` ends the
+/// reason ("seconds", or "" for a count).
+pub(crate) fn layer_in<T>(
+    (file, over): (Option<T>, Option<T>),
+    file_origin: &Origin,
+    (flag, key): (&'static str, &str),
+    default: T,
+    range: std::ops::RangeInclusive<T>,
+    unit: &str,
+) -> Result<T, crate::ConfigError>
+where
+    T: PartialOrd + std::fmt::Display + Copy,
+{
+    let l = layer(file, over, file_origin, flag).unwrap_or(Layered {
+        value: default,
+        origin: Origin::Default,
+    });
+    if range.contains(&l.value) {
+        Ok(l.value)
+    } else {
+        Err(crate::error::invalid(
+            &l.origin,
+            key,
+            format!(
+                "{} is outside {}-{}{}{unit}",
+                l.value,
+                range.start(),
+                range.end(),
+                if unit.is_empty() { "" } else { " " }
+            ),
+        ))
+    }
+}
+
 /// The `worker:` section of the configuration file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -495,57 +495,39 @@ impl ServeConfig {
         )
         .map_or_else(|| data_dir.join("work"), |l| l.value);
 
-        let max_body = layer(
-            file.http.max_body_bytes,
-            args.max_body_bytes,
+        let max_body = layer_in(
+            (file.http.max_body_bytes, args.max_body_bytes),
             &file_origin,
-            "--max-body-bytes or INGEST_MAX_BODY_BYTES",
-        )
-        .unwrap_or(Layered {
-            value: DEFAULT_MAX_BODY_BYTES,
-            origin: Origin::Default,
-        });
-        if !(1024..=64 * 1024 * 1024).contains(&max_body.value) {
-            return Err(invalid(
-                &max_body.origin,
+            (
+                "--max-body-bytes or INGEST_MAX_BODY_BYTES",
                 "http.max_body_bytes",
-                format!("{} is outside 1024-67108864", max_body.value),
-            ));
-        }
-        let header_timeout = layer(
-            file.http.header_read_timeout_secs,
-            args.header_read_timeout,
+            ),
+            DEFAULT_MAX_BODY_BYTES,
+            1024..=64 * 1024 * 1024,
+            "",
+        )?;
+        let header_timeout = layer_in(
+            (file.http.header_read_timeout_secs, args.header_read_timeout),
             &file_origin,
-            "--header-read-timeout or INGEST_HEADER_READ_TIMEOUT",
-        )
-        .unwrap_or(Layered {
-            value: DEFAULT_HEADER_READ_TIMEOUT_SECS,
-            origin: Origin::Default,
-        });
-        if !(1..=3600).contains(&header_timeout.value) {
-            return Err(invalid(
-                &header_timeout.origin,
+            (
+                "--header-read-timeout or INGEST_HEADER_READ_TIMEOUT",
                 "http.header_read_timeout_secs",
-                format!("{} is outside 1-3600 seconds", header_timeout.value),
-            ));
-        }
-        let max_connections = layer(
-            file.http.max_connections,
-            args.max_connections,
+            ),
+            DEFAULT_HEADER_READ_TIMEOUT_SECS,
+            1..=3600,
+            "seconds",
+        )?;
+        let max_connections = layer_in(
+            (file.http.max_connections, args.max_connections),
             &file_origin,
-            "--max-connections or INGEST_MAX_CONNECTIONS",
-        )
-        .unwrap_or(Layered {
-            value: DEFAULT_MAX_CONNECTIONS,
-            origin: Origin::Default,
-        });
-        if !(1..=1_000_000).contains(&max_connections.value) {
-            return Err(invalid(
-                &max_connections.origin,
+            (
+                "--max-connections or INGEST_MAX_CONNECTIONS",
                 "http.max_connections",
-                format!("{} is outside 1-1000000", max_connections.value),
-            ));
-        }
+            ),
+            DEFAULT_MAX_CONNECTIONS,
+            1..=1_000_000,
+            "",
+        )?;
 
         let request_timeout = args
             .zookeeper
@@ -578,9 +560,9 @@ impl ServeConfig {
                 working_storage,
             },
             profiles_dir: profiles_dir.map(|l| l.value),
-            max_body_bytes: max_body.value,
-            header_read_timeout: Duration::from_secs(header_timeout.value),
-            max_connections: max_connections.value,
+            max_body_bytes: max_body,
+            header_read_timeout: Duration::from_secs(header_timeout),
+            max_connections,
             minter: (ids.naan.clone(), ids.shoulder.clone()),
             ezid: ezid_settings(&ids)?,
             steps,
