@@ -26,6 +26,7 @@ use ingest_events::{Bid, Jid};
 use ingest_protocol::api::{
     AdminBody, Appended, CleanedUp, CleanupBody, Diffed, ErrorBody, History, Submitted, Verified,
 };
+use ingest_protocol::fence::{FenceSecret, FENCE_HEADER};
 use ingest_protocol::report::BatchView;
 use ingest_protocol::view::{JobView, StatusView};
 pub use reqwest::Method;
@@ -199,11 +200,26 @@ impl Client {
         path: &str,
         body: Option<&B>,
     ) -> Result<(reqwest::StatusCode, String, String), ClientError> {
+        self.raw_with(method, path, body, None).await
+    }
+
+    /// As [`Client::raw`], with the lock holder's secret in the
+    /// [`FENCE_HEADER`] when there is one.
+    async fn raw_with<B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        fence: Option<&FenceSecret>,
+    ) -> Result<(reqwest::StatusCode, String, String), ClientError> {
         let url = format!("{}{path}", self.base);
         let mut req = self
             .http
             .request(method.clone(), &url)
             .bearer_auth(&self.token);
+        if let Some(fence) = fence {
+            req = req.header(FENCE_HEADER, fence.to_header());
+        }
         if let Some(b) = body {
             req = req.json(b);
         }
@@ -290,9 +306,12 @@ impl Client {
     pub async fn report<B: Serialize + ?Sized, R: DeserializeOwned>(
         &self,
         path: &str,
+        fence: &FenceSecret,
         body: &B,
     ) -> Result<Reply<R>, ClientError> {
-        let (status, url, text) = self.raw(Method::POST, path, Some(body)).await?;
+        let (status, url, text) = self
+            .raw_with(Method::POST, path, Some(body), Some(fence))
+            .await?;
         if status.is_success() {
             return Client::decode(&Method::POST, url, &text).map(Reply::Done);
         }

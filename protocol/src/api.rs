@@ -351,6 +351,9 @@ pub struct JobMoved {
     pub status: String,
     /// Its batch's state now (Reporting once the last job finished).
     pub batch_status: String,
+    /// Its batch (empty from servers older than this field).
+    #[serde(default)]
+    pub bid: String,
     /// The events the request appended, by position.
     pub events: Vec<HistoryRow>,
 }

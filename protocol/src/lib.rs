@@ -27,6 +27,7 @@
 
 pub mod api;
 pub mod callback;
+pub mod fence;
 pub mod history;
 pub mod inventory;
 pub mod node;

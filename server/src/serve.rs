@@ -24,7 +24,7 @@ use ingest_projections::{RunMode, Sink, SinkConfig, ZkConfig};
 use tokio::sync::Mutex;
 use zookeeper_client as zk;
 
-use crate::api::{self, ApiConfig, LockCheckError, LockChecker, LockFuture, NoLocks};
+use crate::api::{self, ApiConfig, LockCheckError, LockChecker, LockFuture, LockHolder, NoLocks};
 use crate::metrics::Metrics;
 use ingest_config::ServeConfig;
 use ingest_engine::engine::{Engine, EngineConfig};
@@ -205,7 +205,7 @@ impl ZkLocks {
         }
     }
 
-    async fn holder_of(&self, path: &str) -> Result<Option<i64>, LockCheckError> {
+    async fn holder_of(&self, path: &str) -> Result<Option<LockHolder>, LockCheckError> {
         let fail = |message: String| LockCheckError {
             path: path.to_string(),
             message,
@@ -221,10 +221,14 @@ impl ZkLocks {
         let Some(client) = guard.as_ref() else {
             return Err(fail("no ZooKeeper session".into()));
         };
-        let checked = tokio::time::timeout(self.deadline(), client.check_stat(path)).await;
+        let checked = tokio::time::timeout(self.deadline(), client.get_data(path)).await;
         self.metrics.set_zookeeper_session(client.state());
         match checked {
-            Ok(Ok(stat)) => Ok(stat.map(|s| s.ephemeral_owner)),
+            Ok(Ok((data, stat))) => Ok(Some(LockHolder {
+                session: stat.ephemeral_owner,
+                data,
+            })),
+            Ok(Err(zk::Error::NoNode)) => Ok(None),
             Ok(Err(e)) => {
                 if matches!(e, zk::Error::SessionExpired | zk::Error::ClientClosed) {
                     *guard = None;

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use ingest_config::{Notification, Profile, Profiles, Secret, Tokens};
 use ingest_engine::engine::{Engine, EngineConfig};
 use ingest_engine::service::{EngineHandle, EngineService};
-use ingest_server::api::{self, Access, ApiConfig, LockChecker, LockFuture, NoLocks};
+use ingest_protocol::fence::{FenceSecret, LockNode, FENCE_HEADER};
+use ingest_server::api::{self, Access, ApiConfig, LockChecker, LockFuture, LockHolder, NoLocks};
 use ingest_server::metrics::Metrics;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -18,16 +19,30 @@ const WORKER: &str = "worker-token-0123456789";
 const METRICS: &str = "metrics-token-0123456789";
 const SESSION: i64 = 0x1234;
 
-/// Locks as the test sets them: path → owning session.
+/// Locks as the test sets them: path → owning session. Each lock's data
+/// holds the digest of [`secret_of`] its session, as a worker writes it.
 #[derive(Default)]
-struct TestLocks(Mutex<HashMap<String, i64>>);
+struct TestLocks(Mutex<HashMap<String, LockHolder>>);
+
+/// The fence secret the test's worker of `session` holds.
+fn secret_of(session: i64) -> FenceSecret {
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&session.to_be_bytes());
+    FenceSecret::from_bytes(bytes)
+}
 
 impl TestLocks {
     fn hold(&self, path: &str, session: i64) {
-        self.0
-            .lock()
-            .expect("locks")
-            .insert(path.to_string(), session);
+        self.hold_with(path, session, &secret_of(session));
+    }
+    fn hold_with(&self, path: &str, session: i64, secret: &FenceSecret) {
+        self.0.lock().expect("locks").insert(
+            path.to_string(),
+            LockHolder {
+                session,
+                data: LockNode::new("w", secret).to_bytes(),
+            },
+        );
     }
     fn release(&self, path: &str) {
         self.0.lock().expect("locks").remove(path);
@@ -36,8 +51,8 @@ impl TestLocks {
 
 impl LockChecker for TestLocks {
     fn holder<'a>(&'a self, path: &'a str) -> LockFuture<'a> {
-        let owner = self.0.lock().expect("locks").get(path).copied();
-        Box::pin(async move { Ok(owner) })
+        let holder = self.0.lock().expect("locks").get(path).cloned();
+        Box::pin(async move { Ok(holder) })
     }
 }
 
@@ -108,6 +123,14 @@ impl Server {
     }
 
     async fn start_limited(locks: Option<Arc<dyn LockChecker>>, limits: api::Limits) -> Server {
+        Server::start_full(locks, limits, 64 * 1024).await
+    }
+
+    async fn start_full(
+        locks: Option<Arc<dyn LockChecker>>,
+        limits: api::Limits,
+        max_body_bytes: usize,
+    ) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let service =
             EngineService::start(Engine::open(EngineConfig::new(dir.path())).expect("open"));
@@ -128,7 +151,7 @@ impl Server {
             },
             profiles: profiles(),
             locks: checker,
-            max_body_bytes: 64 * 1024,
+            max_body_bytes,
             zookeeper: None,
             inventory: None,
             minter: None,
@@ -187,6 +210,10 @@ impl Server {
         let mut req = self.client.request(method, format!("{}{path}", self.base));
         if let Some(t) = token {
             req = req.bearer_auth(t);
+        }
+        if token == Some(WORKER) {
+            // The test's worker holds the secret of SESSION's locks.
+            req = req.header(FENCE_HEADER, secret_of(SESSION).to_header());
         }
         if let Some(b) = body {
             req = req.json(&b);
@@ -1009,15 +1036,45 @@ async fn stale_or_unfenced_worker_reports_are_409_and_append_nothing() {
     s.start_job(&jid).await.expect(200);
     let head = s.head();
     s.locks.hold(&format!("/jobs/{jid}/lock"), 0x9999);
-    let e = s
-        .post(
-            &format!("/jobs/{jid}/outcome"),
-            WORKER,
-            json!({"worker": "w", "session_id": SESSION, "state": "Estimating", "outcome": "success"}),
-        )
+    let report =
+        json!({"worker": "w", "session_id": SESSION, "state": "Estimating", "outcome": "success"});
+    let refused = s
+        .post(&format!("/jobs/{jid}/outcome"), WORKER, report.clone())
+        .await;
+    // Regression: the refusal named the holder's session, and a second try
+    // naming it was accepted. It names nobody now...
+    let text = refused.body.to_string();
+    assert!(
+        !text.contains("9999") && !text.contains("39321"),
+        "the refusal names the holder: {text}"
+    );
+    let e = refused.error(409, "lock_not_held");
+    assert!(e.get("holder").is_none(), "{e}");
+    // ...and naming the holder's session without its secret is refused too.
+    let mut forged = report.clone();
+    forged["session_id"] = json!(0x9999);
+    s.post(&format!("/jobs/{jid}/outcome"), WORKER, forged)
         .await
         .error(409, "lock_not_held");
-    assert_eq!(e["holder"], "0x9999");
+    // The right session with another secret, or with no secret at all.
+    s.locks.hold_with(
+        &format!("/jobs/{jid}/lock"),
+        SESSION,
+        &FenceSecret::from_bytes([9; 32]),
+    );
+    s.post(&format!("/jobs/{jid}/outcome"), WORKER, report.clone())
+        .await
+        .error(409, "lock_not_held");
+    s.locks.hold(&format!("/jobs/{jid}/lock"), SESSION);
+    let unfenced = s
+        .client
+        .post(format!("{}/jobs/{jid}/outcome", s.base))
+        .bearer_auth(WORKER)
+        .json(&report)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(unfenced.status(), StatusCode::CONFLICT);
     assert_eq!(s.head(), head);
 
     s.outcome(
@@ -1511,4 +1568,52 @@ async fn connections_over_the_limit_are_closed_and_those_open_are_served() {
     }
     assert!(served, "no connection was served after one closed");
     server.stop().await;
+}
+
+/// Regression (issue 10): a 500 KB `erc_what` was accepted at submission
+/// (under the submission cap) and every acquire of the batch then failed
+/// with 422 (the per-job cap), for ever. It is refused at the door now; and
+/// a job the engine cannot create that reaches an acquire anyway (from a
+/// worker's expansion of a manifest) fails its batch with a bounded reason
+/// instead of stalling it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_holding_a_job_the_engine_cannot_create_is_refused_or_failed_not_stalled() {
+    // The server's default body limit (1 MiB), above the submission cap.
+    let s = Server::start_full(None, api::Limits::default(), 1024 * 1024).await;
+    let head = s.head();
+    let mut oversized = demo_submission(&["https://e.org/1 l1"]);
+    oversized["erc_what"] = json!("w".repeat(500 * 1024));
+    let e = s
+        .post("/batches", DEPOSITOR, oversized)
+        .await
+        .error(422, "invalid_field");
+    let message = e["message"].as_str().expect("message");
+    assert!(message.contains("erc_what"), "{e}");
+    assert!(message.len() < 1024, "the refusal quotes the field: {e}");
+    let mut long_id = demo_submission(&["https://e.org/1 l1"]);
+    long_id["erc_where"] = json!("l".repeat(70 * 1024));
+    s.post("/batches", DEPOSITOR, long_id)
+        .await
+        .error(422, "invalid_field");
+    assert_eq!(s.head(), head, "a refused submission appends nothing");
+
+    let bid = s.submit(demo_submission(&["https://e.org/1 l1"])).await;
+    s.locks.hold(&format!("/batches/{bid}/lock"), SESSION);
+    let big = "x".repeat(70 * 1024);
+    let acquired = s
+        .post(
+            &format!("/batches/{bid}/acquire"),
+            WORKER,
+            json!({"worker": "w", "session_id": SESSION, "jobs": [
+                {"payload_url": "https://e.org/1", "payload_type": "file", "erc_what": "fine"},
+                {"payload_url": "https://e.org/2", "payload_type": "file", "erc_what": big},
+            ]}),
+        )
+        .await
+        .expect(200);
+    assert_eq!(acquired["status"], "Failed", "{acquired}");
+    assert_eq!(acquired["jobs"], json!([]), "{acquired}");
+    let why = acquired["expansion_error"].as_str().expect("reason");
+    assert!(why.starts_with("job 2 of the expansion"), "{why}");
+    assert!(why.len() < 1024 && !why.contains("xxxx"), "{why}");
 }

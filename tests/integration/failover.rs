@@ -134,7 +134,7 @@ fn spawn_worker(
 }
 
 /// A job in the Downloading queue whose lock `name` holds (the lock node's
-/// data is the worker's name), with the lock's owning session.
+/// data names the worker), with the lock's owning session.
 async fn held_by(client: &zk::Client, name: &str) -> Option<(String, i64)> {
     let queue = client
         .list_children("/jobs/states/downloading")
@@ -145,7 +145,8 @@ async fn held_by(client: &zk::Client, name: &str) -> Option<(String, i64)> {
             continue;
         };
         if let Ok((data, stat)) = client.get_data(&format!("/jobs/{jid}/lock")).await {
-            if data == name.as_bytes() {
+            let holder = ingest_protocol::fence::LockNode::read(&data);
+            if holder.is_some_and(|h| h.worker == name) {
                 return Some((jid.to_string(), stat.ephemeral_owner));
             }
         }

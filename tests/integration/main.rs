@@ -3,6 +3,7 @@
 
 mod api;
 mod cli;
+mod dispatch;
 mod failover;
 mod ingest;
 mod remote;

@@ -4,6 +4,7 @@
 
 use std::process::Command;
 
+use ingest_protocol::fence::{FenceSecret, LockNode};
 use reqwest::Method;
 use serde_json::json;
 use zookeeper_client as zk;
@@ -53,17 +54,17 @@ async fn serve_projects_fences_on_real_locks_and_stops_cleanly() {
     // The same report from the session that holds the batch's lock node goes through.
     let lock = format!("/batches/{bid}/lock");
     let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    let secret = FenceSecret::from_bytes([5; 32]);
     client
-        .create(&lock, b"", &ephemeral)
+        .create(&lock, &LockNode::new("w1", &secret).to_bytes(), &ephemeral)
         .await
         .expect("create the lock");
     let session = client.session_id().0;
     let (status, body) = server
-        .call(
-            Method::POST,
+        .call_fenced(
             &acquire,
-            WORKER,
-            Some(json!({"worker": "w1", "session_id": session})),
+            &secret,
+            json!({"worker": "w1", "session_id": session}),
         )
         .await;
     assert_eq!(status, 200, "{body}");

@@ -152,6 +152,27 @@ impl Server {
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
+    /// [`Server::call`] as a lock holder: with its secret in the fence
+    /// header.
+    pub async fn call_fenced(
+        &self,
+        path: &str,
+        secret: &ingest_protocol::fence::FenceSecret,
+        body: Value,
+    ) -> (u16, Value) {
+        let resp = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(WORKER)
+            .header(ingest_protocol::fence::FENCE_HEADER, secret.to_header())
+            .json(&body)
+            .send()
+            .await
+            .expect("request");
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
     pub async fn get(&self, path: &str) -> Value {
         let (status, body) = self.call(reqwest::Method::GET, path, ADMIN, None).await;
         assert_eq!(status, 200, "GET {path}: {body}");

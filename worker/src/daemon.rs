@@ -1,49 +1,107 @@
-//! The consumer daemons: each task lists its queue in ZooKeeper, locks one
-//! item with an ephemeral node of this worker's session, re-checks it, does
-//! the work, reports through the API and releases the lock.
+//! The consumer daemons.
+//!
+//! **Dispatch.** For each queue a worker consumes, ONE lister task keeps
+//! the queue's listing (a ZooKeeper child watch, re-listed at most every
+//! [`RELIST_DEBOUNCE`] so that a burst of changes costs one listing) and
+//! publishes it to the worker's tasks of that queue. A task picks an item
+//! that no task of this worker holds or backs off from, takes the item's
+//! ephemeral lock (its data: a [`LockNode`] with the digest of a fresh
+//! [`FenceSecret`]), re-checks the item's status, does the work and reports
+//! through the API with the secret. An item whose lock another worker
+//! holds, or that asked to wait, is backed off from by itself
+//! ([`ITEM_BACKOFF_MIN`] doubling to [`ITEM_BACKOFF_MAX`]); the task goes on
+//! with the next item, so no single item stalls a queue.
+//!
+//! **Chaining.** After an accepted report the engine's answer gives the
+//! job's new state. When this worker runs the daemon of that state, the
+//! task keeps the lock and goes on with the next step at once: every step
+//! is still its own reported, projected transition, but one lock carries a
+//! job through every state this worker serves. When the chain ends, the
+//! lock is kept until the projection shows the job's new state (bounded),
+//! so that no worker takes the item again from a projection that lags.
+//!
+//! **Batches.** Pending batches are taken oldest first, past any that
+//! cannot be taken now (a held collection, a refusal). Batches to report
+//! come from the engine's answers (a report that finished a batch's last
+//! job names the batch) and from a slow sweep of `/batches` for batches
+//! that entered Reporting any other way.
 
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use ingest_events::JobState;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use super::retry::RetryPolicy;
 use super::session::Session;
-use super::step::{JobCtx, Rng, StepResult, Steps};
+use super::step::{ApiCtx, JobCtx, Rng, StepResult, Steps};
 use ingest_client::{Client as EngineClient, Reply};
 use ingest_config::DaemonKind;
 use ingest_protocol::api::{
     AcquireBody, Acquired, JobMoved, OutcomeBody, OutcomeKind, ReportBody, Reported, SessionId,
     WorkerRef,
 };
+use ingest_protocol::fence::{FenceSecret, LockNode};
 use ingest_protocol::node::decode;
 
-/// The first wait when a queue has nothing to take.
-const BACKOFF_MIN: Duration = Duration::from_millis(25);
-/// The longest wait between two looks at a queue that stays idle.
-const BACKOFF_MAX: Duration = Duration::from_millis(1000);
-/// How many of the queue's head items a task picks among at random.
+/// The shortest wait between two listings of one queue: changes that come
+/// closer together are seen in one listing.
+pub const RELIST_DEBOUNCE: Duration = Duration::from_millis(20);
+/// A queue is listed again after this long even when its watch did not
+/// fire (a safety net; watches are the way changes are seen).
+const RELIST_EVERY: Duration = Duration::from_secs(5);
+/// How often the reporting daemons sweep `/batches` for batches that
+/// entered Reporting without a report of this worker naming them.
+const REPORTING_SWEEP: Duration = Duration::from_secs(10);
+/// The first wait before an item that could not be taken is tried again.
+pub const ITEM_BACKOFF_MIN: Duration = Duration::from_millis(250);
+/// The longest wait before an item that could not be taken is tried again.
+pub const ITEM_BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// How many of the eligible head items a job task picks among at random,
+/// so that the workers do not all race for the first.
 const SPREAD: usize = 8;
-/// How long a worker keeps its lock after a report, waiting for the
-/// projection to show the item's new state (so that no other worker takes
-/// the item again from a projection that lags).
+/// How long a worker keeps its lock after the last report of a chain,
+/// waiting for the projection to show the item's new state.
 const PROJECTION_WAIT: Duration = Duration::from_secs(5);
+/// The most items a worker remembers claims of; past it the backed-off
+/// ones are forgotten (they may then be tried sooner).
+const MAX_CLAIMS: usize = 100_000;
+/// The most batches waiting to be reported that a worker remembers.
+const MAX_TO_REPORT: usize = 10_000;
 
-/// Counts of a worker's reports.
+/// Counts of a worker's work.
 #[derive(Debug, Default)]
 pub struct Stats {
     /// Reports the API accepted.
     pub accepted: AtomicU64,
     /// Reports the API refused with 409 (their results were discarded).
     pub refused: AtomicU64,
+    /// Job locks this worker took.
+    pub job_locks: AtomicU64,
+    /// Job lock creations that found the lock taken.
+    pub lock_busy: AtomicU64,
+    /// Steps run while holding a lock taken for an earlier step.
+    pub chained: AtomicU64,
+    /// Queue listings.
+    pub listings: AtomicU64,
+}
+
+/// An item a task of this worker has in hand or backs off from.
+#[derive(Debug, Clone, Copy)]
+enum Claim {
+    /// A task works on it (`tries` before this one).
+    InHand { tries: u32 },
+    /// Not before `until`; `tries` so far.
+    Backoff { until: Instant, tries: u32 },
 }
 
 /// What one task shares with the others of its worker.
 pub struct Shared {
-    /// Counts of reports.
+    /// Counts.
     pub stats: Arc<Stats>,
     /// The worker's name, as reported.
     pub name: String,
@@ -55,16 +113,24 @@ pub struct Shared {
     pub steps: Steps,
     /// Randomness for spread and jitter.
     pub rng: Rng,
+    /// The job states whose daemon this worker runs (a chain goes on
+    /// through these).
+    pub runs: HashSet<JobState>,
+    /// Whether this worker runs the batch-reporting daemon.
+    pub reports: bool,
     /// Batches known to be acquired (their `states` node exists). A batch
-    /// never returns to Pending once acquired, so the batch-pending daemons
-    /// skip these without reading ZooKeeper again: without it every look
-    /// re-read every batch ever submitted (until cleanup), and a burst of N
-    /// batches cost on the order of N² reads.
-    pub acquired: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// never returns to Pending once acquired, so the batch-pending lister
+    /// skips these without reading ZooKeeper again.
+    acquired: Mutex<HashSet<String>>,
     /// Why each waiting job waits, so the reason is logged at INFO once
-    /// when it changes rather than on every look (and not only at DEBUG,
-    /// where an operator would never see why jobs do not move).
-    pub waiting: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// when it changes rather than on every look.
+    waiting: Mutex<HashMap<String, String>>,
+    /// Items in hand or backed off from, by id, over every daemon.
+    claims: Mutex<HashMap<String, Claim>>,
+    /// Batches an answer said entered Reporting, for the reporting daemon.
+    to_report: Mutex<VecDeque<String>>,
+    /// Wakes the reporting tasks when `to_report` grows.
+    report_wake: tokio::sync::Notify,
 }
 
 /// The most waiting jobs whose reasons are remembered; past it the memory
@@ -72,10 +138,43 @@ pub struct Shared {
 const MAX_WAITING_REMEMBERED: usize = 10_000;
 
 impl Shared {
+    /// The shared state of a worker's tasks.
+    pub fn new(
+        name: String,
+        session: Arc<Session>,
+        engine: EngineClient,
+        steps: Steps,
+        daemons: &[DaemonKind],
+        rng: Rng,
+    ) -> Shared {
+        let runs = daemons
+            .iter()
+            .filter_map(|k| match Target::of(*k) {
+                Target::Jobs(state) => Some(state),
+                _ => None,
+            })
+            .collect();
+        Shared {
+            stats: Arc::new(Stats::default()),
+            name,
+            session,
+            engine,
+            steps,
+            rng,
+            runs,
+            reports: daemons.contains(&DaemonKind::BatchReporting),
+            acquired: Mutex::default(),
+            waiting: Mutex::default(),
+            claims: Mutex::default(),
+            to_report: Mutex::default(),
+            report_wake: tokio::sync::Notify::new(),
+        }
+    }
+
     /// Logs at INFO that `jid` waits in `state`, when the reason is new;
     /// says whether it did.
     fn note_waiting(&self, jid: &str, state: JobState, why: &str) -> bool {
-        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
         if waiting.get(jid).map(String::as_str) == Some(why) {
             tracing::debug!(%jid, %state, %why, "the job still waits");
             return false;
@@ -92,14 +191,103 @@ impl Shared {
     fn done_waiting(&self, jid: &str) {
         self.waiting
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(PoisonError::into_inner)
             .remove(jid);
+    }
+
+    /// Picks an item of `items` no task of this worker holds or backs off
+    /// from, and marks it in hand; else the earliest time one may be
+    /// tried.
+    fn pick(&self, target: Target, items: &[Item]) -> Result<Item, Option<Instant>> {
+        let now = Instant::now();
+        let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut eligible = Vec::new();
+        let mut next: Option<Instant> = None;
+        let wanted = match target {
+            Target::Jobs(_) => SPREAD,
+            _ => 1,
+        };
+        for item in items {
+            match claims.get(&item.id) {
+                None => {}
+                Some(Claim::InHand { .. }) => continue,
+                Some(Claim::Backoff { until, .. }) if *until > now => {
+                    next = Some(next.map_or(*until, |n| n.min(*until)));
+                    continue;
+                }
+                Some(Claim::Backoff { .. }) => {}
+            }
+            eligible.push(item);
+            if eligible.len() >= wanted {
+                break;
+            }
+        }
+        if eligible.is_empty() {
+            return Err(next);
+        }
+        let item = eligible[self.rng.below(eligible.len())].clone();
+        if claims.len() >= MAX_CLAIMS {
+            claims.retain(|_, c| matches!(c, Claim::InHand { .. }));
+        }
+        let tries = match claims.get(&item.id) {
+            Some(Claim::Backoff { tries, .. }) => *tries,
+            _ => 0,
+        };
+        claims.insert(item.id.clone(), Claim::InHand { tries });
+        Ok(item)
+    }
+
+    /// Settles the claim on `id` after a try: forgotten once the item was
+    /// dealt with, else backed off from.
+    fn settle(&self, id: &str, tried: Tried) {
+        let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        match tried {
+            Tried::Done => {
+                claims.remove(id);
+            }
+            Tried::Skipped | Tried::Waited | Tried::Refused | Tried::Failed => {
+                let tries = match claims.get(id) {
+                    Some(Claim::Backoff { tries, .. } | Claim::InHand { tries }) => *tries,
+                    None => 0,
+                }
+                .saturating_add(1);
+                let wait = RetryPolicy {
+                    retries: 0,
+                    first_backoff: ITEM_BACKOFF_MIN,
+                    max_backoff: ITEM_BACKOFF_MAX,
+                }
+                .backoff(tries);
+                claims.insert(
+                    id.to_string(),
+                    Claim::Backoff {
+                        until: Instant::now() + wait,
+                        tries,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Notes that batch `bid` waits in Reporting (from an engine answer).
+    fn note_reporting(&self, bid: &str) {
+        if !self.reports || bid.is_empty() {
+            return;
+        }
+        let mut queue = self
+            .to_report
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if queue.len() < MAX_TO_REPORT && !queue.iter().any(|b| b == bid) {
+            queue.push_back(bid.to_string());
+        }
+        drop(queue);
+        self.report_wake.notify_waiters();
     }
 }
 
 /// What the daemon works on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Target {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Target {
     /// `/batches/BID` without `states`: acquire.
     PendingBatches,
     /// Batches whose status is this: report.
@@ -109,7 +297,8 @@ enum Target {
 }
 
 impl Target {
-    fn of(kind: DaemonKind) -> Target {
+    /// The target of a daemon.
+    pub fn of(kind: DaemonKind) -> Target {
         match kind {
             DaemonKind::BatchPending => Target::PendingBatches,
             DaemonKind::BatchReporting => Target::ReportingBatches("Reporting"),
@@ -127,12 +316,15 @@ impl Target {
 }
 
 /// An item a daemon may take.
-#[derive(Debug, Clone)]
-struct Item {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
     /// `bid…` or `jid…`.
     id: String,
     priority: u8,
 }
+
+/// A queue's listing, as its lister last published it.
+pub type Listing = watch::Receiver<Arc<Vec<Item>>>;
 
 /// What came of trying one item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,29 +337,71 @@ enum Tried {
     Done,
     /// Reported and refused (409): the result was discarded.
     Refused,
+    /// The try failed (ZooKeeper or the API unreachable).
+    Failed,
 }
 
 type BoxError = anyhow::Error;
 
-/// Runs one task of `kind` until `stop` is cancelled.
-pub async fn run_task(shared: Arc<Shared>, kind: DaemonKind, task: u32, stop: CancellationToken) {
-    let target = Target::of(kind);
-    let mut idle = 0u32;
-    tracing::debug!(daemon = %kind, task, "daemon task started");
+/// Starts the lister of `target`; its tasks read the listing it publishes.
+pub fn start_lister(
+    shared: Arc<Shared>,
+    target: Target,
+    stop: CancellationToken,
+) -> (Listing, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = watch::channel(Arc::new(Vec::new()));
+    let task = tokio::spawn(run_lister(shared, target, tx, stop));
+    (rx, task)
+}
+
+async fn run_lister(
+    shared: Arc<Shared>,
+    target: Target,
+    tx: watch::Sender<Arc<Vec<Item>>>,
+    stop: CancellationToken,
+) {
+    let mut failures = 0u32;
     while !stop.is_cancelled() {
-        let (progress, watcher) = match cycle(&shared, target, &stop).await {
-            Ok(r) => r,
+        let listed = async {
+            let client = shared.session.client().await?;
+            list(&shared, &client, target).await
+        }
+        .await;
+        shared.stats.listings.fetch_add(1, Ordering::Relaxed);
+        let watcher = match listed {
+            Ok((items, watcher)) => {
+                failures = 0;
+                tx.send_if_modified(|old| {
+                    let changed = old.as_slice() != items.as_slice();
+                    if changed {
+                        *old = Arc::new(items);
+                    }
+                    changed
+                });
+                watcher
+            }
             Err(e) => {
-                tracing::warn!(daemon = %kind, task, error = %format!("{e:#}"), "daemon cycle failed");
-                (false, None)
+                failures = failures.saturating_add(1);
+                if failures == 1 || failures.is_power_of_two() {
+                    tracing::warn!(?target, failures, error = %format!("{e:#}"), "cannot list the queue");
+                }
+                let wait = RetryPolicy {
+                    retries: 0,
+                    first_backoff: Duration::from_millis(100),
+                    max_backoff: Duration::from_secs(5),
+                }
+                .backoff(failures);
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = stop.cancelled() => {}
+                }
+                continue;
             }
         };
-        if progress {
-            idle = 0;
-            continue;
-        }
-        idle = idle.saturating_add(1);
-        let wait = backoff(idle);
+        let every = match target {
+            Target::ReportingBatches(_) => REPORTING_SWEEP,
+            _ => RELIST_EVERY,
+        };
         let changed = async move {
             match watcher {
                 Some(w) => {
@@ -178,61 +412,87 @@ pub async fn run_task(shared: Arc<Shared>, kind: DaemonKind, task: u32, stop: Ca
         };
         tokio::select! {
             () = changed => {}
-            () = tokio::time::sleep(wait) => {}
+            () = tokio::time::sleep(every) => {}
+            () = stop.cancelled() => {}
+        }
+        // Changes that come in a burst are seen in one listing.
+        tokio::select! {
+            () = tokio::time::sleep(RELIST_DEBOUNCE) => {}
             () = stop.cancelled() => {}
         }
     }
-    tracing::debug!(daemon = %kind, task, "daemon task stopped");
 }
 
-/// The wait before the next look at a queue that stayed idle `idle`
-/// times: from [`BACKOFF_MIN`] doubling to [`BACKOFF_MAX`], with jitter
-/// (half to full), by the worker's one back-off calculator.
-fn backoff(idle: u32) -> Duration {
-    RetryPolicy {
-        retries: 0,
-        first_backoff: BACKOFF_MIN,
-        max_backoff: BACKOFF_MAX,
-    }
-    .backoff(idle.saturating_add(1))
-}
-
-/// One look at the queue: tries its items (starting at a random one among
-/// the head) until one is done. Gives whether something was reported and a
-/// watcher of the queue, when there is one.
-async fn cycle(
-    shared: &Shared,
-    target: Target,
-    stop: &CancellationToken,
-) -> Result<(bool, Option<zk::OneshotWatcher>), BoxError> {
-    let client = shared.session.client().await?;
-    let (items, watcher) = list(shared, &client, target).await?;
-    if items.is_empty() {
-        return Ok((false, watcher));
-    }
-    // FIFO for batches; spread the tasks over the head of job queues.
-    let start = match target {
-        Target::Jobs(_) => shared.rng.below(items.len().min(SPREAD)),
-        _ => 0,
-    };
-    let mut progress = false;
-    for item in items[start..].iter().chain(&items[..start]) {
-        if stop.is_cancelled() || !connected(&client) {
-            // Disconnected: no new side effects until the session is back.
-            break;
-        }
-        match try_item(shared, &client, target, item).await? {
-            Tried::Done => {
-                progress = true;
-                break;
+/// Runs one task of `kind` on the listing of its queue until `stop` is
+/// cancelled.
+pub async fn run_task(
+    shared: Arc<Shared>,
+    kind: DaemonKind,
+    task: u32,
+    mut listing: Listing,
+    stop: CancellationToken,
+) {
+    let target = Target::of(kind);
+    tracing::debug!(daemon = %kind, task, "daemon task started");
+    while !stop.is_cancelled() {
+        let client = match shared.session.client().await {
+            Ok(c) if connected(&c) => c,
+            Ok(_) | Err(_) => {
+                // Disconnected: no new side effects until the session is back.
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(200)) => {}
+                    () = stop.cancelled() => {}
+                }
+                continue;
             }
-            // Refused (paused queue, lost lock): back off rather than retry
-            // the whole queue at once.
-            Tried::Refused => break,
-            Tried::Skipped | Tried::Waited => {}
+        };
+        let mut items: Vec<Item> = listing.borrow_and_update().as_ref().clone();
+        if matches!(target, Target::ReportingBatches(_)) {
+            // Batches the engine's answers named come first.
+            let named: Vec<String> = shared
+                .to_report
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .drain(..)
+                .collect();
+            let mut first: Vec<Item> = named
+                .into_iter()
+                .map(|id| Item { id, priority: 0 })
+                .collect();
+            first.retain(|i| !items.contains(i));
+            first.append(&mut items);
+            items = first;
+        }
+        match shared.pick(target, &items) {
+            Ok(item) => {
+                let tried = match try_item(&shared, &client, target, &item, &stop).await {
+                    Ok(t) => t,
+                    Err(e) => {
+                        tracing::warn!(daemon = %kind, task, item = %item.id, error = %format!("{e:#}"), "daemon try failed");
+                        Tried::Failed
+                    }
+                };
+                shared.settle(&item.id, tried);
+            }
+            Err(next) => {
+                let wait = next.map_or(ITEM_BACKOFF_MAX, |n| {
+                    n.saturating_duration_since(Instant::now())
+                });
+                tokio::select! {
+                    r = listing.changed() => {
+                        if r.is_err() {
+                            // The lister stopped: so does the task.
+                            break;
+                        }
+                    }
+                    () = shared.report_wake.notified(), if matches!(target, Target::ReportingBatches(_)) => {}
+                    () = tokio::time::sleep(wait) => {}
+                    () = stop.cancelled() => {}
+                }
+            }
         }
     }
-    Ok((progress, watcher))
+    tracing::debug!(daemon = %kind, task, "daemon task stopped");
 }
 
 /// Whether the session can do work now (not disconnected, not ended).
@@ -289,14 +549,14 @@ async fn list(
                 let mut acquired = shared
                     .acquired
                     .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    .unwrap_or_else(PoisonError::into_inner);
                 // Forget batches cleanup removed, so the set stays bounded.
-                let listed: std::collections::HashSet<&String> = bids.iter().collect();
+                let listed: HashSet<&String> = bids.iter().collect();
                 acquired.retain(|b| listed.contains(b));
                 bids.into_iter().filter(|b| !acquired.contains(b)).collect()
             };
-            // FIFO: the oldest pending batches, a few more than one task
-            // takes so that tasks meeting each other's locks find another.
+            // Every pending batch, oldest first: a task passes over those
+            // it cannot take now (held, refused) to the next.
             let mut items = Vec::new();
             for bid in unknown {
                 if client
@@ -307,7 +567,7 @@ async fn list(
                     shared
                         .acquired
                         .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .unwrap_or_else(PoisonError::into_inner)
                         .insert(bid);
                     continue;
                 }
@@ -320,15 +580,14 @@ async fn list(
                         id: bid,
                         priority: 0,
                     });
-                    if items.len() >= SPREAD {
-                        break;
-                    }
                 }
             }
             Ok((items, Some(watcher)))
         }
         Target::ReportingBatches(_) => {
-            let (mut bids, watcher) = match client.list_and_watch_children("/batches").await {
+            // The slow sweep: batches the engine's answers named are
+            // reported without it.
+            let mut bids = match client.list_children("/batches").await {
                 Ok(r) => r,
                 Err(zk::Error::NoNode) => return Ok((Vec::new(), None)),
                 Err(e) => return Err(e.into()),
@@ -343,8 +602,6 @@ async fn list(
                     });
                 }
             }
-            // Reporting batches change status without changing /batches.
-            drop(watcher);
             Ok((items, None))
         }
     }
@@ -401,24 +658,53 @@ fn lock_path(target: Target, id: &str) -> String {
     }
 }
 
+/// A fresh secret from the operating system's generator.
+fn fresh_secret() -> Result<FenceSecret, BoxError> {
+    let mut bytes = [0u8; 32];
+    getrandom::getrandom(&mut bytes)
+        .map_err(|e| anyhow::anyhow!("cannot draw a lock secret: {e}"))?;
+    Ok(FenceSecret::from_bytes(bytes))
+}
+
+/// A lock this worker's session holds.
+struct Held {
+    path: String,
+    created: zk::Stat,
+    fence: FenceSecret,
+}
+
 async fn try_item(
     shared: &Shared,
     client: &zk::Client,
     target: Target,
     item: &Item,
+    stop: &CancellationToken,
 ) -> Result<Tried, BoxError> {
-    let lock = lock_path(target, &item.id);
+    let path = lock_path(target, &item.id);
+    let fence = fresh_secret()?;
+    let data = LockNode::new(&shared.name, &fence).to_bytes();
     let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
-    let created = match client
-        .create(&lock, shared.name.as_bytes(), &ephemeral)
-        .await
-    {
+    let created = match client.create(&path, &data, &ephemeral).await {
         Ok((stat, _)) => stat,
-        Err(zk::Error::NodeExists | zk::Error::NoNode) => return Ok(Tried::Skipped),
+        Err(zk::Error::NodeExists) => {
+            if matches!(target, Target::Jobs(_)) {
+                shared.stats.lock_busy.fetch_add(1, Ordering::Relaxed);
+            }
+            return Ok(Tried::Skipped);
+        }
+        Err(zk::Error::NoNode) => return Ok(Tried::Skipped),
         Err(e) => return Err(e.into()),
     };
-    let result = locked(shared, client, target, item).await;
-    release(client, &lock, &created).await;
+    if matches!(target, Target::Jobs(_)) {
+        shared.stats.job_locks.fetch_add(1, Ordering::Relaxed);
+    }
+    let held = Held {
+        path,
+        created,
+        fence,
+    };
+    let result = locked(shared, client, target, item, &held, stop).await;
+    release(client, &held.path, &held.created).await;
     result
 }
 
@@ -428,20 +714,24 @@ async fn locked(
     client: &zk::Client,
     target: Target,
     item: &Item,
+    held: &Held,
+    stop: &CancellationToken,
 ) -> Result<Tried, BoxError> {
     let session_id = client.session_id().0;
     let who = WorkerRef {
         worker: shared.name.clone(),
         session_id: SessionId(session_id),
     };
+    let api = ApiCtx {
+        engine: shared.engine.clone(),
+        worker: shared.name.clone(),
+        session_id,
+        fence: held.fence.clone(),
+    };
     let batch_ctx = || super::step::BatchCtx {
         bid: item.id.clone(),
         zk: client.clone(),
-        api: super::step::ApiCtx {
-            engine: shared.engine.clone(),
-            worker: shared.name.clone(),
-            session_id,
-        },
+        api: api.clone(),
     };
     match target {
         Target::PendingBatches => {
@@ -466,8 +756,13 @@ async fn locked(
                 }
             }
             let path = format!("/batches/{}/acquire", item.id);
-            let tried = report::<Acquired>(shared, &path, &body).await?;
+            let (tried, _) = report::<Acquired>(shared, &path, &held.fence, &body).await?;
             if tried == Tried::Done {
+                shared
+                    .acquired
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(item.id.clone());
                 let states = format!("/batches/{}/states", item.id);
                 await_projection(client, &states, |stat| stat.is_some()).await;
             }
@@ -491,83 +786,124 @@ async fn locked(
                 body.notification_error = sent;
             }
             let path = format!("/batches/{}/report", item.id);
-            let tried = report::<Reported>(shared, &path, &body).await?;
+            let (tried, _) = report::<Reported>(shared, &path, &held.fence, &body).await?;
             if tried == Tried::Done {
                 await_status(client, &format!("/batches/{}/status", item.id), status).await;
             }
             Ok(tried)
         }
-        Target::Jobs(state) => {
+        Target::Jobs(first) => {
             let status_path = format!("/jobs/{}/status", item.id);
-            if read_status(client, &status_path).await?.as_deref() != Some(&state.to_string()) {
+            if read_status(client, &status_path).await?.as_deref() != Some(&first.to_string()) {
                 return Ok(Tried::Skipped);
             }
-            let tried = if state == JobState::Pending {
-                report::<JobMoved>(shared, &format!("/jobs/{}/start", item.id), &who).await?
-            } else {
-                let Some(step) = shared.steps.get(state) else {
-                    return Ok(Tried::Skipped);
-                };
-                let ctx = JobCtx {
-                    jid: item.id.clone(),
-                    state,
-                    priority: item.priority,
-                    zk: Some(client.clone()),
-                    api: Some(super::step::ApiCtx {
-                        engine: shared.engine.clone(),
-                        worker: shared.name.clone(),
-                        session_id,
-                    }),
-                };
-                let began = Instant::now();
-                // The step is dropped as soon as the session ends: its lock
-                // is gone, so its result could only be refused.
-                let result = tokio::select! {
-                    r = step.run(&ctx) => r,
-                    () = session_ended(client) => {
-                        tracing::warn!(jid = %item.id, %state, "the session ended during the step; the step is dropped");
-                        return Ok(Tried::Refused);
+            let mut state = first;
+            let mut steps = 0u32;
+            loop {
+                let (tried, moved) = step_once(shared, client, item, state, &who, &api).await?;
+                let Some(moved) = moved.filter(|_| tried == Tried::Done) else {
+                    if steps > 0 {
+                        // The chain stops here: the earlier steps were done.
+                        await_status(client, &status_path, &state.to_string()).await;
+                        return Ok(match tried {
+                            Tried::Waited => Tried::Waited,
+                            _ => Tried::Done,
+                        });
                     }
+                    return Ok(tried);
                 };
-                let outcome = match result {
-                    StepResult::Report(o) => o,
-                    StepResult::Wait(why) => {
-                        let _logged = shared.note_waiting(&item.id, state, &why);
-                        return Ok(Tried::Waited);
-                    }
-                };
-                shared.done_waiting(&item.id);
-                if client.state().is_terminated() {
-                    tracing::warn!(jid = %item.id, %state, "the session ended during the step; the result is dropped");
-                    return Ok(Tried::Refused);
+                steps += 1;
+                if matches!(moved.batch_status.as_str(), "Reporting" | "UpdateReporting") {
+                    shared.note_reporting(&moved.bid);
                 }
-                let body = OutcomeBody {
-                    worker: who.worker,
-                    session_id: who.session_id,
-                    state: state.to_string(),
-                    outcome: if outcome.success {
-                        OutcomeKind::Success
-                    } else {
-                        OutcomeKind::Failure
-                    },
-                    message: outcome.message,
-                    priority: outcome.priority,
-                    space_needed: outcome.space_needed,
-                    identifiers: outcome.identifiers,
-                    store: outcome.store,
-                    inventory: outcome.inventory,
-                    duration_ms: Some(
-                        u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
-                    ),
-                };
-                report::<JobMoved>(shared, &format!("/jobs/{}/outcome", item.id), &body).await?
-            };
-            if tried == Tried::Done {
-                await_status(client, &status_path, &state.to_string()).await;
+                let next = moved.status.parse::<JobState>().ok();
+                match next {
+                    // Go on with the next step under the same lock.
+                    Some(next)
+                        if next != state
+                            && shared.runs.contains(&next)
+                            && shared.steps.get(next).is_some()
+                            && !stop.is_cancelled()
+                            && connected(client) =>
+                    {
+                        shared.stats.chained.fetch_add(1, Ordering::Relaxed);
+                        state = next;
+                    }
+                    _ => {
+                        await_status(client, &status_path, &state.to_string()).await;
+                        return Ok(Tried::Done);
+                    }
+                }
             }
-            Ok(tried)
         }
     }
+}
+
+/// Runs the step of `state` for `item` and reports it; the engine's answer
+/// when it was accepted.
+async fn step_once(
+    shared: &Shared,
+    client: &zk::Client,
+    item: &Item,
+    state: JobState,
+    who: &WorkerRef,
+    api: &ApiCtx,
+) -> Result<(Tried, Option<JobMoved>), BoxError> {
+    if state == JobState::Pending {
+        let path = format!("/jobs/{}/start", item.id);
+        return report::<JobMoved>(shared, &path, &api.fence, who).await;
+    }
+    let Some(step) = shared.steps.get(state) else {
+        return Ok((Tried::Skipped, None));
+    };
+    let ctx = JobCtx {
+        jid: item.id.clone(),
+        state,
+        priority: item.priority,
+        zk: Some(client.clone()),
+        api: Some(api.clone()),
+    };
+    let began = Instant::now();
+    // The step is dropped as soon as the session ends: its lock is gone, so
+    // its result could only be refused.
+    let result = tokio::select! {
+        r = step.run(&ctx) => r,
+        () = session_ended(client) => {
+            tracing::warn!(jid = %item.id, %state, "the session ended during the step; the step is dropped");
+            return Ok((Tried::Refused, None));
+        }
+    };
+    let outcome = match result {
+        StepResult::Report(o) => o,
+        StepResult::Wait(why) => {
+            let _logged = shared.note_waiting(&item.id, state, &why);
+            return Ok((Tried::Waited, None));
+        }
+    };
+    shared.done_waiting(&item.id);
+    if client.state().is_terminated() {
+        tracing::warn!(jid = %item.id, %state, "the session ended during the step; the result is dropped");
+        return Ok((Tried::Refused, None));
+    }
+    let body = OutcomeBody {
+        worker: who.worker.clone(),
+        session_id: who.session_id,
+        state: state.to_string(),
+        outcome: if outcome.success {
+            OutcomeKind::Success
+        } else {
+            OutcomeKind::Failure
+        },
+        message: outcome.message,
+        priority: outcome.priority,
+        space_needed: outcome.space_needed,
+        identifiers: outcome.identifiers,
+        store: outcome.store,
+        inventory: outcome.inventory,
+        duration_ms: Some(u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX)),
+    };
+    let path = format!("/jobs/{}/outcome", item.id);
+    report::<JobMoved>(shared, &path, &api.fence, &body).await
 }
 
 /// Resolves once `client`'s session has ended (expired, closed, refused).
@@ -581,6 +917,8 @@ async fn session_ended(client: &zk::Client) {
 /// Deletes the lock node only while it is still the one this session made:
 /// a lock removed under this worker may since be another worker's.
 async fn release(client: &zk::Client, lock: &str, created: &zk::Stat) {
+    // The version alone does not tell two lock nodes apart (both are at
+    // version 0): the creation zxid and the owner do.
     match client.check_stat(lock).await {
         Ok(Some(now))
             if now.czxid == created.czxid && now.ephemeral_owner == client.session_id().0 =>
@@ -598,23 +936,23 @@ async fn release(client: &zk::Client, lock: &str, created: &zk::Stat) {
 }
 
 /// POSTs a fenced report whose route answers `R` (`Acquired`, `Reported`
-/// or `JobMoved`). The answer is decoded, so a server that answers another
-/// shape is an error, but nothing in it is needed: the daemon learns the
-/// item's new state from the projection.
+/// or `JobMoved`), with the lock's secret. The answer is decoded, so a
+/// server that answers another shape is an error.
 async fn report<R: serde::de::DeserializeOwned>(
     shared: &Shared,
     path: &str,
+    fence: &FenceSecret,
     body: &impl serde::Serialize,
-) -> Result<Tried, BoxError> {
-    match shared.engine.report::<_, R>(path, body).await? {
-        Reply::Done(_) => {
+) -> Result<(Tried, Option<R>), BoxError> {
+    match shared.engine.report::<_, R>(path, fence, body).await? {
+        Reply::Done(answer) => {
             shared.stats.accepted.fetch_add(1, Ordering::Relaxed);
-            Ok(Tried::Done)
+            Ok((Tried::Done, Some(answer)))
         }
         Reply::Refused { code, message } => {
             shared.stats.refused.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(%path, %code, %message, "the report was refused; its result is discarded");
-            Ok(Tried::Refused)
+            Ok((Tried::Refused, None))
         }
     }
 }
@@ -657,18 +995,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_grows_to_its_cap_with_jitter() {
-        for idle in 0..40 {
-            let d = backoff(idle);
-            let full = BACKOFF_MIN
-                .saturating_mul(1u32 << idle.min(10))
-                .min(BACKOFF_MAX);
-            assert!(d <= full && d >= full / 2, "{idle}: {d:?} vs {full:?}");
-        }
-        assert!(backoff(30) >= BACKOFF_MAX / 2);
-    }
-
-    #[test]
     fn daemons_map_to_their_queues() {
         assert_eq!(Target::of(DaemonKind::BatchPending), Target::PendingBatches);
         assert_eq!(
@@ -687,24 +1013,71 @@ mod tests {
 
     fn shared(engine: &str) -> Shared {
         use crate::step::{FixedProbe, SimSettings};
-        Shared {
-            stats: Arc::new(Stats::default()),
-            name: "w".into(),
-            session: Arc::new(Session::new(ingest_projections::ZkConfig::new(
+        Shared::new(
+            "w".into(),
+            Arc::new(Session::new(ingest_projections::ZkConfig::new(
                 "127.0.0.1:1".to_string(),
             ))),
-            engine: EngineClient::new(engine, "token").expect("client"),
-            steps: Steps::simulated(
+            EngineClient::new(engine, "token").expect("client"),
+            Steps::simulated(
                 SimSettings::default(),
                 Some(1),
                 Arc::new(FixedProbe::new(0.0)),
                 90.0,
                 "/".into(),
             ),
-            rng: Rng::new(1),
-            acquired: Default::default(),
-            waiting: Default::default(),
-        }
+            &[DaemonKind::JobPending, DaemonKind::Estimating],
+            Rng::new(1),
+        )
+    }
+
+    fn items(ids: &[&str]) -> Vec<Item> {
+        ids.iter()
+            .map(|id| Item {
+                id: (*id).to_string(),
+                priority: 5,
+            })
+            .collect()
+    }
+
+    /// Regression: the batch-pending daemon stopped at the first batch it
+    /// could not take, so one held or refused batch kept every later batch
+    /// Pending. An item that could not be taken is now backed off from by
+    /// itself and the next one is picked.
+    #[test]
+    fn an_item_that_cannot_be_taken_does_not_hold_up_the_next() {
+        let shared = shared("http://127.0.0.1:1");
+        let queue = items(&["bid1", "bid2", "bid3"]);
+        let first = shared.pick(Target::PendingBatches, &queue).expect("bid1");
+        assert_eq!(first.id, "bid1", "batches are taken oldest first");
+        // In hand: another task takes the next.
+        let second = shared.pick(Target::PendingBatches, &queue).expect("bid2");
+        assert_eq!(second.id, "bid2");
+        shared.settle("bid1", Tried::Refused);
+        shared.settle("bid2", Tried::Done);
+        // bid1 backs off; bid2 was dealt with (and would have left the
+        // listing); the next pick is bid2 again only because the listing
+        // still shows it, else bid3.
+        let next = shared
+            .pick(Target::PendingBatches, &items(&["bid1", "bid3"]))
+            .expect("bid3");
+        assert_eq!(next.id, "bid3");
+        shared.settle("bid3", Tried::Skipped);
+        // Everything backs off: the answer is when to look again.
+        let wait = shared
+            .pick(Target::PendingBatches, &items(&["bid1", "bid3"]))
+            .expect_err("nothing to take now");
+        assert!(wait.is_some());
+    }
+
+    /// Chaining goes on only through the states whose daemon runs here.
+    #[test]
+    fn a_worker_knows_which_states_it_serves() {
+        let shared = shared("http://127.0.0.1:1");
+        assert!(shared.runs.contains(&JobState::Pending));
+        assert!(shared.runs.contains(&JobState::Estimating));
+        assert!(!shared.runs.contains(&JobState::Provisioning));
+        assert!(!shared.reports);
     }
 
     /// Regression: why a job waited (a full working storage, an unreadable
@@ -735,6 +1108,7 @@ mod tests {
             jid: "jid1".into(),
             status: "Estimating".into(),
             batch_status: "Processing".into(),
+            bid: "bid1".into(),
             events: Vec::new(),
         };
         let app = axum::Router::new()
@@ -781,11 +1155,12 @@ mod tests {
             worker: "w".into(),
             session_id: SessionId(7),
         };
-        let tried = report::<JobMoved>(&shared, "/jobs/jid1/start", &who).await;
-        assert_eq!(tried.ok(), Some(Tried::Done));
-        let tried = report::<JobMoved>(&shared, "/jobs/jid2/start", &who).await;
-        assert_eq!(tried.ok(), Some(Tried::Refused));
-        let tried = report::<JobMoved>(&shared, "/jobs/jid3/start", &who).await;
+        let fence = FenceSecret::from_bytes([3; 32]);
+        let tried = report::<JobMoved>(&shared, "/jobs/jid1/start", &fence, &who).await;
+        assert_eq!(tried.ok().map(|t| t.0), Some(Tried::Done));
+        let tried = report::<JobMoved>(&shared, "/jobs/jid2/start", &fence, &who).await;
+        assert_eq!(tried.ok().map(|t| t.0), Some(Tried::Refused));
+        let tried = report::<JobMoved>(&shared, "/jobs/jid3/start", &fence, &who).await;
         assert!(
             tried.is_err(),
             "an answer of another shape is not an acceptance"

@@ -1,24 +1,27 @@
 //! The worker daemons, run in `ingest serve` or as `ingest worker`.
 //!
-//! Each enabled daemon ([`DaemonKind`]) runs `tasks` tasks. A task lists its
-//! queue in ZooKeeper (`/jobs/states/<state>` sorted by `PP-JID`, pending
-//! batches FIFO by bid, reporting batches by status), picks an item (job
-//! tasks start at a random one among the head so that workers do not all
-//! race for the first), takes the item's EPHEMERAL lock node with this
-//! worker's session (`NodeExists`: the next item), re-reads the item's
-//! status, runs the [`step::Step`] of the state and reports through the API
+//! Each enabled daemon ([`DaemonKind`]) runs `tasks` tasks on the listing
+//! of its queue, which ONE lister per queue keeps (a ZooKeeper child watch,
+//! debounced), so adding tasks or workers does not multiply the listings.
+//! A task picks an item no task of this worker holds or backs off from
+//! (job tasks among the head at random, so workers do not all race for the
+//! first; batches oldest first), takes the item's EPHEMERAL lock node, whose
+//! data holds the digest of a fresh random secret
+//! ([`ingest_protocol::fence`]), re-reads the item's status, runs the
+//! [`step::Step`] of the state and reports through the API
 //! ([`ingest_client::Client`], the worker token, `session_id` = this
-//! session), then deletes the lock. The API fences every report on the lock
-//! node: a 409 (`lock_not_held`, `stale_report`) discards the result.
+//! session, the secret in the `ingest-fence` header). The API fences every
+//! report on the lock node: a 409 (`lock_not_held`, `stale_report`) discards
+//! the result. An item that cannot be taken (locked elsewhere, refused,
+//! waiting) is backed off from by itself; the task goes on with the next.
 //!
-//! After an accepted report the lock is kept until the projection shows the
-//! item's new state (at most a few seconds), so that no worker takes the
-//! item again from a projection that lags the log.
+//! A worker that runs the daemon of the job's next state keeps the lock and
+//! goes on at once (step chaining); when the chain ends the lock is kept
+//! until the projection shows the job's new state (at most a few seconds),
+//! so that no worker takes the item again from a projection that lags.
 //!
-//! Idle queues are not polled in a tight loop: a task waits on a ZooKeeper
-//! watch of the queue, bounded by a capped exponential back-off with
-//! jitter. While the session is disconnected no new work starts; when it
-//! expires the work in hand is dropped and a new session is made.
+//! While the session is disconnected no new work starts; when it expires
+//! the work in hand is dropped and a new session is made.
 //!
 //! Steps are simulated ([`step::Simulate`]) or real ([`real`]). In
 //! `ingest serve` the daemons run only with `--steps simulate` or
@@ -45,7 +48,7 @@ use ingest_projections::ZkConfig;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use daemon::{Shared, Stats};
+use daemon::{Shared, Stats, Target};
 use ingest_client::Client as EngineClient;
 use ingest_config::{DaemonKind, Daemons, Provisioning};
 use session::Session;
@@ -86,25 +89,39 @@ impl Workers {
     pub fn start(options: WorkerOptions) -> Result<Workers> {
         let engine = EngineClient::new(&options.engine, &options.token)?;
         let faults = options.steps.faults.clone();
-        let stats = Arc::new(Stats::default());
-        let shared = Arc::new(Shared {
-            stats: Arc::clone(&stats),
-            name: options.name,
-            session: Arc::new(Session::new(options.zk)),
+        let kinds: Vec<DaemonKind> = options.daemons.iter().map(|(k, _)| *k).collect();
+        let shared = Arc::new(Shared::new(
+            options.name,
+            Arc::new(Session::new(options.zk)),
             engine,
-            steps: options.steps,
-            rng: Rng::from_entropy(),
-            acquired: Default::default(),
-            waiting: Default::default(),
-        });
+            options.steps,
+            &kinds,
+            Rng::from_entropy(),
+        ));
+        let stats = Arc::clone(&shared.stats);
         let stop = CancellationToken::new();
         let mut tasks = Vec::new();
+        // One lister per queue, whatever the number of its tasks.
+        let mut listings: std::collections::HashMap<Target, daemon::Listing> =
+            std::collections::HashMap::new();
         for (kind, n) in options.daemons {
+            let target = Target::of(kind);
+            let listing = match listings.get(&target) {
+                Some(l) => l.clone(),
+                None => {
+                    let (l, lister) =
+                        daemon::start_lister(Arc::clone(&shared), target, stop.child_token());
+                    tasks.push(lister);
+                    listings.insert(target, l.clone());
+                    l
+                }
+            };
             for task in 0..n.max(1) {
                 tasks.push(tokio::spawn(daemon::run_task(
                     Arc::clone(&shared),
                     kind,
                     task,
+                    listing.clone(),
                     stop.child_token(),
                 )));
             }
@@ -141,7 +158,17 @@ impl Workers {
         if tokio::time::timeout(SHUTDOWN_GRACE, all).await.is_err() {
             tracing::warn!("worker daemons did not stop in time; their locks go with the session");
         }
-        tracing::info!("worker daemons stopped");
+        let n = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        let s = &self.stats;
+        tracing::info!(
+            accepted = n(&s.accepted),
+            refused = n(&s.refused),
+            job_locks = n(&s.job_locks),
+            chained = n(&s.chained),
+            lock_busy = n(&s.lock_busy),
+            listings = n(&s.listings),
+            "worker daemons stopped"
+        );
     }
 }
 

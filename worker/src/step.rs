@@ -14,9 +14,15 @@ use ingest_events::JobState;
 use ingest_protocol::api::{
     IdentifiersBody, InventoryBody, JobBody, JobMoved, RetryBody, SessionId, StoreBody, WorkerRef,
 };
+use ingest_protocol::fence::FenceSecret;
 use ingest_protocol::node::{
     decode, ConfigurationNode, IdentifiersNode, JobStatusNode, MetadataNode,
 };
+
+/// How long a step waits for the projection to show its job in the step's
+/// state (after a chained step, the projection may lag the engine's answer
+/// by a few milliseconds).
+pub const PROJECTION_WAIT: Duration = Duration::from_secs(10);
 
 /// What a step concluded about one job.
 #[derive(Debug, Clone, PartialEq)]
@@ -127,6 +133,8 @@ pub struct ApiCtx {
     pub worker: String,
     /// The session holding the lock (the fence of every call).
     pub session_id: i64,
+    /// The secret whose digest the lock node holds, sent with every call.
+    pub fence: FenceSecret,
 }
 
 /// A job's nodes, as the projection wrote them (`/jobs/JID/*`).
@@ -166,6 +174,11 @@ impl JobCtx {
     /// the message names the node.
     pub async fn data(&self) -> Result<JobData, DataError> {
         let zk = self.zk.as_ref().ok_or(DataError::NoSession)?;
+        // A worker that chains steps runs this one as soon as the engine
+        // answered the last report: wait (bounded) for the projection to
+        // show the job in this state, so that what the last step recorded
+        // (identifiers, storage hand-off) is read, not what was before it.
+        self.await_projected(zk).await?;
         let read = |node: &'static str| {
             let path = format!("/jobs/{}/{node}", self.jid);
             async move {
@@ -211,6 +224,33 @@ impl JobCtx {
         })
     }
 
+    /// Waits until `/jobs/JID/status` shows [`JobCtx::state`], at most
+    /// [`PROJECTION_WAIT`].
+    async fn await_projected(&self, zk: &zookeeper_client::Client) -> Result<(), DataError> {
+        let path = format!("/jobs/{}/status", self.jid);
+        let deadline = tokio::time::Instant::now() + PROJECTION_WAIT;
+        let want = self.state.to_string();
+        loop {
+            let (data, _, watcher) = zk
+                .get_and_watch_data(&path)
+                .await
+                .map_err(|e| DataError::Read(format!("cannot read {path}: {e}")))?;
+            let now = decode::<JobStatusNode>("/jobs/JID/status", &data)?.status;
+            if now == want {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, watcher.changed())
+                .await
+                .is_err()
+            {
+                return Err(DataError::Read(format!(
+                    "{path} still says {} rather than {want} after {PROJECTION_WAIT:?}",
+                    ingest_protocol::cut(&now, 64)
+                )));
+            }
+        }
+    }
+
     /// Records a recoverable error and the attempt that follows it
     /// (`POST /jobs/JID/retries`), so the history shows every retry. A
     /// refusal or an unreachable API is logged: the retry goes on.
@@ -227,7 +267,11 @@ impl JobCtx {
             message: ingest_protocol::cut(message, ingest_protocol::MAX_MESSAGE_BYTES).into_owned(),
         };
         let path = format!("/jobs/{}/retries", self.jid);
-        if let Err(e) = api.engine.report::<_, JobMoved>(&path, &body).await {
+        if let Err(e) = api
+            .engine
+            .report::<_, JobMoved>(&path, &api.fence, &body)
+            .await
+        {
             tracing::warn!(jid = %self.jid, error = %e, "cannot record the retry");
         }
     }
@@ -247,7 +291,7 @@ impl JobCtx {
             worker: api.worker.clone(),
             session_id: SessionId(api.session_id),
         };
-        Ok(api.engine.report(path, &body(who)).await?)
+        Ok(api.engine.report(path, &api.fence, &body(who)).await?)
     }
 }
 

@@ -129,6 +129,23 @@ pub(super) fn validate_submission(s: &Submission) -> Result<(), Rejection> {
         }
     };
     required("submitter", &s.submitter)?;
+    // What becomes one job's field is held to the job's limits here, at the
+    // door: a submission the engine accepts must not hold a job it would
+    // refuse to create when the batch is acquired.
+    check_size("payload_url", s.payload_url.len(), MAX_JOB_FIELD_BYTES)?;
+    let erc = [&s.erc.who, &s.erc.what, &s.erc.when, &s.erc.r#where];
+    check_size(
+        "erc_who, erc_what, erc_when and erc_where together",
+        erc.iter().map(|e| e.as_ref().map_or(0, String::len)).sum(),
+        MAX_JOB_FIELD_BYTES,
+    )?;
+    for (i, line) in s.manifest.iter().enumerate() {
+        check_size(
+            &format!("manifest line {}", i + 1),
+            line.len(),
+            MAX_JOB_FIELD_BYTES,
+        )?;
+    }
     if s.manifest.is_empty() {
         required("payload_url", &s.payload_url)?;
     }
@@ -175,7 +192,14 @@ pub const RESERVED_SUBMISSION_KEYS: [&str; 14] = [
     "digest_value",
 ];
 
-pub(super) fn validate_spec(spec: &JobSpec) -> Result<(), Rejection> {
+/// Checks one job of an expansion as the engine does when it creates the
+/// job (sizes, required fields, text): a batch whose expansion holds a job
+/// that fails this can be failed with the reason rather than refused for
+/// ever.
+///
+/// # Errors
+/// [`Rejection::Invalid`] naming the field.
+pub fn validate_spec(spec: &JobSpec) -> Result<(), Rejection> {
     check_size("payload_url", spec.payload_url.len(), MAX_JOB_FIELD_BYTES)?;
     let ids = spec.identifiers.primary_id.as_ref().map_or(0, String::len)
         + spec

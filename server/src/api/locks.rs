@@ -1,12 +1,15 @@
-//! Fencing: a worker's report is accepted only while that worker's
-//! ZooKeeper session still holds the item's lock.
+//! Fencing: a worker's report is accepted only while that worker holds the
+//! item's lock, proved by a secret only the holder knows.
 //!
 //! Workers take `/jobs/JID/lock` and `/batches/BID/lock` as ephemeral nodes
-//! (DESIGN.md: locks belong to a live session and are never projected). The
-//! API asks a [`LockChecker`] who owns the lock node (its ephemeral owner)
-//! and refuses the report with 409 `lock_not_held` unless it is the session
-//! the worker names. The real checker reads ZooKeeper; [`NoLocks`] refuses
-//! everything.
+//! (DESIGN.md: locks belong to a live session and are never projected),
+//! whose data is an [`ingest_protocol::fence::LockNode`] holding the digest
+//! of a random secret. A report names the worker's session and carries the
+//! secret in the `ingest-fence` header. The API asks a [`LockChecker`] for
+//! the lock node's ephemeral owner and data, and refuses the report with 409
+//! `lock_not_held` unless the node is the named session's AND the secret
+//! opens it. The refusal never names the holder. The real checker reads
+//! ZooKeeper; [`NoLocks`] refuses everything.
 //!
 //! # Cautions
 //! The check and the append are two steps: a session that expires between
@@ -16,14 +19,25 @@
 use std::future::Future;
 use std::pin::Pin;
 
-/// What [`LockChecker::holder`] returns: the session id owning the lock
-/// node (its ephemeral owner), `None` when there is no lock.
+/// A lock node as the checker found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockHolder {
+    /// The session owning the node (its ephemeral owner; 0 for a
+    /// persistent node).
+    pub session: i64,
+    /// The node's data (at most [`ingest_protocol::fence::MAX_LOCK_NODE_BYTES`]
+    /// of it are read as a lock node).
+    pub data: Vec<u8>,
+}
+
+/// What [`LockChecker::holder`] returns: the lock node's owner and data,
+/// `None` when there is no lock.
 pub type LockFuture<'a> =
-    Pin<Box<dyn Future<Output = Result<Option<i64>, LockCheckError>> + Send + 'a>>;
+    Pin<Box<dyn Future<Output = Result<Option<LockHolder>, LockCheckError>> + Send + 'a>>;
 
 /// Who holds a lock node.
 pub trait LockChecker: Send + Sync {
-    /// The ephemeral owner (session id) of the node at `path`, relative to
+    /// The ephemeral owner (session id) and data of the node at `path`, relative to
     /// the Merritt tree's root (`/jobs/jid0000000001/lock`; the checker
     /// applies the configured chroot), or `None` when the node is absent.
     fn holder<'a>(&'a self, path: &'a str) -> LockFuture<'a>;
@@ -54,16 +68,31 @@ impl LockChecker for NoLocks {
     }
 }
 
-/// A checker for which one session holds every lock. Unit tests only.
+/// A checker for which one session holds every lock, with the digest of
+/// [`AcceptAll::secret`]. Unit tests only.
 #[cfg(test)]
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AcceptAll(pub i64);
 
 #[cfg(test)]
+impl AcceptAll {
+    /// The secret whose digest every lock holds.
+    pub(crate) fn secret() -> ingest_protocol::fence::FenceSecret {
+        ingest_protocol::fence::FenceSecret::from_bytes([1; 32])
+    }
+}
+
+#[cfg(test)]
 impl LockChecker for AcceptAll {
     fn holder<'a>(&'a self, _path: &'a str) -> LockFuture<'a> {
         let session = self.0;
-        Box::pin(async move { Ok(Some(session)) })
+        Box::pin(async move {
+            Ok(Some(LockHolder {
+                session,
+                data: ingest_protocol::fence::LockNode::new("test", &AcceptAll::secret())
+                    .to_bytes(),
+            }))
+        })
     }
 }
 

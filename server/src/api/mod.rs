@@ -74,7 +74,7 @@ use uuid::Uuid;
 pub use auth::{Access, Role};
 pub use error::{ApiError, ApiJson, ApiPath};
 pub use listen::{serve, Limits};
-pub use locks::{LockCheckError, LockChecker, LockFuture, NoLocks};
+pub use locks::{LockCheckError, LockChecker, LockFuture, LockHolder, NoLocks};
 pub use worker::batch_priority;
 
 use crate::metrics::Metrics;
@@ -658,10 +658,12 @@ mod tests {
             std::future::pending(),
         ));
         let client = reqwest::Client::new();
+        let secret = locks::AcceptAll::secret().to_header();
         let post = |path: &str, token: &str, body: serde_json::Value| {
             client
                 .post(format!("{base}{path}"))
                 .bearer_auth(token)
+                .header(ingest_protocol::fence::FENCE_HEADER, &secret)
                 .json(&body)
                 .send()
         };

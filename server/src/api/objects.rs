@@ -14,7 +14,7 @@ use ingest_steps::inventory::InventoryError;
 use std::collections::BTreeMap;
 
 use super::locks::job_lock_path;
-use super::worker::{fence, worker_actor};
+use super::worker::{fence, worker_actor, Fence};
 use super::{ApiError, ApiJson, ApiPath, AppState, CorrelationId};
 
 /// The most local ids one lookup may ask about.
@@ -42,12 +42,13 @@ fn inventory_error(e: InventoryError) -> ApiError {
 /// second one).
 pub(crate) async fn ark(
     State(app): State<AppState>,
+    fenced: Fence,
     cid: CorrelationId,
     ApiPath(jid): ApiPath<Jid>,
     ApiJson(body): ApiJson<ArkBody>,
 ) -> Result<Json<ArkAssigned>, ApiError> {
     let actor = worker_actor(&body.worker)?;
-    fence(&app, &job_lock_path(jid), body.session_id).await?;
+    fence(&app, &job_lock_path(jid), body.session_id, &fenced).await?;
     let identifiers = app
         .inner
         .handle
@@ -92,6 +93,7 @@ pub(crate) async fn ark(
 /// collection (`null` for an unknown one).
 pub(crate) async fn lookup(
     State(app): State<AppState>,
+    fenced: Fence,
     ApiPath(jid): ApiPath<Jid>,
     ApiJson(body): ApiJson<LookupBody>,
 ) -> Result<Json<LookedUp>, ApiError> {
@@ -102,7 +104,7 @@ pub(crate) async fn lookup(
             format!("{} ids; at most {MAX_LOOKUP}", body.local_ids.len()),
         ));
     }
-    fence(&app, &job_lock_path(jid), body.session_id).await?;
+    fence(&app, &job_lock_path(jid), body.session_id, &fenced).await?;
     let inventory = app
         .inner
         .inventory
@@ -121,11 +123,12 @@ pub(crate) async fn lookup(
 /// `POST /jobs/{jid}/object`: the recording step records a stored version.
 pub(crate) async fn record(
     State(app): State<AppState>,
+    fenced: Fence,
     ApiPath(jid): ApiPath<Jid>,
     ApiJson(body): ApiJson<ObjectBody>,
 ) -> Result<Json<ObjectRecorded>, ApiError> {
     worker_actor(&body.worker)?;
-    fence(&app, &job_lock_path(jid), body.session_id).await?;
+    fence(&app, &job_lock_path(jid), body.session_id, &fenced).await?;
     if body.record.jid != jid.to_string() {
         return Err(ApiError::invalid_field(
             "record.jid",

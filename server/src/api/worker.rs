@@ -14,8 +14,12 @@ use ingest_events::{Actor, Bid, Event, Jid, JobState};
 
 use super::locks::{batch_lock_path, job_lock_path};
 use super::{check_name, rows, ApiError, ApiJson, ApiPath, AppState, CorrelationId};
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use axum::http::StatusCode;
 use ingest_config::Profile;
+use ingest_events::Recorded;
+use ingest_protocol::fence::{FenceSecret, LockNode, FENCE_HEADER};
 use ingest_protocol::submission::expand_simple;
 
 /// The priority of a batch's jobs: the profile's, when it sets one, else
@@ -37,8 +41,47 @@ pub(crate) fn worker_actor(name: &str) -> Result<Actor, ApiError> {
     Ok(Actor::worker(name.trim()))
 }
 
-/// Refuses unless `session` owns the lock node at `path`.
-pub(crate) async fn fence(app: &AppState, path: &str, session: SessionId) -> Result<(), ApiError> {
+/// The lock holder's secret a fenced report carries in the
+/// [`FENCE_HEADER`]: absent, unreadable, or a secret.
+pub(crate) struct Fence(Result<FenceSecret, &'static str>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Fence {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let secret = match parts.headers.get(FENCE_HEADER) {
+            None => Err("the report carries no ingest-fence header"),
+            Some(v) => v
+                .to_str()
+                .ok()
+                .and_then(|v| FenceSecret::parse(v).ok())
+                .ok_or("the ingest-fence header is not 64 hexadecimal digits"),
+        };
+        Ok(Fence(secret))
+    }
+}
+
+/// Refuses unless `session` owns the lock node at `path` and the report's
+/// secret opens it. The refusal says why but never names the holder: a
+/// caller who could learn the holder's session from a wrong try could
+/// forge the holder's reports.
+pub(crate) async fn fence(
+    app: &AppState,
+    path: &str,
+    session: SessionId,
+    fence: &Fence,
+) -> Result<(), ApiError> {
+    let refuse = |why: &str| {
+        ApiError::conflict(
+            "lock_not_held",
+            format!(
+                "session {:#x} cannot report on {path}: {why}; the report is refused and nothing was appended",
+                session.0
+            ),
+        )
+        .with("path", path.to_string())
+    };
+    let secret = fence.0.as_ref().map_err(|why| refuse(why))?;
     let holder = app.inner.locks.holder(path).await.map_err(|e| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -47,25 +90,17 @@ pub(crate) async fn fence(app: &AppState, path: &str, session: SessionId) -> Res
         )
         .with("path", path.to_string())
     })?;
-    match holder {
-        Some(owner) if owner == session.0 => Ok(()),
-        Some(owner) => Err(ApiError::conflict(
-            "lock_not_held",
-            format!(
-                "session {:#x} does not hold {path} (session {owner:#x} does); the report is refused and nothing was appended",
-                session.0
-            ),
-        )
-        .with("path", path.to_string())
-        .with("holder", format!("{owner:#x}"))),
-        None => Err(ApiError::conflict(
-            "lock_not_held",
-            format!(
-                "nobody holds {path}, so session {:#x} cannot report on it; nothing was appended",
-                session.0
-            ),
-        )
-        .with("path", path.to_string())),
+    let Some(holder) = holder else {
+        return Err(refuse("nobody holds the lock"));
+    };
+    let opened = LockNode::read(&holder.data).is_some_and(|node| secret.opens(&node));
+    if holder.session == session.0 && opened {
+        Ok(())
+    } else {
+        // One answer for a wrong session and a wrong secret.
+        Err(refuse(
+            "the lock is not held by this session with this secret",
+        ))
     }
 }
 
@@ -103,6 +138,7 @@ fn job_spec(body: JobBody, i: usize) -> Result<JobSpec, ApiError> {
 /// `POST /batches/{bid}/acquire`: the batch-pending daemon expands a batch.
 pub(crate) async fn acquire_batch(
     State(app): State<AppState>,
+    fenced: Fence,
     cid: CorrelationId,
     ApiPath(bid): ApiPath<Bid>,
     ApiJson(body): ApiJson<AcquireBody>,
@@ -123,7 +159,7 @@ pub(crate) async fn acquire_batch(
         ),
         None => None,
     };
-    fence(&app, &batch_lock_path(bid), body.session_id).await?;
+    fence(&app, &batch_lock_path(bid), body.session_id, &fenced).await?;
     let submission = app
         .inner
         .handle
@@ -140,6 +176,17 @@ pub(crate) async fn acquire_batch(
         (None, Some(why)) => Err(why),
         (None, None) => expand_simple(&submission).map_err(|e| e.to_string()),
     };
+    // A job the engine would refuse to create (an oversized field from a
+    // manifest) fails the batch with the reason, rather than making every
+    // acquire of it fail for ever.
+    let expanded = expanded.and_then(|jobs| {
+        for (i, spec) in jobs.iter().enumerate() {
+            if let Err(r) = ingest_events::command::validate_spec(spec) {
+                return Err(format!("job {} of the expansion: {r}", i + 1));
+            }
+        }
+        Ok(jobs)
+    });
     let (mut jobs, expansion_error) = match expanded {
         Ok(jobs) => (jobs, None),
         Err(why) => {
@@ -190,26 +237,32 @@ fn batch_status(app: &AppState, bid: Bid) -> String {
         .unwrap_or_default()
 }
 
-fn job_status(app: &AppState, jid: Jid) -> (String, String) {
+/// The answer to a job report: the job's state and its batch's, read after
+/// the report's events were applied.
+fn job_moved(app: &AppState, jid: Jid, records: &[Recorded]) -> JobMoved {
     let state = app.inner.handle.state();
     let job = state.jobs.get(&jid);
     let status = job.map(|j| j.status.to_string()).unwrap_or_default();
-    let batch = job
-        .and_then(|j| state.batches.get(&j.bid))
-        .map(|b| b.status.to_string())
-        .unwrap_or_default();
-    (status, batch)
+    let batch = job.and_then(|j| state.batches.get(&j.bid));
+    JobMoved {
+        jid: jid.to_string(),
+        status,
+        batch_status: batch.map(|b| b.status.to_string()).unwrap_or_default(),
+        bid: job.map(|j| j.bid.to_string()).unwrap_or_default(),
+        events: rows(records),
+    }
 }
 
 /// `POST /batches/{bid}/report`: the reporting daemon records the report.
 pub(crate) async fn report_batch(
     State(app): State<AppState>,
+    fenced: Fence,
     cid: CorrelationId,
     ApiPath(bid): ApiPath<Bid>,
     ApiJson(body): ApiJson<ReportBody>,
 ) -> Result<Json<Reported>, ApiError> {
     let actor = worker_actor(&body.worker)?;
-    fence(&app, &batch_lock_path(bid), body.session_id).await?;
+    fence(&app, &batch_lock_path(bid), body.session_id, &fenced).await?;
     let outcome = app
         .execute(
             actor,
@@ -231,20 +284,15 @@ pub(crate) async fn report_batch(
 /// or Held when its collection is held; 409 `queue_paused` while paused).
 pub(crate) async fn start_job(
     State(app): State<AppState>,
+    fenced: Fence,
     cid: CorrelationId,
     ApiPath(jid): ApiPath<Jid>,
     ApiJson(body): ApiJson<WorkerRef>,
 ) -> Result<Json<JobMoved>, ApiError> {
     let actor = worker_actor(&body.worker)?;
-    fence(&app, &job_lock_path(jid), body.session_id).await?;
+    fence(&app, &job_lock_path(jid), body.session_id, &fenced).await?;
     let outcome = app.execute(actor, cid, Command::StartJob { jid }).await?;
-    let (status, batch_status) = job_status(&app, jid);
-    Ok(Json(JobMoved {
-        jid: jid.to_string(),
-        status,
-        batch_status,
-        events: rows(&outcome.records),
-    }))
+    Ok(Json(job_moved(&app, jid, &outcome.records)))
 }
 
 fn parse_state(text: &str) -> Result<JobState, ApiError> {
@@ -279,6 +327,7 @@ fn check_current(app: &AppState, jid: Jid, reported: JobState) -> Result<(), Api
 /// successor.
 pub(crate) async fn outcome(
     State(app): State<AppState>,
+    fenced: Fence,
     cid: CorrelationId,
     ApiPath(jid): ApiPath<Jid>,
     ApiJson(body): ApiJson<OutcomeBody>,
@@ -293,7 +342,7 @@ pub(crate) async fn outcome(
             ));
         }
     }
-    fence(&app, &job_lock_path(jid), body.session_id).await?;
+    fence(&app, &job_lock_path(jid), body.session_id, &fenced).await?;
     check_current(&app, jid, worked_on)?;
 
     // One command: the step's data and the move are appended atomically, and
@@ -344,18 +393,13 @@ pub(crate) async fn outcome(
             .metrics
             .observe_step(worked_on, Duration::from_millis(ms), success);
     }
-    let (status, batch_status) = job_status(&app, jid);
-    Ok(Json(JobMoved {
-        jid: jid.to_string(),
-        status,
-        batch_status,
-        events: rows(&records),
-    }))
+    Ok(Json(job_moved(&app, jid, &records)))
 }
 
 /// `POST /jobs/{jid}/retries`: a step hit a recoverable error and tries again.
 pub(crate) async fn retry(
     State(app): State<AppState>,
+    fenced: Fence,
     cid: CorrelationId,
     ApiPath(jid): ApiPath<Jid>,
     ApiJson(body): ApiJson<RetryBody>,
@@ -368,7 +412,7 @@ pub(crate) async fn retry(
             "is the attempt that follows the error: 2 for the first retry",
         ));
     }
-    fence(&app, &job_lock_path(jid), body.session_id).await?;
+    fence(&app, &job_lock_path(jid), body.session_id, &fenced).await?;
     check_current(&app, jid, worked_on)?;
     let outcome = app
         .execute(
@@ -381,13 +425,7 @@ pub(crate) async fn retry(
             },
         )
         .await?;
-    let (status, batch_status) = job_status(&app, jid);
-    Ok(Json(JobMoved {
-        jid: jid.to_string(),
-        status,
-        batch_status,
-        events: rows(&outcome.records),
-    }))
+    Ok(Json(job_moved(&app, jid, &outcome.records)))
 }
 
 #[cfg(test)]

@@ -839,6 +839,7 @@ mod tests {
             engine: EngineClient::new(&base, "token").expect("client"),
             worker: "w1".into(),
             session_id: 1,
+            fence: ingest_protocol::fence::FenceSecret::from_bytes([1; 32]),
         });
         let policy = RetryPolicy {
             retries: 1,

@@ -399,6 +399,7 @@ mod tests {
                             jid: "jid1".into(),
                             status: "Recording".into(),
                             batch_status: "Processing".into(),
+                            bid: "bid1".into(),
                             events: Vec::new(),
                         })
                     }
@@ -420,6 +421,7 @@ mod tests {
             engine: EngineClient::new(base, "token").expect("client"),
             worker: "w1".into(),
             session_id: 7,
+            fence: ingest_protocol::fence::FenceSecret::from_bytes([7; 32]),
         });
         job
     }

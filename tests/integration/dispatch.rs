@@ -1,0 +1,208 @@
+//! Dispatch (issue 10) against a real ZooKeeper and a real `ingest serve`
+//! without in-process daemons: the worker under test is the library
+//! `ingest worker` runs, so its counters can be read.
+//!
+//! - one worker running every daemon chains a job from Pending to Completed
+//!   under ONE job lock, and the history still shows every transition;
+//! - a batch of a held collection at the head of the queue does not keep a
+//!   later batch of another collection Pending;
+//! - a report with the lock's session but without its secret is refused
+//!   with 409, appends nothing, and the refusal does not name the holder.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use ingest_config::DaemonKind;
+use ingest_projections::ZkConfig;
+use ingest_protocol::fence::{FenceSecret, LockNode, FENCE_HEADER};
+use ingest_worker::step::{FixedProbe, SimSettings, Steps};
+use ingest_worker::{WorkerOptions, Workers};
+use serde_json::{json, Value};
+use zookeeper_client as zk;
+
+use crate::server::{eventually, start, Server, ADMIN, DEPOSITOR, WORKER};
+use crate::zk_server::{shared, unique_root};
+
+/// Submits a batch of `jobs` manifest lines to collection `profile`.
+async fn submit_to(s: &Server, profile: &str, jobs: usize) -> String {
+    let (status, body) = s
+        .call(
+            reqwest::Method::POST,
+            "/batches",
+            DEPOSITOR,
+            Some(json!({
+                "submitter": "alice",
+                "profile": profile,
+                "type": "object-manifest",
+                "payload_url": "https://example.org/batch.checkm",
+                "manifest": (0..jobs).map(|i| format!("https://example.org/{i}.txt loc{i}")).collect::<Vec<_>>(),
+            })),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    body["bid"].as_str().expect("bid").to_string()
+}
+
+async fn batch_in(s: &Server, bid: &str, status: &str, secs: u64) -> Value {
+    eventually(&format!("batch {bid} to be {status}"), secs, async || {
+        let batch = s.get(&format!("/batches/{bid}")).await;
+        (batch["status"] == status).then_some(batch)
+    })
+    .await
+}
+
+/// A worker running every daemon with one task each.
+fn every_daemon(s: &Server, hosts: &str, root: &str, dir: &std::path::Path) -> Workers {
+    Workers::start(WorkerOptions {
+        engine: s.base.clone(),
+        token: WORKER.into(),
+        zk: ZkConfig::new(hosts).with_root(root),
+        name: "chain".into(),
+        daemons: DaemonKind::ALL.iter().map(|k| (*k, 1)).collect(),
+        steps: Steps::simulated(
+            SimSettings::default(),
+            Some(5),
+            Arc::new(FixedProbe::new(0.0)),
+            70.0,
+            dir.to_path_buf(),
+        ),
+    })
+    .expect("start the worker")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_worker_takes_a_job_from_pending_to_completed_under_one_lock() {
+    let zk_server = shared();
+    let hosts = zk_server.hosts();
+    let root = unique_root("dispatch-chain");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = start(dir.path(), &hosts, &root, None);
+    let workers = every_daemon(&s, &hosts, &root, dir.path());
+    let bid = submit_to(&s, "demo", 1).await;
+    let batch = batch_in(&s, &bid, "Completed", 60).await;
+    let jid = batch["successful_jobs"][0]
+        .as_str()
+        .expect("a successful job")
+        .to_string();
+    let stats = workers.stats();
+    workers.shutdown().await;
+    // Every transition is its own event, made once...
+    s.assert_walked_once(&jid).await;
+    // ...under one lock: 8 steps, 7 of them chained to the one before.
+    assert_eq!(
+        stats.job_locks.load(Ordering::Relaxed),
+        1,
+        "job locks taken"
+    );
+    assert_eq!(stats.chained.load(Ordering::Relaxed), 7, "steps chained");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_held_collection_at_the_head_does_not_keep_other_batches_pending() {
+    let zk_server = shared();
+    let hosts = zk_server.hosts();
+    let root = unique_root("dispatch-held");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = start(dir.path(), &hosts, &root, None);
+    let (status, body) = s
+        .call(
+            reqwest::Method::POST,
+            "/collections/held/hold",
+            ADMIN,
+            Some(json!({"reason": "routine hold"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // The held collection's batches come first in the queue.
+    let held: Vec<String> =
+        futures::future::join_all((0..3).map(|_| submit_to(&s, "held", 2))).await;
+    let later = submit_to(&s, "demo", 2).await;
+    let workers = every_daemon(&s, &hosts, &root, dir.path());
+    batch_in(&s, &later, "Completed", 60).await;
+    for bid in &held {
+        let batch = s.get(&format!("/batches/{bid}")).await;
+        assert!(
+            batch["status"] == "Pending" || batch["status"] == "Held",
+            "a batch of a held collection moved on: {batch}"
+        );
+    }
+    workers.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_report_without_the_lock_holders_secret_is_refused_and_names_nobody() {
+    let zk_server = shared();
+    let hosts = zk_server.hosts();
+    let root = unique_root("dispatch-fence");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = start(dir.path(), &hosts, &root, None);
+    let bid = submit_to(&s, "demo", 1).await;
+    let client = zk::Client::connect(&format!("{hosts}{root}"))
+        .await
+        .expect("zookeeper");
+    eventually("the batch projected", 30, async || {
+        client
+            .check_stat(&format!("/batches/{bid}/status"))
+            .await
+            .ok()
+            .flatten()
+    })
+    .await;
+    // The holder: a session with a lock whose data holds its secret's
+    // digest, as an `ingest worker` takes it.
+    let secret = FenceSecret::from_bytes([42; 32]);
+    let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    let lock = format!("/batches/{bid}/lock");
+    client
+        .create(
+            &lock,
+            &LockNode::new("holder", &secret).to_bytes(),
+            &ephemeral,
+        )
+        .await
+        .expect("lock");
+    let session = client.session_id().0;
+    let acquire = |claimed: i64, fence: Option<String>| {
+        let http = reqwest::Client::new();
+        let url = format!("{}/batches/{bid}/acquire", s.base);
+        async move {
+            let mut req = http
+                .post(url)
+                .bearer_auth(WORKER)
+                .json(&json!({"worker": "forger", "session_id": claimed}));
+            if let Some(f) = fence {
+                req = req.header(FENCE_HEADER, f);
+            }
+            let resp = req.send().await.expect("send");
+            (resp.status().as_u16(), resp.text().await.expect("text"))
+        }
+    };
+    // A wrong session: the refusal does not name the one that holds it
+    // (before, it did, and a second try naming it was accepted).
+    let (status, text) = acquire(0x5151, Some(secret.to_header())).await;
+    assert_eq!(status, 409, "{text}");
+    assert!(text.contains("lock_not_held"), "{text}");
+    assert!(
+        !text.contains(&format!("{session:x}")) && !text.contains(&session.to_string()),
+        "the refusal names the holder's session: {text}"
+    );
+    // The holder's session (anyone can read a node's owner) without the
+    // secret: no secret, another secret, or the digest the node shows.
+    for fence in [
+        None,
+        Some(FenceSecret::from_bytes([7; 32]).to_header()),
+        Some(secret.digest()),
+    ] {
+        let (status, text) = acquire(session, fence).await;
+        assert_eq!(status, 409, "{text}");
+        assert!(text.contains("lock_not_held"), "{text}");
+    }
+    let batch = s.get(&format!("/batches/{bid}")).await;
+    assert_eq!(
+        batch["status"], "Pending",
+        "a refused acquire changed nothing"
+    );
+    // The holder's own report, with its secret, is accepted.
+    let (status, text) = acquire(session, Some(secret.to_header())).await;
+    assert_eq!(status, 200, "{text}");
+}
