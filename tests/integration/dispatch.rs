@@ -95,6 +95,13 @@ async fn one_worker_takes_a_job_from_pending_to_completed_under_one_lock() {
         "job locks taken"
     );
     assert_eq!(stats.chained.load(Ordering::Relaxed), 7, "steps chained");
+    // The batch was reported because the answer to its last job's report
+    // said it entered Reporting, not found by scanning every batch.
+    assert_eq!(
+        stats.named_reports.load(Ordering::Relaxed),
+        1,
+        "batches reported from answers"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

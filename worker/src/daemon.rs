@@ -70,6 +70,9 @@ const PROJECTION_WAIT: Duration = Duration::from_secs(5);
 /// The most items a worker remembers claims of; past it the backed-off
 /// ones are forgotten (they may then be tried sooner).
 const MAX_CLAIMS: usize = 100_000;
+/// One sweep in this many reads every batch, finished ones too (a finished
+/// batch goes back to reporting when one of its jobs is requeued).
+const FULL_SWEEP_EVERY: u64 = 6;
 /// The most batches waiting to be reported that a worker remembers.
 const MAX_TO_REPORT: usize = 10_000;
 
@@ -88,6 +91,9 @@ pub struct Stats {
     pub chained: AtomicU64,
     /// Queue listings.
     pub listings: AtomicU64,
+    /// Batches taken for reporting because an engine answer named them
+    /// (rather than found by the slow sweep).
+    pub named_reports: AtomicU64,
 }
 
 /// An item a task of this worker has in hand or backs off from.
@@ -116,8 +122,9 @@ pub struct Shared {
     /// The job states whose daemon this worker runs (a chain goes on
     /// through these).
     pub runs: HashSet<JobState>,
-    /// Whether this worker runs the batch-reporting daemon.
-    pub reports: bool,
+    /// The batch statuses whose reporting daemon this worker runs
+    /// (`Reporting`, `UpdateReporting`).
+    pub reports: HashSet<&'static str>,
     /// Batches known to be acquired (their `states` node exists). A batch
     /// never returns to Pending once acquired, so the batch-pending lister
     /// skips these without reading ZooKeeper again.
@@ -127,8 +134,14 @@ pub struct Shared {
     waiting: Mutex<HashMap<String, String>>,
     /// Items in hand or backed off from, by id, over every daemon.
     claims: Mutex<HashMap<String, Claim>>,
-    /// Batches an answer said entered Reporting, for the reporting daemon.
-    to_report: Mutex<VecDeque<String>>,
+    /// Batches an answer said entered a reporting status, with it, for the
+    /// reporting daemons.
+    to_report: Mutex<VecDeque<(String, String)>>,
+    /// Batches a sweep saw in a final status: later sweeps skip them but
+    /// for every [`FULL_SWEEP_EVERY`]th.
+    settled: Mutex<HashSet<String>>,
+    /// Sweeps made (to pick the full ones).
+    sweeps: AtomicU64,
     /// Wakes the reporting tasks when `to_report` grows.
     report_wake: tokio::sync::Notify,
 }
@@ -162,11 +175,19 @@ impl Shared {
             steps,
             rng,
             runs,
-            reports: daemons.contains(&DaemonKind::BatchReporting),
+            reports: daemons
+                .iter()
+                .filter_map(|k| match Target::of(*k) {
+                    Target::ReportingBatches(status) => Some(status),
+                    _ => None,
+                })
+                .collect(),
             acquired: Mutex::default(),
             waiting: Mutex::default(),
             claims: Mutex::default(),
             to_report: Mutex::default(),
+            settled: Mutex::default(),
+            sweeps: AtomicU64::new(0),
             report_wake: tokio::sync::Notify::new(),
         }
     }
@@ -268,17 +289,17 @@ impl Shared {
         }
     }
 
-    /// Notes that batch `bid` waits in Reporting (from an engine answer).
-    fn note_reporting(&self, bid: &str) {
-        if !self.reports || bid.is_empty() {
+    /// Notes that batch `bid` waits in `status` (from an engine answer).
+    fn note_reporting(&self, bid: &str, status: &str) {
+        if !self.reports.contains(status) || bid.is_empty() {
             return;
         }
         let mut queue = self
             .to_report
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if queue.len() < MAX_TO_REPORT && !queue.iter().any(|b| b == bid) {
-            queue.push_back(bid.to_string());
+        if queue.len() < MAX_TO_REPORT && !queue.iter().any(|(b, _)| b == bid) {
+            queue.push_back((bid.to_string(), status.to_string()));
         }
         drop(queue);
         self.report_wake.notify_waiters();
@@ -447,13 +468,15 @@ pub async fn run_task(
             }
         };
         let mut items: Vec<Item> = listing.borrow_and_update().as_ref().clone();
-        if matches!(target, Target::ReportingBatches(_)) {
+        if let Target::ReportingBatches(status) = target {
             // Batches the engine's answers named come first.
             let named: Vec<String> = shared
                 .to_report
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .drain(..)
+                .iter()
+                .filter(|(_, s)| s == status)
+                .map(|(b, _)| b.clone())
                 .collect();
             let mut first: Vec<Item> = named
                 .into_iter()
@@ -465,6 +488,17 @@ pub async fn run_task(
         }
         match shared.pick(target, &items) {
             Ok(item) => {
+                if matches!(target, Target::ReportingBatches(_)) {
+                    let mut queue = shared
+                        .to_report
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    let before = queue.len();
+                    queue.retain(|(b, _)| *b != item.id);
+                    if queue.len() < before {
+                        shared.stats.named_reports.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
                 let tried = match try_item(&shared, &client, target, &item, &stop).await {
                     Ok(t) => t,
                     Err(e) => {
@@ -584,22 +618,51 @@ async fn list(
             }
             Ok((items, Some(watcher)))
         }
-        Target::ReportingBatches(_) => {
-            // The slow sweep: batches the engine's answers named are
-            // reported without it.
+        Target::ReportingBatches(wanted) => {
+            // The slow sweep, for batches that entered a reporting status
+            // without an answer to this worker naming them. Its cost does
+            // not grow with finished batches: those are skipped but on
+            // every FULL_SWEEP_EVERY-th sweep.
             let mut bids = match client.list_children("/batches").await {
                 Ok(r) => r,
                 Err(zk::Error::NoNode) => return Ok((Vec::new(), None)),
                 Err(e) => return Err(e.into()),
             };
             bids.sort();
+            let full = shared.sweeps.fetch_add(1, Ordering::Relaxed) % FULL_SWEEP_EVERY == 0;
+            let settled: HashSet<String> = {
+                let mut settled = shared
+                    .settled
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                let listed: HashSet<&String> = bids.iter().collect();
+                settled.retain(|b| listed.contains(b));
+                settled.clone()
+            };
             let mut items = Vec::new();
             for bid in bids {
-                if batch_matches(client, target, &bid).await? {
-                    items.push(Item {
-                        id: bid,
-                        priority: 0,
-                    });
+                if !full && settled.contains(&bid) {
+                    continue;
+                }
+                let status = read_status(client, &format!("/batches/{bid}/status")).await?;
+                let mut settled = shared
+                    .settled
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                match status.as_deref() {
+                    Some(s) if s == wanted => {
+                        settled.remove(&bid);
+                        items.push(Item {
+                            id: bid,
+                            priority: 0,
+                        });
+                    }
+                    Some("Completed" | "Failed" | "Deleted") => {
+                        settled.insert(bid);
+                    }
+                    _ => {
+                        settled.remove(&bid);
+                    }
                 }
             }
             Ok((items, None))
@@ -813,9 +876,7 @@ async fn locked(
                     return Ok(tried);
                 };
                 steps += 1;
-                if matches!(moved.batch_status.as_str(), "Reporting" | "UpdateReporting") {
-                    shared.note_reporting(&moved.bid);
-                }
+                shared.note_reporting(&moved.bid, &moved.batch_status);
                 let next = moved.status.parse::<JobState>().ok();
                 match next {
                     // Go on with the next step under the same lock.
@@ -1077,7 +1138,7 @@ mod tests {
         assert!(shared.runs.contains(&JobState::Pending));
         assert!(shared.runs.contains(&JobState::Estimating));
         assert!(!shared.runs.contains(&JobState::Provisioning));
-        assert!(!shared.reports);
+        assert!(shared.reports.is_empty());
     }
 
     /// Regression: why a job waited (a full working storage, an unreadable
