@@ -6,9 +6,11 @@
 //! thread; when ZooKeeper is configured, the live sink follows the log's
 //! durable tail and a ZooKeeper client answers the API's fencing questions
 //! (who holds `/jobs/JID/lock`); then the API listens. On SIGTERM or Ctrl-C
-//! the API stops taking requests and finishes those in flight, the sink
-//! finishes its transaction in flight, and the writer answers every queued
-//! command before the log is closed.
+//! the in-process workers stop (releasing their locks), the API stops taking
+//! requests and finishes those in flight, the projector is given time to
+//! reach the log's head (so that the tree holds every event a stopping
+//! worker reported) and stops, and the writer answers every queued command
+//! before the log is closed.
 //!
 //! With ZooKeeper configured and `--steps simulate|real` (or
 //! `INGEST_WORKER_STEPS`), the enabled worker daemons (`ingest_worker`) also run here, reporting to
@@ -22,6 +24,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use ingest_projections::{RunMode, Sink, SinkConfig, ZkConfig};
 use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use crate::api::{self, ApiConfig, LockCheckError, LockChecker, LockFuture, LockHolder, NoLocks};
@@ -94,10 +97,17 @@ async fn serve(config: ServeConfig) -> Result<i32> {
                 SinkConfig::new(zk_config.clone(), identity),
             )?;
             metrics.attach_projector(sink.status());
-            let stop = shutdown.child_token();
-            let task = tokio::spawn(async move { sink.run(RunMode::Follow, stop).await });
+            // Not a child of the shutdown token: the projector stops last,
+            // once what the stopping workers reported is in the tree.
+            let stop = CancellationToken::new();
+            let status = sink.status();
+            let run = stop.clone();
+            let task = tokio::spawn(async move { sink.run(RunMode::Follow, run).await });
             let checker = ZkLocks::new(zk_config.clone(), Arc::clone(&metrics));
-            (Arc::new(checker) as Arc<dyn LockChecker>, Some(task))
+            (
+                Arc::new(checker) as Arc<dyn LockChecker>,
+                Some((task, stop, status)),
+            )
         }
     };
 
@@ -171,7 +181,9 @@ async fn serve(config: ServeConfig) -> Result<i32> {
         .await
         .context("the HTTP server failed")?;
     tracing::info!("the API stopped taking requests");
-    if let Some(task) = sink_task {
+    if let Some((task, stop, status)) = sink_task {
+        drain_projector(handle.log().head().0, status).await;
+        stop.cancel();
         match task.await {
             Ok(Ok(report)) => tracing::info!(?report, "the projector stopped"),
             Ok(Err(e)) => tracing::error!(error = %e, "the projector had stopped with an error"),
@@ -194,6 +206,37 @@ struct ZkLocks {
     config: ZkConfig,
     client: Mutex<Option<zk::Client>>,
     metrics: Arc<Metrics>,
+}
+
+/// The longest a stopping server waits for its projector to reach the
+/// log's head.
+const PROJECTOR_DRAIN: Duration = Duration::from_secs(15);
+
+/// Waits (at most [`PROJECTOR_DRAIN`]) until the projector's checkpoint
+/// reaches `head`, the log's head once nothing writes any more, so that a
+/// graceful stop leaves a tree that holds every event; says how it went.
+async fn drain_projector(
+    head: u64,
+    mut status: tokio::sync::watch::Receiver<ingest_projections::SinkStatus>,
+) {
+    let caught_up = tokio::time::timeout(
+        PROJECTOR_DRAIN,
+        status.wait_for(|s| {
+            s.checkpoint >= head || matches!(s.state, ingest_projections::SinkState::Stopped(_))
+        }),
+    )
+    .await
+    .map(|r| r.map(|s| s.checkpoint));
+    let at = status.borrow().checkpoint;
+    match caught_up {
+        Ok(Ok(_)) if at >= head => tracing::info!(head, "the projector reached the log's head"),
+        _ => tracing::warn!(
+            head,
+            checkpoint = at,
+            behind = head.saturating_sub(at),
+            "stopping with the projector behind the log's head; the next start projects the rest"
+        ),
+    }
 }
 
 impl ZkLocks {

@@ -10,6 +10,7 @@ mod remote;
 mod serve;
 mod server;
 mod service;
+mod shutdown;
 mod util;
 mod worker;
 mod zk;

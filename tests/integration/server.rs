@@ -30,7 +30,8 @@ pub const WALK: [&str; 8] = [
 pub struct Server {
     pub child: Child,
     pub base: String,
-    log: std::path::PathBuf,
+    /// The server's stderr.
+    pub log: std::path::PathBuf,
     http: reqwest::Client,
 }
 

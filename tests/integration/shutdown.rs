@@ -1,0 +1,79 @@
+//! A graceful stop under load (issue 11, finding 8): on SIGTERM the
+//! in-process workers finish their steps in hand and report them, and the
+//! projector stops only after those reports are in the tree, so that
+//! `ingest diff` afterwards finds the tree at the log's head. Before, the
+//! projector stopped first, the workers' last reports stayed out of
+//! ZooKeeper, and `diff` called the tree clean by comparing at its
+//! checkpoint.
+
+use std::process::Command;
+
+use crate::server::{eventually, start_with, ADMIN};
+use crate::util::ingest_bin;
+use crate::zk_server::{shared, unique_root};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_under_load_leaves_a_tree_at_the_logs_head() {
+    let zk_server = shared();
+    let hosts = zk_server.hosts();
+    let root = unique_root("shutdown-drain");
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Steps that take a while, so that several are in hand at the SIGTERM.
+    let mut s = start_with(
+        dir.path(),
+        &hosts,
+        &root,
+        Some(&[
+            "recording=on",
+            "downloading=4",
+            "processing=4",
+            "estimating=4",
+        ]),
+        "simulate",
+        &["--step-ms".to_string(), "400".to_string()],
+    );
+    let bid = s.submit(40).await;
+    eventually("jobs in several states at once", 60, async || {
+        let (_, body) = s.call(reqwest::Method::GET, "/status", ADMIN, None).await;
+        let busy = ["Downloading", "Processing", "Estimating"]
+            .iter()
+            .filter(|st| body["jobs_by_state"][**st].as_u64().unwrap_or(0) > 0)
+            .count();
+        (busy >= 1).then_some(())
+    })
+    .await;
+    let before = s.get(&format!("/batches/{bid}")).await;
+    assert_ne!(before["status"], "Completed", "the load was over too soon");
+
+    let pid = s.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill")
+        .success());
+    let exit = eventually("ingest serve to exit", 60, async || {
+        s.child.try_wait().expect("wait")
+    })
+    .await;
+    assert!(exit.success(), "{exit:?}");
+    let log = std::fs::read_to_string(&s.log).expect("server log");
+    assert!(
+        log.contains("the projector reached the log's head"),
+        "the server did not wait for its projector: {log}"
+    );
+
+    let diff = Command::new(ingest_bin())
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["diff", "--zk", &hosts, "--zk-root", &root])
+        .output()
+        .expect("diff");
+    let out = String::from_utf8_lossy(&diff.stdout);
+    assert_eq!(
+        diff.status.code(),
+        Some(0),
+        "the tree is not at the log's head after a graceful stop:\n{out}\n{}",
+        String::from_utf8_lossy(&diff.stderr)
+    );
+    assert!(!out.contains("never projected"), "{out}");
+}
