@@ -97,7 +97,9 @@ pub use projector::{ProjectError, Projector};
 #[cfg(feature = "log")]
 pub use rebuild::{AdminConfig, DiffReport, Progress, RebuildReport, RepairReport};
 #[cfg(feature = "log")]
-pub use sink::{RunMode, Sink, SinkConfig, SinkError, SinkReport, SinkState, SinkStatus};
+pub use sink::{
+    ProjectorGate, RunMode, Sink, SinkConfig, SinkError, SinkReport, SinkState, SinkStatus,
+};
 pub use tree::{Differing, Tree, TreeDiff, TreeError};
 pub use txn::TxnLimits;
 pub use views::Views;

@@ -131,6 +131,28 @@ pub struct SinkConfig {
     /// How often a projector standing by re-checks the leader node (it also
     /// watches it).
     pub standby_recheck: Duration,
+    /// Lets a reader of the live tree hold the sink between transactions.
+    pub gate: ProjectorGate,
+}
+
+/// Holds a projector between two transactions, so that a reader (`GET
+/// /diff`) sees the tree and its checkpoint at one position while the
+/// projector runs. The sink takes the gate's shared side around each
+/// transaction; [`ProjectorGate::hold`] waits for the transaction in flight
+/// and keeps the next one from starting until the guard is dropped.
+#[derive(Debug, Clone, Default)]
+pub struct ProjectorGate(Arc<tokio::sync::RwLock<()>>);
+
+impl ProjectorGate {
+    /// A gate nobody holds.
+    pub fn new() -> ProjectorGate {
+        ProjectorGate::default()
+    }
+
+    /// Holds the projector until the guard is dropped.
+    pub async fn hold(&self) -> tokio::sync::OwnedRwLockWriteGuard<()> {
+        Arc::clone(&self.0).write_owned().await
+    }
 }
 
 impl SinkConfig {
@@ -143,6 +165,7 @@ impl SinkConfig {
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
             standby_recheck: Duration::from_secs(1),
+            gate: ProjectorGate::new(),
         }
     }
 }
@@ -1271,6 +1294,13 @@ impl Runner {
                 }
                 continue;
             }
+            // One transaction at a time under the gate's shared side: a
+            // reader holding the gate sees no checkpoint move.
+            let gate = Arc::clone(&self.cfg.gate.0);
+            let _turn = tokio::select! {
+                turn = gate.read_owned() => turn,
+                _ = self.shutdown.cancelled() => return Ok(Exit::Done),
+            };
             self.fill(limit)?;
             let plan = txn::plan_transaction(
                 &self.model.pending,

@@ -81,6 +81,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
     // in-process workers and the projector each watch a child of it.
     let shutdown = ingest_config::shutdown::on_signal();
     let zk_config = config.zookeeper.zk_config();
+    let gate = ingest_projections::ProjectorGate::new();
     let (locks, sink_task): (Arc<dyn LockChecker>, _) = match &zk_config {
         None => {
             tracing::warn!("no ZooKeeper configured: nothing is projected and every fenced worker report is refused");
@@ -92,10 +93,9 @@ async fn serve(config: ServeConfig) -> Result<i32> {
                 std::process::id(),
                 config.data_dir.display()
             );
-            let sink = Sink::new(
-                Arc::clone(handle.log()),
-                SinkConfig::new(zk_config.clone(), identity),
-            )?;
+            let mut sink_config = SinkConfig::new(zk_config.clone(), identity);
+            sink_config.gate = gate.clone();
+            let sink = Sink::new(Arc::clone(handle.log()), sink_config)?;
             metrics.attach_projector(sink.status());
             // Not a child of the shutdown token: the projector stops last,
             // once what the stopping workers reported is in the tree.
@@ -119,6 +119,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
         metrics: Arc::clone(&metrics),
         max_body_bytes: config.max_body_bytes,
         zookeeper: zk_config.clone(),
+        projector_gate: zk_config.as_ref().map(|_| gate.clone()),
         inventory: Some(inventory),
         minter: Some(minter),
     });

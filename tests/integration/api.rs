@@ -153,6 +153,7 @@ impl Server {
             locks: checker,
             max_body_bytes,
             zookeeper: None,
+            projector_gate: None,
             inventory: None,
             minter: None,
         });

@@ -32,6 +32,7 @@
 //!     locks: Arc::new(NoLocks),
 //!     max_body_bytes: 1024 * 1024,
 //!     zookeeper: None,
+//!     projector_gate: None,
 //!     inventory: None,
 //!     minter: None,
 //! });
@@ -105,6 +106,9 @@ pub struct ApiConfig {
     pub max_body_bytes: usize,
     /// The ZooKeeper the server projects into (for `GET /diff`).
     pub zookeeper: Option<ingest_projections::ZkConfig>,
+    /// The gate of this server's projector, held while `GET /diff` reads
+    /// the tree (`None`: no projector runs in this process).
+    pub projector_gate: Option<ingest_projections::ProjectorGate>,
     /// The object inventory (`None`: the object routes answer 503).
     pub inventory: Option<ingest_steps::inventory::Inventory>,
     /// Where arks come from (`None`: minting answers 503).
@@ -125,6 +129,7 @@ pub(crate) struct Inner {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) max_body_bytes: usize,
     pub(crate) zookeeper: Option<ingest_projections::ZkConfig>,
+    pub(crate) projector_gate: Option<ingest_projections::ProjectorGate>,
     pub(crate) inventory: Option<ingest_steps::inventory::Inventory>,
     pub(crate) minter: Option<ingest_engine::ezid::ArkMinter>,
     /// Faults armed by admins (`POST /faults`).
@@ -291,6 +296,7 @@ pub fn router(config: ApiConfig) -> Router {
             metrics: config.metrics,
             max_body_bytes: max_body,
             zookeeper: config.zookeeper,
+            projector_gate: config.projector_gate,
             inventory: config.inventory,
             minter: config.minter,
             faults: ops::ArmedFaults::default(),
@@ -644,6 +650,7 @@ mod tests {
             locks: Arc::new(locks::AcceptAll(42)),
             max_body_bytes: 64 * 1024,
             zookeeper: None,
+            projector_gate: None,
             inventory: None,
             minter: None,
         });

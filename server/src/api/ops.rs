@@ -209,8 +209,18 @@ pub(crate) async fn diff(State(app): State<AppState>) -> Result<Json<Diffed>, Ap
     // runs on a blocking thread that drives it on this runtime.
     let runtime = tokio::runtime::Handle::current();
     let zk_config = zk.clone();
+    // While this server's projector runs, the tree and its checkpoint move
+    // under a reader (the diff gave up after five tries: 503 "checkpoint
+    // kept moving"). Holding the projector between two transactions for
+    // the read gives one position; it resumes when the diff is done.
+    let held = match &app.inner.projector_gate {
+        Some(gate) => Some(gate.hold().await),
+        None => None,
+    };
     let found = tokio::task::spawn_blocking(move || {
-        runtime.block_on(rebuild::diff(&log, &zk_config, &mut |_| {}))
+        let found = runtime.block_on(rebuild::diff(&log, &zk_config, &mut |_| {}));
+        drop(held);
+        found
     })
     .await
     .map_err(|e| ApiError::internal(format!("the diff task failed: {e}")))?;
