@@ -295,7 +295,13 @@ async fn an_armed_fault_fails_the_next_job_of_a_step_and_requeue_resumes_there()
     );
     assert_eq!(server.get("/faults").await["armed"], json!({}));
 
-    // A requeue resumes at Storing, and the job completes.
+    // A requeue waits for the batch's report (a requeue during Reporting is
+    // refused), then resumes at Storing, and the job completes.
+    eventually("the batch reported", 60, async || {
+        let b = server.get(&format!("/batches/{bid}")).await;
+        (b["status"] != "Reporting").then_some(())
+    })
+    .await;
     let (status, body) = server
         .call(
             Method::POST,

@@ -3,7 +3,7 @@
 
 use crate::event::{self, Identifiers, InventoryParams, StoreParams, StreamId};
 use crate::ids::Jid;
-use crate::lifecycle::{JobState, Lifecycle};
+use crate::lifecycle::{BatchState, JobState, Lifecycle};
 use crate::state::State;
 
 use super::rules::*;
@@ -365,6 +365,27 @@ pub(super) fn requeue_job(
             requested: "a requeue".into(),
             allowed: vec!["only Failed jobs are requeued".into()],
         });
+    }
+    // While its batch is being reported, a job requeued would run after a
+    // report that already counted it as failed, and the report would be
+    // overtaken (before: "0 successful, 0 failed" and the batch Failed while
+    // the job ran). The requeue waits for the report: once the batch is
+    // Completed or Failed, a requeue sends it to UpdateReporting.
+    if let Some(b) = state.batches.get(&j.bid) {
+        if matches!(
+            b.status,
+            BatchState::Reporting | BatchState::UpdateReporting
+        ) {
+            return Err(Rejection::IllegalTransition {
+                item: Item::Job(*jid),
+                current: j.status.to_string(),
+                requested: "a requeue".into(),
+                allowed: vec![format!(
+                    "none while its batch {} is {}: requeue once the batch's report is done",
+                    j.bid, b.status
+                )],
+            });
+        }
     }
     let to = requeue_target(lc, j);
     job_move(lc, j, to)?;
