@@ -144,11 +144,45 @@ impl ClientError {
 }
 
 /// A client of one server with one bearer token. Cheap to clone.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
     base: String,
     token: String,
+    observer: Option<std::sync::Arc<dyn Observer>>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("base", &self.base)
+            .field("observed", &self.observer.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One call a [`Client`] made, as its [`Observer`] sees it.
+#[derive(Debug)]
+pub struct Call<'a> {
+    /// The method.
+    pub method: &'a Method,
+    /// The path and query (`/jobs/jid0000000001/outcome`).
+    pub path: &'a str,
+    /// The request body, as JSON.
+    pub body: Option<&'a serde_json::Value>,
+    /// The answer's status; `None` when no answer came.
+    pub status: Option<u16>,
+    /// The server's error code, for an error answer.
+    pub code: Option<&'a str>,
+    /// How long the call took.
+    pub elapsed: Duration,
+}
+
+/// Sees every call a client makes, after it is answered (a worker's
+/// metrics count its reports, retries and refusals this way).
+pub trait Observer: Send + Sync {
+    /// One call, answered or not.
+    fn observe(&self, call: &Call<'_>);
 }
 
 /// The default timeout of one call.
@@ -186,7 +220,14 @@ impl Client {
             http,
             base: base.trim_end_matches('/').to_string(),
             token: token.to_string(),
+            observer: None,
         })
+    }
+
+    /// This client, with every call shown to `observer`.
+    pub fn observed(mut self, observer: std::sync::Arc<dyn Observer>) -> Client {
+        self.observer = Some(observer);
+        self
     }
 
     /// The server's base URL.
@@ -228,9 +269,34 @@ impl Client {
             url: url.clone(),
             message: e.to_string(),
         };
-        let resp = req.send().await.map_err(transport)?;
-        let status = resp.status();
-        let text = resp.text().await.map_err(transport)?;
+        let started = std::time::Instant::now();
+        let answer = async {
+            let resp = req.send().await.map_err(transport)?;
+            let status = resp.status();
+            let text = resp.text().await.map_err(transport)?;
+            Ok((status, text))
+        }
+        .await;
+        if let Some(observer) = &self.observer {
+            let json = body.and_then(|b| serde_json::to_value(b).ok());
+            let (status, error) = match &answer {
+                Ok((status, text)) if !status.is_success() => (
+                    Some(status.as_u16()),
+                    serde_json::from_str::<ErrorBody>(text).ok(),
+                ),
+                Ok((status, _)) => (Some(status.as_u16()), None),
+                Err(_) => (None, None),
+            };
+            observer.observe(&Call {
+                method: &method,
+                path,
+                body: json.as_ref(),
+                status,
+                code: error.as_ref().map(|e| e.error.code.as_str()),
+                elapsed: started.elapsed(),
+            });
+        }
+        let (status, text) = answer?;
         Ok((status, url, text))
     }
 
@@ -344,6 +410,32 @@ impl Client {
     /// As [`Client::send`].
     pub async fn batch(&self, bid: Bid) -> Result<BatchView, ClientError> {
         self.send::<(), _>(Method::GET, &format!("/batches/{bid}"), None)
+            .await
+    }
+
+    /// `GET /batches?…`: one page of the batches `query` asks for.
+    ///
+    /// # Errors
+    /// As [`Client::send`]; 400 `invalid_query` names the parameter.
+    pub async fn list_batches(
+        &self,
+        query: &ingest_protocol::listing::BatchQuery,
+    ) -> Result<ingest_protocol::listing::BatchPage, ClientError> {
+        let q = ingest_protocol::listing::encode_query(&query.to_pairs());
+        self.send::<(), _>(Method::GET, &format!("/batches?{q}"), None)
+            .await
+    }
+
+    /// `GET /jobs?…`: one page of the jobs `query` asks for.
+    ///
+    /// # Errors
+    /// As [`Client::send`]; 400 `invalid_query` names the parameter.
+    pub async fn list_jobs(
+        &self,
+        query: &ingest_protocol::listing::JobQuery,
+    ) -> Result<ingest_protocol::listing::JobPage, ClientError> {
+        let q = ingest_protocol::listing::encode_query(&query.to_pairs());
+        self.send::<(), _>(Method::GET, &format!("/jobs?{q}"), None)
             .await
     }
 

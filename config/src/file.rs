@@ -158,6 +158,8 @@ pub(crate) struct FileWorker {
     pub(crate) daemons: Vec<String>,
     /// `--token-file`.
     pub(crate) token_file: Option<PathBuf>,
+    /// `--metrics-listen`.
+    pub(crate) metrics_listen: Option<String>,
 }
 
 /// A section of the configuration file that mirrors a group of flags

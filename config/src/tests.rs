@@ -729,4 +729,31 @@ mod worker {
         assert_eq!(c.real.step_retries, 1);
         assert_eq!(c.token.expose(), "env-token-0123456789");
     }
+
+    // `--metrics-listen` comes from the file's worker section or the flag,
+    // and a bad address is refused naming the key.
+    #[test]
+    fn the_worker_metrics_address_is_layered_and_checked() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("ingest.yaml");
+        std::fs::write(
+            &path,
+            "zookeeper:\n  hosts: zk1:2181\nworker:\n  daemons: [notify]\n  metrics_listen: 127.0.0.1:9187\n",
+        )
+        .expect("write");
+        let token = |k: &str| (k == "INGEST_WORKER_TOKEN").then(|| "env-token-0123456789".into());
+        let mut a = WorkerArgs {
+            config: Some(path),
+            ..WorkerArgs::default()
+        };
+        let c = a.resolve_with_env(&token).expect("resolves");
+        assert_eq!(c.metrics_listen, "127.0.0.1:9187".parse().ok());
+        a.metrics_listen = Some("0.0.0.0:9999".into());
+        let c = a.resolve_with_env(&token).expect("resolves");
+        assert_eq!(c.metrics_listen, "0.0.0.0:9999".parse().ok());
+        a.metrics_listen = Some("nowhere".into());
+        let e = a.resolve_with_env(&token).expect_err("refused");
+        assert!(e.to_string().contains("worker.metrics_listen"), "{e}");
+        assert!(e.to_string().contains("--metrics-listen"), "{e}");
+    }
 }

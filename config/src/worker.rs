@@ -55,6 +55,9 @@ pub struct WorkerArgs {
     /// The real steps' options.
     #[command(flatten)]
     pub real: RealArgs,
+    /// Serve this worker's Prometheus metrics (steps, durations, retries, refused reports) at http://ADDR/metrics, e.g. 127.0.0.1:9187 [default: not served].
+    #[arg(long, env = "INGEST_WORKER_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
     /// The ids of the options given on the command line or in the
     /// environment, which the file does not override; `main` fills it.
     #[arg(skip)]
@@ -84,6 +87,8 @@ pub struct WorkerConfig {
     pub profiles_dir: Option<PathBuf>,
     /// The real steps' options.
     pub real: RealArgs,
+    /// Where `/metrics` is served, if anywhere.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl WorkerArgs {
@@ -190,7 +195,31 @@ impl WorkerArgs {
                 format!("{provisioning_threshold} is outside (0, 100]"),
             ));
         }
+        let metrics_listen = match crate::file::layer(
+            file.worker.metrics_listen,
+            self.metrics_listen.clone(),
+            &origin,
+            "--metrics-listen or INGEST_WORKER_METRICS_LISTEN",
+        ) {
+            Some(l) => Some(
+                l.value
+                    .trim()
+                    .parse::<std::net::SocketAddr>()
+                    .map_err(|e| {
+                        invalid(
+                            &l.origin,
+                            "worker.metrics_listen",
+                            format!(
+                                "{:?} is not an address like 127.0.0.1:9187 ({e})",
+                                ingest_protocol::cut(&l.value, 64)
+                            ),
+                        )
+                    })?,
+            ),
+            None => None,
+        };
         Ok(WorkerConfig {
+            metrics_listen,
             engine: self.engine.clone(),
             zk,
             daemons,

@@ -7,6 +7,8 @@
 //!   groups the commands of many callers into one commit (group commit);
 //!   [`service::EngineHandle`] is what the server's handlers hold;
 //! - [`history`] reads one batch's or job's events as rows;
+//! - [`listing`] pages through batches and jobs by filters (`GET /batches`,
+//!   `GET /jobs`, `ingest batches`, `ingest jobs`);
 //! - [`objects`] opens the object side-trees kept beside the log: the
 //!   inventory and the ark minter ([`ezid::ArkMinter`]: NOID or EZID).
 //!
@@ -18,6 +20,7 @@
 pub mod engine;
 pub mod ezid;
 pub mod history;
+pub mod listing;
 pub mod objects;
 pub mod service;
 pub mod tree;

@@ -7,6 +7,8 @@
 //!   its validation ([`submission::SubmissionError`] names the field), and
 //!   the simple expansion into jobs;
 //! - [`history`]: one row per event, as every history answer carries them;
+//! - [`listing`]: the filters, cursors and pages of `GET /batches` and
+//!   `GET /jobs`;
 //! - [`view`]: what `show` and `status` print, the same locally and through
 //!   a server;
 //! - [`api`]: the other request and response bodies of the HTTP API, and
@@ -30,6 +32,7 @@ pub mod callback;
 pub mod fence;
 pub mod history;
 pub mod inventory;
+pub mod listing;
 pub mod node;
 pub mod profile;
 pub mod report;

@@ -26,9 +26,20 @@
 //! | `ingest_projector_checkpoint_position` | gauge | | the position the live tree holds |
 //! | `ingest_projector_state` | gauge | `state` | 1 for what the projector is doing |
 //! | `ingest_build_info` | gauge | `version` | always 1 |
+//! | `ingest_collection_jobs` | gauge | `collection` | live jobs by collection ([`MAX_COLLECTION_LABELS`] largest; the rest summed as `_other`) |
+//! | `ingest_collection_jobs_failed` | gauge | `collection` | live jobs in Failed by collection |
+//! | `ingest_collection_batches` | gauge | `collection` | live batches by collection |
+//! | `ingest_bytes_in_process` | gauge | | sum of `space_needed` of live jobs from Provisioning to Notify (Merritt's `gb_in_process`, in bytes) |
+//! | `ingest_jobs_in_process` | gauge | | live jobs from Estimating to Notify (Merritt's `num_jobs_processing`) |
+//! | `ingest_batches_in_process` | gauge | | live batches in Processing, Reporting or UpdateReporting (`num_batches_processing`) |
+//! | `ingest_oldest_job_age_seconds` | gauge | `state` | how long the longest-waiting live job of each state has been in it (0 when none) |
+//! | `ingest_writer_up` | gauge | | 1 while the engine's writer takes commands |
 //!
 //! The gauges of state and log are computed when scraped; the projector
-//! series appear once a projector is attached.
+//! series appear once a projector is attached. The ZooKeeper session gauge
+//! follows the session's own state watch ([`Metrics::follow_zookeeper_session`]),
+//! read at every scrape, so it says `Disconnected` during an outage even
+//! when no request touches ZooKeeper.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, MutexGuard};
@@ -51,6 +62,14 @@ use ingest_engine::service::EngineHandle;
 /// The content type of the page [`Metrics::render`] returns.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// The most collections given their own `collection` label; the others are
+/// summed under `_other`, so a repository with thousands of collections
+/// does not make thousands of series.
+pub const MAX_COLLECTION_LABELS: usize = 50;
+
+/// The label of the collections beyond [`MAX_COLLECTION_LABELS`].
+pub const OTHER_COLLECTIONS: &str = "_other";
+
 /// The most log records one scrape reads to count events; a scrape after a
 /// long pause catches up over the next ones instead of stalling.
 const MAX_RECORDS_PER_SCRAPE: u64 = 200_000;
@@ -63,6 +82,11 @@ struct KindLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabel {
     state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CollectionLabel {
+    collection: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -143,7 +167,18 @@ pub struct Metrics {
     http_requests: Family<HttpLabels, Counter>,
     http_duration: HistogramFamily<RouteLabels>,
     zk_session: Family<StateLabel, Gauge>,
+    zk_watch: Mutex<Option<zookeeper_client::StateWatcher>>,
     projector: Mutex<Option<Projector>>,
+    collection_jobs: Family<CollectionLabel, Gauge>,
+    collection_failed: Family<CollectionLabel, Gauge>,
+    collection_batches: Family<CollectionLabel, Gauge>,
+    bytes_in_process: Gauge,
+    jobs_in_process: Gauge,
+    batches_in_process: Gauge,
+    oldest_job_age: Family<StateLabel, Gauge<f64, AtomicU64>>,
+    writer_up: Gauge,
+    /// Held through a scrape, so two scrapes never interleave resets.
+    scrape: Mutex<()>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -172,7 +207,17 @@ impl Metrics {
             http_requests: Family::default(),
             http_duration: Family::new_with_constructor(http_histogram as fn() -> Histogram),
             zk_session: Family::default(),
+            zk_watch: Mutex::new(None),
             projector: Mutex::new(None),
+            collection_jobs: Family::default(),
+            collection_failed: Family::default(),
+            collection_batches: Family::default(),
+            bytes_in_process: Gauge::default(),
+            jobs_in_process: Gauge::default(),
+            batches_in_process: Gauge::default(),
+            oldest_job_age: Family::default(),
+            writer_up: Gauge::default(),
+            scrape: Mutex::new(()),
         };
         r.register(
             "ingest_events_appended",
@@ -231,6 +276,46 @@ impl Metrics {
             "1 for the current ZooKeeper session state",
             m.zk_session.clone(),
         );
+        r.register(
+            "ingest_collection_jobs",
+            "Live jobs by collection (the largest collections; the rest as _other)",
+            m.collection_jobs.clone(),
+        );
+        r.register(
+            "ingest_collection_jobs_failed",
+            "Live jobs in Failed by collection",
+            m.collection_failed.clone(),
+        );
+        r.register(
+            "ingest_collection_batches",
+            "Live batches by collection",
+            m.collection_batches.clone(),
+        );
+        r.register(
+            "ingest_bytes_in_process",
+            "Sum of space_needed of live jobs from Provisioning to Notify, in bytes",
+            m.bytes_in_process.clone(),
+        );
+        r.register(
+            "ingest_jobs_in_process",
+            "Live jobs from Estimating to Notify",
+            m.jobs_in_process.clone(),
+        );
+        r.register(
+            "ingest_batches_in_process",
+            "Live batches in Processing, Reporting or UpdateReporting",
+            m.batches_in_process.clone(),
+        );
+        r.register(
+            "ingest_oldest_job_age_seconds",
+            "Seconds the longest-waiting live job of each state has been in it",
+            m.oldest_job_age.clone(),
+        );
+        r.register(
+            "ingest_writer_up",
+            "1 while the engine's writer takes commands",
+            m.writer_up.clone(),
+        );
         let build: Family<VersionLabel, Gauge> = Family::default();
         build
             .get_or_create(&VersionLabel {
@@ -277,6 +362,22 @@ impl Metrics {
                 route: route.to_string(),
             })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Follows a ZooKeeper session from now on: every scrape reads its
+    /// current state (a session that lost its server says `Disconnected`
+    /// even while nothing asks ZooKeeper anything). Replaces the session
+    /// followed before.
+    pub fn follow_zookeeper_session(&self, watcher: zookeeper_client::StateWatcher) {
+        self.set_zookeeper_session(watcher.peek_state());
+        *lock(&self.zk_watch) = Some(watcher);
+    }
+
+    /// Says no session could be made: stops following the old one and
+    /// shows `Disconnected`.
+    pub fn zookeeper_unreachable(&self) {
+        *lock(&self.zk_watch) = None;
+        self.set_zookeeper_session(SessionState::Disconnected);
     }
 
     /// Sets the ZooKeeper session state: its series is 1, every other 0.
@@ -351,9 +452,15 @@ impl Metrics {
     /// # Errors
     /// [`MetricsError`] when the log cannot be read.
     pub fn render(&self) -> Result<String, MetricsError> {
+        let _one_at_a_time = lock(&self.scrape);
         self.count_events()?;
         self.refresh_state();
+        self.refresh_queue(chrono::Utc::now());
         self.refresh_projector();
+        let followed = lock(&self.zk_watch).as_ref().map(|w| w.peek_state());
+        if let Some(state) = followed {
+            self.set_zookeeper_session(state);
+        }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &lock(&self.registry))?;
         Ok(out)
@@ -416,6 +523,99 @@ impl Metrics {
                     state: s.name().to_string(),
                 })
                 .set(n);
+        }
+    }
+
+    /// The autoscaling and per-collection gauges, from the published state.
+    fn refresh_queue(&self, now: chrono::DateTime<chrono::Utc>) {
+        use std::collections::BTreeMap;
+        #[derive(Default)]
+        struct Counts {
+            jobs: i64,
+            failed: i64,
+            batches: i64,
+        }
+        self.writer_up.set(i64::from(self.handle.is_running()));
+        let state = self.handle.state();
+        let mut by_collection: BTreeMap<&str, Counts> = BTreeMap::new();
+        let mut bytes: u64 = 0;
+        let mut in_process = 0i64;
+        let mut oldest: BTreeMap<JobState, chrono::DateTime<chrono::Utc>> = BTreeMap::new();
+        for j in state.jobs.values().filter(|j| !j.cleaned_up) {
+            let c = by_collection
+                .entry(j.configuration.profile_name.as_str())
+                .or_default();
+            c.jobs += 1;
+            c.failed += i64::from(j.status == JobState::Failed);
+            use JobState::{
+                Downloading, Estimating, Notify, Processing, Provisioning, Recording, Storing,
+            };
+            if matches!(
+                j.status,
+                Provisioning | Downloading | Processing | Storing | Recording | Notify
+            ) {
+                bytes = bytes.saturating_add(j.space_needed);
+            }
+            if matches!(
+                j.status,
+                Estimating | Provisioning | Downloading | Processing | Storing | Recording | Notify
+            ) {
+                in_process += 1;
+            }
+            let since = oldest.entry(j.status).or_insert(j.last_modified);
+            *since = (*since).min(j.last_modified);
+        }
+        let mut batches_in_process = 0i64;
+        for b in state.batches.values().filter(|b| !b.cleaned_up) {
+            by_collection
+                .entry(b.submission.profile_name.as_str())
+                .or_default()
+                .batches += 1;
+            batches_in_process += i64::from(matches!(
+                b.status,
+                BatchState::Processing | BatchState::Reporting | BatchState::UpdateReporting
+            ));
+        }
+        // The largest collections by live jobs get labels; the rest are summed.
+        let mut ranked: Vec<(&str, Counts)> = by_collection.into_iter().collect();
+        ranked.sort_by(|a, b| b.1.jobs.cmp(&a.1.jobs).then(a.0.cmp(b.0)));
+        let mut rows: Vec<(String, Counts)> = Vec::new();
+        let mut other = Counts::default();
+        for (i, (name, c)) in ranked.into_iter().enumerate() {
+            if i < MAX_COLLECTION_LABELS {
+                rows.push((name.to_string(), c));
+            } else {
+                other.jobs += c.jobs;
+                other.failed += c.failed;
+                other.batches += c.batches;
+            }
+        }
+        drop(state);
+        if other.jobs + other.batches > 0 {
+            rows.push((OTHER_COLLECTIONS.to_string(), other));
+        }
+        // Collections that went away lose their series.
+        self.collection_jobs.clear();
+        self.collection_failed.clear();
+        self.collection_batches.clear();
+        for (collection, c) in rows {
+            let label = CollectionLabel { collection };
+            self.collection_jobs.get_or_create(&label).set(c.jobs);
+            self.collection_failed.get_or_create(&label).set(c.failed);
+            self.collection_batches.get_or_create(&label).set(c.batches);
+        }
+        self.bytes_in_process.set(to_i64(bytes));
+        self.jobs_in_process.set(in_process);
+        self.batches_in_process.set(batches_in_process);
+        for s in JobState::ALL {
+            let age = oldest.get(s).map_or(0.0, |t| {
+                (now - *t).num_milliseconds().max(0) as f64 / 1000.0
+            });
+            self.oldest_job_age
+                .get_or_create(&StateLabel {
+                    state: s.name().to_string(),
+                })
+                .set(age);
         }
     }
 
@@ -531,6 +731,92 @@ mod tests {
         }
         assert_eq!(series(&page, "ingest_jobs{").len(), JobState::ALL.len());
         assert!(page.ends_with("# EOF\n"));
+        service.shutdown().await;
+    }
+
+    // The autoscaling gauges (before, only counts by state existed) and the
+    // per-collection series, with their cardinality bounded.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_scrape_shows_bytes_in_process_and_bounded_collections() {
+        use ingest_events::command::Target;
+        use ingest_events::{Bid, Jid};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let service =
+            EngineService::start(Engine::open(EngineConfig::new(dir.path())).expect("open"));
+        let handle = service.handle();
+        let metrics = Metrics::new(handle.clone());
+        let admin = Actor::admin("t");
+        let run = |c: Command| {
+            let h = handle.clone();
+            let a = admin.clone();
+            async move { h.execute(a, c).await.expect("command") }
+        };
+        let collections = MAX_COLLECTION_LABELS + 10;
+        for i in 0..collections {
+            let input = ingest_protocol::submission::SubmissionInput {
+                submitter: Some("alice".into()),
+                profile: Some(format!("c{i:03}")),
+                payload_url: Some("https://example.org/m.checkm".into()),
+                // The first collection has two jobs, so it ranks first.
+                manifest: (0..if i == 0 { 2 } else { 1 })
+                    .map(|n| format!("f{n}.checkm l{n}"))
+                    .collect(),
+                ..Default::default()
+            };
+            let submission = input.build().expect("submission");
+            let jobs = ingest_protocol::submission::expand_simple(&submission).expect("expand");
+            run(Command::SubmitBatch {
+                uuid: uuid::Uuid::from_u128(i as u128 + 1),
+                submission,
+            })
+            .await;
+            run(Command::AcquireBatch {
+                bid: Bid(i as u64 + 1),
+                jobs,
+            })
+            .await;
+        }
+        let jid = Jid(1);
+        run(Command::StartJob { jid }).await;
+        run(Command::RecordSpace {
+            jid,
+            space_needed: 12_345,
+            priority: None,
+        })
+        .await;
+        run(Command::SetJobStatus {
+            jid,
+            target: Target::Success,
+            message: String::new(),
+            priority: None,
+        })
+        .await;
+        let page = tokio::task::spawn_blocking(move || metrics.render())
+            .await
+            .expect("join")
+            .expect("render");
+        for expected in [
+            "ingest_bytes_in_process 12345",
+            "ingest_jobs_in_process 1",
+            &format!("ingest_batches_in_process {collections}"),
+            "ingest_writer_up 1",
+            "ingest_collection_jobs{collection=\"c000\"} 2",
+            "ingest_collection_batches{collection=\"c000\"} 1",
+            "ingest_collection_jobs_failed{collection=\"c000\"} 0",
+            "ingest_collection_jobs{collection=\"_other\"} 10",
+            "ingest_oldest_job_age_seconds{state=\"Completed\"} 0",
+        ] {
+            assert!(page.contains(expected), "missing {expected:?} in\n{page}");
+        }
+        assert_eq!(
+            series(&page, "ingest_collection_jobs{").len(),
+            MAX_COLLECTION_LABELS + 1,
+            "bounded"
+        );
+        assert_eq!(
+            series(&page, "ingest_oldest_job_age_seconds{").len(),
+            JobState::ALL.len()
+        );
         service.shutdown().await;
     }
 }

@@ -256,10 +256,18 @@ impl ZkLocks {
         };
         let mut guard = self.client.lock().await;
         if guard.as_ref().is_none_or(|c| c.state().is_terminated()) {
-            let client = ingest_projections::zk::connect(&self.config)
-                .await
-                .map_err(|e| fail(e.to_string()))?;
-            self.metrics.set_zookeeper_session(client.state());
+            let client = match ingest_projections::zk::connect(&self.config).await {
+                Ok(client) => client,
+                Err(e) => {
+                    self.metrics.zookeeper_unreachable();
+                    return Err(fail(e.to_string()));
+                }
+            };
+            // Every scrape reads the session's state from now on: before,
+            // the gauge changed only when a lock check ran, so it said
+            // SyncConnected for as long as an outage kept workers idle.
+            self.metrics
+                .follow_zookeeper_session(client.state_watcher());
             *guard = Some(client);
         }
         let Some(client) = guard.as_ref() else {

@@ -20,8 +20,8 @@ Every change to a batch or job is an event appended to a hash-chained log in the
 directory (the source of truth); the ZooKeeper queue tree Merritt's workers read is \
 projected from it.\n\n\
 Grammar: `ingest NOUN ID VERB` acts on one item (batch, job, collection, queue); \
-`submit`, `show`, `history`, `verify`, `repair`, `lifecycle`, `cleanup` and `status` stand alone.",
-    after_help = "Examples:\n  ingest submit --profile demo --submitter alice --payload-url https://example.org/a.zip --type container\n  ingest batch bid0000000001 acquire\n  ingest job jid0000000001 start\n  ingest job jid0000000001 success\n  ingest job jid0000000001 fail --message 'HEAD https://… returned 404'\n  ingest job jid0000000001 requeue --reason 'server fixed'\n  ingest collection demo hold --reason 'storage migration'\n  ingest history --batch bid0000000001 --format table\n  ingest verify\n\nExit codes: 0 done (diff: no drift); 1 refused by the queue, unknown item, drift found, verify failed; 2 usage (bad arguments, no such data directory, bad configuration); 3 unreachable (no answer, token refused, data directory held by another process)."
+`submit`, `show`, `history`, `verify`, `repair`, `lifecycle`, `cleanup`, `status`, `batches` and `jobs` stand alone.",
+    after_help = "Examples:\n  ingest submit --profile demo --submitter alice --payload-url https://example.org/a.zip --type container\n  ingest batch bid0000000001 acquire\n  ingest job jid0000000001 start\n  ingest job jid0000000001 success\n  ingest job jid0000000001 fail --message 'HEAD https://… returned 404'\n  ingest job jid0000000001 requeue --reason 'server fixed'\n  ingest collection demo hold --reason 'storage migration'\n  ingest history --batch bid0000000001 --format table\n  ingest jobs --state failed --collection demo --modified-since 2026-11-24\n  ingest verify\n\nExit codes: 0 done (diff: no drift); 1 refused by the queue, unknown item, drift found, verify failed; 2 usage (bad arguments, no such data directory, bad configuration); 3 unreachable (no answer, token refused, data directory held by another process)."
 )]
 pub struct Cli {
     /// The data directory holding the event log.
@@ -74,7 +74,7 @@ pub enum LifecycleFormat {
 pub enum Cmd {
     /// Submit a batch (fields as options, or --file submission.yml; options override the file).
     Submit(Box<SubmitArgs>),
-    /// Show a batch or a job as the log says it is now.
+    /// Show a batch or a job as the log says it is now (also `ingest batch BID show`, `ingest job JID show`).
     Show {
         /// What to show.
         #[command(subcommand)]
@@ -184,6 +184,87 @@ pub enum Cmd {
         #[arg(long, value_enum, default_value_t = Format::Yaml)]
         format: Format,
     },
+    /// List batches by filters, by id (`GET /batches`): one page, or every page with --all.
+    #[command(
+        after_help = "Examples:\n  ingest batches --state failed --collection demo\n  ingest batches --has-failures --modified-since 2026-11-24 --format json\n  ingest batches --limit 50 --cursor CURSOR"
+    )]
+    Batches(ListBatchesArgs),
+    /// Print a shell completion script for SHELL (e.g. `ingest completions bash > /etc/bash_completion.d/ingest`).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page, roff (e.g. `ingest man > /usr/share/man/man1/ingest.1`).
+    Man,
+    /// List jobs by filters, in queue order: priority, then id (`GET /jobs`).
+    #[command(
+        after_help = "Examples:\n  ingest jobs --state failed --collection demo --modified-since 2026-11-24 --modified-until 2026-11-25\n  ingest jobs --batch bid0000000001 --all\n  ingest jobs --state held,pending --format yaml"
+    )]
+    Jobs(ListJobsArgs),
+}
+
+/// The filters `ingest batches` and `ingest jobs` share.
+#[derive(Debug, Clone, Args)]
+pub struct ListFilters {
+    /// Only this collection (profile).
+    #[arg(long, value_name = "PROFILE")]
+    pub collection: Option<String>,
+    /// Only batches (or jobs of batches) of this submitter.
+    #[arg(long)]
+    pub submitter: Option<String>,
+    /// Created at or after this time (RFC 3339, or a date YYYY-MM-DD meaning midnight UTC).
+    #[arg(long, value_name = "TIME", value_parser = ingest_protocol::listing::parse_time)]
+    pub created_since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Created before this time (RFC 3339 or YYYY-MM-DD).
+    #[arg(long, value_name = "TIME", value_parser = ingest_protocol::listing::parse_time)]
+    pub created_until: Option<chrono::DateTime<chrono::Utc>>,
+    /// Last changed at or after this time (RFC 3339 or YYYY-MM-DD).
+    #[arg(long, value_name = "TIME", value_parser = ingest_protocol::listing::parse_time)]
+    pub modified_since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Last changed before this time (RFC 3339 or YYYY-MM-DD).
+    #[arg(long, value_name = "TIME", value_parser = ingest_protocol::listing::parse_time)]
+    pub modified_until: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only items with failures (a batch with a failed job or itself Failed; a job in Failed or requeued out of it before); `--has-failures false` for only those without.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub has_failures: Option<bool>,
+    /// Items per page (1-1000, default 100).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// Start after the page that gave this cursor (its `next_cursor`, printed under a table).
+    #[arg(long, conflicts_with = "all")]
+    pub cursor: Option<String>,
+    /// Follow the cursors and print every page as one listing.
+    #[arg(long)]
+    pub all: bool,
+    /// Output format: an aligned table, or the page (items, matched, next_cursor) as YAML or JSON.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// `ingest batches` options.
+#[derive(Debug, Clone, Args)]
+pub struct ListBatchesArgs {
+    /// Only batches in these states (comma-separated: failed,held).
+    #[arg(long, value_name = "STATES")]
+    pub state: Option<String>,
+    /// The shared filters.
+    #[command(flatten)]
+    pub filters: ListFilters,
+}
+
+/// `ingest jobs` options.
+#[derive(Debug, Clone, Args)]
+pub struct ListJobsArgs {
+    /// Only jobs in these states (comma-separated: failed,held).
+    #[arg(long, value_name = "STATES")]
+    pub state: Option<String>,
+    /// Only jobs of this batch.
+    #[arg(long, value_name = "BID")]
+    pub batch: Option<Bid>,
+    /// The shared filters.
+    #[command(flatten)]
+    pub filters: ListFilters,
 }
 
 /// `ingest submit` options.
@@ -262,6 +343,10 @@ pub enum BatchAction {
     },
     /// Delete a Held or Failed batch and its deletable jobs (soft: status Deleted).
     Delete(Reason),
+    /// Show the batch with its jobs (the same as `show batch BID`).
+    Show(ShowFormat),
+    /// Every event of the batch and its jobs (the same as `history --batch BID`).
+    History(HistoryFormat),
 }
 
 /// Actions on a job.
@@ -327,6 +412,26 @@ pub enum JobAction {
     Release(Reason),
     /// Delete a Held or Failed job (soft: status Deleted).
     Delete(Reason),
+    /// Show the job (the same as `show job JID`).
+    Show(ShowFormat),
+    /// Every event of the job (the same as `history --job JID`).
+    History(HistoryFormat),
+}
+
+/// The format of `batch BID show` and `job JID show`.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct ShowFormat {
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Yaml)]
+    pub format: Format,
+}
+
+/// The format of `batch BID history` and `job JID history`.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct HistoryFormat {
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
 }
 
 /// Options of a status move.

@@ -13,6 +13,7 @@ use ingest_events::{Actor, Bid, Jid};
 use ingest_projections::Views;
 use ingest_protocol::api::{AdminBody, ProblemView, Submitted, Verified};
 use ingest_protocol::history::HistoryRow;
+use ingest_protocol::listing::{BatchPage, BatchQuery, JobPage, JobQuery};
 use ingest_protocol::report::BatchView;
 use ingest_protocol::submission::SubmissionInput;
 use ingest_protocol::view::{JobView, StatusView};
@@ -52,6 +53,10 @@ pub trait Backend {
     fn verify(&mut self) -> Result<Verified>;
     /// An admin action; the rows it appended.
     fn admin(&mut self, action: AdminAction) -> Result<Vec<HistoryRow>>;
+    /// One page of batches by filters.
+    fn list_batches(&mut self, query: &BatchQuery) -> Result<BatchPage>;
+    /// One page of jobs by filters.
+    fn list_jobs(&mut self, query: &JobQuery) -> Result<JobPage>;
 }
 
 /// The engine on the data directory.
@@ -160,6 +165,14 @@ impl Backend for Local {
     fn admin(&mut self, action: AdminAction) -> Result<Vec<HistoryRow>> {
         let actor = self.actor.clone();
         self.execute(&actor, &action.command)
+    }
+
+    fn list_batches(&mut self, query: &BatchQuery) -> Result<BatchPage> {
+        super::list::local_batches(self.engine.state(), query)
+    }
+
+    fn list_jobs(&mut self, query: &JobQuery) -> Result<JobPage> {
+        super::list::local_jobs(self.engine.state(), query)
     }
 }
 
@@ -321,5 +334,15 @@ impl Backend for Remote {
         };
         let (method, path) = action.route;
         Ok(self.run(client.admin(method, &path, &body))?.events)
+    }
+
+    fn list_batches(&mut self, query: &BatchQuery) -> Result<BatchPage> {
+        let client = self.reader()?;
+        self.run(client.list_batches(query))
+    }
+
+    fn list_jobs(&mut self, query: &JobQuery) -> Result<JobPage> {
+        let client = self.reader()?;
+        self.run(client.list_jobs(query))
     }
 }

@@ -20,7 +20,12 @@ pub(super) fn local_only(local: &mut Local, command: Cmd) -> Result<i32> {
     let actor = local.actor.clone();
     let engine = &mut local.engine;
     match command {
-        Cmd::Lifecycle { .. } | Cmd::Serve(_) | Cmd::Worker(_) | Cmd::Keys { .. } => Ok(0),
+        Cmd::Lifecycle { .. }
+        | Cmd::Serve(_)
+        | Cmd::Worker(_)
+        | Cmd::Keys { .. }
+        | Cmd::Completions { .. }
+        | Cmd::Man => Ok(0),
         Cmd::Inventory {
             ark,
             collection,
@@ -46,7 +51,9 @@ pub(super) fn local_only(local: &mut Local, command: Cmd) -> Result<i32> {
                 },
                 BatchAction::Release(_)
                 | BatchAction::UpdateReporting(_)
-                | BatchAction::Delete(_) => {
+                | BatchAction::Delete(_)
+                | BatchAction::Show(_)
+                | BatchAction::History(_) => {
                     bail!("an admin action is run by the common path")
                 }
             };
@@ -104,7 +111,9 @@ pub(super) fn local_only(local: &mut Local, command: Cmd) -> Result<i32> {
                 JobAction::Requeue(_)
                 | JobAction::Hold(_)
                 | JobAction::Release(_)
-                | JobAction::Delete(_) => bail!("an admin action is run by the common path"),
+                | JobAction::Delete(_)
+                | JobAction::Show(_)
+                | JobAction::History(_) => bail!("an admin action is run by the common path"),
             };
             run_command(engine, &actor, &command)
         }
@@ -122,7 +131,9 @@ pub(super) fn local_only(local: &mut Local, command: Cmd) -> Result<i32> {
         | Cmd::Status { .. }
         | Cmd::Verify
         | Cmd::Collection { .. }
-        | Cmd::Queue { .. } => bail!("this command is run by the common path"),
+        | Cmd::Queue { .. }
+        | Cmd::Batches(_)
+        | Cmd::Jobs(_) => bail!("this command is run by the common path"),
     }
 }
 

@@ -10,6 +10,7 @@
 //! - this file: [`run_with`] and `common`, the commands written once against
 //!   a [`backend::Backend`] (the engine on the data directory, or a server);
 //! - `admin.rs`: each admin action's engine command and API route;
+//! - `list.rs`: `batches` and `jobs`, pages of a listing;
 //! - `local.rs`: commands that need the data directory itself;
 //! - `remote.rs`: commands that only exist through a server;
 //! - `zk.rs`: `project`, `tree`, `rebuild`, `diff`;
@@ -27,6 +28,7 @@ mod admin;
 pub mod args;
 pub mod backend;
 pub mod exit;
+mod list;
 mod local;
 mod output;
 pub mod remote;
@@ -73,6 +75,25 @@ pub fn run_with(cli: Cli, globals: ingest_config::GlobalOverrides) -> Result<i32
     }
     if let Cmd::Keys { action } = &cli.command {
         return keys(action);
+    }
+    if let Cmd::Completions { shell } = &cli.command {
+        let mut out = Vec::new();
+        clap_complete::generate(
+            *shell,
+            &mut <Cli as clap::CommandFactory>::command(),
+            "ingest",
+            &mut out,
+        );
+        write_stdout(&String::from_utf8_lossy(&out));
+        return Ok(0);
+    }
+    if let Cmd::Man = &cli.command {
+        let mut out = Vec::new();
+        clap_mangen::Man::new(<Cli as clap::CommandFactory>::command())
+            .render(&mut out)
+            .context("rendering the manual page")?;
+        write_stdout(&String::from_utf8_lossy(&out));
+        return Ok(0);
     }
     if let Some(base) = cli.engine.clone() {
         let admin_name = match &cli.actor {
@@ -161,15 +182,32 @@ fn common(backend: &mut dyn Backend, command: Cmd, actor: Option<Actor>) -> Resu
                 (None, Some(jid)) => backend.job_history(jid),
                 (None, None) => bail!("give --batch BID or --job JID"),
             };
-            rows.and_then(|rows| match format {
-                Format::Table => {
-                    write_stdout(&table(&rows));
-                    Ok(())
-                }
-                f => emit(&rows, f),
-            })
+            rows.and_then(|rows| print_history(&rows, format))
         }
+        // `NOUN ID VERB` forms of show and history.
+        Cmd::Batch {
+            bid,
+            action: BatchAction::Show(ShowFormat { format }),
+        } => backend.batch(bid).and_then(|v| emit(&v, format)),
+        Cmd::Job {
+            jid,
+            action: JobAction::Show(ShowFormat { format }),
+        } => backend.job(jid).and_then(|v| emit(&v, format)),
+        Cmd::Batch {
+            bid,
+            action: BatchAction::History(HistoryFormat { format }),
+        } => backend
+            .batch_history(bid)
+            .and_then(|rows| print_history(&rows, format)),
+        Cmd::Job {
+            jid,
+            action: JobAction::History(HistoryFormat { format }),
+        } => backend
+            .job_history(jid)
+            .and_then(|rows| print_history(&rows, format)),
         Cmd::Status { format } => backend.status().and_then(|v| emit(&v, format)),
+        Cmd::Batches(args) => list::batches(backend, args),
+        Cmd::Jobs(args) => list::jobs(backend, args),
         Cmd::Verify => {
             return match backend.verify() {
                 Ok(v) => Ok(Flow::Done(print_verified(&v))),
@@ -184,6 +222,16 @@ fn common(backend: &mut dyn Backend, command: Cmd, actor: Option<Actor>) -> Resu
     match outcome {
         Ok(()) => Ok(Flow::Done(0)),
         Err(e) => refused_or(e).map(Flow::Done),
+    }
+}
+
+fn print_history(rows: &[ingest_protocol::history::HistoryRow], format: Format) -> Result<()> {
+    match format {
+        Format::Table => {
+            write_stdout(&table(rows));
+            Ok(())
+        }
+        f => emit(&rows, f),
     }
 }
 

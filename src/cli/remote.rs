@@ -30,7 +30,12 @@ pub fn run(remote: &Remote, command: Cmd) -> Result<i32> {
 
 fn run_inner(remote: &Remote, command: Cmd) -> Result<i32> {
     match command {
-        Cmd::Lifecycle { .. } | Cmd::Serve(_) | Cmd::Worker(_) | Cmd::Keys { .. } => Ok(0),
+        Cmd::Lifecycle { .. }
+        | Cmd::Serve(_)
+        | Cmd::Worker(_)
+        | Cmd::Keys { .. }
+        | Cmd::Completions { .. }
+        | Cmd::Man => Ok(0),
         Cmd::Inventory {
             ark,
             collection,
@@ -120,7 +125,9 @@ fn run_inner(remote: &Remote, command: Cmd) -> Result<i32> {
         | Cmd::Status { .. }
         | Cmd::Verify
         | Cmd::Collection { .. }
-        | Cmd::Queue { .. } => bail!("this command is run by the common path"),
+        | Cmd::Queue { .. }
+        | Cmd::Batches(_)
+        | Cmd::Jobs(_) => bail!("this command is run by the common path"),
     }
 }
 

@@ -1618,3 +1618,91 @@ async fn a_batch_holding_a_job_the_engine_cannot_create_is_refused_or_failed_not
     assert!(why.starts_with("job 2 of the expansion"), "{why}");
     assert!(why.len() < 1024 && !why.contains("xxxx"), "{why}");
 }
+
+/// `GET /batches` and `GET /jobs`: filters, queue order, cursors that stay
+/// stable while batches are appended, and bad parameters refused naming
+/// them (before the listing routes, both paths were 405 and 404).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_and_jobs_are_listed_by_filters_and_pages() {
+    let s = Server::start().await;
+    let first = s
+        .submit(demo_submission(&[
+            "https://e.org/1 l1",
+            "https://e.org/2 l2",
+        ]))
+        .await;
+    let jobs = s.acquire(&first).await;
+    let mut other = demo_submission(&["https://e.org/3 l3"]);
+    other["profile"] = json!("urgent");
+    other["submitter"] = json!("bob");
+    let second = s.submit(other).await;
+    // The first job fails in Estimating.
+    s.start_job(&jobs[0]).await.expect(200);
+    s.outcome(
+        &jobs[0],
+        json!({"state": "Estimating", "outcome": "failure", "message": "HEAD 404"}),
+    )
+    .await
+    .expect(200);
+
+    let page = s.get("/batches", DEPOSITOR).await.expect(200);
+    assert_eq!(page["matched"], 2, "{page}");
+    assert_eq!(page["batches"][0]["bid"], first.as_str());
+    assert_eq!(page["batches"][1]["bid"], second.as_str());
+    assert_eq!(page["next_cursor"], Value::Null);
+    let failed = s.get("/batches?has_failures=true", ADMIN).await.expect(200);
+    assert_eq!(failed["matched"], 1, "{failed}");
+    assert_eq!(failed["batches"][0]["failed_jobs"], 1);
+    let bob = s
+        .get("/batches?submitter=bob&state=pending", ADMIN)
+        .await
+        .expect(200);
+    assert_eq!(bob["batches"][0]["bid"], second.as_str(), "{bob}");
+
+    let failed = s
+        .get("/jobs?state=failed&collection=demo", DEPOSITOR)
+        .await
+        .expect(200);
+    assert_eq!(failed["matched"], 1, "{failed}");
+    assert_eq!(failed["jobs"][0]["jid"], jobs[0].as_str());
+    assert_eq!(failed["jobs"][0]["failed_in"], "Estimating");
+    let none = s
+        .get("/jobs?state=failed&modified_until=2000-01-01", ADMIN)
+        .await
+        .expect(200);
+    assert_eq!(none["matched"], 0);
+
+    // Pages of one follow each other; a batch appended meanwhile shifts nothing.
+    let p1 = s.get("/jobs?limit=1", ADMIN).await.expect(200);
+    assert_eq!(p1["jobs"].as_array().map(Vec::len), Some(1));
+    let cursor = p1["next_cursor"].as_str().expect("a cursor").to_string();
+    let third = s.submit(demo_submission(&["https://e.org/4 l4"])).await;
+    s.acquire(&third).await;
+    let p2 = s
+        .get(&format!("/jobs?limit=1&cursor={cursor}"), ADMIN)
+        .await
+        .expect(200);
+    assert_eq!(p2["jobs"][0]["jid"], jobs[1].as_str(), "{p2}");
+
+    let head = s.head();
+    for (query, param) in [
+        ("/jobs?colection=demo", "colection"),
+        ("/jobs?limit=100000", "limit"),
+        ("/jobs?state=exploded", "state"),
+        ("/jobs?cursor=zz", "cursor"),
+        ("/batches?batch=bid0000000001", "batch"),
+        ("/batches?created_since=last%20week", "created_since"),
+    ] {
+        let e = s.get(query, ADMIN).await.error(400, "invalid_query");
+        assert_eq!(e["param"], param, "{query}: {e}");
+    }
+    // A job cursor given to batches is refused, not misread.
+    let e = s
+        .get(&format!("/batches?cursor={cursor}"), ADMIN)
+        .await
+        .error(400, "invalid_query");
+    assert_eq!(e["param"], "cursor");
+    s.get("/jobs", WORKER).await.error(401, "unauthorized");
+    assert_eq!(s.head(), head, "a listing appended something");
+    s.stop().await;
+}

@@ -542,3 +542,181 @@ fn exit_codes_tell_refusals_typos_and_outages_apart() {
     let (code, _) = run(&["no-such-command"]);
     assert_eq!(code, Some(2));
 }
+
+/// `ingest batches` and `ingest jobs` on the data directory: an aligned
+/// table by default, filters, the cursor of the next page, and bad filters
+/// refused as usage errors (exit 2) naming the option.
+#[test]
+fn batches_and_jobs_are_listed_as_tables_with_filters() {
+    let ing = Ingest::new();
+    submit_three(&ing);
+    ing.run(&["batch", "bid0000000001", "acquire"]).ok();
+    ing.run(&["job", "jid0000000002", "start"]).ok();
+    ing.run(&[
+        "job",
+        "jid0000000002",
+        "fail",
+        "--message",
+        "HEAD\nreturned 404",
+    ])
+    .ok();
+
+    let out = ing.run(&["jobs", "--state", "failed"]).ok().stdout;
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("JID "), "{out}");
+    assert!(lines[1].starts_with("jid0000000002 "), "{out}");
+    // The columns line up: STATUS starts at the same column on each line.
+    let col = lines[0].find("STATUS").expect("STATUS");
+    assert_eq!(&lines[1][col..col + 6], "Failed", "{out}");
+    assert!(
+        lines[1].contains("HEAD returned 404"),
+        "newlines are cut out: {out}"
+    );
+    assert_eq!(lines[2], "1 of 1 shown", "{out}");
+
+    let out = ing.run(&["jobs", "--limit", "2"]).ok().stdout;
+    assert_eq!(out.lines().count(), 4, "{out}");
+    let cursor = out
+        .lines()
+        .last()
+        .and_then(|l| l.split("--cursor ").nth(1))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no cursor: {out}"));
+    let next = ing
+        .run(&[
+            "jobs", "--limit", "2", "--cursor", cursor, "--format", "json",
+        ])
+        .ok()
+        .stdout;
+    let page: serde_json::Value = serde_json::from_str(&next).expect("json");
+    assert_eq!(page["jobs"][0]["jid"], "jid0000000003", "{page}");
+    assert_eq!(page["next_cursor"], serde_json::Value::Null);
+
+    let all = ing
+        .run(&["jobs", "--all", "--limit", "1", "--format", "yaml"])
+        .ok();
+    assert_eq!(all.stdout.matches("jid: jid").count(), 3, "{}", all.stdout);
+    let out = ing
+        .run(&["batches", "--has-failures", "--submitter", "alice"])
+        .ok()
+        .stdout;
+    assert!(
+        out.lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("bid0000000001")),
+        "{out}"
+    );
+    let out = ing.run(&["batches", "--has-failures", "false"]).ok().stdout;
+    assert!(out.contains("0 of 0 shown"), "{out}");
+
+    let head = ing.head();
+    for (args, named) in [
+        (&["jobs", "--state", "exploded"][..], "--state"),
+        (&["jobs", "--limit", "0"][..], "--limit"),
+        (&["jobs", "--collection", ""][..], "--collection"),
+        (
+            &["batches", "--modified-since", "last week"][..],
+            "--modified-since",
+        ),
+    ] {
+        let run = ing.run(args);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(named), "{args:?}: {}", run.stderr);
+    }
+    let run = ing.run(&["jobs", "--cursor", "00"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(ing.head(), head, "a listing appended something");
+}
+
+/// `--format table` is a table for `status` and `show` (it printed YAML).
+#[test]
+fn format_table_prints_tables_for_status_and_show() {
+    let ing = Ingest::new();
+    submit_three(&ing);
+    ing.run(&["batch", "bid0000000001", "acquire"]).ok();
+    let status = ing.run(&["status", "--format", "table"]).ok().stdout;
+    assert!(status.starts_with("FIELD "), "{status}");
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with("jobs_by_state.Pending ") && l.ends_with(" 3")),
+        "{status}"
+    );
+    let batch = ing
+        .run(&["show", "batch", "bid0000000001", "--format", "table"])
+        .ok()
+        .stdout;
+    assert!(batch.contains("\njobs:\nJID "), "{batch}");
+    assert_eq!(
+        batch
+            .lines()
+            .filter(|l| l.starts_with("jid00000000"))
+            .count(),
+        3,
+        "{batch}"
+    );
+    let job = ing
+        .run(&["show", "job", "jid0000000001", "--format", "table"])
+        .ok()
+        .stdout;
+    assert!(
+        job.lines()
+            .any(|l| l.starts_with("status ") && l.ends_with(" Pending")),
+        "{job}"
+    );
+}
+
+/// Shell completions and the manual page come from the clap grammar, so
+/// they name every command (before, neither existed).
+#[test]
+fn completions_and_the_man_page_are_generated_from_the_grammar() {
+    let ing = Ingest::new();
+    let bash = ing.run(&["completions", "bash"]).ok().stdout;
+    assert!(bash.contains("_ingest()"), "{bash}");
+    for word in ["batches", "jobs", "submit", "--modified-since"] {
+        assert!(bash.contains(word), "bash completion lacks {word}");
+    }
+    let zsh = ing.run(&["completions", "zsh"]).ok().stdout;
+    assert!(zsh.starts_with("#compdef ingest"), "{zsh}");
+    let man = ing.run(&["man"]).ok().stdout;
+    assert!(
+        man.starts_with(".ie") || man.contains(".TH ingest"),
+        "{man}"
+    );
+    assert!(man.contains("batches"), "the man page lists the commands");
+    let run = ing.run(&["completions", "cmd.exe"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+}
+
+/// `ingest batch BID show` and `ingest job JID history` are the NOUN ID VERB
+/// forms of `show` and `history`, with the same output.
+#[test]
+fn noun_id_verb_forms_of_show_and_history_print_the_same() {
+    let ing = Ingest::new();
+    submit_three(&ing);
+    ing.run(&["batch", "bid0000000001", "acquire"]).ok();
+    for (old, new) in [
+        (
+            &["show", "batch", "bid0000000001", "--format", "json"][..],
+            &["batch", "bid0000000001", "show", "--format", "json"][..],
+        ),
+        (
+            &["show", "job", "jid0000000002"][..],
+            &["job", "jid0000000002", "show"][..],
+        ),
+        (
+            &["history", "--batch", "bid0000000001"][..],
+            &["batch", "bid0000000001", "history"][..],
+        ),
+        (
+            &["history", "--job", "jid0000000001", "--format", "yaml"][..],
+            &["job", "jid0000000001", "history", "--format", "yaml"][..],
+        ),
+    ] {
+        assert_eq!(
+            ing.run(old).ok().stdout,
+            ing.run(new).ok().stdout,
+            "{new:?}"
+        );
+    }
+}

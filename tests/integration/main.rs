@@ -3,6 +3,7 @@
 
 mod api;
 mod cli;
+mod deploy;
 mod dispatch;
 mod failover;
 mod ingest;

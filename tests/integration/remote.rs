@@ -344,9 +344,10 @@ async fn an_armed_fault_fails_the_next_job_of_a_step_and_requeue_resumes_there()
     );
 }
 
-/// `status`, `show batch`, `show job` and `history` print the same shape
-/// on the data directory and through a server (before the backend trait,
-/// `show batch` and `status` printed different fields each way).
+/// `status`, `show batch`, `show job`, `history`, `batches` and `jobs`
+/// print the same shape on the data directory and through a server (before
+/// the backend trait, `show batch` and `status` printed different fields
+/// each way), and `--format table` prints the same table both ways.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_and_remote_commands_print_the_same_shape() {
     let zk_server = shared();
@@ -376,22 +377,45 @@ async fn local_and_remote_commands_print_the_same_shape() {
         vec!["show".into(), "job".into(), jid.clone()],
         vec!["history".into(), "--batch".into(), bid.clone()],
         vec!["history".into(), "--job".into(), jid.clone()],
+        vec!["batches".into(), "--collection".into(), "demo".into()],
+        vec![
+            "jobs".into(),
+            "--batch".into(),
+            bid.clone(),
+            "--limit".into(),
+            "2".into(),
+        ],
+        vec![
+            "jobs".into(),
+            "--state".into(),
+            "completed".into(),
+            "--all".into(),
+        ],
     ];
     let engine = server.base.clone();
+    let env = [
+        ("INGEST_ENGINE", engine.as_str()),
+        ("INGEST_ADMIN_TOKEN", ADMIN),
+    ];
     let remote: Vec<Value> = commands
         .iter()
         .map(|c| {
             let mut args: Vec<&str> = c.iter().map(String::as_str).collect();
             args.extend(["--format", "json"]);
-            let env = [
-                ("INGEST_ENGINE", engine.as_str()),
-                ("INGEST_ADMIN_TOKEN", ADMIN),
-            ];
             let out = tokio::task::block_in_place(|| ingest(&data, &env, &args)).ok();
             serde_json::from_str(&out.stdout)
                 .unwrap_or_else(|e| panic!("{c:?}: {e}: {}", out.stdout))
         })
         .collect();
+    // Tables too (status aside: its fold time differs).
+    let table = |env: &[(&str, &str)], c: &[String]| {
+        let mut args: Vec<&str> = c.iter().map(String::as_str).collect();
+        args.extend(["--format", "table"]);
+        tokio::task::block_in_place(|| ingest(&data, env, &args))
+            .ok()
+            .stdout
+    };
+    let remote_tables: Vec<String> = commands[1..].iter().map(|c| table(&env, c)).collect();
     // The server lets go of the data directory; the same commands run on it.
     drop(server);
     for (c, remote) in commands.iter().zip(remote) {
@@ -410,6 +434,15 @@ async fn local_and_remote_commands_print_the_same_shape() {
         assert_eq!(
             local, remote,
             "{c:?} differs locally and through the server"
+        );
+    }
+    for (c, remote) in commands[1..].iter().zip(remote_tables) {
+        let local = table(&[], c);
+        assert_eq!(local, remote, "{c:?} tables differ");
+        let header = local.lines().next().unwrap_or("");
+        assert!(
+            !header.is_empty() && !header.contains(':') && !header.contains('{'),
+            "{c:?} --format table is not YAML or JSON: {local}"
         );
     }
 }

@@ -34,6 +34,7 @@
 //! `ingest-server`.
 
 pub mod daemon;
+pub mod metrics;
 pub mod real;
 pub mod retry;
 pub mod session;
@@ -87,7 +88,21 @@ impl Workers {
     /// # Errors
     /// When the HTTP client cannot be built.
     pub fn start(options: WorkerOptions) -> Result<Workers> {
-        let engine = EngineClient::new(&options.engine, &options.token)?;
+        Workers::start_observed(options, None)
+    }
+
+    /// As [`Workers::start`], counting every call to the API into `metrics`.
+    ///
+    /// # Errors
+    /// When the HTTP client cannot be built.
+    pub fn start_observed(
+        options: WorkerOptions,
+        metrics: Option<Arc<metrics::WorkerMetrics>>,
+    ) -> Result<Workers> {
+        let mut engine = EngineClient::new(&options.engine, &options.token)?;
+        if let Some(m) = &metrics {
+            engine = engine.observed(Arc::clone(m) as Arc<dyn ingest_client::Observer>);
+        }
         let faults = options.steps.faults.clone();
         let kinds: Vec<DaemonKind> = options.daemons.iter().map(|(k, _)| *k).collect();
         let shared = Arc::new(Shared::new(
@@ -132,6 +147,9 @@ impl Workers {
             ));
         }
         tracing::info!(worker = %shared.name, tasks = tasks.len(), "worker daemons started");
+        if let Some(m) = &metrics {
+            m.set_tasks(tasks.len());
+        }
         Ok(Workers {
             stop,
             tasks,
@@ -303,17 +321,29 @@ pub fn run(args: WorkerArgs) -> Result<i32> {
                 config.working_storage.clone(),
             )
         };
-        let workers = Workers::start(WorkerOptions {
-            engine: config.engine.clone(),
-            token: config.token.expose().to_string(),
-            zk: config.zk.clone(),
-            name: config.name.clone(),
-            daemons: config.daemons.clone(),
-            steps,
-        })?;
+        let metrics = Arc::new(metrics::WorkerMetrics::new(&config.name));
+        let metrics_stop = CancellationToken::new();
+        if let Some(addr) = config.metrics_listen {
+            let bound = Arc::clone(&metrics)
+                .serve(addr, metrics_stop.clone())
+                .await?;
+            tracing::info!(%bound, "serving the worker's metrics at /metrics");
+        }
+        let workers = Workers::start_observed(
+            WorkerOptions {
+                engine: config.engine.clone(),
+                token: config.token.expose().to_string(),
+                zk: config.zk.clone(),
+                name: config.name.clone(),
+                daemons: config.daemons.clone(),
+                steps,
+            },
+            Some(metrics),
+        )?;
         println!("ingest worker started");
         ingest_config::shutdown::signal().await;
         workers.shutdown().await;
+        metrics_stop.cancel();
         Ok(0)
     })
 }

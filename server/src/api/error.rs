@@ -6,7 +6,7 @@
 //!
 //! | status | codes |
 //! |---|---|
-//! | 400 | `malformed_json`, `malformed_form`, `unsupported_content_type`, `invalid_id`, `invalid_header` |
+//! | 400 | `malformed_json`, `malformed_form`, `unsupported_content_type`, `invalid_id`, `invalid_header`, `invalid_query` |
 //! | 401 | `unauthorized` |
 //! | 404 | `not_found`, `no_route` |
 //! | 405 | `method_not_allowed` |

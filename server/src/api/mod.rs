@@ -46,6 +46,7 @@ mod auth;
 mod depositor;
 mod error;
 mod listen;
+mod listing;
 pub mod locks;
 mod objects;
 mod ops;
@@ -193,6 +194,8 @@ fn table() -> Vec<Entry> {
             depositor::batch_by_uuid,
         ),
         entry(M::GET, "/jobs/{jid}", Depositor, depositor::job),
+        entry(M::GET, "/batches", Depositor, listing::batches),
+        entry(M::GET, "/jobs", Depositor, listing::jobs),
         entry(
             M::GET,
             "/jobs/{jid}/history",

@@ -1,0 +1,62 @@
+//! `GET /batches` and `GET /jobs`: pages of batches and jobs by filters,
+//! served from the engine's published state (never by reading ZooKeeper).
+//!
+//! The depositor and admin tokens may list (they may read every batch and
+//! job one by one too); worker and metrics tokens may not. The query is
+//! parsed by [`ingest_protocol::listing`]; a refused parameter is 400
+//! `invalid_query` naming it.
+
+use axum::extract::{Query, State};
+use axum::http::{StatusCode, Uri};
+use axum::Json;
+use ingest_protocol::listing::{BatchPage, BatchQuery, JobPage, JobQuery, QueryError};
+
+use super::{ApiError, AppState};
+
+/// The longest query string read, in bytes.
+const MAX_QUERY_BYTES: usize = 8 * 1024;
+
+fn query_error(e: QueryError) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e.to_string()).with("param", e.param)
+}
+
+fn pairs(uri: &Uri) -> Result<Vec<(String, String)>, ApiError> {
+    let raw = uri.query().unwrap_or("");
+    if raw.len() > MAX_QUERY_BYTES {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_query",
+            format!("the query string is longer than {MAX_QUERY_BYTES} bytes"),
+        ));
+    }
+    Query::<Vec<(String, String)>>::try_from_uri(uri)
+        .map(|Query(p)| p)
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_query",
+                "the query string is not URL-encoded name=value pairs",
+            )
+        })
+}
+
+/// `GET /batches`.
+pub(crate) async fn batches(
+    State(app): State<AppState>,
+    uri: Uri,
+) -> Result<Json<BatchPage>, ApiError> {
+    let q = BatchQuery::from_pairs(pairs(&uri)?).map_err(query_error)?;
+    let state = app.inner.handle.state();
+    ingest_engine::listing::batches(&state, &q)
+        .map(Json)
+        .map_err(query_error)
+}
+
+/// `GET /jobs`.
+pub(crate) async fn jobs(State(app): State<AppState>, uri: Uri) -> Result<Json<JobPage>, ApiError> {
+    let q = JobQuery::from_pairs(pairs(&uri)?).map_err(query_error)?;
+    let state = app.inner.handle.state();
+    ingest_engine::listing::jobs(&state, &q)
+        .map(Json)
+        .map_err(query_error)
+}
