@@ -84,6 +84,14 @@ pub struct RealArgs {
     /// Concurrent transfers per worker process, over all its jobs.
     #[arg(long, env = "INGEST_TRANSFERS", value_name = "N", default_value_t = 16)]
     pub transfers: usize,
+    /// The Merritt storage node id of a storage target, NAME=NUMBER; repeat for several (default: the target's position, from 1). The first target's is written in `/jobs/JID/store`'s mode (`add/NODE/ark`), as mrt-store reads it.
+    #[arg(
+        long = "storage-node-id",
+        env = "INGEST_STORAGE_NODE_IDS",
+        value_delimiter = ',',
+        value_name = "NAME=NUMBER"
+    )]
+    pub storage_node_ids: Vec<String>,
 }
 
 /// Which steps a worker runs.

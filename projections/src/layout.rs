@@ -15,13 +15,14 @@
 //! - `/jobs/JID/identifiers` and `/jobs/JID/metadata` exist only when they
 //!   carry something: mrt-zk's `createJob` skips empty ones, and its readers
 //!   treat a missing node as an empty object;
-//! - the `delete` flag of `/jobs/JID/store` is the text `"true"`/`"false"`,
-//!   as mrt-zk's `Job.setStore` writes it.
+//! - the `delete` of `/jobs/JID/store` is the delete list mrt-ingest writes
+//!   (empty: `ingest` stores complete versions), and its `mode` the
+//!   `action/nodeID/ark` mrt-store parses.
 
 use std::fmt::Display;
 
 use chrono::{DateTime, Utc};
-use ingest_events::command::RESERVED_SUBMISSION_KEYS;
+use ingest_events::command::is_reserved_submission_key;
 use ingest_events::event::{
     Digest, Erc, Identifiers, InventoryParams, JobConfiguration, StoreParams, Submission,
 };
@@ -29,8 +30,8 @@ use ingest_events::lifecycle::{BatchState, JobState, StateKind};
 use ingest_events::state::{Job, Report};
 use ingest_events::{Bid, Jid};
 use ingest_protocol::node::{
-    BatchStatusNode, ConfigurationNode, IdentifiersNode, InventoryNode, JobStatusNode,
-    MetadataNode, StatusReportNode, StoreNode, SubmissionNode,
+    payload_file_name, BatchStatusNode, ConfigurationNode, IdentifiersNode, InventoryNode,
+    JobStatusNode, MerrittKeys, MetadataNode, StatusReportNode, StoreNode, SubmissionNode,
 };
 
 /// Parent of every batch.
@@ -49,21 +50,97 @@ pub const LOCKS_QUEUE: &str = "/locks/queue";
 pub const LOCKS_COLLECTIONS: &str = "/locks/collections";
 /// Present while the ingest queue is paused.
 pub const QUEUE_LOCK: &str = "/locks/queue/ingest";
+/// Parent of the local-id locks (`/locks/localid/<lid>_<owner>`).
+pub const LOCKS_LOCALID: &str = "/locks/localid";
+/// Parent of the object storage locks (`/locks/storage/ark_a_b`).
+pub const LOCKS_STORAGE: &str = "/locks/storage";
+/// Parent of the object inventory locks (`/locks/inventory/ark_a_b`).
+pub const LOCKS_INVENTORY: &str = "/locks/inventory";
 
-/// The base nodes, parents first: what mrt-zk's `initNodes` creates, plus the
-/// lock parents.
+/// The base nodes, parents first: what mrt-zk's `initNodes` creates, plus
+/// the lock parents its `MerrittLocks.initLocks` creates.
 pub fn base_paths() -> Vec<String> {
     let mut out: Vec<String> = [BATCHES, BATCH_UUIDS, JOBS, JOB_STATES]
         .iter()
         .map(|s| s.to_string())
         .collect();
     out.extend(JobState::ALL.iter().map(|s| queue(*s)));
-    out.extend(
-        [LOCKS, LOCKS_QUEUE, LOCKS_COLLECTIONS]
-            .iter()
-            .map(|s| s.to_string()),
-    );
+    out.extend(LOCK_PARENTS.iter().map(|s| s.to_string()));
     out
+}
+
+/// Every node mrt-zk's `MerrittLocks.initLocks` creates, parents first. The
+/// projection creates them at start and in rebuild; only `/locks`,
+/// `/locks/queue` and `/locks/collections` are its own, the object lock
+/// parents are created if missing and never removed (see [`is_owned`]).
+pub const LOCK_PARENTS: [&str; 6] = [
+    LOCKS,
+    LOCKS_QUEUE,
+    LOCKS_LOCALID,
+    LOCKS_STORAGE,
+    LOCKS_INVENTORY,
+    LOCKS_COLLECTIONS,
+];
+
+/// A lock node's name for an ark or local id, as mrt-zk's `MerrittLocks`
+/// forms it: every `/` and `:/` becomes `_` (`ark:/99999/fk4x` →
+/// `ark_99999_fk4x`). Characters ZooKeeper refuses in a name (controls and
+/// the ranges it reserves) become `_` too, and a name of only dots gets a
+/// `_`, so any input gives a valid node name; two ids that differ only
+/// there share a lock, which serialises more, never less.
+pub fn lock_name(id: &str) -> String {
+    let merritt = id.replace(":/", "_").replace('/', "_");
+    let name: String = merritt
+        .chars()
+        .map(|c| match c {
+            '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'.. => {
+                '_'
+            }
+            c => c,
+        })
+        .collect();
+    if name.chars().all(|c| c == '.') {
+        format!("{name}_")
+    } else {
+        name
+    }
+}
+
+/// `/locks/storage/ark_a_b`: held while an object is written to storage.
+pub fn storage_lock(ark: &str) -> String {
+    format!("{LOCKS_STORAGE}/{}", lock_name(ark))
+}
+
+/// `/locks/inventory/ark_a_b`: held while an object is recorded.
+pub fn inventory_lock(ark: &str) -> String {
+    format!("{LOCKS_INVENTORY}/{}", lock_name(ark))
+}
+
+/// `/locks/localid/<lid>_<owner>`: held from an object's Processing to the
+/// end of its Recording, so one local id of one owner is ingested once at a
+/// time (mrt-ingest's `getLocalIDLock`).
+pub fn localid_lock(local_id: &str, owner: &str) -> String {
+    format!(
+        "{LOCKS_LOCALID}/{}",
+        lock_name(&format!("{local_id}_{owner}"))
+    )
+}
+
+/// The `mode` of `/jobs/JID/store` as mrt-store parses it:
+/// `action/nodeID/ark`, the ark URL-encoded as Java's `URLEncoder` does
+/// (`add/9501/ark%3A%2F99999%2Ffk4x`).
+pub fn store_mode(action: &str, node_id: u32, ark: &str) -> String {
+    let mut encoded = String::with_capacity(ark.len() * 3);
+    for b in ark.bytes() {
+        match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'-' | b'*' | b'_' => {
+                encoded.push(char::from(b))
+            }
+            b' ' => encoded.push('+'),
+            b => encoded.push_str(&format!("%{b:02X}")),
+        }
+    }
+    format!("{action}/{node_id}/{encoded}")
 }
 
 /// The four sets a batch sorts its jobs into (`/batches/BID/states/batch-*`).
@@ -215,11 +292,14 @@ pub fn collection_lock(profile: &str) -> String {
 }
 
 /// Whether the projection owns `path`: the Merritt paths it writes
-/// (`/batches`, `/batch-uuids`, `/jobs` and below, the queue pause lock
-/// and the collection holds under `/locks`), but not worker locks. Rebuild,
-/// repair and diff compare and change only these; everything else under the
-/// root — `/locks/storage`, `/locks/inventory`, `/locks/localid`, other
-/// queues' locks, other sessions' nodes — belongs to its holder.
+/// (`/batches`, `/batch-uuids`, `/jobs` and below, the queue pause lock,
+/// the collection holds and the lock parents under `/locks`), but not
+/// worker locks. Rebuild, repair and diff compare and change only these;
+/// everything else under the root — the object locks under
+/// `/locks/storage`, `/locks/inventory`, `/locks/localid`, other queues'
+/// locks, other sessions' nodes — belongs to its holder. The lock parents
+/// are in every tree the log gives, so a rebuild creates them and never
+/// deletes them.
 pub fn is_owned(path: &str) -> bool {
     if is_ephemeral_lock(path) {
         return false;
@@ -233,6 +313,9 @@ pub fn is_owned(path: &str) -> bool {
                 | (Some("queue"), None, _)
                 | (Some("queue"), Some("ingest"), None)
                 | (Some("collections"), _, None)
+                // The object lock parents (created with the base nodes);
+                // the locks under them are their holders'.
+                | (Some("localid" | "storage" | "inventory"), None, _)
         ),
         _ => false,
     }
@@ -261,7 +344,7 @@ pub fn timestamp(at: DateTime<Utc>) -> String {
 /// `batchID`, then `manifest` (the inline lines) and `digest_type` /
 /// `digest_value` when present, then the extra fields in key order. An extra
 /// field whose name is already taken is left out: the named fields win.
-pub fn submission_json(uuid: &impl Display, s: &Submission) -> String {
+pub fn submission_json(uuid: &impl Display, s: &Submission, submitted: DateTime<Utc>) -> String {
     let (digest_type, digest_value) = digest(s.digest.as_ref());
     let mut node = SubmissionNode {
         profile_name: s.profile_name.clone(),
@@ -275,6 +358,13 @@ pub fn submission_json(uuid: &impl Display, s: &Submission) -> String {
         erc_when: opt(&s.erc.when),
         erc_where: opt(&s.erc.r#where),
         batch_id: uuid.to_string(),
+        merritt: merritt_keys(
+            &s.profile_name,
+            submitted,
+            &s.payload_url,
+            &s.response_type,
+            &s.erc,
+        ),
         manifest: s.manifest.clone(),
         digest_type,
         digest_value,
@@ -290,7 +380,7 @@ pub fn submission_json(uuid: &impl Display, s: &Submission) -> String {
     node.extra = s
         .extra
         .iter()
-        .filter(|(k, _)| !RESERVED_SUBMISSION_KEYS.contains(&k.as_str()) || left_out(k))
+        .filter(|(k, _)| !is_reserved_submission_key(k) || left_out(k))
         .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
         .collect();
     json(&node)
@@ -327,8 +417,10 @@ pub fn job_status_json(job: &Job) -> String {
 }
 
 /// `/jobs/JID/configuration` ([`ConfigurationNode`]): `digest_type` /
-/// `digest_value` only when the depositor gave a digest.
-pub fn configuration_json(c: &JobConfiguration) -> String {
+/// `digest_value` only when the depositor gave a digest; then the keys
+/// Merritt's readers use (`type`, and [`MerrittKeys`] from the job's ERC and
+/// its batch's submission time).
+pub fn configuration_json(c: &JobConfiguration, erc: &Erc, submitted: DateTime<Utc>) -> String {
     let (digest_type, digest_value) = digest(c.digest.as_ref());
     json(&ConfigurationNode {
         profile_name: c.profile_name.clone(),
@@ -339,7 +431,33 @@ pub fn configuration_json(c: &JobConfiguration) -> String {
         submission_mode: c.submission_mode.name().to_string(),
         digest_type,
         digest_value,
+        merritt_type: c.payload_type.name().to_string(),
+        merritt: merritt_keys(
+            &c.profile_name,
+            submitted,
+            &c.payload_url,
+            &c.response_type,
+            erc,
+        ),
     })
+}
+
+/// The keys Merritt's readers use, with the values mrt-ingest gives them.
+fn merritt_keys(
+    profile: &str,
+    submitted: DateTime<Utc>,
+    payload_url: &str,
+    response_type: &str,
+    erc: &Erc,
+) -> MerrittKeys {
+    MerrittKeys {
+        profile: profile.to_string(),
+        submission_date: submitted.format("%Y-%m-%dT%H:%M:%S%:z").to_string(),
+        filename: payload_file_name(payload_url),
+        response_form: response_type.to_string(),
+        title: opt(&erc.what),
+        creator: opt(&erc.who),
+    }
 }
 
 /// `/jobs/JID/identifiers` ([`IdentifiersNode`]), or `None` when the job has
@@ -369,12 +487,16 @@ pub fn metadata_json(erc: &Erc) -> Option<String> {
     }))
 }
 
-/// `/jobs/JID/store` ([`StoreNode`]; `delete` as text).
+/// `/jobs/JID/store` ([`StoreNode`]): `mode` as the worker reported it
+/// (`add/NODE/ark`, see [`store_mode`]), `delete` the delete list mrt-store
+/// passes on in update mode. `ingest`'s steps store complete versions and
+/// never send a list, so it is empty; a report's `delete: true` has no list
+/// to give either and is written as empty too.
 pub fn store_json(s: &StoreParams) -> String {
     json(&StoreNode {
         manifest_url: s.manifest_url.clone(),
         mode: s.mode.clone(),
-        delete: if s.delete { "true" } else { "false" }.to_string(),
+        delete: String::new(),
     })
 }
 
@@ -438,13 +560,18 @@ mod tests {
             "/locks/queue/ingest",
             "/locks/collections",
             "/locks/collections/demo",
+            "/locks/storage",
+            "/locks/inventory",
+            "/locks/localid",
         ] {
             assert!(is_owned(owned), "{owned}");
+        }
+        for parent in LOCK_PARENTS {
+            assert!(base_paths().iter().any(|p| p == parent), "{parent}");
         }
         for foreign in [
             "/jobs/jid0000000001/lock",
             "/batches/bid0000000001/lock",
-            "/locks/storage",
             "/locks/storage/ark_99999_fk4x",
             "/locks/inventory/ark_99999_fk4x",
             "/locks/localid/loc_owner",
@@ -454,6 +581,28 @@ mod tests {
         ] {
             assert!(!is_owned(foreign), "{foreign}");
         }
+    }
+
+    #[test]
+    fn object_lock_names_have_merritts_form_and_are_valid_node_names() {
+        assert_eq!(
+            storage_lock("ark:/99999/fk4x"),
+            "/locks/storage/ark_99999_fk4x"
+        );
+        assert_eq!(
+            inventory_lock("ark:/13030/m5abc"),
+            "/locks/inventory/ark_13030_m5abc"
+        );
+        assert_eq!(
+            localid_lock("L/1", "ark:/99999/owner"),
+            "/locks/localid/L_1_ark_99999_owner"
+        );
+        assert_eq!(lock_name(".."), ".._");
+        assert_eq!(lock_name("a\u{0}b\u{7f}\u{e000}\u{1f600}"), "a_b___");
+        assert_eq!(
+            store_mode("add", 9501, "ark:/99999/fk4 x"),
+            "add/9501/ark%3A%2F99999%2Ffk4+x"
+        );
     }
 
     #[test]
@@ -475,7 +624,7 @@ mod tests {
         });
         assert_eq!(
             s,
-            r#"{"manifest_url":"http://x/\"m\"","mode":"add","delete":"false"}"#
+            r#"{"manifest_url":"http://x/\"m\"","mode":"add","delete":""}"#
         );
         assert_eq!(identifiers_json(&Identifiers::default()), None);
     }
@@ -506,9 +655,9 @@ mod tests {
             ]
             .into(),
         };
-        let text = submission_json(&"u-1", &s);
+        let text = submission_json(&"u-1", &s, chrono::DateTime::UNIX_EPOCH);
         assert!(
-            text.ends_with(r#""batchID":"u-1","manifest":"kept","zz":"last"}"#),
+            text.ends_with(r#""batchID":"u-1","profile":"demo","submissionDate":"1970-01-01T00:00:00+00:00","filename":"a","responseForm":"json","title":"A title","creator":"","manifest":"kept","zz":"last"}"#),
             "{text}"
         );
         let node: SubmissionNode =
@@ -517,8 +666,22 @@ mod tests {
         assert_eq!(node.payload_type, "file");
         assert_eq!(node.erc_what, "A title");
         assert_eq!(node.batch_id, "u-1");
+        assert_eq!(node.merritt.profile, "demo", "where Merritt's readers look");
+        for key in MerrittKeys::KEYS {
+            assert!(is_reserved_submission_key(key), "{key}");
+        }
+        let written: serde_json::Value = serde_json::from_str(&text).expect("json");
+        let keys: Vec<&str> = written
+            .as_object()
+            .expect("object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        for key in MerrittKeys::KEYS {
+            assert!(keys.contains(&key), "{key} is written");
+        }
         s.manifest = vec!["https://example.org/b".into()];
-        let text = submission_json(&"u-1", &s);
+        let text = submission_json(&"u-1", &s, chrono::DateTime::UNIX_EPOCH);
         assert!(
             text.contains(r#""manifest":["https://example.org/b"],"zz":"last"}"#),
             "{text}"

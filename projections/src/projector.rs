@@ -199,7 +199,7 @@ fn project_event(
             tx.create(&layout::batch(bid), "")?;
             tx.create(
                 &layout::batch_submission(bid),
-                layout::submission_json(&e.uuid, &e.submission),
+                layout::submission_json(&e.uuid, &e.submission, b.created),
             )?;
             tx.create(
                 &layout::batch_status(bid),
@@ -267,7 +267,11 @@ fn project_event(
             tx.create(&layout::job_space_needed(jid), j.space_needed.to_string())?;
             tx.create(
                 &layout::job_configuration(jid),
-                layout::configuration_json(&j.configuration),
+                layout::configuration_json(
+                    &j.configuration,
+                    &j.metadata,
+                    state.batches.get(&e.bid).map_or(j.created, |b| b.created),
+                ),
             )?;
             if let Some(data) = layout::identifiers_json(&j.identifiers) {
                 tx.create(&layout::job_identifiers(jid), data)?;

@@ -38,7 +38,10 @@
 //!
 //! Worker locks are left alone, except a lock under a node that must be
 //! deleted (a job the log does not have): it is deleted in the same
-//! transaction as its parent, and reported. A rebuild records nothing in the
+//! transaction as its parent, and reported; and a stale lock (a
+//! `/jobs/JID/lock` or `/batches/BID/lock` no session owns, which would
+//! block its item for ever) is deleted, version-checked, and reported among
+//! the changed paths, so a repair's `TreeRepaired` event names it. A rebuild records nothing in the
 //! log: it restores what the log says. A repair is recorded by the caller
 //! (the engine's `RecordRepair` command) with the paths it changed.
 
@@ -127,6 +130,30 @@ pub struct DiffReport {
     pub live_nodes: usize,
     /// Worker locks seen (not compared).
     pub locks: Vec<String>,
+    /// Stale locks: `/jobs/JID/lock` or `/batches/BID/lock` nodes that no
+    /// session owns (persistent, left by a crashed tool or an admin). They
+    /// block their item for ever; a repair or rebuild removes them.
+    pub stale_locks: Vec<String>,
+}
+
+impl DiffReport {
+    /// Whether the live tree differs from the log's or holds a stale lock.
+    pub fn has_drift(&self) -> bool {
+        !self.diff.is_empty() || !self.stale_locks.is_empty()
+    }
+}
+
+/// The worker lock nodes of `live` that no session owns: a lock a worker
+/// holds is always ephemeral, so a persistent one is stale. (A lock whose
+/// session has ended goes with the session: ZooKeeper removes it when the
+/// session expires.)
+pub fn stale_locks(live: &LiveTree) -> Vec<String> {
+    live.tree
+        .iter()
+        .map(|(p, _)| p)
+        .filter(|p| layout::is_ephemeral_lock(p) && !live.ephemeral.contains_key(*p))
+        .map(str::to_string)
+        .collect()
 }
 
 /// What converging the tree did.
@@ -148,6 +175,8 @@ pub struct ConvergeReport {
     pub locks_deleted: Vec<String>,
     /// Worker locks left in place.
     pub locks_kept: usize,
+    /// Stale (non-ephemeral) worker locks removed; also in `paths`.
+    pub stale_locks_removed: Vec<String>,
 }
 
 /// What a rebuild did.
@@ -280,11 +309,12 @@ pub async fn diff(
     check_checkpoint(log, &zk_config.root, &at)?;
     let expected = expected_tree(log, &at, progress)?;
     let diff = expected.diff_filtered(&live.tree, layout::is_owned);
+    let stale = stale_locks(&live);
     let locks = live
         .tree
         .iter()
         .map(|(p, _)| p)
-        .filter(|p| layout::is_ephemeral_lock(p))
+        .filter(|p| layout::is_ephemeral_lock(p) && !stale.iter().any(|s| s == p))
         .map(str::to_string)
         .collect();
     Ok(DiffReport {
@@ -294,6 +324,7 @@ pub async fn diff(
         live_nodes: live.tree.len(),
         diff,
         locks,
+        stale_locks: stale,
     })
 }
 
@@ -486,11 +517,18 @@ async fn converge(
         progress(Progress::Reading {
             nodes: live.tree.len(),
         });
+        for path in stale_locks(&live) {
+            if remove_stale_lock(client, deadline, &path).await? {
+                tracing::warn!(root = %cfg.zk.root, %path, "removed a stale (non-ephemeral) worker lock");
+                report.stale_locks_removed.push(path.clone());
+                paths.insert(path);
+            }
+        }
         let diff = expected.diff_filtered(&live.tree, layout::is_owned);
         report.locks_kept = live
             .tree
             .iter()
-            .filter(|(p, _)| layout::is_ephemeral_lock(p))
+            .filter(|(p, _)| layout::is_ephemeral_lock(p) && live.ephemeral.contains_key(*p))
             .count();
         if diff.is_empty() {
             converged = true;
@@ -629,6 +667,39 @@ async fn converge(
         }
     }
     Ok(report)
+}
+
+/// Deletes the worker lock at `path` if it is still not ephemeral, version
+/// checked (a lock a worker took meanwhile is ephemeral and is left alone);
+/// `true` when it was removed.
+async fn remove_stale_lock(
+    client: &zk::Client,
+    deadline: Duration,
+    path: &str,
+) -> Result<bool, SinkError> {
+    let stat = match call(deadline, "exists", path, client.check_stat(path)).await? {
+        Some(stat) if stat.ephemeral_owner == 0 => stat,
+        _ => return Ok(false),
+    };
+    match call(
+        deadline,
+        "delete",
+        path,
+        client.delete(path, Some(stat.version)),
+    )
+    .await
+    {
+        Ok(()) => Ok(true),
+        Err(e)
+            if matches!(
+                e.code(),
+                Some(&zk::Error::NoNode | &zk::Error::BadVersion | &zk::Error::NotEmpty)
+            ) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Resolves a write of unknown outcome by reading the checkpoint's version:

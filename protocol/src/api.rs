@@ -196,6 +196,10 @@ pub struct Diffed {
     pub differing: Vec<String>,
     /// The differences as `ingest diff` prints them.
     pub text: String,
+    /// Stale worker locks: lock nodes under a job or batch that no session
+    /// owns (drift; `ingest diff --repair` removes them).
+    #[serde(default)]
+    pub stale_locks: Vec<String>,
 }
 
 // ---- depositor routes

@@ -158,6 +158,9 @@ pub struct SubmissionNode {
     /// The submission's uuid.
     #[serde(rename = "batchID", deserialize_with = "text")]
     pub batch_id: String,
+    /// The keys Merritt's own readers use, beside the documented ones.
+    #[serde(flatten)]
+    pub merritt: MerrittKeys,
     /// Inline manifest lines (absent when there are none).
     #[serde(skip_serializing_if = "Vec::is_empty", deserialize_with = "texts")]
     pub manifest: Vec<String>,
@@ -264,6 +267,63 @@ pub struct ConfigurationNode {
         deserialize_with = "optional_text"
     )]
     pub digest_value: Option<String>,
+    /// The payload type under the key Merritt's readers use (`type`).
+    #[serde(rename = "type", deserialize_with = "text")]
+    pub merritt_type: String,
+    /// The keys Merritt's own readers use, beside the documented ones.
+    #[serde(flatten)]
+    pub merritt: MerrittKeys,
+}
+
+/// The keys Merritt's running code reads from `/batches/BID/submission` and
+/// `/jobs/JID/configuration` besides the documented ones: mrt-ingest's
+/// `InitializeConsumer` checks collection holds on `configuration.profile`,
+/// mrt-zk's Ruby getters and the admin tool read `profile`, `type`,
+/// `responseForm`, `submissionDate`, `filename`, `title` and `creator`.
+/// Written with the values mrt-ingest gives them (empty text when there is
+/// nothing to say), after the documented keys, in this order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MerrittKeys {
+    /// The collection profile (mrt-ingest's `profile`; the same value as
+    /// `profile_name`).
+    #[serde(deserialize_with = "text")]
+    pub profile: String,
+    /// When the batch was submitted, ISO 8601 (`2024-05-16T10:11:12+00:00`).
+    #[serde(rename = "submissionDate", deserialize_with = "text")]
+    pub submission_date: String,
+    /// The payload's file name: the last segment of the payload URL's path.
+    #[serde(deserialize_with = "text")]
+    pub filename: String,
+    /// The depositor's response form (`response_type`).
+    #[serde(rename = "responseForm", deserialize_with = "text")]
+    pub response_form: String,
+    /// The object's title (ERC what).
+    #[serde(deserialize_with = "text")]
+    pub title: String,
+    /// The object's creator (ERC who).
+    #[serde(deserialize_with = "text")]
+    pub creator: String,
+}
+
+impl MerrittKeys {
+    /// Every key, in the order they are written (one list, shared with the
+    /// submission's validation, which keeps extra fields off them).
+    pub const KEYS: [&'static str; 6] = ingest_events::command::MERRITT_READER_KEYS;
+}
+
+/// The file name Merritt shows for a payload URL: the last non-empty
+/// segment of its path, without query or fragment (`""` when there is
+/// none).
+pub fn payload_file_name(url: &str) -> String {
+    let path = url.split(['?', '#']).next().unwrap_or_default();
+    let path = path.split_once("://").map_or(path, |(_, rest)| {
+        rest.split_once('/').map_or("", |(_, p)| p)
+    });
+    path.rsplit('/')
+        .find(|s| !s.is_empty())
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// `/jobs/JID/identifiers` (absent while the job has none).
@@ -364,7 +424,9 @@ mod tests {
         )
         .expect("lenient");
         assert_eq!(s.payload_type, "file");
-        assert_eq!(s.extra.get("profile"), Some(&serde_json::json!("p")));
+        assert_eq!(s.merritt.profile, "p", "Merritt's key is read as its own");
+        assert_eq!(s.extra.get("n"), Some(&serde_json::json!(3)));
+        assert!(!s.extra.contains_key("profile"));
     }
 
     #[test]
@@ -381,6 +443,45 @@ mod tests {
     }
 
     #[test]
+    fn payload_file_names_are_the_last_path_segment() {
+        for (url, name) in [
+            ("https://example.org/a/b.zip?x=1#f", "b.zip"),
+            ("https://example.org/dir/", "dir"),
+            ("https://example.org", ""),
+            ("file:///srv/in/c.checkm", "c.checkm"),
+            ("", ""),
+        ] {
+            assert_eq!(payload_file_name(url), name, "{url}");
+        }
+    }
+
+    /// mrt-ingest's `InitializeConsumer` reads `configuration.profile`; the
+    /// admin tool reads `type`, `submissionDate`, `creator`, `title`,
+    /// `filename` from the same node.
+    #[test]
+    fn configuration_carries_merritts_keys_after_the_documented_ones() {
+        let node = ConfigurationNode {
+            profile_name: "demo".into(),
+            payload_type: "file".into(),
+            merritt_type: "file".into(),
+            merritt: MerrittKeys {
+                profile: "demo".into(),
+                title: "T".into(),
+                ..MerrittKeys::default()
+            },
+            ..ConfigurationNode::default()
+        };
+        let text = serde_json::to_string(&node).expect("encode");
+        assert!(
+            text.ends_with(r#""submission_mode":"","type":"file","profile":"demo","submissionDate":"","filename":"","responseForm":"","title":"T","creator":""}"#),
+            "{text}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        assert_eq!(v["profile"], "demo");
+        assert_eq!(decode::<ConfigurationNode>("c", text.as_bytes()), Ok(node));
+    }
+
+    #[test]
     fn submission_keeps_key_order_and_leaves_out_empty_optionals() {
         let node = SubmissionNode {
             profile_name: "p".into(),
@@ -391,7 +492,7 @@ mod tests {
         let text = serde_json::to_string(&node).expect("encode");
         assert_eq!(
             text,
-            r#"{"profile_name":"p","submitter":"","payload_url":"","type":"","response_type":"","submission_mode":"","erc_what":"","erc_who":"","erc_when":"","erc_where":"","batchID":"u","zeta":"z"}"#
+            r#"{"profile_name":"p","submitter":"","payload_url":"","type":"","response_type":"","submission_mode":"","erc_what":"","erc_who":"","erc_when":"","erc_where":"","batchID":"u","profile":"","submissionDate":"","filename":"","responseForm":"","title":"","creator":"","zeta":"z"}"#
         );
     }
 }

@@ -123,7 +123,7 @@ pub(super) fn local_only(local: &mut Local, command: Cmd) -> Result<i32> {
         }
         Cmd::Tree(args) => zk::tree(engine, args),
         Cmd::Project(args) => zk::project(engine, args),
-        Cmd::Rebuild(args) => zk::rebuild(engine, args),
+        Cmd::Rebuild(args) => zk::rebuild(engine, &actor, args),
         Cmd::Diff(args) => zk::diff(engine, &actor, args),
         Cmd::Submit(_)
         | Cmd::Show { .. }

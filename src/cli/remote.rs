@@ -148,9 +148,12 @@ fn print_diff(v: &Diffed) -> i32 {
         ),
     }
     let (missing, unexpected, differing) = (v.missing.len(), v.unexpected.len(), v.differing.len());
+    for lock in &v.stale_locks {
+        println!("stale lock {lock}: not ephemeral, no session owns it (`ingest diff --repair` removes it)");
+    }
     if missing + unexpected + differing == 0 {
         println!("no differences: {} nodes match", v.expected_nodes);
-        return 0;
+        return i32::from(!v.stale_locks.is_empty());
     }
     print!("{}", v.text);
     println!(

@@ -374,7 +374,7 @@ impl AdminProgress {
 /// # Errors
 /// Invalid settings, leadership held by a running projector, a tree of
 /// another log (without `--force`), or ZooKeeper trouble (retrying is safe).
-pub fn rebuild(engine: &mut Engine, args: RebuildArgs) -> Result<i32> {
+pub fn rebuild(engine: &mut Engine, actor: &Actor, args: RebuildArgs) -> Result<i32> {
     let zk = zk_config(&args.zk)?;
     let root = zk.root.clone();
     let mut config = AdminConfig::new(zk, identity(engine));
@@ -403,7 +403,42 @@ pub fn rebuild(engine: &mut Engine, args: RebuildArgs) -> Result<i32> {
         println!("  deleted lock {l}");
     }
     println!("checkpoint {}", report.checkpoint);
-    Ok(0)
+    if c.stale_locks_removed.is_empty() {
+        return Ok(0);
+    }
+    // A rebuild restores what the log says and records nothing, except
+    // the stale locks it removed: those were no one's, and their removal
+    // is an admin's action on the live tree.
+    for l in &c.stale_locks_removed {
+        println!("  removed stale lock {l}");
+    }
+    record_repair(engine, actor, &c.stale_locks_removed)
+}
+
+/// Records a repair of the live tree (`TreeRepaired`) naming `paths`:
+/// exit 0, or 2 when the log refused it.
+fn record_repair(engine: &mut Engine, actor: &Actor, paths: &[String]) -> Result<i32> {
+    let command = Command::RecordRepair {
+        paths: paths.to_vec(),
+    };
+    match engine.execute(actor, &command) {
+        Ok(outcome) => {
+            for r in &outcome.records {
+                println!(
+                    "recorded as event #{} ({}, {} path(s))",
+                    r.envelope.position,
+                    r.event.kind(),
+                    paths.len()
+                );
+            }
+            Ok(0)
+        }
+        Err(EngineError::Rejected(r)) => {
+            eprintln!("error: the repair was applied but the log refused to record it: {r}");
+            Ok(2)
+        }
+        Err(e) => Err(e).context("recording the repair in the log"),
+    }
 }
 
 /// How many events after position `at` would change the tree (events such
@@ -478,11 +513,14 @@ pub fn diff(engine: &mut Engine, actor: &Actor, args: DiffArgs) -> Result<i32> {
             report.locks.join(", ")
         );
     }
-    if report.diff.is_empty() && behind == 0 {
+    for lock in &report.stale_locks {
+        println!("stale lock {lock}: not ephemeral, no session owns it; it blocks its item (repair removes it)");
+    }
+    if !report.has_drift() && behind == 0 {
         println!("no differences: {} nodes match", report.expected_nodes);
         return Ok(0);
     }
-    if report.diff.is_empty() {
+    if !report.has_drift() {
         println!(
             "no differences up to the checkpoint: {} nodes match",
             report.expected_nodes
@@ -519,29 +557,12 @@ pub fn diff(engine: &mut Engine, actor: &Actor, args: DiffArgs) -> Result<i32> {
         "repaired the tree under {root}: {} node(s) created, {} set, {} deleted in {} transaction(s)",
         c.created, c.set, c.deleted, c.transactions
     );
+    for l in &c.stale_locks_removed {
+        println!("  removed stale lock {l}");
+    }
     if c.paths.is_empty() {
         println!("nothing was left to repair (the tree matched by the time it was locked)");
         return Ok(0);
     }
-    let command = Command::RecordRepair {
-        paths: c.paths.clone(),
-    };
-    match engine.execute(actor, &command) {
-        Ok(outcome) => {
-            for r in &outcome.records {
-                println!(
-                    "recorded as event #{} ({}, {} path(s))",
-                    r.envelope.position,
-                    r.event.kind(),
-                    c.paths.len()
-                );
-            }
-            Ok(0)
-        }
-        Err(EngineError::Rejected(r)) => {
-            eprintln!("error: the repair was applied but the log refused to record it: {r}");
-            Ok(2)
-        }
-        Err(e) => Err(e).context("recording the repair in the log"),
-    }
+    record_repair(engine, actor, &c.paths)
 }

@@ -154,6 +154,8 @@ struct Rig {
     depot: Shared,
     base: String,
     storage: PathBuf,
+    /// `HOSTS/ROOT` of the server's tree.
+    zk_at: String,
     _dir: tempfile::TempDir,
     /// Keeps the shared ZooKeeper running while the rig lives.
     _zk: std::sync::Arc<crate::zk_server::ZkServer>,
@@ -185,10 +187,11 @@ async fn rig(name: &str, extra: &[String]) -> Rig {
     .map(|s| s.to_string())
     .collect();
     args.extend(extra.iter().cloned());
+    let root = unique_root(name);
     let server = start_with(
         dir.path(),
         &zk_server.hosts(),
-        &unique_root(name),
+        &root,
         Some(&[]),
         "real",
         &args,
@@ -198,6 +201,7 @@ async fn rig(name: &str, extra: &[String]) -> Rig {
         depot,
         base,
         storage,
+        zk_at: format!("{}{root}", zk_server.hosts()),
         _dir: dir,
         _zk: zk_server,
     }
@@ -284,6 +288,18 @@ impl Rig {
             assert_eq!(found["ark"], ark.as_str());
         }
         ark
+    }
+
+    /// The inventory's version numbers of `ark`, and its object view.
+    async fn versions(&self, ark: &str) -> (Vec<u64>, Value) {
+        let object = self.server.get(&format!("/objects/{ark}")).await;
+        let versions = object["versions"]
+            .as_array()
+            .expect("versions")
+            .iter()
+            .filter_map(|v| v["version"].as_u64())
+            .collect();
+        (versions, object)
     }
 
     fn callbacks_for(&self, jid: &str) -> usize {
@@ -861,13 +877,7 @@ async fn the_same_local_id_again_adds_a_version_to_the_same_ark() {
         ark.as_str(),
         "a second ark for the same local id"
     );
-    let object = rig.server.get(&format!("/objects/{ark}")).await;
-    let versions: Vec<u64> = object["versions"]
-        .as_array()
-        .expect("versions")
-        .iter()
-        .filter_map(|v| v["version"].as_u64())
-        .collect();
+    let (versions, object) = rig.versions(&ark).await;
     assert_eq!(versions, [1, 2], "{object}");
     let target =
         ingest_steps::ocfl::OcflTarget::open_existing("check", &rig.storage).expect("storage");
@@ -901,4 +911,104 @@ fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
         out.push(p);
     }
     out
+}
+
+/// Issue 15 item 2 / issue 12: three submissions of one new local id at
+/// once, with different files, each step run by three tasks: the local-id
+/// lock (`/locks/localid/<lid>_<collection>`, Merritt's form) serialises
+/// them from Processing to Recording, so they give ONE ark with three
+/// successive versions, no orphan OCFL object and no inventory conflict.
+/// Before the lock, each minted its own ark and two failed at Recording.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_submissions_of_one_new_local_id_give_one_ark_and_successive_versions() {
+    let rig = rig(
+        "lid-lock",
+        &[
+            "--daemons".to_string(),
+            "downloading=3,processing=3,storing=3,recording=3,notify=3,batch_pending=3".to_string(),
+        ],
+    )
+    .await;
+    for n in 1..=3 {
+        add(
+            &rig.depot,
+            &format!("same-{n}.txt"),
+            format!("file {n}").as_bytes(),
+        );
+    }
+    let submit = |n: u32| {
+        json!({"profile": "demo", "submitter": "alice", "type": "file",
+               "payload_url": format!("{}/files/same-{n}.txt", rig.base),
+               "submission_mode": "update", "erc_where": "loc-raced"})
+    };
+    let (a, b, c) = tokio::join!(
+        rig.submit(submit(1)),
+        rig.submit(submit(2)),
+        rig.submit(submit(3))
+    );
+    let mut arks = std::collections::BTreeSet::new();
+    let mut jids = Vec::new();
+    for bid in [a, b, c] {
+        let batch = rig.finished(&bid).await;
+        assert_eq!(batch["status"], "Completed", "{batch}");
+        let jid = Rig::jobs(&batch)[0].clone();
+        let job = rig.job(&jid).await;
+        arks.insert(job["primary_id"].as_str().expect("ark").to_string());
+        let history = rig.history(&jid).await;
+        assert!(
+            !history
+                .iter()
+                .any(|r| r.to_string().contains("inventory_conflict")),
+            "{history:?}"
+        );
+        jids.push(jid);
+    }
+    assert_eq!(arks.len(), 1, "one local id, one object: {arks:?}");
+    let ark = arks.into_iter().next().expect("ark");
+    let (versions, object) = rig.versions(&ark).await;
+    assert_eq!(versions, [1, 2, 3], "{object}");
+    let target =
+        ingest_steps::ocfl::OcflTarget::open_existing("check", &rig.storage).expect("storage");
+    assert_eq!(target.versions(&ark).expect("versions"), [1, 2, 3]);
+    assert!(target.verify(&ark).expect("verify").ok);
+    // No other object in storage: nothing orphaned.
+    let inventories: Vec<_> = walk(&rig.storage)
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n == "0=ocfl_object_1.1" || n == "0=ocfl_object_1.0")
+        })
+        .collect();
+    assert_eq!(inventories.len(), 1, "{inventories:?}");
+    // The lock is released once every job recorded.
+    let lock = format!(
+        "/locks/localid/{}",
+        ingest_projections::layout::lock_name("loc-raced_demo")
+    );
+    let zk = zookeeper_client::Client::connect(&rig.zk_at)
+        .await
+        .expect("zk");
+    assert!(
+        zk.check_stat(&lock).await.expect("stat").is_none(),
+        "{lock} left behind"
+    );
+    assert!(
+        zk.check_stat("/locks/localid")
+            .await
+            .expect("stat")
+            .is_some(),
+        "the projection creates Merritt's lock parents"
+    );
+    // The store hand-off in mrt-store's form: action/nodeID/urlencoded-ark
+    // (node 1: the first target's default), an empty delete list.
+    let encoded = ark.replace(':', "%3A").replace('/', "%2F");
+    for jid in &jids {
+        let (data, _) = zk
+            .get_data(&format!("/jobs/{jid}/store"))
+            .await
+            .expect("the store node");
+        let store: Value = serde_json::from_slice(&data).expect("JSON");
+        assert_eq!(store["mode"], format!("update/1/{encoded}"), "{store}");
+        assert_eq!(store["delete"], "", "{store}");
+    }
 }

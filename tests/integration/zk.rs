@@ -110,7 +110,13 @@ impl Fixture {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("projections/tests/scenarios")
             .join(file);
-        let text = std::fs::read_to_string(&path).expect("scenario file");
+        self.try_scenario_at(&path)
+    }
+
+    /// As [`Fixture::try_scenario`], for a scenario file anywhere.
+    fn try_scenario_at(&mut self, path: &Path) -> Result<scenario::Scenario, String> {
+        let file = path.display();
+        let text = std::fs::read_to_string(path).expect("scenario file");
         let sc: scenario::Scenario = serde_norway::from_str(&text).expect("scenario");
         let mut h = scenario::Harness::new();
         for step in &sc.steps {
@@ -700,10 +706,11 @@ async fn rebuild_restores_the_tree_and_leaves_locks_alone() {
     ];
     for (i, p) in foreign.iter().enumerate() {
         let mode = if i == 3 { &ephemeral } else { &acl };
-        worker
-            .create(p, b"mrt", mode)
-            .await
-            .expect("a foreign node");
+        match worker.create(p, b"", mode).await {
+            // The lock parents are projected (mrt-zk's initLocks).
+            Ok(_) | Err(zk::Error::NodeExists) => {}
+            Err(e) => panic!("a foreign node {p}: {e}"),
+        }
     }
 
     f.close();
@@ -860,6 +867,127 @@ async fn diff_finds_each_kind_of_drift_and_repair_records_it() {
         &live_tree(&zk).await,
         "after the repair",
     );
+}
+
+/// Issue 15 item 3: a persistent `/jobs/JID/lock` (a crashed Merritt tool or
+/// an admin left it; no session owns it) blocks its job for ever. `ingest
+/// diff` reports it as drift (exit 1), `diff --repair` removes it and records
+/// a `TreeRepaired` event naming it, and so does `rebuild`; Merritt's object
+/// locks (`/locks/storage/<ark>`, `/locks/localid/<lid>`) and a live worker's
+/// ephemeral lock survive both. Before, diff said "worker locks not
+/// compared" and both left it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_job_lock_is_reported_and_removed_by_repair_and_rebuild() {
+    let server = shared();
+    let root = unique_root("stale-lock");
+    let zk = zk_config(&server.hosts(), &root);
+    let mut f = Fixture::new();
+    f.run_scenario("transitions-document.yaml");
+    catch_up(f.log(), &zk, "stale").await;
+    f.close();
+    let hosts = server.hosts();
+    let run = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--zk", &hosts, "--zk-root", &root]);
+        f.ingest.run(&all)
+    };
+    let foreign_client = zkio::connect(&zk).await.expect("a foreign client");
+    let acl = zkio::open_acl();
+    let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    for parent in ["/locks/storage", "/locks/localid", "/locks/inventory"] {
+        assert!(
+            foreign_client
+                .check_stat(parent)
+                .await
+                .expect("stat")
+                .is_some(),
+            "{parent} is created with the base nodes (mrt-zk initLocks)"
+        );
+    }
+    let kept = [
+        "/locks/storage/ark_99999_fk4x",
+        "/locks/localid/loc001_ark_99999_owner",
+    ];
+    for p in kept {
+        foreign_client
+            .create(p, b"", &acl)
+            .await
+            .expect("Merritt's object lock");
+    }
+    foreign_client
+        .create("/jobs/jid0000000002/lock", b"", &ephemeral)
+        .await
+        .expect("a live worker's lock");
+    let stale = "/jobs/jid0000000001/lock";
+    foreign_client
+        .create(stale, b"", &acl)
+        .await
+        .expect("a persistent lock");
+
+    let found = run(&["diff"]);
+    assert_eq!(found.code, 1, "{}{}", found.stdout, found.stderr);
+    assert!(
+        found.stdout.contains(&format!("stale lock {stale}")),
+        "{}",
+        found.stdout
+    );
+    assert!(
+        !found.stdout.contains("stale lock /jobs/jid0000000002/lock"),
+        "{}",
+        found.stdout
+    );
+    let repaired = run(&["diff", "--repair"]);
+    assert_eq!(repaired.code, 0, "{}{}", repaired.stdout, repaired.stderr);
+    assert!(
+        repaired
+            .stdout
+            .contains(&format!("removed stale lock {stale}")),
+        "{}",
+        repaired.stdout
+    );
+    let recorded = |stdout: &str| -> u64 {
+        stdout
+            .split("recorded as event #")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no event position in\n{stdout}"))
+    };
+    let first = recorded(&repaired.stdout);
+    assert!(foreign_client
+        .check_stat(stale)
+        .await
+        .expect("stat")
+        .is_none());
+    let clean = run(&["diff"]);
+    assert_eq!(clean.code, 0, "{}{}", clean.stdout, clean.stderr);
+
+    // Again, removed by a rebuild this time.
+    foreign_client
+        .create(stale, b"", &acl)
+        .await
+        .expect("a persistent lock again");
+    let rebuilt = run(&["rebuild"]);
+    assert_eq!(rebuilt.code, 0, "{}{}", rebuilt.stdout, rebuilt.stderr);
+    let second = recorded(&rebuilt.stdout);
+    assert!(foreign_client
+        .check_stat(stale)
+        .await
+        .expect("stat")
+        .is_none());
+    for p in kept.iter().chain(&["/jobs/jid0000000002/lock"]) {
+        assert!(
+            foreign_client.check_stat(p).await.expect("stat").is_some(),
+            "{p} is not the projection's and must survive"
+        );
+    }
+    f.open();
+    for position in [first, second] {
+        match f.log().read_one(position).expect("the repair event").event {
+            Event::TreeRepaired(e) => assert_eq!(e.paths, [stale]),
+            other => panic!("expected TreeRepaired at {position}, found {other:?}"),
+        }
+    }
 }
 
 /// `ingest tree --at POSITION` (and `--at TIME`) prints the tree ZooKeeper
@@ -1090,3 +1218,7 @@ async fn a_tree_of_another_log_is_refused() {
         .expect_err("ahead");
     assert!(matches!(err, SinkError::CheckpointAhead { .. }), "{err}");
 }
+
+// The Merritt interoperability tests, which use the fixture above.
+#[path = "merritt.rs"]
+mod merritt;

@@ -199,10 +199,16 @@ pub(super) fn delete_batch(
     reason: &str,
 ) -> Result<(), Rejection> {
     let b = live_batch(state, *bid)?;
-    batch_move(lc, b, BatchState::Deleted)?;
+    // A Completed batch may be deleted as Merritt's admin tool offers it
+    // ("Queue Del" on Failed and Completed batches: the batch's status
+    // only; its completed jobs stay Completed).
+    if b.status != BatchState::Completed {
+        batch_move(lc, b, BatchState::Deleted)?;
+    }
+    let deletable = |s: JobState| lc.jobs.can(s, JobState::Deleted);
     let active: Vec<(Jid, JobState)> = state
         .batch_jobs(b)
-        .filter(|j| !j.status.is_finished() && !lc.jobs.can(j.status, JobState::Deleted))
+        .filter(|j| !j.status.is_finished() && !deletable(j.status))
         .map(|j| (j.jid, j.status))
         .collect();
     if !active.is_empty() {
@@ -212,7 +218,7 @@ pub(super) fn delete_batch(
         });
     }
     for j in state.batch_jobs(b) {
-        if lc.jobs.can(j.status, JobState::Deleted) {
+        if deletable(j.status) {
             d.push(
                 state,
                 StreamId::Job(j.jid),

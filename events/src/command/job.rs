@@ -438,8 +438,17 @@ pub(super) fn release_job(
     Ok(())
 }
 
-/// An admin deletes a job (soft: status Deleted).
+/// An admin deletes a job (soft: status Deleted, its history and stored
+/// object kept). Besides the lifecycle's moves to Deleted, a Completed job
+/// may be deleted: mrt-zk's `Job.delete` treats Completed as deletable and
+/// Merritt's admin tool offers it ("Queue Del").
 /// (`Command::DeleteJob`.)
+/// Whether a job in `status` may be deleted although the lifecycle has no
+/// move from it to Deleted: Completed, as mrt-zk's `Job.delete` allows.
+pub(super) fn deletable_beside_the_lifecycle(status: JobState) -> bool {
+    status == JobState::Completed
+}
+
 pub(super) fn delete_job(
     state: &State,
     lc: &Lifecycle,
@@ -448,7 +457,9 @@ pub(super) fn delete_job(
     reason: &str,
 ) -> Result<(), Rejection> {
     let j = live_job(state, *jid)?;
-    job_move(lc, j, JobState::Deleted)?;
+    if !deletable_beside_the_lifecycle(j.status) {
+        job_move(lc, j, JobState::Deleted)?;
+    }
     d.push(
         state,
         StreamId::Job(*jid),

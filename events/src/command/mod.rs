@@ -27,8 +27,8 @@ mod validate;
 
 pub use rules::requeue_target;
 pub use validate::{
-    validate_spec, DIGEST_ALGORITHMS, MAX_JOB_FIELD_BYTES, MAX_SUBMISSION_BYTES,
-    RESERVED_SUBMISSION_KEYS,
+    is_reserved_submission_key, validate_spec, DIGEST_ALGORITHMS, MAX_JOB_FIELD_BYTES,
+    MAX_SUBMISSION_BYTES, MERRITT_READER_KEYS, RESERVED_SUBMISSION_KEYS,
 };
 
 /// The highest priority number (lowest urgency).

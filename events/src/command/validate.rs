@@ -163,7 +163,7 @@ pub(super) fn validate_submission(s: &Submission) -> Result<(), Rejection> {
         validate_digest(d)?;
     }
     for key in s.extra.keys() {
-        if RESERVED_SUBMISSION_KEYS.contains(&key.as_str()) {
+        if is_reserved_submission_key(key) {
             return Err(Rejection::Invalid {
                 field: format!("extra.{key}"),
                 reason: format!("{key:?} is a submission field of its own; give it as that field"),
@@ -172,6 +172,24 @@ pub(super) fn validate_submission(s: &Submission) -> Result<(), Rejection> {
         check_text(&format!("extra.{key}"), key)?;
     }
     Ok(())
+}
+
+/// The keys Merritt's own readers use, written beside the documented ones in
+/// the submission and configuration nodes, in the order they are written;
+/// extra fields may not shadow them either.
+pub const MERRITT_READER_KEYS: [&str; 6] = [
+    "profile",
+    "submissionDate",
+    "filename",
+    "responseForm",
+    "title",
+    "creator",
+];
+
+/// Whether an extra submission field named `key` would shadow a key of the
+/// projected node.
+pub fn is_reserved_submission_key(key: &str) -> bool {
+    RESERVED_SUBMISSION_KEYS.contains(&key) || MERRITT_READER_KEYS.contains(&key)
 }
 
 /// Keys of the projected submission node that extra fields may not shadow.

@@ -212,8 +212,10 @@ pub fn check_lifecycle_move(lc: &Lifecycle, before: &State, r: &Recorded) {
                 job.status, e.from,
                 "#{at}: {jid} deleted from the wrong state"
             );
+            // Completed is deletable beside the lifecycle, as mrt-zk's
+            // `Job.delete` allows.
             assert!(
-                lc.jobs.can(e.from, JobState::Deleted),
+                lc.jobs.can(e.from, JobState::Deleted) || e.from == JobState::Completed,
                 "#{at}: {jid} {} -> Deleted is not in the lifecycle",
                 e.from
             );
@@ -234,8 +236,11 @@ pub fn check_lifecycle_move(lc: &Lifecycle, before: &State, r: &Recorded) {
                 .batches
                 .get(&bid)
                 .unwrap_or_else(|| panic!("#{at}: move of unknown batch {bid}"));
+            // A Completed batch is deletable beside the lifecycle (the
+            // admin tool's "Queue Del").
             assert!(
-                lc.batches.can(batch.status, to),
+                lc.batches.can(batch.status, to)
+                    || (batch.status == B::Completed && to == B::Deleted),
                 "#{at}: {bid} {} -> {to} is not in the lifecycle",
                 batch.status
             );

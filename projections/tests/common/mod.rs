@@ -370,9 +370,38 @@ pub fn expected_tree(state: &State, acquired: &BTreeSet<Bid>) -> BTreeMap<String
         "/locks",
         "/locks/queue",
         "/locks/collections",
+        "/locks/localid",
+        "/locks/storage",
+        "/locks/inventory",
     ] {
         put(p.into(), vec![]);
     }
+    // The keys Merritt's readers use (mrt-ingest's values).
+    let merritt = |m: &mut serde_json::Map<String, Value>,
+                   profile: &str,
+                   at: DateTime<Utc>,
+                   url: &str,
+                   response: &str,
+                   erc: &ingest_events::event::Erc| {
+        let file = url
+            .split(['?', '#'])
+            .next()
+            .map(|u| match u.split_once("://") {
+                Some((_, r)) => r.split_once('/').map_or("", |(_, p)| p),
+                None => u,
+            })
+            .and_then(|p| p.rsplit('/').find(|x| !x.is_empty()))
+            .unwrap_or("");
+        m.insert("profile".into(), json!(profile));
+        m.insert(
+            "submissionDate".into(),
+            json!(at.format("%Y-%m-%dT%H:%M:%S+00:00").to_string()),
+        );
+        m.insert("filename".into(), json!(file));
+        m.insert("responseForm".into(), json!(response));
+        m.insert("title".into(), json!(s(&erc.what)));
+        m.insert("creator".into(), json!(s(&erc.who)));
+    };
     for st in JobState::ALL {
         put(format!("/jobs/states/{}", st.name().to_lowercase()), vec![]);
     }
@@ -400,6 +429,14 @@ pub fn expected_tree(state: &State, acquired: &BTreeSet<Bid>) -> BTreeMap<String
             "batchID": b.uuid.to_string(),
         });
         if let Value::Object(m) = &mut submission {
+            merritt(
+                m,
+                &sub.profile_name,
+                b.created,
+                &sub.payload_url,
+                &sub.response_type,
+                &sub.erc,
+            );
             if !sub.manifest.is_empty() {
                 m.insert("manifest".into(), json!(sub.manifest));
             }
@@ -456,9 +493,21 @@ pub fn expected_tree(state: &State, acquired: &BTreeSet<Bid>) -> BTreeMap<String
             "response_type": c.response_type,
             "submission_mode": c.submission_mode.name(),
         });
-        if let (Value::Object(m), Some(d)) = (&mut conf, &c.digest) {
-            m.insert("digest_type".into(), json!(d.algorithm));
-            m.insert("digest_value".into(), json!(d.value));
+        if let Value::Object(m) = &mut conf {
+            if let Some(d) = &c.digest {
+                m.insert("digest_type".into(), json!(d.algorithm));
+                m.insert("digest_value".into(), json!(d.value));
+            }
+            m.insert("type".into(), json!(c.payload_type.name()));
+            let submitted = state.batches.get(&j.bid).map_or(j.created, |b| b.created);
+            merritt(
+                m,
+                &c.profile_name,
+                submitted,
+                &c.payload_url,
+                &c.response_type,
+                &j.metadata,
+            );
         }
         put(format!("{root}/configuration"), text(&conf));
         let ids = &j.identifiers;
@@ -490,9 +539,7 @@ pub fn expected_tree(state: &State, acquired: &BTreeSet<Bid>) -> BTreeMap<String
         if let Some(st) = &j.store {
             put(
                 format!("{root}/store"),
-                text(
-                    &json!({"manifest_url": st.manifest_url, "mode": st.mode, "delete": st.delete.to_string()}),
-                ),
+                text(&json!({"manifest_url": st.manifest_url, "mode": st.mode, "delete": ""})),
             );
         }
         if let Some(i) = &j.inventory {

@@ -249,6 +249,7 @@ pub(crate) async fn diff(State(app): State<AppState>) -> Result<Json<Diffed>, Ap
             .map(|d| d.path.clone())
             .collect(),
         text: report.diff.to_string(),
+        stale_locks: report.stale_locks,
     }))
 }
 

@@ -14,6 +14,9 @@
 //! - [`store`]: an OCFL version per storage target, fixity verified
 //!   (Storing).
 //! - [`record`]: the object in the server's inventory (Recording).
+//! - [`locks`]: the object locks in Merritt's forms (local id from
+//!   Processing to Recording, storage while Storing, inventory while
+//!   Recording).
 //! - [`notify`]: the profile's callback, then the working directory is
 //!   removed (Notify).
 //! - [`batch`]: the batch daemons' work: expanding a pending batch's
@@ -30,6 +33,7 @@ pub mod download;
 pub mod estimate;
 pub mod fetch;
 pub mod janitor;
+pub mod locks;
 pub mod mail;
 pub mod notify;
 pub mod process;
@@ -98,6 +102,8 @@ pub fn steps(
     })?;
     let fetcher = Arc::new(fetch::Fetcher::new(&config).context("the HTTP client")?);
     let targets = store::open_targets(&config.args.storage_targets)?;
+    let node_id =
+        store::primary_node_id(&config.args.storage_targets, &config.args.storage_node_ids)?;
     let key = match &config.args.signing_key {
         Some(path) => Some(Arc::new(
             ingest_steps::signing::SigningKeyFile::load(path)
@@ -144,7 +150,7 @@ pub fn steps(
         ),
         (
             JobState::Storing,
-            Arc::new(store::Store::new(targets, Arc::clone(&config))),
+            Arc::new(store::Store::new(targets, Arc::clone(&config), node_id)),
         ),
         (
             JobState::Recording,

@@ -30,7 +30,7 @@ use ingest_steps::storage_manifest::{render, ManifestFile};
 use serde::Deserialize;
 
 use super::fetch::RetryPolicy;
-use super::RealConfig;
+use super::{locks, RealConfig};
 use crate::retry::Retryable;
 use crate::step::{DataError, JobCtx, JobData, Outcome, Step, StepError, StepFuture, StepResult};
 use ingest_client::Reply;
@@ -60,12 +60,30 @@ impl Process {
         Process { config, key }
     }
 
-    async fn process(&self, job: &JobCtx) -> Outcome {
+    /// Takes the job's local-id locks (held on to the end of Recording),
+    /// then processes; a failure releases them.
+    async fn locked(&self, job: &JobCtx) -> StepResult {
         let policy = self.config.retry();
         let data = match job_data(job, policy).await {
             Ok(d) => d,
-            Err(e) => return Outcome::failure(e),
+            Err(e) => return StepResult::Report(Outcome::failure(e)),
         };
+        let locks = locks::localid_locks(
+            &data.configuration.profile_name,
+            &local_ids(&data.identifiers),
+        );
+        if let Err(wait) = locks::acquire(job, &locks, locks::Holder::AcrossSteps, policy).await {
+            return wait;
+        }
+        let outcome = self.process(job, data).await;
+        if !outcome.success {
+            locks::release_all(job, &locks).await;
+        }
+        StepResult::Report(outcome)
+    }
+
+    async fn process(&self, job: &JobCtx, data: JobData) -> Outcome {
+        let policy = self.config.retry();
         let collection = data.configuration.profile_name.clone();
         let local_ids = local_ids(&data.identifiers);
         let supplied = primary_id(&data.identifiers);
@@ -100,7 +118,7 @@ impl Process {
 
 impl Step for Process {
     fn run<'a>(&'a self, job: &'a JobCtx) -> StepFuture<'a> {
-        Box::pin(async move { StepResult::Report(self.process(job).await) })
+        Box::pin(self.locked(job))
     }
 }
 

@@ -25,8 +25,8 @@ use super::process::{
     self, call_api, erc_fields, file_url, job_data, local_ids, primary_id, MANIFEST_FILE,
 };
 use super::store::{read_marker, target_names};
-use super::RealConfig;
-use crate::step::{JobCtx, Outcome, Step, StepFuture, StepResult};
+use super::{locks, RealConfig};
+use crate::step::{JobCtx, JobData, Outcome, Step, StepFuture, StepResult};
 
 /// The step.
 pub struct Record {
@@ -39,15 +39,40 @@ impl Record {
         Record { config }
     }
 
-    async fn record(&self, job: &JobCtx) -> Outcome {
+    /// Takes the job's local-id locks (again, when an earlier step's
+    /// session has gone) and the object's inventory lock, then records;
+    /// every lock is released at the end: the object is in the inventory,
+    /// so the next job of the local id finds its ark.
+    async fn locked(&self, job: &JobCtx) -> StepResult {
         let policy = self.config.retry();
         let data = match job_data(job, policy).await {
             Ok(d) => d,
-            Err(e) => return Outcome::failure(e),
+            Err(e) => return StepResult::Report(Outcome::failure(e)),
         };
         let Some(ark) = primary_id(&data.identifiers) else {
-            return Outcome::failure("no ark: Processing did not assign one");
+            return StepResult::Report(Outcome::failure("no ark: Processing did not assign one"));
         };
+        let lid_locks = locks::localid_locks(
+            &data.configuration.profile_name,
+            &local_ids(&data.identifiers),
+        );
+        if let Err(wait) = locks::acquire(job, &lid_locks, locks::Holder::AcrossSteps, policy).await
+        {
+            return wait;
+        }
+        let inventory = [ingest_projections::layout::inventory_lock(&ark)];
+        if let Err(wait) = locks::acquire(job, &inventory, locks::Holder::WithinStep, policy).await
+        {
+            return wait;
+        }
+        let outcome = self.record(job, data, ark).await;
+        locks::release_all(job, &inventory).await;
+        locks::release_all(job, &lid_locks).await;
+        StepResult::Report(outcome)
+    }
+
+    async fn record(&self, job: &JobCtx, data: JobData, ark: String) -> Outcome {
+        let policy = self.config.retry();
         let mode = match data.configuration.submission_mode.as_str() {
             "update" => "update",
             _ => "add",
@@ -99,7 +124,7 @@ impl Record {
 
 impl Step for Record {
     fn run<'a>(&'a self, job: &'a JobCtx) -> StepFuture<'a> {
-        Box::pin(async move { StepResult::Report(self.record(job).await) })
+        Box::pin(self.locked(job))
     }
 }
 

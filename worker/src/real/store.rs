@@ -31,30 +31,61 @@ use serde::{Deserialize, Serialize};
 
 use super::fetch::RetryPolicy;
 use super::process::{self, file_url, job_data, primary_id, MANIFEST_FILE};
-use super::RealConfig;
-use crate::step::{JobCtx, Outcome, Step, StepFuture, StepResult};
+use super::{locks, RealConfig};
+use crate::step::{JobCtx, JobData, Outcome, Step, StepFuture, StepResult};
 
 /// The step.
 pub struct Store {
     targets: Vec<Arc<OcflTarget>>,
     config: Arc<RealConfig>,
+    node_id: u32,
 }
 
 impl Store {
-    /// The step over `targets`.
-    pub fn new(targets: Vec<Arc<OcflTarget>>, config: Arc<RealConfig>) -> Store {
-        Store { targets, config }
+    /// The step over `targets`; `node_id` is the Merritt storage node the
+    /// store hand-off names (see [`primary_node_id`]).
+    pub fn new(targets: Vec<Arc<OcflTarget>>, config: Arc<RealConfig>, node_id: u32) -> Store {
+        Store {
+            targets,
+            config,
+            node_id,
+        }
     }
 
-    async fn store(&self, job: &JobCtx) -> Outcome {
+    /// Takes the job's local-id locks (again, when Processing's session
+    /// has gone) and the object's storage lock, then stores; the storage
+    /// lock is released at the end, the local-id locks on failure.
+    async fn locked(&self, job: &JobCtx) -> StepResult {
         let policy = self.config.retry();
         let data = match job_data(job, policy).await {
             Ok(d) => d,
-            Err(e) => return Outcome::failure(e),
+            Err(e) => return StepResult::Report(Outcome::failure(e)),
         };
         let Some(ark) = primary_id(&data.identifiers) else {
-            return Outcome::failure("no ark: Processing did not assign one");
+            return StepResult::Report(Outcome::failure("no ark: Processing did not assign one"));
         };
+        let lid_locks = locks::localid_locks(
+            &data.configuration.profile_name,
+            &process::local_ids(&data.identifiers),
+        );
+        if let Err(wait) = locks::acquire(job, &lid_locks, locks::Holder::AcrossSteps, policy).await
+        {
+            return wait;
+        }
+        let storage = [ingest_projections::layout::storage_lock(&ark)];
+        if let Err(wait) = locks::acquire(job, &storage, locks::Holder::WithinStep, policy).await {
+            return wait;
+        }
+        let outcome = self.store(job, data, ark).await;
+        locks::release_all(job, &storage).await;
+        if !outcome.success {
+            locks::release_all(job, &lid_locks).await;
+        }
+        StepResult::Report(outcome)
+    }
+
+    async fn store(&self, job: &JobCtx, data: JobData, ark: String) -> Outcome {
+        let policy = self.config.retry();
         let mode = match data.configuration.submission_mode.as_str() {
             "update" => "update",
             _ => "add",
@@ -86,7 +117,7 @@ impl Store {
                 tracing::info!(jid = %job.jid, state = %job.state, %ark, ?stored, "stored");
                 Outcome::success(stored_message(&ark, &stored)).with_store(StoreBody {
                     manifest_url,
-                    mode: mode.to_string(),
+                    mode: ingest_projections::layout::store_mode(mode, self.node_id, &ark),
                     delete: false,
                 })
             }
@@ -97,7 +128,7 @@ impl Store {
 
 impl Step for Store {
     fn run<'a>(&'a self, job: &'a JobCtx) -> StepFuture<'a> {
-        Box::pin(async move { StepResult::Report(self.store(job).await) })
+        Box::pin(self.locked(job))
     }
 }
 
@@ -129,6 +160,46 @@ pub fn open_targets(specs: &[String]) -> anyhow::Result<Vec<Arc<OcflTarget>>> {
         targets.push(Arc::new(target));
     }
     Ok(targets)
+}
+
+/// The Merritt storage node id of the first storage target (the one the
+/// store hand-off names, `add/NODE/ark`), from `NAME=NUMBER` specs; a target
+/// without one has its position, from 1.
+///
+/// # Errors
+/// A spec without `=`, a number that is not a positive integer below 2^31
+/// (mrt-store reads it as a Java `int`), a name that is no storage target,
+/// or a name given twice; the message names the spec.
+pub fn primary_node_id(targets: &[String], node_ids: &[String]) -> anyhow::Result<u32> {
+    let names = target_names(targets);
+    let mut given: std::collections::BTreeMap<&str, u32> = std::collections::BTreeMap::new();
+    for spec in node_ids {
+        let shown = ingest_protocol::cut(spec, 80);
+        let Some((name, id)) = spec.split_once('=') else {
+            bail!("storage node id {shown:?} is not NAME=NUMBER");
+        };
+        let name = name.trim();
+        let id: u32 = match id.trim().parse() {
+            Ok(n) if (1..=i32::MAX as u32).contains(&n) => n,
+            _ => bail!(
+                "storage node id {shown:?}: the number must be a whole number from 1 to {}",
+                i32::MAX
+            ),
+        };
+        if !names.iter().any(|n| n == name) {
+            bail!(
+                "storage node id {shown:?} names no storage target (targets: {})",
+                names.join(", ")
+            );
+        }
+        if given.insert(name, id).is_some() {
+            bail!("storage node id of {name:?} is given twice");
+        }
+    }
+    Ok(names
+        .first()
+        .and_then(|n| given.get(n.as_str()).copied())
+        .unwrap_or(1))
 }
 
 /// The names of the `NAME=DIR` specs, in order, skipping malformed ones
@@ -605,6 +676,36 @@ mod tests {
             "{err}"
         );
         assert!(!err.contains("target two"), "{err}");
+    }
+
+    #[test]
+    fn the_store_hand_off_names_the_first_targets_node() {
+        let targets = ["primary=/a".to_string(), "mirror=/b".to_string()];
+        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(primary_node_id(&targets, &[]).expect("default"), 1);
+        assert_eq!(
+            primary_node_id(&targets, &ids(&["mirror=7", "primary=9501"])).expect("given"),
+            9501
+        );
+        assert_eq!(
+            primary_node_id(&targets, &ids(&["mirror=7"])).expect("one"),
+            1
+        );
+        for (bad, says) in [
+            ("primary", "is not NAME=NUMBER"),
+            ("primary=x", "whole number"),
+            ("primary=0", "whole number"),
+            ("primary=2147483648", "whole number"),
+            ("other=3", "names no storage target"),
+        ] {
+            let e = format!(
+                "{:#}",
+                primary_node_id(&targets, &ids(&[bad])).expect_err(bad)
+            );
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let e = primary_node_id(&targets, &ids(&["primary=1", "primary=2"])).expect_err("twice");
+        assert!(e.to_string().contains("twice"), "{e}");
     }
 
     #[test]
