@@ -30,6 +30,7 @@ pub mod callback;
 pub mod history;
 pub mod inventory;
 pub mod node;
+pub mod outbound;
 pub mod profile;
 pub mod report;
 pub mod submission;
