@@ -111,6 +111,10 @@ async fn serve(config: ServeConfig) -> Result<i32> {
         zookeeper: zk_config.clone(),
         inventory: Some(inventory),
         minter: Some(minter),
+        outbound: config
+            .real
+            .outbound_policy()
+            .context("the outbound policy (--allow-host, --allow-network)")?,
     });
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

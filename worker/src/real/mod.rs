@@ -32,6 +32,7 @@ pub mod fetch;
 pub mod janitor;
 pub mod mail;
 pub mod notify;
+pub mod outbound;
 pub mod process;
 pub mod record;
 pub mod store;
