@@ -292,6 +292,13 @@ impl ServeConfig {
         if from_file("outbox") {
             real.outbox = real.outbox.map(rel);
         }
+        real.outbound_policy().map_err(|e| {
+            invalid(
+                &file_origin,
+                "real_steps.allow_networks/allow_hosts",
+                e.to_string(),
+            )
+        })?;
 
         let data_dir = layer(
             file.data_dir.map(rel),

@@ -92,6 +92,64 @@ pub struct RealArgs {
         value_name = "NAME=NUMBER"
     )]
     pub storage_node_ids: Vec<String>,
+    /// A host whose addresses payload and callback URLs may reach although the outbound policy refuses their class (loopback, private, link-local, ...): NAME, or *.DOMAIN for every name under DOMAIN; repeat for several.
+    #[arg(
+        long = "allow-host",
+        env = "INGEST_ALLOW_HOSTS",
+        value_delimiter = ',',
+        value_name = "HOST"
+    )]
+    pub allow_hosts: Vec<String>,
+    /// A network (ADDRESS/PREFIX, e.g. 10.1.0.0/16 or 127.0.0.0/8 for a test bed) that payload and callback URLs may reach although the outbound policy refuses its class; repeat for several. By default loopback, private, link-local, multicast, unspecified, CGNAT, broadcast and reserved addresses are refused, after DNS resolution and on every redirect.
+    #[arg(
+        long = "allow-network",
+        env = "INGEST_ALLOW_NETWORKS",
+        value_delimiter = ',',
+        value_name = "CIDR"
+    )]
+    pub allow_networks: Vec<String>,
+    /// The slowest a transfer may be, in bytes per second averaged over --transfer-rate-window-secs; a slower one is cut and retried (0: no minimum).
+    #[arg(
+        long,
+        env = "INGEST_MIN_TRANSFER_RATE",
+        value_name = "BYTES_PER_SEC",
+        default_value_t = 1024
+    )]
+    pub min_transfer_rate: u64,
+    /// The window, in seconds, over which --min-transfer-rate is averaged (a shorter stall is fine; 0: the default, 60).
+    #[arg(
+        long,
+        env = "INGEST_TRANSFER_RATE_WINDOW_SECS",
+        value_name = "SECS",
+        default_value_t = 60
+    )]
+    pub transfer_rate_window_secs: u64,
+    /// The longest a job's Downloading step may take, in seconds, retries included; then the job fails naming the URLs still downloading (0: no deadline).
+    #[arg(
+        long,
+        env = "INGEST_DOWNLOAD_DEADLINE_SECS",
+        value_name = "SECS",
+        default_value_t = 24 * 3600
+    )]
+    pub download_deadline_secs: u64,
+}
+
+impl RealArgs {
+    /// The outbound policy of these options: `--allow-host`,
+    /// `--allow-network` and `--file-root`.
+    ///
+    /// # Errors
+    /// A rule that does not parse, naming it.
+    pub fn outbound_policy(
+        &self,
+    ) -> Result<ingest_protocol::outbound::OutboundPolicy, ingest_protocol::outbound::PolicyError>
+    {
+        ingest_protocol::outbound::OutboundPolicy::new(
+            &self.allow_hosts,
+            &self.allow_networks,
+            self.file_root.as_deref(),
+        )
+    }
 }
 
 /// Which steps a worker runs.

@@ -624,6 +624,35 @@ mod sections {
     }
 
     #[test]
+    fn the_outbound_rules_and_transfer_limits_come_from_the_file_and_bad_rules_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = "real_steps:\n  allow_hosts: [repo.internal]\n  allow_networks: [10.1.0.0/16, \"fd00::/8\"]\n  min_transfer_rate: 4096\n  transfer_rate_window_secs: 30\n  download_deadline_secs: 600\n";
+        let c = load(dir.path(), text, ServeArgs::default()).expect("loads");
+        assert_eq!(c.real.allow_hosts, ["repo.internal"]);
+        assert_eq!(c.real.allow_networks, ["10.1.0.0/16", "fd00::/8"]);
+        assert_eq!(c.real.min_transfer_rate, 4096);
+        assert_eq!(c.real.transfer_rate_window_secs, 30);
+        assert_eq!(c.real.download_deadline_secs, 600);
+        let policy = c.real.outbound_policy().expect("policy");
+        assert!(policy.check_url("http://10.1.2.3/x").is_ok());
+        assert!(policy.check_url("http://10.2.0.1/x").is_err());
+        let mut args = ServeArgs::default();
+        args.real.allow_networks = vec!["127.0.0.0/8".into()];
+        args.given = ["allow_networks".to_string()].into();
+        let c = load(dir.path(), text, args).expect("loads");
+        assert_eq!(c.real.allow_networks, ["127.0.0.0/8"]);
+        let e = load(
+            dir.path(),
+            "real_steps:\n  allow_networks: [10.0.0.0/33]\n",
+            ServeArgs::default(),
+        )
+        .expect_err("bad network")
+        .to_string();
+        assert!(e.contains("allow_networks"), "{e}");
+        assert!(e.contains("10.0.0.0/33"), "{e}");
+    }
+
+    #[test]
     fn unknown_and_ill_typed_section_keys_are_refused_with_file_line_and_key() {
         let dir = tempfile::tempdir().expect("tempdir");
         let e = load(

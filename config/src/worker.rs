@@ -132,6 +132,13 @@ impl WorkerArgs {
             .check()
             .map_err(|r| invalid(&origin, "steps.failure_rate", r))?;
         let real: RealArgs = section("real_steps").merge(&self.real, file.real_steps.as_ref())?;
+        real.outbound_policy().map_err(|e| {
+            invalid(
+                &origin,
+                "real_steps.allow_networks/allow_hosts",
+                e.to_string(),
+            )
+        })?;
         let zk_args = ZkArgs {
             zk: self.zookeeper.zk.clone().or(file.zookeeper.hosts),
             zk_root: self.zookeeper.zk_root.clone().or(file.zookeeper.root),

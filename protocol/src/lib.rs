@@ -34,6 +34,7 @@ pub mod history;
 pub mod inventory;
 pub mod listing;
 pub mod node;
+pub mod outbound;
 pub mod profile;
 pub mod report;
 pub mod submission;

@@ -122,6 +122,10 @@ async fn serve(config: ServeConfig) -> Result<i32> {
         projector_gate: zk_config.as_ref().map(|_| gate.clone()),
         inventory: Some(inventory),
         minter: Some(minter),
+        outbound: config
+            .real
+            .outbound_policy()
+            .context("the outbound policy (--allow-host, --allow-network)")?,
     });
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

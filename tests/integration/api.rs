@@ -156,6 +156,13 @@ impl Server {
             projector_gate: None,
             inventory: None,
             minter: None,
+            // The default address rules, and a file root for `file://`.
+            outbound: ingest_protocol::outbound::OutboundPolicy::new(
+                &[],
+                &[],
+                Some(&dir.path().join("files")),
+            )
+            .expect("policy"),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -1704,5 +1711,109 @@ async fn batches_and_jobs_are_listed_by_filters_and_pages() {
     assert_eq!(e["param"], "cursor");
     s.get("/jobs", WORKER).await.error(401, "unauthorized");
     assert_eq!(s.head(), head, "a listing appended something");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payload_urls_are_checked_at_submission_and_refusals_append_nothing() {
+    let s = Server::start().await;
+    let head = s.head();
+    let root = s._dir.path().join("files");
+    let single = |url: &str| json!({"submitter": "a", "profile": "demo", "payload_url": url});
+    let cases: Vec<(Value, &str, &str)> = vec![
+        (
+            single("ftp://example.org/a.txt"),
+            "payload_url",
+            "scheme \"ftp\"",
+        ),
+        (
+            single("data:text/plain,hello"),
+            "payload_url",
+            "scheme \"data\"",
+        ),
+        (single("not a url"), "payload_url", "is not a URL"),
+        (
+            single("file:///etc/passwd"),
+            "payload_url",
+            "not under the file root",
+        ),
+        (
+            single(&format!("file://{}/../../etc/passwd", root.display())),
+            "payload_url",
+            "not under the file root",
+        ),
+        (
+            single("http://127.0.0.1:8080/x"),
+            "payload_url",
+            "refused by outbound policy",
+        ),
+        (
+            single("http://2130706433/x"),
+            "payload_url",
+            "refused by outbound policy",
+        ),
+        (
+            single("http://127.1/x"),
+            "payload_url",
+            "refused by outbound policy",
+        ),
+        (
+            single("http://0.0.0.0/x"),
+            "payload_url",
+            "refused by outbound policy",
+        ),
+        (
+            single("http://169.254.169.254/latest"),
+            "payload_url",
+            "refused by outbound policy",
+        ),
+        (
+            single("http://[::ffff:10.0.0.1]/x"),
+            "payload_url",
+            "refused by outbound policy",
+        ),
+        (
+            single("https://localhost/x"),
+            "payload_url",
+            "refused by outbound policy",
+        ),
+        (
+            demo_submission(&["https://example.org/a l1", "http://10.0.0.8/b l2"]),
+            "manifest line 2",
+            "refused by outbound policy",
+        ),
+        (
+            demo_submission(&["gopher://example.org/a l1"]),
+            "manifest line 1",
+            "scheme",
+        ),
+    ];
+    for (body, field, needle) in cases {
+        let e = s
+            .post("/batches", DEPOSITOR, body.clone())
+            .await
+            .error(422, "invalid_field");
+        assert_eq!(e["field"], field, "{body}: {e}");
+        let message = e["message"].as_str().unwrap_or_default();
+        assert!(message.contains(needle), "{needle:?} not in {message:?}");
+    }
+    assert_eq!(s.head(), head, "a refused submission appended events");
+    // A long URL is quoted cut.
+    let long = format!("ftp://example.org/{}", "a".repeat(30_000));
+    let e = s
+        .post("/batches", DEPOSITOR, single(&long))
+        .await
+        .error(422, "invalid_field");
+    assert!(e.to_string().len() < 2_000, "the URL was quoted whole");
+    // What the policy lets through is taken.
+    for url in [
+        "https://example.org/a.txt".to_string(),
+        format!("file://{}/a.txt", root.display()),
+        "http://[2606:2800:220:1::1]/x".into(),
+    ] {
+        s.post("/batches", DEPOSITOR, single(&url))
+            .await
+            .expect(201);
+    }
     s.stop().await;
 }

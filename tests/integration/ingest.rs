@@ -29,6 +29,8 @@ struct Depot {
     callbacks: Vec<Value>,
     /// Arks minted by the fake EZID.
     ezid_mints: u32,
+    /// File names answered with a redirect (307) to the URL.
+    redirects: BTreeMap<String, String>,
 }
 
 type Shared = Arc<Mutex<Depot>>;
@@ -37,11 +39,19 @@ async fn serve_file(
     method: Method,
     State(depot): State<Shared>,
     UrlPath(name): UrlPath<String>,
-) -> (StatusCode, Vec<u8>) {
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
     let mut d = depot.lock().expect("depot");
+    if let Some(to) = d.redirects.get(&name) {
+        return axum::response::Redirect::temporary(to).into_response();
+    }
+    serve_file_of(&mut d, &method, name).into_response()
+}
+
+fn serve_file_of(d: &mut Depot, method: &Method, name: String) -> (StatusCode, Vec<u8>) {
     // Only downloads (GET) count and meet the failures; the estimating
     // step's HEAD requests do not.
-    if method != Method::GET {
+    if *method != Method::GET {
         return match d.files.get(&name) {
             Some(body) => (StatusCode::OK, body.clone()),
             None => (StatusCode::NOT_FOUND, Vec::new()),
@@ -740,6 +750,8 @@ async fn a_job_waits_in_provisioning_while_working_storage_is_over_the_threshold
         transfers_per_job: 2,
         transfers: 4,
         mail_from: "ingest@localhost".into(),
+        // The depot listens on 127.0.0.1.
+        allow_networks: vec!["127.0.0.1/32".into()],
         ..RealArgs::default()
     };
     let steps = real::steps(
@@ -1011,4 +1023,301 @@ async fn three_submissions_of_one_new_local_id_give_one_ark_and_successive_versi
         assert_eq!(store["mode"], format!("update/1/{encoded}"), "{store}");
         assert_eq!(store["delete"], "", "{store}");
     }
+}
+/// What a raw payload server answers to one request: the status line and
+/// headers (without the blank line), the body, and the pause before each
+/// byte of the body (none: all at once).
+type RawAnswer = (String, Vec<u8>, Option<std::time::Duration>);
+
+/// A payload server that speaks HTTP/1.1 by hand on `ip`, so that it can
+/// lie (a Content-Length that is not the body's) and trickle; it counts
+/// the connections it accepts. HEAD gets the headers only.
+async fn raw_server(
+    ip: &str,
+    answer: fn(&str) -> RawAnswer,
+) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = Arc::clone(&seen);
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut request = vec![0u8; 8192];
+                let n = conn.read(&mut request).await.unwrap_or(0);
+                let text = String::from_utf8_lossy(&request[..n]).to_string();
+                let path = text.split_whitespace().nth(1).unwrap_or("/").to_string();
+                let (head, body, pause) = answer(&path);
+                let head = format!("{head}\r\nConnection: close\r\n\r\n");
+                if conn.write_all(head.as_bytes()).await.is_err() || text.starts_with("HEAD") {
+                    return;
+                }
+                match pause {
+                    None => {
+                        let _ = conn.write_all(&body).await;
+                    }
+                    Some(pause) => {
+                        for byte in body {
+                            tokio::time::sleep(pause).await;
+                            if conn.write_all(&[byte]).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (format!("http://{addr}"), seen)
+}
+
+/// The job of a finished one-job batch.
+async fn failed_job(rig: &Rig, bid: &str) -> (String, Value) {
+    let batch = rig.finished(bid).await;
+    assert_eq!(batch["status"], "Failed", "{batch}");
+    let jid = Rig::jobs(&batch)[0].clone();
+    let job = rig.job(&jid).await;
+    assert_eq!(job["status"], "Failed", "{job}");
+    (jid, job)
+}
+
+fn trickle(_: &str) -> RawAnswer {
+    (
+        "HTTP/1.1 200 OK\r\nContent-Length: 100000".into(),
+        vec![b'x'; 100_000],
+        Some(std::time::Duration::from_millis(200)),
+    )
+}
+
+/// A rig with `options` and one single-file batch from a server that
+/// trickles, run until it failed: the rig, the URL, the job id, the job.
+async fn slow_job(name: &str, options: &[&str]) -> (Rig, String, String, Value) {
+    let options: Vec<String> = options.iter().map(|o| o.to_string()).collect();
+    let rig = rig(name, &options).await;
+    let (slow, _) = raw_server("127.0.0.1", trickle).await;
+    let url = format!("{slow}/slow.bin");
+    let bid = rig
+        .submit(
+            json!({"profile": "demo", "submitter": "alice", "type": "file", "payload_url": url}),
+        )
+        .await;
+    let (jid, job) = failed_job(&rig, &bid).await;
+    (rig, url, jid, job)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_payload_server_is_cut_below_the_minimum_rate_and_retried() {
+    let options = [
+        "--min-transfer-rate",
+        "1000",
+        "--transfer-rate-window-secs",
+        "1",
+        "--step-retries",
+        "1",
+    ];
+    let (rig, url, jid, job) = slow_job("slow", &options).await;
+    assert_eq!(job["last_successful_status"], "Provisioning", "{job}");
+    let message = job["message"].as_str().unwrap_or_default();
+    assert!(message.contains(&url), "{message}");
+    assert!(
+        message.contains("slower than the minimum transfer rate of 1000 bytes/s"),
+        "{message}"
+    );
+    // The first cut was recorded as a retry.
+    assert_eq!(retries(&rig.history(&jid).await), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_download_past_its_deadline_fails_naming_the_url() {
+    let options = ["--min-transfer-rate", "0", "--download-deadline-secs", "2"];
+    let (_rig, url, _, job) = slow_job("deadline", &options).await;
+    let message = job["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("did not finish within its deadline of 2 s"),
+        "{message}"
+    );
+    assert!(message.contains(&url), "{message}");
+}
+
+fn secret(_: &str) -> RawAnswer {
+    (
+        "HTTP/1.1 200 OK\r\nContent-Length: 6".into(),
+        b"secret".to_vec(),
+        None,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payloads_to_refused_addresses_fail_without_reaching_them() {
+    // The servers of the rigs allow 127.0.0.1 (the depot) only; the
+    // internal service listens on 127.0.0.2.
+    let (internal, seen) = raw_server("127.0.0.2", secret).await;
+    let port = internal.rsplit(':').next().expect("port").to_string();
+    let strict = rig("outbound", &[]).await;
+    let b = strict.base.clone();
+    let refused_urls = [
+        format!("{internal}/secret"),
+        format!("http://2130706434:{port}/secret"),
+        format!("http://127.2:{port}/secret"),
+        format!("http://[::ffff:127.0.0.2]:{port}/secret"),
+    ];
+    // At submission: a literal address in any form is refused, naming the
+    // field; nothing is appended (no batch is created).
+    for url in &refused_urls {
+        let (status, reply) = strict
+            .server
+            .call(
+                Method::POST,
+                "/batches",
+                DEPOSITOR,
+                Some(json!({"profile": "demo", "submitter": "alice", "type": "file", "payload_url": url})),
+            )
+            .await;
+        assert_eq!(status, 422, "{url}: {reply}");
+        assert_eq!(reply["error"]["field"], "payload_url", "{reply}");
+        assert!(
+            reply["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("refused by outbound policy"),
+            "{reply}"
+        );
+    }
+    // In a manifest (not resolved at submission) and behind a redirect
+    // from an allowed host: refused by the worker.
+    add(
+        &strict.depot,
+        "inside.checkm",
+        &manifest(
+            "mrt-ingest-manifest",
+            OBJECT_FIELDS,
+            &refused_urls
+                .iter()
+                .take(1)
+                .map(|u| format!("{u} | | | | | secret.txt |"))
+                .collect::<Vec<_>>(),
+        ),
+    );
+    let mut bids = vec![
+        strict.submit(json!({"profile": "demo", "submitter": "alice", "type": "object-manifest", "payload_url": format!("{b}/files/inside.checkm")}))
+            .await,
+    ];
+    for (n, url) in refused_urls.iter().enumerate() {
+        let name = format!("redirect-{n}");
+        strict
+            .depot
+            .lock()
+            .expect("depot")
+            .redirects
+            .insert(name.clone(), url.clone());
+        bids.push(
+            strict.submit(json!({"profile": "demo", "submitter": "alice", "type": "file", "payload_url": format!("{b}/files/{name}")}))
+                .await,
+        );
+    }
+    for bid in &bids {
+        let (_, job) = failed_job(&strict, bid).await;
+        let message = job["message"].as_str().unwrap_or_default();
+        assert!(message.contains("refused by outbound policy"), "{message}");
+        assert!(!message.contains("secret.txt returned"), "{message}");
+    }
+    assert_eq!(
+        seen.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the internal service was reached"
+    );
+
+    // With an allow rule, the same redirect is followed and stored.
+    let open = rig(
+        "outbound-allowed",
+        &["--allow-network".into(), "127.0.0.2/32".into()],
+    )
+    .await;
+    open.depot.lock().expect("depot").redirects.insert(
+        "redirect".into(),
+        format!("http://2130706434:{port}/secret"),
+    );
+    let bid = open
+        .submit(json!({"profile": "demo", "submitter": "alice", "type": "file", "payload_url": format!("{}/files/redirect", open.base)}))
+        .await;
+    let batch = open.finished(&bid).await;
+    assert_eq!(batch["status"], "Completed", "{batch}");
+    assert!(seen.load(std::sync::atomic::Ordering::SeqCst) > 0);
+}
+
+fn liar(path: &str) -> RawAnswer {
+    match path {
+        // Announces 5 bytes and sends 10 MiB.
+        "/long.bin" => (
+            "HTTP/1.1 200 OK\r\nContent-Length: 5".into(),
+            vec![b'L'; 10 << 20],
+            None,
+        ),
+        // Announces 100 bytes and sends 10.
+        _ => (
+            "HTTP/1.1 200 OK\r\nContent-Length: 100".into(),
+            b"only these".to_vec(),
+            None,
+        ),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sizes_that_differ_from_the_manifest_or_content_length_fail_the_file() {
+    let rig = rig("sizes", &["--step-retries".into(), "1".into()]).await;
+    let (lying, _) = raw_server("127.0.0.1", liar).await;
+    add(&rig.depot, "a.txt", b"file a");
+    let b = rig.base.clone();
+    let object = |name: &str, line: String| {
+        add(
+            &rig.depot,
+            name,
+            &manifest("mrt-ingest-manifest", OBJECT_FIELDS, &[line]),
+        );
+        json!({"profile": "demo", "submitter": "alice", "type": "object-manifest", "payload_url": format!("{b}/files/{name}")})
+    };
+    // The depot's a.txt is 6 bytes; the manifest says 7.
+    let declared = rig
+        .submit(object(
+            "declared.checkm",
+            format!("{b}/files/a.txt | | | 7 | | a.txt |"),
+        ))
+        .await;
+    // 5 bytes announced, 10 MiB sent, 10 MiB declared.
+    let long = rig
+        .submit(object(
+            "long.checkm",
+            format!("{lying}/long.bin | | | {} | | long.bin |", 10 << 20),
+        ))
+        .await;
+    // 100 bytes announced, 10 sent.
+    let short = rig
+        .submit(json!({"profile": "demo", "submitter": "alice", "type": "file", "payload_url": format!("{lying}/short.bin")}))
+        .await;
+    for (bid, needles) in [
+        (
+            &declared,
+            vec!["a.txt", "6 bytes downloaded", "declares 7 bytes"],
+        ),
+        (
+            &long,
+            vec!["long.bin", "5 bytes downloaded", "declares 10485760 bytes"],
+        ),
+        (&short, vec!["short.bin"]),
+    ] {
+        let (_, job) = failed_job(&rig, bid).await;
+        let message = job["message"].as_str().unwrap_or_default();
+        for needle in needles {
+            assert!(message.contains(needle), "{needle:?} not in {message:?}");
+        }
+    }
+    // Nothing of the lies was stored.
+    assert!(
+        !walk(&rig.storage)
+            .iter()
+            .any(|p| p.ends_with("long.bin") || p.ends_with("short.bin")),
+        "a lying payload was stored"
+    );
 }

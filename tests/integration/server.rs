@@ -94,7 +94,12 @@ pub fn start_with(
     ]);
     // Not created here: `serve` creates its working storage (before, jobs
     // waited in Provisioning for ever on a fresh data directory).
-    cmd.arg(dir.join("work")).args(args);
+    cmd.arg(dir.join("work"))
+        // The tests' payload servers listen on 127.0.0.1, which the outbound
+        // policy refuses unless allowed (127.0.0.2 stays refused: the
+        // outbound tests' forbidden servers listen there).
+        .args(["--allow-network", "127.0.0.1/32"])
+        .args(args);
     if let Some(daemons) = daemons {
         cmd.env("INGEST_WORKER_STEPS", steps)
             .env("INGEST_SIMULATE_SEED", "7");

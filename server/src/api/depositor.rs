@@ -22,8 +22,10 @@ use uuid::Uuid;
 use super::error::{form_rejection, is_json, json_rejection, media_type};
 use super::{ApiError, ApiPath, AppState, CorrelationId};
 use ingest_engine::history::{self, HistoryRow};
+use ingest_events::command::JobSpec;
 use ingest_projections::views::{BatchTimings, BatchView, ReportView, Retries};
-use ingest_protocol::submission::{expand_simple, SubmissionInput};
+use ingest_protocol::outbound::{OutboundPolicy, UrlError};
+use ingest_protocol::submission::{expand_simple, quoted, SubmissionInput};
 use ingest_protocol::view::JobView;
 
 /// A submission body: JSON (the fields of the transitions document, plus an
@@ -149,6 +151,35 @@ fn build_error(e: &SubmissionError) -> ApiError {
     ApiError::invalid_field(e.field(), e.to_string())
 }
 
+/// Every payload URL of a submission against the outbound policy: the
+/// payload URL and each inline manifest line's URL (scheme, syntax, the
+/// `file://` root, literal addresses; host names are not resolved here,
+/// the workers check them when they connect). 422 naming the field.
+fn check_payload_urls(
+    policy: &OutboundPolicy,
+    submission: &Submission,
+    jobs: &[JobSpec],
+) -> Result<(), ApiError> {
+    let refuse = |field: String, url: &str, e: UrlError| {
+        ApiError::invalid_field(field, format!("{} {e}", quoted(url)))
+    };
+    // With inline manifest lines the payload URL may be absent.
+    if !submission.payload_url.is_empty() || submission.manifest.is_empty() {
+        policy
+            .check_url(&submission.payload_url)
+            .map_err(|e| refuse("payload_url".into(), &submission.payload_url, e))?;
+    }
+    if submission.manifest.is_empty() {
+        return Ok(());
+    }
+    for (line, job) in jobs.iter().enumerate() {
+        policy
+            .check_url(&job.payload_url)
+            .map_err(|e| refuse(format!("manifest line {}", line + 1), &job.payload_url, e))?;
+    }
+    Ok(())
+}
+
 /// `POST /batches`.
 pub(crate) async fn submit(
     State(app): State<AppState>,
@@ -170,7 +201,8 @@ pub(crate) async fn submit(
         })?;
     // A manifest the batch-pending worker could not expand is refused now,
     // while the depositor is still there to hear about it.
-    expand_simple(&submission).map_err(|e| build_error(&e))?;
+    let jobs = expand_simple(&submission).map_err(|e| build_error(&e))?;
+    check_payload_urls(&app.inner.outbound, &submission, &jobs)?;
     let uuid = match body.uuid {
         Some(uuid) => {
             if let Some(existing) = existing_batch(&app.inner.handle.state(), uuid, &submission)? {

@@ -35,6 +35,7 @@
 //!     projector_gate: None,
 //!     inventory: None,
 //!     minter: None,
+//!     outbound: ingest_protocol::outbound::OutboundPolicy::default(),
 //! });
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:7878").await?;
 //! api::serve(listener, router, api::Limits::default(), async { let _ = tokio::signal::ctrl_c().await; }).await
@@ -114,6 +115,10 @@ pub struct ApiConfig {
     pub inventory: Option<ingest_steps::inventory::Inventory>,
     /// Where arks come from (`None`: minting answers 503).
     pub minter: Option<ingest_engine::ezid::ArkMinter>,
+    /// The outbound policy every payload URL of a submission is checked
+    /// against at the door (scheme, syntax, `file://` root, literal
+    /// addresses; names are not resolved here).
+    pub outbound: ingest_protocol::outbound::OutboundPolicy,
 }
 
 /// The state every handler shares.
@@ -133,6 +138,7 @@ pub(crate) struct Inner {
     pub(crate) projector_gate: Option<ingest_projections::ProjectorGate>,
     pub(crate) inventory: Option<ingest_steps::inventory::Inventory>,
     pub(crate) minter: Option<ingest_engine::ezid::ArkMinter>,
+    pub(crate) outbound: ingest_protocol::outbound::OutboundPolicy,
     /// Faults armed by admins (`POST /faults`).
     pub(crate) faults: ops::ArmedFaults,
     /// The reporting views, folded up to the durable position on demand.
@@ -302,6 +308,7 @@ pub fn router(config: ApiConfig) -> Router {
             projector_gate: config.projector_gate,
             inventory: config.inventory,
             minter: config.minter,
+            outbound: config.outbound,
             faults: ops::ArmedFaults::default(),
             views: Arc::new(Mutex::new(views)),
         }),
@@ -656,6 +663,7 @@ mod tests {
             projector_gate: None,
             inventory: None,
             minter: None,
+            outbound: ingest_protocol::outbound::OutboundPolicy::default(),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

@@ -270,6 +270,10 @@ pub(crate) async fn start_server(
         &args.zk,
         "--zk-root",
         root,
+        // The real rounds' file server listens on 127.0.0.1, which the
+        // outbound policy refuses unless allowed.
+        "--allow-network",
+        "127.0.0.0/8",
     ]);
     clean_env(&mut cmd, tokens);
     let mut server = Proc::spawn("serve", cmd, dir, pids)?;

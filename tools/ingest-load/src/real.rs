@@ -500,6 +500,8 @@ pub(crate) async fn real_round(
     ])
     .args(["--daemons", &daemons.join(",")])
     .args(["--name", "load-real"])
+    // The file server listens on 127.0.0.1 (refused by default).
+    .args(["--allow-network", "127.0.0.0/8"])
     // The disk's fill level must not hold jobs back in Provisioning.
     .args(["--provisioning-threshold", "100", "--working-storage"])
     .arg(&storage)

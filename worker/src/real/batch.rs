@@ -146,8 +146,9 @@ impl Batches {
         let mut errors = Vec::new();
         if let Some(url) = n.callback_url.as_deref().filter(|u| !u.trim().is_empty()) {
             let body = report_json(bid, batch_status, submission, jobs);
-            let client = self.fetcher.client();
-            if let Err(e) = post_callback(client, url, &body, self.config.retry(), None).await {
+            if let Err(e) =
+                post_callback(&self.fetcher, url, &body, self.config.retry(), None).await
+            {
                 errors.push(e);
             }
         }
@@ -853,7 +854,7 @@ mod tests {
                 notification,
             }]),
         };
-        let fetcher = Arc::new(Fetcher::with_file_root(None).expect("fetcher"));
+        let fetcher = Arc::new(Fetcher::for_tests(None));
         Batches::new(fetcher, Arc::new(config)).expect("batches")
     }
 

@@ -12,11 +12,18 @@
 //!
 //! A requeued job downloads again from scratch: `producer/` is cleared
 //! first.
+//!
+//! A file whose size differs from the size its manifest declares fails the
+//! job (so does a body that differs from its `Content-Length`, in
+//! [`super::fetch`]). The whole step, manifest reads and retries included,
+//! has a deadline (`--download-deadline-secs`); when it passes, the job
+//! fails naming the URLs still downloading.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use ingest_steps::container::{self, ExtractLimits};
 use ingest_steps::digest::{self, Algorithm, Expected};
@@ -25,6 +32,7 @@ use ingest_steps::paths;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use super::estimate;
 use super::fetch::{Fetcher, RetryPolicy};
@@ -119,7 +127,14 @@ impl Download {
             // it is read.
             _ => (ObjectKind::Files, None),
         };
-        let files = estimate::object_files(&self.fetcher, &self.config, &data, Some(job)).await?;
+        let deadline = self.deadline();
+        let listed = estimate::object_files(&self.fetcher, &self.config, &data, Some(job));
+        let files = match deadline {
+            Some(at) => tokio::time::timeout_at(at, listed).await.map_err(|_| {
+                self.deadline_passed(std::slice::from_ref(&data.configuration.payload_url))
+            })??,
+            None => listed.await?,
+        };
         let max = self.config.args.max_object_bytes;
         if data.space_needed > max {
             return Err(format!(
@@ -128,8 +143,35 @@ impl Download {
             ));
         }
         let job_dir = self.config.job_dir(&data.bid, &job.jid);
-        self.download(&files, kind, single_digest, &job_dir, Some(job))
+        self.download(&files, kind, single_digest, &job_dir, Some(job), deadline)
             .await
+    }
+
+    /// When the step must be done (`--download-deadline-secs` from now;
+    /// none for 0).
+    fn deadline(&self) -> Option<Instant> {
+        match self.config.args.download_deadline_secs {
+            0 => None,
+            secs => Some(Instant::now() + Duration::from_secs(secs)),
+        }
+    }
+
+    /// The failure of a step past its deadline, naming (cut) the first of
+    /// `urls` still downloading and how many others.
+    fn deadline_passed(&self, urls: &[String]) -> String {
+        let secs = self.config.args.download_deadline_secs;
+        let mut message =
+            format!("the download did not finish within its deadline of {secs} s (--download-deadline-secs)");
+        if let Some(first) = urls.first() {
+            message.push_str(&format!(
+                "; still downloading {}",
+                ingest_protocol::cut(first, 512)
+            ));
+            if urls.len() > 1 {
+                message.push_str(&format!(" and {} more", urls.len() - 1));
+            }
+        }
+        message
     }
 
     /// [`download_object`] with this step's shared transfer limit.
@@ -140,6 +182,7 @@ impl Download {
         single_digest: Option<Expected>,
         job_dir: &Path,
         job: Option<&JobCtx>,
+        deadline: Option<Instant>,
     ) -> Result<DownloadReport, String> {
         let args = &self.config.args;
         check_limits(files, args.max_object_files, args.max_object_bytes)?;
@@ -156,7 +199,7 @@ impl Download {
                 };
                 let dest = job_dir.join(CONTAINER_FILE);
                 let plan = vec![Transfer::new(0, file, dest, single_digest)];
-                let downloaded = self.transfer_all(plan, job).await?;
+                let downloaded = self.transfer_all(plan, job, deadline).await?;
                 let container = job_dir.join(CONTAINER_FILE);
                 let limits = ExtractLimits {
                     max_entries: u64::try_from(args.max_object_files).unwrap_or(u64::MAX),
@@ -186,7 +229,7 @@ impl Download {
                     };
                     plan.push(Transfer::new(index, file, dest, expected));
                 }
-                self.transfer_all(plan, job).await?
+                self.transfer_all(plan, job, deadline).await?
             }
         };
         let (dir, list) = (job_dir.to_path_buf(), report.files.clone());
@@ -196,11 +239,13 @@ impl Download {
 
     /// Runs the transfers, at most `transfers_per_job` at once and each
     /// holding one of the worker's transfers, and stops at the first that
-    /// fails (the others are aborted, their part files removed).
+    /// fails (the others are aborted, their part files removed), or when
+    /// `deadline` passes.
     async fn transfer_all(
         &self,
         plan: Vec<Transfer>,
         job: Option<&JobCtx>,
+        deadline: Option<Instant>,
     ) -> Result<DownloadReport, String> {
         let max = self.config.args.max_object_bytes;
         let total = Arc::new(AtomicU64::new(0));
@@ -208,6 +253,9 @@ impl Download {
         let count = plan.len();
         let mut plan = plan.into_iter();
         let mut running = JoinSet::new();
+        // The URL of each running transfer, to name when the deadline passes.
+        let mut in_flight: std::collections::HashMap<tokio::task::Id, (usize, String)> =
+            std::collections::HashMap::new();
         let mut done: Vec<(usize, DownloadedFile)> = Vec::with_capacity(count);
         loop {
             while running.len() < self.config.args.transfers_per_job.max(1) {
@@ -220,12 +268,30 @@ impl Download {
                     total: Arc::clone(&total),
                     max,
                 };
-                running.spawn(transfer.run(ctx));
+                let what = (transfer.index, transfer.url.clone());
+                in_flight.insert(running.spawn(transfer.run(ctx)).id(), what);
             }
-            match running.join_next().await {
+            let next = match deadline {
+                Some(at) => match tokio::time::timeout_at(at, running.join_next_with_id()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        // Dropping `running` aborts the transfers (their
+                        // part files are removed).
+                        let mut urls: Vec<(usize, String)> = in_flight.into_values().collect();
+                        urls.sort();
+                        let urls: Vec<String> = urls.into_iter().map(|(_, u)| u).collect();
+                        return Err(self.deadline_passed(&urls));
+                    }
+                },
+                None => running.join_next_with_id().await,
+            };
+            match next {
                 None => break,
-                Some(Ok(Ok(file))) => done.push(file),
-                Some(Ok(Err(message))) => return Err(message),
+                Some(Ok((id, Ok(file)))) => {
+                    in_flight.remove(&id);
+                    done.push(file);
+                }
+                Some(Ok((_, Err(message)))) => return Err(message),
                 Some(Err(e)) => return Err(format!("a download task failed: {e}")),
             }
         }
@@ -257,8 +323,9 @@ pub async fn download_object(
     job_dir: &Path,
     job: Option<&JobCtx>,
 ) -> Result<DownloadReport, String> {
-    Download::new(Arc::clone(fetcher), Arc::clone(config))
-        .download(files, kind, single_digest, job_dir, job)
+    let step = Download::new(Arc::clone(fetcher), Arc::clone(config));
+    let deadline = step.deadline();
+    step.download(files, kind, single_digest, job_dir, job, deadline)
         .await
 }
 
@@ -379,12 +446,11 @@ impl Transfer {
             ));
         }
         if let Some(declared) = self.declared_size.filter(|&d| d != downloaded.size) {
-            tracing::warn!(
-                url,
-                declared,
-                size = downloaded.size,
-                "the size differs from the declared size"
-            );
+            return Err(format!(
+                "{}: {} bytes downloaded, but the manifest declares {declared} bytes",
+                ingest_protocol::cut(url, 512),
+                downloaded.size
+            ));
         }
         let digests: BTreeMap<String, String> = downloaded
             .digests
@@ -638,7 +704,7 @@ mod tests {
             Setup {
                 base,
                 calls,
-                fetcher: Arc::new(Fetcher::with_file_root(None).expect("fetcher")),
+                fetcher: Arc::new(Fetcher::for_tests(None)),
                 config: config(work.path()),
                 work,
             }

@@ -384,7 +384,7 @@ mod tests {
     #[tokio::test]
     async fn sizes_are_summed() {
         let base = server().await;
-        let fetcher = Arc::new(Fetcher::with_file_root(None).expect("fetcher"));
+        let fetcher = Arc::new(Fetcher::for_tests(None));
         let files = [
             spec(format!("{base}/a"), None),
             spec(format!("{base}/b%20c.txt"), None),
@@ -397,7 +397,7 @@ mod tests {
     #[tokio::test]
     async fn one_unknown_size_gives_zero_and_a_lower_priority() {
         let base = server().await;
-        let fetcher = Arc::new(Fetcher::with_file_root(None).expect("fetcher"));
+        let fetcher = Arc::new(Fetcher::for_tests(None));
         for odd in ["nohead", "missing"] {
             let files = [
                 spec(format!("{base}/a"), None),
@@ -419,7 +419,7 @@ mod tests {
     #[tokio::test]
     async fn object_files_of_each_payload_type() {
         let base = server().await;
-        let fetcher = Fetcher::with_file_root(None).expect("fetcher");
+        let fetcher = Fetcher::for_tests(None);
         let config = config();
         let one = object_files(
             &fetcher,

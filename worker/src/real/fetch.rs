@@ -12,6 +12,14 @@
 //! **Architecture Invariant:** a `file://` URL is only ever opened once its
 //! path, with every symbolic link resolved, lies under the configured file
 //! root; without a root, `file://` URLs are refused.
+//!
+//! **Architecture Invariant:** every HTTP connection goes through the
+//! outbound policy ([`super::outbound`]): a literal address is checked
+//! before the request, a name's addresses when it is resolved (the client
+//! connects only to the allowed ones), and every redirect hop.
+//!
+//! A transfer slower than the minimum rate, averaged over a window
+//! ([`TransferLimits`]), is cut as a recoverable error naming the URL.
 
 use std::fs::File;
 use std::future::Future;
@@ -27,8 +35,10 @@ use reqwest::header::CONTENT_LENGTH;
 use reqwest::{StatusCode, Url};
 use tokio::sync::mpsc;
 
+use super::outbound::{self, PolicyResolver};
 use super::RealConfig;
 use crate::step::JobCtx;
+use ingest_protocol::outbound::{OutboundPolicy, UrlError, REFUSED};
 
 /// How long establishing a connection may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -40,6 +50,58 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The most redirects followed for one request.
 pub const MAX_REDIRECTS: usize = 10;
+
+/// How long the answer's status and headers may take to arrive, in all
+/// (a server that trickles its headers is cut here).
+pub const HEADERS_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The most bytes of a URL quoted in a message of this module's new
+/// errors.
+const MAX_URL_QUOTED: usize = 512;
+
+/// The slowest a transfer may be: fewer than `min_rate` bytes per second
+/// over a whole `window` cuts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransferLimits {
+    /// Bytes per second, averaged over `window` (0: no minimum).
+    pub min_rate: u64,
+    /// The window the rate is averaged over.
+    pub window: Duration,
+}
+
+impl Default for TransferLimits {
+    /// No minimum.
+    fn default() -> TransferLimits {
+        TransferLimits {
+            min_rate: 0,
+            window: Duration::from_secs(60),
+        }
+    }
+}
+
+impl TransferLimits {
+    /// The limits of the options (`--min-transfer-rate`,
+    /// `--transfer-rate-window-secs`, 0 meaning 60 s).
+    pub fn of(args: &super::RealArgs) -> TransferLimits {
+        TransferLimits {
+            min_rate: args.min_transfer_rate,
+            window: Duration::from_secs(match args.transfer_rate_window_secs {
+                0 => 60,
+                secs => secs,
+            }),
+        }
+    }
+}
+
+/// The error of a URL the policy refuses: the message names the URL (cut)
+/// and the rule, never what answers there.
+pub fn refused(url: &str, e: &UrlError) -> FetchError {
+    let url = ingest_protocol::cut(url, MAX_URL_QUOTED);
+    FetchError::Permanent(match e {
+        UrlError::Refused => format!("{url}: {REFUSED}"),
+        other => format!("URL {url} {other}"),
+    })
+}
 
 /// Chunks in flight between the network and the writer thread.
 const CHANNEL_CHUNKS: usize = 32;
@@ -110,6 +172,12 @@ pub fn status_error(method: &str, url: &str, status: StatusCode) -> FetchError {
 /// timing out, a reset, a body cut short are recoverable; a URL reqwest
 /// cannot build a request for and too many redirects are permanent.
 pub fn request_error(method: &str, url: &str, err: &reqwest::Error) -> FetchError {
+    if outbound::is_refused(err) {
+        // Nothing of what answered (or did not): the same words for every
+        // refused destination.
+        let url = ingest_protocol::cut(url, MAX_URL_QUOTED);
+        return FetchError::Permanent(format!("{method} {url}: {REFUSED}"));
+    }
     let what = if err.is_timeout() {
         "timed out"
     } else if err.is_connect() {
@@ -155,11 +223,14 @@ pub struct Downloaded {
     pub digests: Vec<(Algorithm, String)>,
 }
 
-/// The HTTP client and the `file://` root.
+/// The HTTP client (under the outbound policy), the `file://` root and
+/// the transfer limits.
 #[derive(Debug, Clone)]
 pub struct Fetcher {
     client: reqwest::Client,
     file_root: Option<FileRoot>,
+    policy: Arc<OutboundPolicy>,
+    limits: TransferLimits,
 }
 
 /// The root as configured and as resolved: a URL is checked against the
@@ -184,22 +255,35 @@ impl Fetcher {
     /// When the HTTP client cannot be built or the file root cannot be
     /// resolved (it must exist).
     pub fn new(config: &RealConfig) -> anyhow::Result<Fetcher> {
-        Fetcher::with_file_root(config.args.file_root.as_deref())
+        let policy = config
+            .args
+            .outbound_policy()
+            .context("the outbound policy")?;
+        Fetcher::with_policy(policy, TransferLimits::of(&config.args))
     }
 
-    /// A fetcher whose `file://` URLs must lie under `root` (none: refused).
+    /// A fetcher under `policy` (whose file root `file://` URLs must lie
+    /// under; none: refused) and `limits`.
     ///
     /// # Errors
     /// As [`Fetcher::new`].
-    pub fn with_file_root(root: Option<&Path>) -> anyhow::Result<Fetcher> {
+    pub fn with_policy(policy: OutboundPolicy, limits: TransferLimits) -> anyhow::Result<Fetcher> {
+        let policy = Arc::new(policy);
+        // No proxy: a proxy would resolve the destination itself, out of
+        // the policy's reach.
         let client = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .read_timeout(READ_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::limited(MAX_REDIRECTS))
+            .redirect(outbound::redirect_policy(
+                Arc::clone(&policy),
+                MAX_REDIRECTS,
+            ))
+            .dns_resolver(Arc::new(PolicyResolver::new(Arc::clone(&policy))))
+            .no_proxy()
             .user_agent(concat!("ingest/", env!("CARGO_PKG_VERSION")))
             .build()
             .context("cannot build the HTTP client")?;
-        let file_root = match root {
+        let file_root = match policy.file_root() {
             Some(root) => {
                 let canonical = root.canonicalize().with_context(|| {
                     format!("the file root {} cannot be resolved", root.display())
@@ -212,12 +296,53 @@ impl Fetcher {
             }
             None => None,
         };
-        Ok(Fetcher { client, file_root })
+        Ok(Fetcher {
+            client,
+            file_root,
+            policy,
+            limits,
+        })
     }
 
-    /// The HTTP client (for other requests, such as callbacks).
+    /// A fetcher for tests: `root` for `file://` URLs, loopback allowed
+    /// explicitly (the tests' servers listen on 127.0.0.1), no rate limit.
+    #[cfg(test)]
+    pub(crate) fn for_tests(root: Option<&Path>) -> Fetcher {
+        let policy = OutboundPolicy::new(&[], &["127.0.0.0/8".into()], root).expect("policy");
+        Fetcher::with_policy(policy, TransferLimits::default()).expect("fetcher")
+    }
+
+    /// The HTTP client (for other requests, such as callbacks): names are
+    /// resolved and redirects followed under the policy, but a literal
+    /// address is not checked by the client; check the URL with
+    /// [`Fetcher::check_http`] first.
     pub fn client(&self) -> &reqwest::Client {
         &self.client
+    }
+
+    /// The outbound policy.
+    pub fn policy(&self) -> &OutboundPolicy {
+        &self.policy
+    }
+
+    /// Checks an `http`/`https` URL against the policy before a request
+    /// (a callback): syntax, scheme, a literal address's class.
+    ///
+    /// # Errors
+    /// A permanent error naming the URL (cut): "refused by outbound
+    /// policy", or what is wrong with it.
+    pub fn check_http(&self, url: &str) -> Result<Url, FetchError> {
+        let parsed = self.policy.check_url(url).map_err(|e| refused(url, &e))?;
+        match parsed.scheme() {
+            "http" | "https" => Ok(parsed),
+            _ => Err(refused(
+                url,
+                &UrlError::Scheme {
+                    scheme: parsed.scheme().into(),
+                    accepted: "http and https",
+                },
+            )),
+        }
     }
 
     /// The resolved root of `file://` URLs, if one is configured.
@@ -247,12 +372,7 @@ impl Fetcher {
                 .await
             }
             Target::Http(u) => {
-                let resp = self
-                    .client
-                    .head(u)
-                    .send()
-                    .await
-                    .map_err(|e| request_error("HEAD", url, &e))?;
+                let resp = self.send("HEAD", url, self.client.head(u)).await?;
                 let status = resp.status();
                 if status == StatusCode::METHOD_NOT_ALLOWED || status == StatusCode::NOT_IMPLEMENTED
                 {
@@ -298,11 +418,8 @@ impl Fetcher {
             Target::Http(u) => {
                 let mut resp = self.get(url, u, max_bytes).await?;
                 let mut bytes = Vec::new();
-                while let Some(chunk) = resp
-                    .chunk()
-                    .await
-                    .map_err(|e| request_error("GET", url, &e))?
-                {
+                let mut pace = Pace::new(self.limits);
+                while let Some(chunk) = pace.next_chunk(&mut resp, url).await? {
                     if (bytes.len() + chunk.len()) as u64 > max_bytes {
                         return Err(too_large(url, max_bytes));
                     }
@@ -398,7 +515,7 @@ impl Fetcher {
         let parsed = Url::parse(url)
             .map_err(|e| FetchError::Permanent(format!("invalid URL {url:?}: {e}")))?;
         match parsed.scheme() {
-            "http" | "https" => Ok(Target::Http(parsed)),
+            "http" | "https" => Ok(Target::Http(self.check_http(url)?)),
             "file" => {
                 let root = self.file_root.clone().ok_or_else(|| {
                     FetchError::Permanent(format!(
@@ -449,6 +566,35 @@ impl Fetcher {
         }
     }
 
+    /// Sends `request`; its status and headers must come within
+    /// [`HEADERS_TIMEOUT`].
+    async fn send(
+        &self,
+        method: &str,
+        url: &str,
+        request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, FetchError> {
+        match tokio::time::timeout(HEADERS_TIMEOUT, request.send()).await {
+            // The client follows every redirect to http(s) (under the
+            // policy); one still here leads elsewhere (`file:`, `ftp:`, …).
+            Ok(Ok(resp))
+                if resp.status().is_redirection()
+                    && resp.headers().contains_key(reqwest::header::LOCATION) =>
+            {
+                Err(FetchError::Permanent(format!(
+                    "{method} {}: {REFUSED}",
+                    ingest_protocol::cut(url, MAX_URL_QUOTED)
+                )))
+            }
+            Ok(sent) => sent.map_err(|e| request_error(method, url, &e)),
+            Err(_) => Err(FetchError::Recoverable(format!(
+                "{method} {}: no answer within {} s",
+                ingest_protocol::cut(url, MAX_URL_QUOTED),
+                HEADERS_TIMEOUT.as_secs()
+            ))),
+        }
+    }
+
     /// A successful GET whose announced length is within `max_bytes`.
     async fn get(
         &self,
@@ -456,12 +602,7 @@ impl Fetcher {
         u: Url,
         max_bytes: u64,
     ) -> Result<reqwest::Response, FetchError> {
-        let resp = self
-            .client
-            .get(u)
-            .send()
-            .await
-            .map_err(|e| request_error("GET", url, &e))?;
+        let resp = self.send("GET", url, self.client.get(u)).await?;
         let status = resp.status();
         if !status.is_success() {
             return Err(status_error("GET", url, status));
@@ -491,22 +632,28 @@ impl Fetcher {
         let algorithms = algorithms.to_vec();
         let writer = tokio::task::spawn_blocking(move || write_chunks(file, rx, &algorithms));
         let mut received = 0u64;
+        let announced = resp.content_length();
+        let mut pace = Pace::new(self.limits);
         let streamed = async {
-            while let Some(chunk) = resp
-                .chunk()
-                .await
-                .map_err(|e| request_error("GET", url, &e))?
-            {
+            while let Some(chunk) = pace.next_chunk(&mut resp, url).await? {
                 received += chunk.len() as u64;
                 if received > max_bytes {
                     return Err(too_large(url, max_bytes));
                 }
                 if tx.send(chunk).await.is_err() {
                     // The writer stopped; its error is reported below.
-                    break;
+                    return Ok(());
                 }
             }
-            Ok(())
+            // hyper ends a body at its Content-Length and refuses one cut
+            // short; this holds whatever the transport does.
+            match announced {
+                Some(len) if len != received => Err(FetchError::Recoverable(format!(
+                    "GET {}: the body has {received} bytes, not the {len} of its Content-Length",
+                    ingest_protocol::cut(url, MAX_URL_QUOTED)
+                ))),
+                _ => Ok(()),
+            }
         }
         .await;
         drop(tx);
@@ -522,6 +669,70 @@ impl Fetcher {
                 part.display()
             ))),
         }
+    }
+}
+
+/// A transfer's pace: the bytes of the current window, checked against the
+/// minimum rate when the window ends.
+struct Pace {
+    limits: TransferLimits,
+    start: tokio::time::Instant,
+    bytes: u64,
+}
+
+impl Pace {
+    fn new(limits: TransferLimits) -> Pace {
+        Pace {
+            limits,
+            start: tokio::time::Instant::now(),
+            bytes: 0,
+        }
+    }
+
+    /// The next chunk of `resp`, or the error of a transfer that fell
+    /// under the minimum rate over a whole window.
+    async fn next_chunk(
+        &mut self,
+        resp: &mut reqwest::Response,
+        url: &str,
+    ) -> Result<Option<bytes::Bytes>, FetchError> {
+        if self.limits.min_rate == 0 {
+            return resp
+                .chunk()
+                .await
+                .map_err(|e| request_error("GET", url, &e));
+        }
+        loop {
+            let end = self.start + self.limits.window;
+            // `chunk` is cancel-safe: a frame not yet returned stays in the
+            // body.
+            let next = tokio::time::timeout_at(end, resp.chunk()).await;
+            if let Ok(Ok(Some(c))) = &next {
+                self.bytes += c.len() as u64;
+            }
+            if tokio::time::Instant::now() >= end {
+                self.window_ended(url)?;
+            }
+            if let Ok(chunk) = next {
+                return chunk.map_err(|e| request_error("GET", url, &e));
+            }
+        }
+    }
+
+    fn window_ended(&mut self, url: &str) -> Result<(), FetchError> {
+        let secs = self.limits.window.as_secs().max(1);
+        let wanted = self.limits.min_rate.saturating_mul(secs);
+        if self.bytes < wanted {
+            return Err(FetchError::Recoverable(format!(
+                "GET {}: slower than the minimum transfer rate of {} bytes/s ({} bytes in a {secs} s window)",
+                ingest_protocol::cut(url, MAX_URL_QUOTED),
+                self.limits.min_rate,
+                self.bytes
+            )));
+        }
+        self.start = tokio::time::Instant::now();
+        self.bytes = 0;
+        Ok(())
     }
 }
 
@@ -780,7 +991,7 @@ mod tests {
     #[tokio::test]
     async fn downloads_with_digest_and_sizes_with_head() {
         let (base, _, _) = server().await;
-        let fetcher = Fetcher::with_file_root(None).expect("fetcher");
+        let fetcher = Fetcher::for_tests(None);
         let dir = tempfile::tempdir().expect("tempdir");
         let dest = dir.path().join("sub/out.txt");
         let url = format!("{base}/file");
@@ -801,7 +1012,7 @@ mod tests {
     #[tokio::test]
     async fn a_404_is_permanent_and_names_the_url() {
         let (base, _, _) = server().await;
-        let fetcher = Fetcher::with_file_root(None).expect("fetcher");
+        let fetcher = Fetcher::for_tests(None);
         let dir = tempfile::tempdir().expect("tempdir");
         let url = format!("{base}/missing");
         let err = fetcher
@@ -820,7 +1031,7 @@ mod tests {
     #[tokio::test]
     async fn a_flaky_server_succeeds_after_exactly_two_retries() {
         let (base, flaky, _) = server().await;
-        let fetcher = Fetcher::with_file_root(None).expect("fetcher");
+        let fetcher = Fetcher::for_tests(None);
         let dir = tempfile::tempdir().expect("tempdir");
         let url = format!("{base}/flaky");
         let dest = dir.path().join("flaky");
@@ -837,7 +1048,7 @@ mod tests {
     #[tokio::test]
     async fn an_always_failing_server_gives_up_after_the_retries() {
         let (base, _, broken) = server().await;
-        let fetcher = Fetcher::with_file_root(None).expect("fetcher");
+        let fetcher = Fetcher::for_tests(None);
         let url = format!("{base}/broken");
         let err = fetcher
             .with_retries(&policy(2), None, &url, || fetcher.get_bytes(&url, 1000))
@@ -855,7 +1066,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let url = format!("http://{}/x", listener.local_addr().expect("addr"));
         drop(listener);
-        let fetcher = Fetcher::with_file_root(None).expect("fetcher");
+        let fetcher = Fetcher::for_tests(None);
         let err = fetcher.get_bytes(&url, 10).await.expect_err("refused");
         assert!(err.is_recoverable(), "{err}");
         assert!(err.message().contains(&url), "{err}");
@@ -878,7 +1089,7 @@ mod tests {
                 // Dropping the connection cuts the body short.
             }
         });
-        let fetcher = Fetcher::with_file_root(None).expect("fetcher");
+        let fetcher = Fetcher::for_tests(None);
         let dir = tempfile::tempdir().expect("tempdir");
         let dest = dir.path().join("cut");
         let err = fetcher
@@ -893,7 +1104,7 @@ mod tests {
     #[tokio::test]
     async fn more_than_max_bytes_is_refused() {
         let (base, _, _) = server().await;
-        let fetcher = Fetcher::with_file_root(None).expect("fetcher");
+        let fetcher = Fetcher::for_tests(None);
         let dir = tempfile::tempdir().expect("tempdir");
         let url = format!("{base}/file");
         let dest = dir.path().join("big");
@@ -914,7 +1125,7 @@ mod tests {
         std::fs::create_dir_all(root.join("sub")).expect("mkdir");
         std::fs::write(root.join("sub/a.txt"), BODY).expect("write");
         std::fs::write(dir.path().join("secret"), b"secret").expect("write");
-        let fetcher = Fetcher::with_file_root(Some(&root)).expect("fetcher");
+        let fetcher = Fetcher::for_tests(Some(&root));
         let ok = Url::from_file_path(root.join("sub/a.txt"))
             .expect("url")
             .to_string();
@@ -966,10 +1177,235 @@ mod tests {
             &missing,
         );
 
-        let rootless = Fetcher::with_file_root(None).expect("fetcher");
+        let rootless = Fetcher::for_tests(None);
         let err = rootless.get_bytes(&ok, 1000).await.expect_err("no root");
         assert!(err.message().contains("no file root"), "{err}");
         let ftp = "ftp://example.org/x";
         refused(rootless.get_bytes(ftp, 10).await.expect_err("scheme"), ftp);
+    }
+
+    /// A listener on `ip` that counts the connections it accepts and
+    /// answers each with `answer`.
+    async fn counting_server(ip: &str, answer: &'static [u8]) -> (String, Arc<AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let seen = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&seen);
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                let mut request = [0u8; 4096];
+                let _ = conn.read(&mut request).await;
+                let _ = conn.write_all(answer).await;
+            }
+        });
+        (format!("http://{addr}"), seen)
+    }
+
+    const SECRET: &[u8] =
+        b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nsecret";
+
+    fn default_policy() -> Fetcher {
+        Fetcher::with_policy(OutboundPolicy::default(), TransferLimits::default()).expect("fetcher")
+    }
+
+    fn assert_refused(err: &FetchError) {
+        assert!(!err.is_recoverable(), "{err}");
+        assert!(err.message().contains(REFUSED), "{err}");
+        for oracle in ["connect", "refused (", "returned", "200", "timed out"] {
+            assert!(!err.message().contains(oracle), "{oracle:?} in {err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn loopback_in_every_form_is_refused_and_never_reached_without_an_allow_rule() {
+        let (base, seen) = counting_server("127.0.0.1", SECRET).await;
+        let port = base.rsplit(':').next().expect("port");
+        let fetcher = default_policy();
+        let dir = tempfile::tempdir().expect("tempdir");
+        for url in [
+            format!("{base}/x"),
+            format!("http://2130706433:{port}/x"),
+            format!("http://0x7f000001:{port}/x"),
+            format!("http://127.1:{port}/x"),
+            format!("http://[::ffff:127.0.0.1]:{port}/x"),
+            format!("http://localhost:{port}/x"),
+            format!("http://0.0.0.0:{port}/x"),
+        ] {
+            assert_refused(&fetcher.get_bytes(&url, 100).await.expect_err(&url));
+            assert_refused(&fetcher.head_size(&url).await.expect_err(&url));
+            let dest = dir.path().join("x");
+            assert_refused(
+                &fetcher
+                    .download(&url, &dest, &[Algorithm::Sha256], 100)
+                    .await
+                    .expect_err(&url),
+            );
+        }
+        assert_eq!(seen.load(Ordering::SeqCst), 0, "the server was reached");
+        // With the rule, the same server answers.
+        let allowed = Fetcher::for_tests(None);
+        let port_url = format!("http://2130706433:{port}/x");
+        assert_eq!(
+            allowed.get_bytes(&port_url, 100).await.expect("allowed"),
+            b"secret"
+        );
+        assert_eq!(seen.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn the_resolver_hands_over_only_allowed_addresses() {
+        use reqwest::dns::Resolve;
+        let name = |n: &str| n.parse::<reqwest::dns::Name>().expect("name");
+        let strict = PolicyResolver::new(Arc::new(OutboundPolicy::default()));
+        let err = match strict.resolve(name("localhost")).await {
+            Ok(_) => panic!("localhost resolved under the default policy"),
+            Err(e) => e,
+        };
+        assert!(outbound::is_refused(err.as_ref()), "{err}");
+        let open = PolicyResolver::new(Arc::new(
+            OutboundPolicy::new(&["localhost".into()], &[], None).expect("policy"),
+        ));
+        let addrs: Vec<_> = open
+            .resolve(name("localhost"))
+            .await
+            .expect("allowed")
+            .collect();
+        assert!(addrs.iter().any(|a| a.ip().is_loopback()), "{addrs:?}");
+    }
+
+    #[tokio::test]
+    async fn a_redirect_to_a_refused_address_is_refused_and_not_followed() {
+        let (forbidden, seen) = counting_server("127.0.0.2", SECRET).await;
+        let port = forbidden.rsplit(':').next().expect("port").to_owned();
+        let targets = [
+            format!("{forbidden}/secret"),
+            format!("http://2130706434:{port}/secret"),
+            format!("http://localhost:{port}/secret"),
+            "file:///etc/passwd".to_owned(),
+        ];
+        let router = Router::new().route(
+            "/go/{n}",
+            get(move |axum::extract::Path(n): axum::extract::Path<usize>| {
+                let to = targets[n].clone();
+                async move { axum::response::Redirect::temporary(&to) }
+            }),
+        );
+        let base = serve(router).await;
+        // Only the redirecting server (127.0.0.1) is allowed.
+        let policy = OutboundPolicy::new(&[], &["127.0.0.1/32".into()], None).expect("policy");
+        let fetcher = Fetcher::with_policy(policy, TransferLimits::default()).expect("fetcher");
+        for n in 0..4 {
+            let url = format!("{base}/go/{n}");
+            let err = fetcher.get_bytes(&url, 100).await.expect_err(&url);
+            assert_refused(&err);
+            assert!(err.message().contains(&url), "{err}");
+        }
+        assert_eq!(seen.load(Ordering::SeqCst), 0, "the redirect was followed");
+        // Allowed, the same redirect is followed.
+        let open = Fetcher::for_tests(None);
+        let got = open
+            .get_bytes(&format!("{base}/go/0"), 100)
+            .await
+            .expect("followed");
+        assert_eq!(got, b"secret");
+        assert_eq!(seen.load(Ordering::SeqCst), 1);
+    }
+
+    /// Answers every GET with `Content-Length: total` and then one byte
+    /// every `every`; HEAD with the headers only.
+    async fn trickle_server(total: usize, every: Duration) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut request = [0u8; 4096];
+                    let n = conn.read(&mut request).await.unwrap_or(0);
+                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {total}\r\n\r\n");
+                    if conn.write_all(head.as_bytes()).await.is_err()
+                        || request[..n].starts_with(b"HEAD")
+                    {
+                        return;
+                    }
+                    for _ in 0..total {
+                        tokio::time::sleep(every).await;
+                        if conn.write_all(b"x").await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        format!("http://{addr}/slow")
+    }
+
+    #[tokio::test]
+    async fn a_transfer_under_the_minimum_rate_is_cut_naming_the_url() {
+        let url = trickle_server(10_000, Duration::from_millis(100)).await;
+        let policy = OutboundPolicy::new(&[], &["127.0.0.1/32".into()], None).expect("policy");
+        let limits = TransferLimits {
+            min_rate: 1000,
+            window: Duration::from_secs(1),
+        };
+        let fetcher = Fetcher::with_policy(policy, limits).expect("fetcher");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let dest = dir.path().join("slow");
+        let err = fetcher
+            .download(&url, &dest, &[Algorithm::Sha256], 1 << 20)
+            .await
+            .expect_err("too slow");
+        assert!(err.is_recoverable(), "{err}");
+        assert!(err.message().contains(&url), "{err}");
+        assert!(
+            err.message()
+                .contains("minimum transfer rate of 1000 bytes/s"),
+            "{err}"
+        );
+        assert!(!dest.exists() && !part_path(&dest).exists());
+        let err = fetcher
+            .get_bytes(&url, 1 << 20)
+            .await
+            .expect_err("too slow");
+        assert!(err.message().contains("minimum transfer rate"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_stall_shorter_than_the_window_is_fine() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}/stall", listener.local_addr().expect("addr"));
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut request = [0u8; 4096];
+                let _ = conn.read(&mut request).await;
+                let _ = conn
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2000\r\n\r\n")
+                    .await;
+                let _ = conn.write_all(&[b'a'; 1000]).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let _ = conn.write_all(&[b'b'; 1000]).await;
+            }
+        });
+        let limits = TransferLimits {
+            min_rate: 10,
+            window: Duration::from_secs(2),
+        };
+        let policy = OutboundPolicy::new(&[], &["127.0.0.1/32".into()], None).expect("policy");
+        let fetcher = Fetcher::with_policy(policy, limits).expect("fetcher");
+        assert_eq!(
+            fetcher
+                .get_bytes(&url, 5000)
+                .await
+                .expect("stalled briefly")
+                .len(),
+            2000
+        );
     }
 }

@@ -36,6 +36,7 @@ pub mod janitor;
 pub mod locks;
 pub mod mail;
 pub mod notify;
+pub mod outbound;
 pub mod process;
 pub mod record;
 pub mod store;

@@ -11,23 +11,21 @@ use std::sync::Arc;
 
 use ingest_protocol::callback::JobCallback;
 
-use super::fetch::{request_error, RetryPolicy};
+use super::fetch::{request_error, Fetcher, RetryPolicy};
 use super::RealConfig;
 use crate::step::{JobCtx, JobData, Outcome, Step, StepFuture, StepResult};
 
 /// The Notify step.
 pub struct Notify {
-    client: reqwest::Client,
+    fetcher: Arc<Fetcher>,
     config: Arc<RealConfig>,
 }
 
 impl Notify {
-    /// The step; callbacks go through `fetcher`'s HTTP client.
-    pub fn new(fetcher: Arc<super::fetch::Fetcher>, config: Arc<RealConfig>) -> Notify {
-        Notify {
-            client: fetcher.client().clone(),
-            config,
-        }
+    /// The step; callbacks go through `fetcher` (its HTTP client, under
+    /// the outbound policy).
+    pub fn new(fetcher: Arc<Fetcher>, config: Arc<RealConfig>) -> Notify {
+        Notify { fetcher, config }
     }
 }
 
@@ -56,7 +54,7 @@ impl Notify {
             Some(url) => {
                 let body = callback_body(&job.jid, data);
                 if let Err(e) =
-                    post_callback(&self.client, url, &body, self.config.retry(), Some(job)).await
+                    post_callback(&self.fetcher, url, &body, self.config.retry(), Some(job)).await
                 {
                     return Outcome::failure(e);
                 }
@@ -93,23 +91,30 @@ pub fn callback_body(jid: &str, data: &JobData) -> JobCallback {
 
 /// POSTs `body` to `url`, retrying recoverable errors (connection errors,
 /// timeouts, HTTP 5xx and 429) per `policy`; each retry is recorded with
-/// `job.record_retry` when there is a job (batch reports have none).
+/// `job.record_retry` when there is a job (batch reports have none). The
+/// URL passes the outbound policy first (and its redirects and resolved
+/// addresses in the client).
 ///
 /// # Errors
-/// Another HTTP status (not retried), or a recoverable error that persists
+/// A URL the outbound policy refuses ("refused by outbound policy", not
+/// retried), another HTTP status (not retried), or a recoverable error that persists
 /// when the retries run out; the message names the URL, the last status or
 /// error and the number of attempts.
 pub async fn post_callback(
-    client: &reqwest::Client,
+    fetcher: &Fetcher,
     url: &str,
     body: &impl serde::Serialize,
     policy: RetryPolicy,
     job: Option<&JobCtx>,
 ) -> Result<(), String> {
+    let checked = fetcher
+        .check_http(url)
+        .map_err(|e| format!("callback {}", e.message()))?;
+    let client = fetcher.client();
     let post = || async {
         // The message completes "callback URL URL …" or, for a request
         // without an answer, is fetch's own message (which names the URL).
-        match client.post(url).json(body).send().await {
+        match client.post(checked.clone()).json(body).send().await {
             Ok(resp) if resp.status().is_success() => Ok(()),
             Ok(resp) => {
                 let status = resp.status();
@@ -249,11 +254,8 @@ mod tests {
         (format!("http://{addr}/cb"), cb)
     }
 
-    fn client() -> reqwest::Client {
-        super::super::fetch::Fetcher::with_file_root(None)
-            .expect("fetcher")
-            .client()
-            .clone()
+    fn client() -> Fetcher {
+        Fetcher::for_tests(None)
     }
 
     fn policy() -> RetryPolicy {
@@ -374,5 +376,28 @@ mod tests {
             .is_ok_and(|m| m.contains("already gone")));
         assert!(remove_job_dir(&config, "..", "jid1").await.is_err());
         assert!(remove_job_dir(&config, "", "jid1").await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_callback_to_a_refused_address_is_not_sent() {
+        let (url, cb) = serve(&[200]).await;
+        let strict = Fetcher::with_policy(
+            ingest_protocol::outbound::OutboundPolicy::default(),
+            super::super::fetch::TransferLimits::default(),
+        )
+        .expect("fetcher");
+        let port = url
+            .trim_end_matches("/cb")
+            .rsplit(':')
+            .next()
+            .expect("port");
+        for url in [url.clone(), format!("http://2130706433:{port}/cb")] {
+            let error = post_callback(&strict, &url, &json!({}), policy(), None)
+                .await
+                .expect_err("refused");
+            assert!(error.contains("refused by outbound policy"), "{error}");
+            assert!(error.contains(&url), "{error}");
+        }
+        assert_eq!(cb.calls.load(Ordering::SeqCst), 0, "the callback was sent");
     }
 }
