@@ -12,6 +12,7 @@
 //! - `admin.rs`: each admin action's engine command and API route;
 //! - `local.rs`: commands that need the data directory itself;
 //! - `remote.rs`: commands that only exist through a server;
+//! - `audit.rs`: `audit export`, `audit prove`, `audit verify`;
 //! - `zk.rs`: `project`, `tree`, `rebuild`, `diff`;
 //! - `output.rs`: YAML, JSON, tables; a closed pipe ends quietly.
 
@@ -25,6 +26,7 @@ use backend::{Backend, Local, Refused, Remote};
 
 mod admin;
 pub mod args;
+mod audit;
 pub mod backend;
 pub mod exit;
 mod local;
@@ -73,6 +75,13 @@ pub fn run_with(cli: Cli, globals: ingest_config::GlobalOverrides) -> Result<i32
     }
     if let Cmd::Keys { action } = &cli.command {
         return keys(action);
+    }
+    if let Cmd::Audit {
+        action: AuditAction::Verify { file, key },
+    } = &cli.command
+    {
+        // Stands alone: no data directory, no server.
+        return audit::verify(file, key.as_deref());
     }
     if let Some(base) = cli.engine.clone() {
         let admin_name = match &cli.actor {
