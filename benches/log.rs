@@ -16,8 +16,16 @@
 //!
 //! Every group reports throughput in events per second.
 //!
-//! `INGEST_BENCH_REBUILD_EVENTS=1000000` adds a one-shot timing of a start-up
-//! rebuild (open + fold) of a log of about that many events.
+//! `INGEST_BENCH_REBUILD_EVENTS=1000000` adds one-shot timings on a log of
+//! about that many events (built through [`Log::append_unflushed`], one
+//! command per append as the engine writes them, one flush at the end):
+//! bytes on disk per event; a start-up rebuild (open + fold); the engine's
+//! start-up without a snapshot (the baseline) and from a snapshot at the
+//! head (the ratio is the figure); one batch's history through the stream
+//! index against a scan of the whole log; `ingest verify`'s pass (chain,
+//! index, signed checkpoints, snapshots) against the chain-only pass.
+//! `cargo bench --bench log -- rebuild` runs only these (criterion's filter
+//! matches no group).
 //!
 //! ```text
 //! cargo bench --bench log -- --noplot
@@ -364,19 +372,27 @@ fn raw_sled(c: &mut Criterion) {
 // (d) The fold
 // ---------------------------------------------------------------------------
 
-/// Decides and appends commands like the engine, without waiting for each
-/// flush (one flush at the end) so that building a big log stays quick.
+/// Decides and appends commands like the engine's writer: each batch's
+/// commands staged in one [`ingest_events::log::Group`] (one sled batch, as
+/// the engine's group commit writes them), no flush until the end, so that
+/// building a big log stays quick.
 struct Builder {
     log: Log,
     state: State,
     lifecycle: Lifecycle,
 }
 
-impl Builder {
+struct Staging<'a, 'g> {
+    group: &'a mut ingest_events::log::Group<'g>,
+    state: &'a mut State,
+    lifecycle: &'a Lifecycle,
+}
+
+impl Staging<'_, '_> {
     fn run(&mut self, command: Command) {
-        let decision = decide(&self.state, &self.lifecycle, &command)
+        let decision = decide(self.state, self.lifecycle, &command)
             .unwrap_or_else(|r| panic!("{command:?} rejected: {r}"));
-        let appended = match self.log.append_unflushed(&AppendRequest {
+        let appended = match self.group.stage(&AppendRequest {
             actor: Actor::worker("bench"),
             correlation_id: Uuid::new_v4(),
             timestamp: Utc::now(),
@@ -391,8 +407,24 @@ impl Builder {
             self.state.apply(r).expect("fold while building");
         }
     }
+}
 
-    /// One batch of `jobs` jobs from submission through every step to its report.
+impl Builder {
+    /// One batch of `jobs` jobs from submission through every step to its
+    /// report, written as one group.
+    fn batch(&mut self, jobs: u64) {
+        let mut group = self.log.begin_group();
+        let mut s = Staging {
+            group: &mut group,
+            state: &mut self.state,
+            lifecycle: &self.lifecycle,
+        };
+        s.batch(jobs);
+        group.commit().expect("commit a group");
+    }
+}
+
+impl Staging<'_, '_> {
     fn batch(&mut self, jobs: u64) {
         let bid = self.state.next_bid();
         self.run(Command::SubmitBatch {
@@ -611,4 +643,104 @@ fn rebuild(events: u64) {
             state.position as f64 / total.as_secs_f64(),
         );
     }
+    archive_figures(dir.path(), &built);
+}
+
+/// Bytes per event, start-up with and without a snapshot, one batch's
+/// history, and the verify pass, each against its baseline in this run.
+fn archive_figures(log_dir: &Path, built: &State) {
+    use ingest_engine::engine::{Engine, EngineConfig};
+    let events = built.position;
+    let record_bytes: u64 = {
+        let log = open(log_dir);
+        log.raw_tree()
+            .scan_prefix([Log::raw_event_key(1)[0]])
+            .map(|kv| kv.expect("read").1.len() as u64)
+            .sum()
+    };
+    let disk = dir_size(log_dir);
+    eprintln!(
+        "space: {disk} bytes on disk for {events} events = {:.0} bytes/event ({:.0} bytes/event of encoded records)",
+        disk as f64 / events as f64,
+        record_bytes as f64 / events as f64
+    );
+    // The engine's layout: the log in DATA_DIR/log, snapshots beside it.
+    let data = tempdir();
+    std::fs::rename(log_dir, ingest_engine::engine::log_dir(data.path())).expect("move the log");
+    let open_engine = || Engine::open(EngineConfig::new(data.path())).expect("open the engine");
+    let started = Instant::now();
+    let mut engine = open_engine();
+    let without = started.elapsed();
+    assert_eq!(engine.state(), built);
+    let started = Instant::now();
+    let path = engine.snapshot_now().expect("write a snapshot");
+    let write = started.elapsed();
+    let snapshot_bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+    drop(engine);
+    let started = Instant::now();
+    let engine = open_engine();
+    let with = started.elapsed();
+    assert_eq!(engine.state(), built);
+    assert_eq!(engine.startup.snapshot, Some(events));
+    eprintln!(
+        "start-up: {:.2} s without a snapshot (baseline, {:.0} events/s), {:.3} s from a snapshot at the head = {:.1}x faster (snapshot {:.0} MiB, written in {:.2} s)",
+        without.as_secs_f64(),
+        events as f64 / without.as_secs_f64(),
+        with.as_secs_f64(),
+        without.as_secs_f64() / with.as_secs_f64(),
+        snapshot_bytes as f64 / (1024.0 * 1024.0),
+        write.as_secs_f64()
+    );
+    // One batch in the middle of the log: through the stream index, and by
+    // scanning every record (the baseline).
+    let bid = *built
+        .batches
+        .keys()
+        .nth(built.batches.len() / 2)
+        .expect("a batch");
+    let started = Instant::now();
+    let rows =
+        ingest_engine::history::batch_history(engine.log(), engine.state(), bid).expect("history");
+    let indexed = started.elapsed();
+    let jobs: std::collections::BTreeSet<StreamId> = built.batches[&bid]
+        .jobs
+        .iter()
+        .map(|j| StreamId::Job(*j))
+        .chain([StreamId::Batch(bid)])
+        .collect();
+    let started = Instant::now();
+    let scanned = engine
+        .log()
+        .read_range(1, u64::MAX)
+        .filter(|r| {
+            r.as_ref()
+                .map_or(true, |r| jobs.contains(&r.envelope.stream))
+        })
+        .count();
+    let scan = started.elapsed();
+    assert_eq!(rows.len(), scanned);
+    eprintln!(
+        "history of {bid} ({} events): {:.2} ms through the stream index, {:.2} s scanning the log (baseline) = {:.0}x",
+        rows.len(),
+        indexed.as_secs_f64() * 1e3,
+        scan.as_secs_f64(),
+        scan.as_secs_f64() / indexed.as_secs_f64()
+    );
+    let started = Instant::now();
+    let chain = engine.log().verify(|_| {}).expect("verify");
+    let chain_time = started.elapsed();
+    assert!(chain.problems.is_empty());
+    let started = Instant::now();
+    let full =
+        ingest_engine::audit::verify(engine.log(), data.path(), None, |_| {}).expect("verify");
+    let full_time = started.elapsed();
+    assert!(full.log.problems.is_empty(), "{:?}", full.log.problems);
+    eprintln!(
+        "verify: {:.2} s = {:.0} events/s (chain, index, checkpoints, {} snapshot checked against a full fold); chain and index alone (baseline) {:.2} s = {:.0} events/s",
+        full_time.as_secs_f64(),
+        events as f64 / full_time.as_secs_f64(),
+        full.snapshots_checked,
+        chain_time.as_secs_f64(),
+        events as f64 / chain_time.as_secs_f64()
+    );
 }

@@ -33,6 +33,8 @@ pub(crate) struct FileConfig {
     pub(crate) real_steps: Option<serde_json::Value>,
     /// `--naan`, `--shoulder`, `--ezid-*` ([`IdArgs`]).
     pub(crate) ids: Option<serde_json::Value>,
+    /// Snapshots and signed checkpoints ([`crate::ArchiveArgs`]).
+    pub(crate) archive: Option<serde_json::Value>,
     /// `ingest worker`'s own settings ([`FileWorker`]).
     #[serde(default)]
     pub(crate) worker: FileWorker,

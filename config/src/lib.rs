@@ -7,6 +7,7 @@
 //!   steps' options, shared by `serve` and `worker`; [`daemons`]: the one
 //!   daemon grammar; [`tokens`]: bearer tokens; [`profiles`]: collection
 //!   profiles;
+//! - [`archive`]: snapshots and signed checkpoints of the log;
 //! - [`logging`], [`shutdown`] (one `CancellationToken` per process),
 //!   [`server_file`] (where a running server can be reached).
 //!
@@ -45,6 +46,7 @@
 //! # Ok::<(), ingest_config::ConfigError>(())
 //! ```
 
+pub use crate::archive::ArchiveArgs;
 pub use crate::logging::{init_tracing, LogFormat};
 pub use crate::steps::{RealArgs, StepsArgs, StepsKind};
 pub use crate::zk::{ZkArgs, ZooKeeperSettings};
@@ -55,6 +57,7 @@ pub use serve::*;
 pub use tokens::*;
 pub use worker::{WorkerArgs, WorkerConfig};
 
+pub mod archive;
 pub mod daemons;
 pub mod error;
 mod file;

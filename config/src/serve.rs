@@ -131,6 +131,9 @@ pub struct ServeArgs {
     /// The real steps' options (with --steps real).
     #[command(flatten)]
     pub real: RealArgs,
+    /// Snapshots and signed checkpoints of the log.
+    #[command(flatten)]
+    pub archive: crate::ArchiveArgs,
     /// The ids of the options given on the command line or in the
     /// environment (clap's), which the configuration file does not
     /// override; `main` fills it from the parsed matches.
@@ -219,6 +222,8 @@ pub struct ServeConfig {
     pub steps: StepsArgs,
     /// The real steps' options.
     pub real: RealArgs,
+    /// Snapshots and signed checkpoints of the log.
+    pub archive: crate::ArchiveArgs,
 }
 
 /// The provisioning step's settings.
@@ -299,6 +304,24 @@ impl ServeConfig {
                 e.to_string(),
             )
         })?;
+        let mut archive: crate::ArchiveArgs =
+            section("archive").merge(&args.archive, file.archive.as_ref())?;
+        if !args.given.contains("checkpoint_key")
+            && file
+                .archive
+                .as_ref()
+                .and_then(|v| v.get("checkpoint_key"))
+                .is_some()
+        {
+            archive.checkpoint_key = archive.checkpoint_key.map(rel);
+        }
+        if archive.snapshots_keep == 0 {
+            return Err(invalid(
+                &file_origin,
+                "archive.snapshots_keep",
+                "must be at least 1",
+            ));
+        }
 
         let data_dir = layer(
             file.data_dir.map(rel),
@@ -574,6 +597,7 @@ impl ServeConfig {
             ezid: ezid_settings(&ids)?,
             steps,
             real,
+            archive,
         })
     }
 

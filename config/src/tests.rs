@@ -601,6 +601,42 @@ mod sections {
     }
 
     #[test]
+    fn the_file_sets_snapshots_and_checkpoints_and_a_flag_wins() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = "archive:\n  snapshot_every_events: 5000\n  snapshots_keep: 3\n  checkpoint_key: keys/cp.pem\n  checkpoint_every_secs: 0\n";
+        let c = load(dir.path(), text, ServeArgs::default()).expect("loads");
+        assert_eq!(c.archive.snapshot_every_events, 5000);
+        assert_eq!(c.archive.snapshots_keep, 3);
+        assert_eq!(c.archive.checkpoint_every_secs, 0);
+        assert_eq!(c.archive.checkpoint_every_events, 10_000, "the default");
+        assert_eq!(
+            c.archive.checkpoint_key,
+            Some(dir.path().join("keys/cp.pem"))
+        );
+
+        let mut args = ServeArgs::default();
+        args.archive.snapshot_every_events = 7;
+        args.given = ["snapshot_every_events".to_string()].into();
+        let c = load(dir.path(), text, args).expect("loads");
+        assert_eq!(c.archive.snapshot_every_events, 7);
+
+        let err = load(
+            dir.path(),
+            "archive:\n  snapshots_keep: 0\n",
+            ServeArgs::default(),
+        )
+        .expect_err("keep 0");
+        assert!(err.to_string().contains("snapshots_keep"), "{err}");
+        let err = load(
+            dir.path(),
+            "archive:\n  snapshot_every: 5\n",
+            ServeArgs::default(),
+        )
+        .expect_err("unknown key");
+        assert!(err.to_string().contains("snapshot_every"), "{err}");
+    }
+
+    #[test]
     fn a_flag_or_variable_wins_over_the_file() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut args = ServeArgs::default();

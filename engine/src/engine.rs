@@ -1,19 +1,29 @@
 //! The engine: the single writer of the log.
 //!
-//! It folds the log into a [`State`] when it opens, decides each command
+//! It folds the log into a [`State`] when it opens (from the newest snapshot
+//! that matches the log, see [`crate::snapshot`]), decides each command
 //! against that state, appends the decided events (durably, with group
-//! commit), and applies them to the state before answering.
+//! commit), and applies them to the state before answering. It also keeps
+//! the Merkle tree of the log ([`Frontier`]), writes snapshots and signed
+//! checkpoints when they are due ([`Engine::maybe_snapshot`],
+//! [`Engine::maybe_checkpoint`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use ingest_events::command::{decide, Command, Rejection};
+use ingest_events::event::{LogCheckpointed, StreamId};
 use ingest_events::log::{AppendRequest, Conflict, Log, LogConfig, LogError};
+use ingest_events::log::{ExpectedVersion, Proposed};
+use ingest_events::merkle::Frontier;
 use ingest_events::state::FoldError;
-use ingest_events::{Actor, Lifecycle, Recorded, State};
+use ingest_events::{Actor, Event, Lifecycle, Recorded, State};
+use ingest_steps::signing::{KeyFileError, SigningKeyFile};
 use uuid::Uuid;
+
+use crate::snapshot::{self, SnapshotError, SnapshotPolicy};
 
 /// Where the engine gets its time from (a fixed clock in tests).
 pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
@@ -29,6 +39,34 @@ pub struct EngineConfig {
     pub clock: Clock,
     /// sled options.
     pub log: LogConfig,
+    /// When snapshots of the folded state are written.
+    pub snapshots: SnapshotPolicy,
+    /// When signed checkpoints are appended (never without a key).
+    pub checkpoints: CheckpointPolicy,
+}
+
+/// When the engine appends a signed checkpoint ([`LogCheckpointed`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointPolicy {
+    /// The Ed25519 key (PKCS#8 PEM, mode 0600) that signs tree heads;
+    /// `None`: no checkpoints.
+    pub key: Option<PathBuf>,
+    /// Append one when this many events were appended since the last one
+    /// (0: never by count).
+    pub every_events: u64,
+    /// Append one when this much time passed since the last one and at
+    /// least one event was appended (`None`: never by time).
+    pub every: Option<Duration>,
+}
+
+impl Default for CheckpointPolicy {
+    fn default() -> Self {
+        CheckpointPolicy {
+            key: None,
+            every_events: 10_000,
+            every: Some(Duration::from_secs(600)),
+        }
+    }
 }
 
 impl EngineConfig {
@@ -39,6 +77,8 @@ impl EngineConfig {
             lifecycle: Lifecycle::builtin(),
             clock: Arc::new(Utc::now),
             log: LogConfig::default(),
+            snapshots: SnapshotPolicy::default(),
+            checkpoints: CheckpointPolicy::default(),
         }
     }
 }
@@ -65,6 +105,9 @@ pub enum EngineError {
     /// A record does not fit the state.
     #[error(transparent)]
     Fold(#[from] FoldError),
+    /// The checkpoint signing key cannot be used.
+    #[error("the checkpoint key: {0}")]
+    Key(#[from] KeyFileError),
 }
 
 /// Each command's outcome in a group, and the last position written.
@@ -84,6 +127,12 @@ pub struct Engine {
     lifecycle: Lifecycle,
     clock: Clock,
     data_dir: PathBuf,
+    frontier: Frontier,
+    snapshots: SnapshotPolicy,
+    last_snapshot: (u64, Instant),
+    checkpoints: CheckpointPolicy,
+    key: Option<SigningKeyFile>,
+    last_checkpoint: (u64, Instant),
     /// How long the start-up fold took, and over how many events.
     pub startup: Startup,
 }
@@ -91,8 +140,10 @@ pub struct Engine {
 /// Figures of the start-up fold.
 #[derive(Debug, Clone, Copy)]
 pub struct Startup {
-    /// Events folded.
+    /// Events folded (after the snapshot, when one was used).
     pub events: u64,
+    /// The position of the snapshot the fold started from, if any.
+    pub snapshot: Option<u64>,
     /// Time taken.
     pub elapsed: std::time::Duration,
 }
@@ -110,33 +161,193 @@ impl Engine {
     /// [`EngineError::Fold`] when a record does not fit.
     pub fn open(config: EngineConfig) -> Result<Engine, EngineError> {
         std::fs::create_dir_all(&config.data_dir).map_err(|e| LogError::Storage(e.into()))?;
+        let key = match &config.checkpoints.key {
+            Some(path) => Some(SigningKeyFile::load(path)?),
+            None => None,
+        };
         let log = Arc::new(Log::open(&log_dir(&config.data_dir), &config.log)?);
         let started = Instant::now();
-        let mut state = State::new();
         let (head, _) = log.head();
         // A tail that fails the chain is left out of the fold; the log refuses
         // appends until it is repaired, but everything before it can be read.
         let readable = log.needs_repair().map_or(head, |(p, _)| p - 1);
-        for record in log.read_range(1, readable) {
-            state.apply(&record?)?;
+        let dir = snapshot::snapshot_dir(&config.data_dir);
+        let (mut state, mut frontier, from) = match snapshot::load_newest(&dir, &log, readable) {
+            Some(s) => {
+                let p = s.state.position;
+                (s.state, s.frontier, Some(p))
+            }
+            None => (State::new(), Frontier::new(), None),
+        };
+        for record in log.read_range(state.position + 1, readable) {
+            let record = record?;
+            state.apply(&record)?;
+            frontier.push(&record.envelope.hash);
         }
         let startup = Startup {
-            events: state.position,
+            events: state.position - from.unwrap_or(0),
+            snapshot: from,
             elapsed: started.elapsed(),
         };
         tracing::debug!(
             events = startup.events,
+            snapshot = from,
             elapsed_ms = startup.elapsed.as_millis() as u64,
             "state folded from the log"
         );
+        let now = Instant::now();
         Ok(Engine {
             log,
+            last_snapshot: (from.unwrap_or(0), now),
+            last_checkpoint: (state.position, now),
             state,
+            frontier,
             lifecycle: config.lifecycle,
             clock: config.clock,
             data_dir: config.data_dir,
+            snapshots: config.snapshots,
+            checkpoints: config.checkpoints,
+            key,
             startup,
         })
+    }
+
+    /// Applies appended records to the state and the Merkle tree.
+    fn absorb(&mut self, records: &[Recorded]) -> Result<(), FoldError> {
+        for r in records {
+            self.state.apply(r)?;
+            self.frontier.push(&r.envelope.hash);
+        }
+        Ok(())
+    }
+
+    /// The Merkle tree over every record folded.
+    pub fn frontier(&self) -> &Frontier {
+        &self.frontier
+    }
+
+    /// Writes a snapshot of the state now. Call it only when every record
+    /// folded is durable (after [`Engine::wait_durable`]): a snapshot ahead
+    /// of the log after a crash would be ignored, not used.
+    ///
+    /// # Errors
+    /// [`SnapshotError`]; the engine goes on without the snapshot.
+    pub fn snapshot_now(&mut self) -> Result<PathBuf, SnapshotError> {
+        let dir = snapshot::snapshot_dir(&self.data_dir);
+        let path = snapshot::write_parts(&dir, &self.state, &self.frontier)?;
+        self.last_snapshot = (self.state.position, Instant::now());
+        snapshot::prune(&dir, self.snapshots.keep)?;
+        Ok(path)
+    }
+
+    fn due(policy: (u64, Option<Duration>), last: (u64, Instant), position: u64) -> bool {
+        let since = position.saturating_sub(last.0);
+        since > 0
+            && ((policy.0 > 0 && since >= policy.0)
+                || policy.1.is_some_and(|every| last.1.elapsed() >= every))
+    }
+
+    /// Writes a snapshot when the policy says one is due (same durability
+    /// rule as [`Engine::snapshot_now`]); a failure is logged, not returned.
+    pub fn maybe_snapshot(&mut self) -> Option<PathBuf> {
+        let policy = (self.snapshots.every_events, self.snapshots.every);
+        if !Self::due(policy, self.last_snapshot, self.state.position) {
+            return None;
+        }
+        self.snapshot_if_advanced()
+    }
+
+    /// Writes a snapshot when the state moved past the last one (at a clean
+    /// shutdown, so the next start-up folds nothing); a failure is logged.
+    pub fn snapshot_if_advanced(&mut self) -> Option<PathBuf> {
+        if self.state.position <= self.last_snapshot.0 {
+            return None;
+        }
+        let started = Instant::now();
+        match self.snapshot_now() {
+            Ok(path) => {
+                tracing::info!(
+                    position = self.state.position,
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    path = %path.display(),
+                    "snapshot written"
+                );
+                Some(path)
+            }
+            Err(e) => {
+                // Do not try again at every group: wait for the next interval.
+                self.last_snapshot = (self.state.position, Instant::now());
+                tracing::warn!(error = %e, "cannot write a snapshot; start-up folds more of the log until the next one");
+                None
+            }
+        }
+    }
+
+    /// Signs checkpoints with the key at `path` from now on (an offline
+    /// command that was given `--checkpoint-key`).
+    ///
+    /// # Errors
+    /// [`EngineError::Key`] when the key cannot be read or is readable by
+    /// others.
+    pub fn use_checkpoint_key(&mut self, path: &Path) -> Result<(), EngineError> {
+        self.key = Some(SigningKeyFile::load(path)?);
+        Ok(())
+    }
+
+    /// Appends a signed checkpoint over every record so far, unflushed
+    /// (wait with [`Engine::wait_durable`] before relying on it). `None`
+    /// without a key or when the last record is already covered.
+    ///
+    /// # Errors
+    /// As [`Engine::execute`].
+    pub fn checkpoint_now(&mut self) -> Result<Option<Outcome>, EngineError> {
+        let Some(key) = &self.key else {
+            return Ok(None);
+        };
+        if self.state.position == 0 {
+            return Ok(None);
+        }
+        let tree_size = self.frontier.size();
+        let root = self.frontier.root();
+        let signature = key.sign(&LogCheckpointed::signed_bytes(tree_size, &root));
+        let event = LogCheckpointed {
+            tree_size,
+            root,
+            public_key: key.public_key_bytes(),
+            signature: signature.bytes.to_vec(),
+        };
+        let request = AppendRequest {
+            actor: Actor::engine(),
+            correlation_id: Uuid::new_v4(),
+            timestamp: (self.clock)(),
+            expectations: vec![(
+                StreamId::System,
+                ExpectedVersion::Exact(self.state.system_version),
+            )],
+            events: vec![Proposed {
+                stream: StreamId::System,
+                event: Event::LogCheckpointed(event),
+            }],
+        };
+        let appended = self.log.append_unflushed(&request)??;
+        self.absorb(&appended.records)?;
+        self.last_checkpoint = (self.state.position, Instant::now());
+        Ok(Some(Outcome {
+            records: appended.records,
+        }))
+    }
+
+    /// Appends a signed checkpoint when the policy says one is due (see
+    /// [`Engine::checkpoint_now`]).
+    ///
+    /// # Errors
+    /// As [`Engine::execute`].
+    pub fn maybe_checkpoint(&mut self) -> Result<Option<Outcome>, EngineError> {
+        let policy = (self.checkpoints.every_events, self.checkpoints.every);
+        if self.key.is_none() || !Self::due(policy, self.last_checkpoint, self.state.position) {
+            return Ok(None);
+        }
+        self.checkpoint_now()
     }
 
     /// Decides a command, appends its events durably and applies them.
@@ -192,9 +403,7 @@ impl Engine {
             events: decision.events,
         };
         let appended = self.log.append_unflushed(&request)??;
-        for r in &appended.records {
-            self.state.apply(r)?;
-        }
+        self.absorb(&appended.records)?;
         Ok(Outcome {
             records: appended.records,
         })
@@ -232,6 +441,7 @@ impl Engine {
                         Ok(Ok(appended)) => {
                             for r in &appended.records {
                                 self.state.apply(r)?;
+                                self.frontier.push(&r.envelope.hash);
                             }
                             Ok(Outcome {
                                 records: appended.records,

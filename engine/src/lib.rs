@@ -10,19 +10,25 @@
 //! - [`listing`] pages through batches and jobs by filters (`GET /batches`,
 //!   `GET /jobs`, `ingest batches`, `ingest jobs`);
 //! - [`objects`] opens the object side-trees kept beside the log: the
-//!   inventory and the ark minter ([`ezid::ArkMinter`]: NOID or EZID).
+//!   inventory and the ark minter ([`ezid::ArkMinter`]: NOID or EZID);
+//! - [`snapshot`]: snapshots of the folded state, so start-up folds only
+//!   the tail of the log;
+//! - [`audit`]: signed checkpoints checked, inclusion and consistency
+//!   proofs, audit bundles.
 //!
 //! **Architecture invariant:** only this crate (and the offline admin
 //! commands of the `ingest` binary, through it) opens a log for writing;
 //! workers reach the engine through the HTTP API, never through this crate.
 #![deny(missing_docs)]
 
+pub mod audit;
 pub mod engine;
 pub mod ezid;
 pub mod history;
 pub mod listing;
 pub mod objects;
 pub mod service;
+pub mod snapshot;
 pub mod tree;
 
 pub use engine::{Engine, EngineConfig, EngineError, Outcome};

@@ -126,8 +126,40 @@ fn writer_loop(mut engine: Engine, mut rx: mpsc::Receiver<Msg>, published: Arc<R
         if !commit_group(&mut engine, &mut group, &published) {
             return;
         }
+        if !housekeeping(&mut engine, &published) {
+            return;
+        }
     }
+    // The next start-up folds nothing when the state at the stop is saved.
+    engine.snapshot_if_advanced();
     tracing::info!("the writer stopped");
+}
+
+/// Between groups: a signed checkpoint and a snapshot when they are due.
+/// Returns false when the writer must stop (the checkpoint could not be
+/// made durable).
+fn housekeeping(engine: &mut Engine, published: &RwLock<State>) -> bool {
+    match engine.maybe_checkpoint() {
+        Ok(None) => {}
+        Ok(Some(outcome)) => {
+            let last = outcome.records.last().map_or(0, |r| r.envelope.position);
+            if let Err(e) = engine.wait_durable(last) {
+                tracing::error!(error = %e, "a signed checkpoint could not be made durable; the writer stops (restart the engine to re-read the log)");
+                return false;
+            }
+            publish(published, outcome.records.iter());
+            tracing::debug!(position = last, "signed checkpoint appended");
+        }
+        Err(EngineError::Log(e @ LogError::Storage(_))) => {
+            tracing::error!(error = %e, "a signed checkpoint could not be written; the writer stops (restart the engine to re-read the log)");
+            return false;
+        }
+        Err(e) => tracing::warn!(error = %e, "no signed checkpoint this time"),
+    }
+    // Everything folded is durable here: the group and the checkpoint were
+    // flushed before this point.
+    engine.maybe_snapshot();
+    true
 }
 
 /// Decides and stages every command of the group, writes them in one batch,
@@ -234,6 +266,11 @@ impl EngineHandle {
     /// The lifecycle enforced.
     pub fn lifecycle(&self) -> &Lifecycle {
         &self.lifecycle
+    }
+
+    /// The data directory (the log, the snapshots).
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.data_dir
     }
 
     /// Whether the writer thread still takes commands (it stops on

@@ -131,13 +131,72 @@ fn record_hash(header: &Header, kind: &str, payload: &[u8]) -> Hash {
     *h.finalize().as_bytes()
 }
 
+/// A stored record taken apart into what its hash covers, for audit
+/// bundles: a verifier recomputes `hash = BLAKE3(header ‖ len(kind) as u64
+/// little-endian ‖ kind ‖ payload)` without decoding the payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordParts {
+    /// The encoded envelope header (bincode standard: schema version,
+    /// position, stream, version, timestamp, actor, correlation id, previous hash).
+    pub header: Vec<u8>,
+    /// The event kind.
+    pub kind: String,
+    /// The payload bytes as stored (in the record's own schema).
+    pub payload: Vec<u8>,
+    /// The record's hash as stored.
+    pub hash: Hash,
+}
+
+impl RecordParts {
+    /// Takes stored record bytes apart.
+    ///
+    /// # Errors
+    /// [`DecodeError::Malformed`] when the bytes are not a record.
+    pub fn of(bytes: &[u8]) -> Result<RecordParts, DecodeError> {
+        let stored: StoredRecord = decode_value(bytes)?;
+        Ok(RecordParts {
+            header: encode_value(&stored.header),
+            kind: stored.kind,
+            payload: stored.payload,
+            hash: stored.hash,
+        })
+    }
+
+    /// The hash the parts compute to (compare with [`RecordParts::hash`]).
+    pub fn computed_hash(&self) -> Hash {
+        let mut h = blake3::Hasher::new();
+        h.update(&self.header);
+        h.update(&(self.kind.len() as u64).to_le_bytes());
+        h.update(self.kind.as_bytes());
+        h.update(&self.payload);
+        *h.finalize().as_bytes()
+    }
+
+    /// Decodes the parts into a record, checking the hash and upcasting.
+    ///
+    /// # Errors
+    /// As [`decode_record`].
+    pub fn decode(&self) -> Result<Recorded, DecodeError> {
+        let header: Header = decode_value(&self.header)?;
+        decode_stored(StoredRecord {
+            header,
+            kind: self.kind.clone(),
+            payload: self.payload.clone(),
+            hash: self.hash,
+        })
+    }
+}
+
 /// Decodes a stored record, checks its own hash, and upcasts its payload.
 ///
 /// # Errors
 /// [`DecodeError`] when the bytes are not a record, the hash does not match
 /// the content, or the kind or schema is unknown.
 pub fn decode_record(bytes: &[u8]) -> Result<Recorded, DecodeError> {
-    let stored: StoredRecord = decode_value(bytes)?;
+    decode_stored(decode_value(bytes)?)
+}
+
+fn decode_stored(stored: StoredRecord) -> Result<Recorded, DecodeError> {
     let computed = record_hash(&stored.header, &stored.kind, &stored.payload);
     if computed != stored.hash {
         return Err(DecodeError::HashMismatch {

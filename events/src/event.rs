@@ -456,6 +456,32 @@ events! {
     QueueResumed { pub reason: String }
     /// An admin repaired drift between the live ZooKeeper tree and the log.
     TreeRepaired { pub paths: Vec<String> }
+    /// A signed checkpoint: the engine's Ed25519 signature over the RFC 9162
+    /// Merkle tree head of the log's first `tree_size` records (every record
+    /// before this one; see [`crate::merkle`] and [`LogCheckpointed::signed_bytes`]).
+    /// Changes nothing in the state or the tree.
+    LogCheckpointed {
+        pub tree_size: u64,
+        pub root: [u8; 32],
+        /// The raw 32-byte Ed25519 public key that signed.
+        pub public_key: [u8; 32],
+        /// The 64-byte Ed25519 signature over [`LogCheckpointed::signed_bytes`].
+        pub signature: Vec<u8>,
+    }
+}
+
+/// The domain separator that starts every signed tree head.
+pub const TREE_HEAD_CONTEXT: &[u8] = b"ingest tree head v1\n";
+
+impl LogCheckpointed {
+    /// What the signature covers: [`TREE_HEAD_CONTEXT`], the tree size
+    /// (8 bytes, big-endian) and the 32-byte root.
+    pub fn signed_bytes(tree_size: u64, root: &[u8; 32]) -> Vec<u8> {
+        let mut m = TREE_HEAD_CONTEXT.to_vec();
+        m.extend_from_slice(&tree_size.to_be_bytes());
+        m.extend_from_slice(root);
+        m
+    }
 }
 
 impl Event {
@@ -525,6 +551,11 @@ impl Event {
             Event::QueuePaused(e) => format!("queue paused ({})", e.reason),
             Event::QueueResumed(e) => format!("queue resumed ({})", e.reason),
             Event::TreeRepaired(e) => format!("tree repaired ({} paths)", e.paths.len()),
+            Event::LogCheckpointed(e) => format!(
+                "checkpoint: tree head over {} records, root {}",
+                e.tree_size,
+                hex::encode(e.root)
+            ),
         }
     }
 }

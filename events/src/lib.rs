@@ -68,6 +68,7 @@ pub mod ids;
 pub mod lifecycle;
 #[cfg(feature = "log")]
 pub mod log;
+pub mod merkle;
 pub mod state;
 mod wire;
 

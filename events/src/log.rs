@@ -718,6 +718,22 @@ impl Log {
         Ok(r)
     }
 
+    /// The stored bytes of one record, as written (for audit bundles, which
+    /// carry the bytes their hashes cover).
+    ///
+    /// # Errors
+    /// [`LogError::Corrupt`] when the position is missing.
+    pub fn read_raw(&self, position: u64) -> Result<Vec<u8>, LogError> {
+        Ok(self
+            .tree
+            .get(event_key(position))?
+            .ok_or_else(|| LogError::Corrupt {
+                position,
+                reason: "missing".into(),
+            })?
+            .to_vec())
+    }
+
     /// Reads records by position, forwards, from `from` up to and including
     /// `to` (clamped to the written head).
     pub fn read_range(
@@ -799,7 +815,21 @@ impl Log {
     /// # Errors
     /// [`LogError::Storage`] on I/O errors; corruption is reported in the
     /// [`VerifyReport`], not as an error.
-    pub fn verify(&self, mut progress: impl FnMut(u64)) -> Result<VerifyReport, LogError> {
+    pub fn verify(&self, progress: impl FnMut(u64)) -> Result<VerifyReport, LogError> {
+        self.verify_with(progress, |_| {})
+    }
+
+    /// As [`Log::verify`], handing each record that decodes to `each` in
+    /// position order, so further checks (signed checkpoints, snapshots)
+    /// share the one pass over the log.
+    ///
+    /// # Errors
+    /// As [`Log::verify`].
+    pub fn verify_with(
+        &self,
+        mut progress: impl FnMut(u64),
+        mut each: impl FnMut(&Recorded),
+    ) -> Result<VerifyReport, LogError> {
         let mut report = VerifyReport {
             events_checked: 0,
             head_hash: GENESIS_HASH,
@@ -893,6 +923,7 @@ impl Log {
                     prev_hash = env.hash;
                     report.head_hash = env.hash;
                     report.head_position = position;
+                    each(&r);
                 }
             }
         }

@@ -353,7 +353,7 @@ impl State {
                 }
                 Event::QueuePaused(_) => self.paused = true,
                 Event::QueueResumed(_) => self.paused = false,
-                Event::TreeRepaired(_) => {}
+                Event::TreeRepaired(_) | Event::LogCheckpointed(_) => {}
                 other => {
                     return Err(err(format!(
                         "{} does not belong on the system stream",

@@ -438,6 +438,18 @@ fn cases() -> Vec<Case> {
             }
             .into(),
         ),
+        (
+            "LogCheckpointed",
+            sys,
+            Actor::engine(),
+            event::LogCheckpointed {
+                tree_size: 1_000_000,
+                root: [0xab; 32],
+                public_key: [0x11; 32],
+                signature: vec![0x22; 64],
+            }
+            .into(),
+        ),
     ];
     list.into_iter()
         .enumerate()

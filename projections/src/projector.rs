@@ -335,6 +335,8 @@ fn project_event(
         }
         // Recorded for history and reports; nothing in the tree changes.
         (Event::JobStepRetried(_) | Event::TreeRepaired(_), _) => {}
+        // A signed checkpoint is audit evidence only.
+        (Event::LogCheckpointed(_), _) => {}
         // Any other pairing of event and stream is refused by the fold before
         // this point.
         _ => {}

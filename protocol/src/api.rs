@@ -152,6 +152,12 @@ pub struct Verified {
     pub head_hash: String,
     /// The problems.
     pub problems: Vec<ProblemView>,
+    /// Signed checkpoints checked (tree head recomputed, signature verified).
+    #[serde(default)]
+    pub checkpoints_checked: u64,
+    /// Snapshots compared with the full fold.
+    #[serde(default)]
+    pub snapshots_checked: u64,
 }
 
 /// The problem view.

@@ -57,11 +57,23 @@ async fn serve(config: ServeConfig) -> Result<i32> {
     let profiles_for_workers = profiles.clone();
     let mut engine_config = EngineConfig::new(&config.data_dir);
     engine_config.lifecycle = lifecycle;
+    let every = |secs: u64| (secs > 0).then(|| std::time::Duration::from_secs(secs));
+    engine_config.snapshots = ingest_engine::snapshot::SnapshotPolicy {
+        every_events: config.archive.snapshot_every_events,
+        every: every(config.archive.snapshot_every_secs),
+        keep: config.archive.snapshots_keep,
+    };
+    engine_config.checkpoints = ingest_engine::engine::CheckpointPolicy {
+        key: config.archive.checkpoint_key.clone(),
+        every_events: config.archive.checkpoint_every_events,
+        every: every(config.archive.checkpoint_every_secs),
+    };
     let engine = Engine::open(engine_config)
         .with_context(|| format!("cannot open the engine in {}", config.data_dir.display()))?;
     tracing::info!(
         data_dir = %config.data_dir.display(),
         events = engine.startup.events,
+        snapshot = engine.startup.snapshot,
         fold_ms = engine.startup.elapsed.as_millis() as u64,
         "engine opened"
     );

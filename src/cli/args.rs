@@ -95,7 +95,7 @@ pub enum Cmd {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
-    /// Re-check the whole hash chain and every stream index entry.
+    /// Re-check the whole hash chain and every stream index entry, every signed checkpoint (tree head and signature) and every snapshot against a full fold. Read-only.
     Verify,
     /// Truncate a torn tail that fails the hash chain (only the tail; never the middle).
     Repair {
@@ -172,7 +172,7 @@ pub enum Cmd {
         #[arg(long, value_enum, default_value_t = Format::Yaml)]
         format: Format,
     },
-    /// Storage-manifest signing keys: make one, or publish its public key.
+    /// Ed25519 keys (storage-manifest signing, the engine's checkpoint key): make one, or publish its public key.
     Keys {
         /// The action.
         #[command(subcommand)]
@@ -202,6 +202,49 @@ pub enum Cmd {
         after_help = "Examples:\n  ingest jobs --state failed --collection demo --modified-since 2026-11-24 --modified-until 2026-11-25\n  ingest jobs --batch bid0000000001 --all\n  ingest jobs --state held,pending --format yaml"
     )]
     Jobs(ListJobsArgs),
+    /// Audit evidence that stands on its own: bundles of a batch's events with inclusion proofs against a signed tree head, consistency proofs, and their verification.
+    Audit {
+        /// The action.
+        #[command(subcommand)]
+        action: AuditAction,
+    },
+}
+
+/// Audit evidence actions.
+#[derive(Debug, Subcommand)]
+pub enum AuditAction {
+    /// Write one self-contained file (JSON) with the batch's and its jobs' events, their inclusion proofs against the newest signed tree head, the signature and the public key.
+    Export {
+        /// The batch (bid0000000001).
+        #[arg(long)]
+        batch: Bid,
+        /// Where to write it [default: standard output].
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// The engine's checkpoint key (PKCS#8 PEM, mode 0600): when no signed head covers the batch yet, sign one now (appends a checkpoint event).
+        #[arg(long, env = "INGEST_CHECKPOINT_KEY", value_name = "FILE")]
+        checkpoint_key: Option<PathBuf>,
+    },
+    /// Check an audit bundle or a consistency proof file on its own, without any data directory; names what failed (format, event, proof, signature, head, key). Exit 1 when it fails.
+    Verify {
+        /// The file `audit export` or `audit prove` wrote.
+        file: PathBuf,
+        /// The engine's public key (the SPKI PEM `ingest keys show` prints): the heads must be signed by it.
+        #[arg(long, value_name = "PUB")]
+        key: Option<PathBuf>,
+    },
+    /// Write the consistency proof between two signed heads (checkpoint events), so an auditor who kept the older one can check that the log only grew.
+    Prove {
+        /// The log position of the older signed checkpoint.
+        #[arg(long, value_name = "POS")]
+        from: u64,
+        /// The log position of the newer signed checkpoint.
+        #[arg(long, value_name = "POS")]
+        to: u64,
+        /// Where to write it [default: standard output].
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
 }
 
 /// The filters `ingest batches` and `ingest jobs` share.

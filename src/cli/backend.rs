@@ -141,12 +141,28 @@ impl Backend for Local {
     fn verify(&mut self) -> Result<Verified> {
         let log = self.engine.log();
         let (head, _) = log.head();
-        let report = log.verify(|p| {
+        // A progress bar on a terminal (hidden otherwise); the INFO lines
+        // stay for logs.
+        let bar = indicatif::ProgressBar::new(head);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "verifying {bar:40} {pos}/{len} events, {per_sec}, {eta} left",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        let full = ingest_engine::audit::verify(log, self.engine.data_dir(), None, |p| {
+            if p % 4096 == 0 {
+                bar.set_position(p);
+            }
             if p % 100_000 == 0 {
                 tracing::info!(position = p, head, "verifying");
             }
         })?;
+        bar.finish_and_clear();
+        let report = full.log;
         Ok(Verified {
+            checkpoints_checked: full.checkpoints_checked,
+            snapshots_checked: full.snapshots_checked,
             events_checked: report.events_checked,
             index_entries_checked: report.index_entries_checked,
             head_position: report.head_position,

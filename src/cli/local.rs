@@ -33,6 +33,7 @@ pub(super) fn local_only(local: &mut Local, command: Cmd) -> Result<i32> {
             format,
         } => inventory(engine, ark, collection.zip(local_id), format),
         Cmd::Repair { yes } => repair(engine, yes),
+        Cmd::Audit { action } => super::audit::run(engine, action),
         Cmd::Batch { bid, action } => {
             let command = match action {
                 BatchAction::Acquire => {

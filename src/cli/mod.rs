@@ -13,6 +13,7 @@
 //! - `list.rs`: `batches` and `jobs`, pages of a listing;
 //! - `local.rs`: commands that need the data directory itself;
 //! - `remote.rs`: commands that only exist through a server;
+//! - `audit.rs`: `audit export`, `audit prove`, `audit verify`;
 //! - `zk.rs`: `project`, `tree`, `rebuild`, `diff`;
 //! - `output.rs`: YAML, JSON, tables; a closed pipe ends quietly.
 
@@ -26,6 +27,7 @@ use backend::{Backend, Local, Refused, Remote};
 
 mod admin;
 pub mod args;
+mod audit;
 pub mod backend;
 pub mod exit;
 mod list;
@@ -94,6 +96,13 @@ pub fn run_with(cli: Cli, globals: ingest_config::GlobalOverrides) -> Result<i32
             .context("rendering the manual page")?;
         write_stdout(&String::from_utf8_lossy(&out));
         return Ok(0);
+    }
+    if let Cmd::Audit {
+        action: AuditAction::Verify { file, key },
+    } = &cli.command
+    {
+        // Stands alone: no data directory, no server.
+        return audit::verify(file, key.as_deref());
     }
     if let Some(base) = cli.engine.clone() {
         let admin_name = match &cli.actor {

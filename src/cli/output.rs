@@ -35,6 +35,10 @@ pub(super) fn print_verified(v: &ingest_protocol::api::Verified) -> i32 {
     );
     if v.problems.is_empty() {
         println!("ok: the hash chain and the stream index verify");
+        println!(
+            "ok: {} signed checkpoint(s) and {} snapshot(s) verify",
+            v.checkpoints_checked, v.snapshots_checked
+        );
         0
     } else {
         println!("FAILED: {} problem(s)", v.problems.len());

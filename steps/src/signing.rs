@@ -282,6 +282,56 @@ impl SigningKeyFile {
     pub fn fingerprint(&self) -> String {
         fingerprint_of(&self.key.verifying_key())
     }
+
+    /// The raw 32-byte public key (what signed tree heads carry).
+    pub fn public_key_bytes(&self) -> [u8; 32] {
+        self.key.verifying_key().to_bytes()
+    }
+}
+
+/// Checks a raw 64-byte Ed25519 `signature` of `message` by the raw 32-byte
+/// `public_key` (strict verification, as [`verify`]).
+///
+/// # Errors
+/// [`SignatureError::BadPublicKey`], [`SignatureError::Malformed`] (not 64
+/// bytes) or [`SignatureError::Invalid`].
+pub fn verify_raw(
+    public_key: &[u8; 32],
+    message: &[u8],
+    signature: &[u8],
+) -> Result<(), SignatureError> {
+    let key = VerifyingKey::from_bytes(public_key).map_err(|e| SignatureError::BadPublicKey {
+        detail: e.to_string(),
+    })?;
+    let bytes = <[u8; 64]>::try_from(signature).map_err(|_| SignatureError::Malformed {
+        detail: format!("signature is {} bytes, expected 64", signature.len()),
+    })?;
+    key.verify_strict(message, &ed25519_dalek::Signature::from_bytes(&bytes))
+        .map_err(|_| SignatureError::Invalid {
+            fingerprint: fingerprint_of(&key),
+        })
+}
+
+/// The fingerprint (`SHA256:` and unpadded base64 of SHA-256 of the key) of
+/// a raw 32-byte Ed25519 public key, as [`SigningKeyFile::fingerprint`].
+pub fn fingerprint_raw(public_key: &[u8; 32]) -> String {
+    format!(
+        "SHA256:{}",
+        STANDARD_NO_PAD.encode(Sha256::digest(public_key))
+    )
+}
+
+/// The raw 32-byte key inside an Ed25519 SubjectPublicKeyInfo PEM (what
+/// `ingest keys show` prints).
+///
+/// # Errors
+/// [`SignatureError::BadPublicKey`].
+pub fn public_key_from_pem(public_key_pem: &str) -> Result<[u8; 32], SignatureError> {
+    VerifyingKey::from_public_key_pem(public_key_pem)
+        .map(|k| k.to_bytes())
+        .map_err(|e| SignatureError::BadPublicKey {
+            detail: e.to_string(),
+        })
 }
 
 /// A detached signature and the fingerprint of the key that made it.

@@ -2,6 +2,7 @@
 //! with shared helpers in `util`, as ripgrep keeps `tests/util.rs`.
 
 mod api;
+mod audit;
 mod cli;
 mod deploy;
 mod dispatch;

@@ -1,0 +1,423 @@
+//! Snapshots, signed checkpoints, audit bundles and consistency proofs,
+//! on real logs in temporary data directories.
+
+use std::path::Path;
+
+use ingest_engine::audit::{self, Failure, Verified};
+use ingest_engine::engine::{CheckpointPolicy, Engine, EngineConfig};
+use ingest_engine::snapshot::{self, SnapshotPolicy};
+use ingest_events::command::{Command, JobSpec, Target};
+use ingest_events::event::{Actor, Erc, Identifiers, PayloadType, Submission, SubmissionMode};
+use ingest_events::Bid;
+use ingest_steps::signing::SigningKeyFile;
+use uuid::Uuid;
+
+fn config(dir: &Path, key: Option<&Path>) -> EngineConfig {
+    let mut c = EngineConfig::new(dir);
+    c.snapshots = SnapshotPolicy {
+        every_events: 0,
+        every: None,
+        keep: 1000,
+    };
+    c.checkpoints = CheckpointPolicy {
+        key: key.map(Path::to_path_buf),
+        every_events: 0,
+        every: None,
+    };
+    c
+}
+
+fn open(dir: &Path, key: Option<&Path>) -> Engine {
+    Engine::open(config(dir, key)).expect("open the engine")
+}
+
+fn run(engine: &mut Engine, command: Command) {
+    engine
+        .execute(&Actor::admin("test"), &command)
+        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
+}
+
+/// One batch of `jobs` jobs taken a few steps along; returns its id.
+fn batch(engine: &mut Engine, jobs: u64, label: &str) -> Bid {
+    let bid = engine.state().next_bid();
+    run(
+        engine,
+        Command::SubmitBatch {
+            uuid: Uuid::new_v4(),
+            submission: Submission {
+                profile_name: "demo_content".into(),
+                submitter: "alice".into(),
+                payload_url: format!("https://example.org/{label}/manifest.checkm"),
+                payload_type: PayloadType::ContainerBatchManifest,
+                response_type: "json".into(),
+                submission_mode: SubmissionMode::Add,
+                manifest: vec![],
+                erc: Erc::default(),
+                digest: None,
+                extra: Default::default(),
+            },
+        },
+    );
+    let first = engine.state().next_jid();
+    run(
+        engine,
+        Command::AcquireBatch {
+            bid,
+            jobs: (0..jobs)
+                .map(|i| JobSpec {
+                    payload_url: format!("https://example.org/{label}/{i}.zip"),
+                    payload_type: PayloadType::Container,
+                    identifiers: Identifiers {
+                        primary_id: None,
+                        local_ids: vec![format!("{label}-{i}")],
+                    },
+                    metadata: Erc::default(),
+                    digest: None,
+                    priority: None,
+                })
+                .collect(),
+        },
+    );
+    for j in 0..jobs {
+        let jid = ingest_events::Jid(first.0 + j);
+        run(engine, Command::StartJob { jid });
+        run(
+            engine,
+            Command::SetJobStatus {
+                jid,
+                target: Target::Success,
+                message: "estimated".into(),
+                priority: None,
+            },
+        );
+    }
+    bid
+}
+
+#[test]
+fn a_snapshot_round_trips_and_start_up_folds_only_the_tail() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (state, frontier, path) = {
+        let mut engine = open(dir.path(), None);
+        batch(&mut engine, 3, "a");
+        let path = engine.snapshot_now().expect("snapshot");
+        let state = engine.state().clone();
+        let frontier = engine.frontier().clone();
+        (state, frontier, path)
+    };
+    let read = snapshot::read(&path).expect("read the snapshot back");
+    assert_eq!(read.state, state);
+    assert_eq!(read.frontier, frontier);
+
+    let mut engine = open(dir.path(), None);
+    assert_eq!(engine.startup.snapshot, Some(state.position));
+    assert_eq!(engine.startup.events, 0, "nothing after the snapshot");
+    assert_eq!(engine.state(), &state);
+    batch(&mut engine, 2, "b");
+    let after = engine.state().clone();
+    drop(engine);
+    let engine = open(dir.path(), None);
+    assert_eq!(engine.startup.snapshot, Some(state.position));
+    assert_eq!(engine.startup.events, after.position - state.position);
+    assert_eq!(engine.state(), &after);
+}
+
+#[test]
+fn start_up_from_any_snapshot_gives_the_state_of_the_full_fold() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let mut engine = open(dir.path(), None);
+        for (n, label) in ["a", "b", "c", "d"].iter().enumerate() {
+            batch(&mut engine, n as u64 + 1, label);
+            engine.snapshot_now().expect("snapshot");
+        }
+        run(
+            &mut engine,
+            Command::PauseQueue {
+                reason: "tail".into(),
+            },
+        );
+    }
+    let snaps = snapshot::list(&snapshot::snapshot_dir(dir.path())).expect("list");
+    assert_eq!(snaps.len(), 4);
+    // The full fold, with no snapshot at all.
+    let aside = dir.path().join("aside");
+    std::fs::rename(snapshot::snapshot_dir(dir.path()), &aside).expect("move aside");
+    let (full_state, full_frontier) = {
+        let engine = open(dir.path(), None);
+        assert_eq!(engine.startup.snapshot, None);
+        (engine.state().clone(), engine.frontier().clone())
+    };
+    for (position, path) in &snaps {
+        let sdir = snapshot::snapshot_dir(dir.path());
+        std::fs::create_dir_all(&sdir).expect("mkdir");
+        let name = path.file_name().expect("name");
+        std::fs::copy(aside.join(name), sdir.join(name)).expect("copy");
+        let engine = open(dir.path(), None);
+        assert_eq!(engine.startup.snapshot, Some(*position));
+        assert_eq!(
+            engine.state(),
+            &full_state,
+            "from the snapshot at {position}"
+        );
+        assert_eq!(engine.frontier(), &full_frontier);
+        drop(engine);
+        std::fs::remove_dir_all(&sdir).expect("clear");
+    }
+}
+
+#[test]
+fn a_corrupt_or_foreign_snapshot_is_ignored_and_the_fold_starts_earlier() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (older, full) = {
+        let mut engine = open(dir.path(), None);
+        batch(&mut engine, 2, "a");
+        engine.snapshot_now().expect("older snapshot");
+        let older = engine.state().position;
+        batch(&mut engine, 2, "b");
+        let newest = engine.snapshot_now().expect("newest snapshot");
+        // Damage one byte of the newest snapshot's body.
+        let mut bytes = std::fs::read(&newest).expect("read");
+        let at = bytes.len() - 10;
+        bytes[at] ^= 0x40;
+        std::fs::write(&newest, bytes).expect("write");
+        (older, engine.state().clone())
+    };
+    let engine = open(dir.path(), None);
+    assert_eq!(
+        engine.startup.snapshot,
+        Some(older),
+        "the damaged one is skipped"
+    );
+    assert_eq!(engine.state(), &full);
+    drop(engine);
+
+    // A snapshot of another log (same position, other hashes) does not match.
+    let other = tempfile::tempdir().expect("tempdir");
+    let foreign = {
+        let mut engine = open(other.path(), None);
+        batch(&mut engine, 2, "x");
+        batch(&mut engine, 2, "y");
+        assert_eq!(engine.state().position, full.position);
+        engine.snapshot_now().expect("foreign snapshot")
+    };
+    let sdir = snapshot::snapshot_dir(dir.path());
+    std::fs::remove_dir_all(&sdir).expect("clear");
+    std::fs::create_dir_all(&sdir).expect("mkdir");
+    std::fs::copy(&foreign, sdir.join(foreign.file_name().expect("name"))).expect("copy");
+    let engine = open(dir.path(), None);
+    assert_eq!(
+        engine.startup.snapshot, None,
+        "a foreign snapshot is not used"
+    );
+    assert_eq!(engine.state(), &full);
+}
+
+#[test]
+fn verify_compares_every_snapshot_with_the_full_fold() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = {
+        let mut engine = open(dir.path(), None);
+        batch(&mut engine, 2, "a");
+        engine.snapshot_now().expect("snapshot")
+    };
+    let engine = open(dir.path(), None);
+    let report = audit::verify(engine.log(), dir.path(), None, |_| {}).expect("verify");
+    assert_eq!(report.snapshots_checked, 1);
+    assert!(report.log.problems.is_empty(), "{:?}", report.log.problems);
+    drop(engine);
+
+    // An intact snapshot whose state is not the fold (a bug that wrote it, or
+    // a forged file): start-up trusts it, verify catches it.
+    let mut s = snapshot::read(&path).expect("read");
+    s.state.paused = true;
+    std::fs::remove_file(&path).expect("remove");
+    snapshot::write(&snapshot::snapshot_dir(dir.path()), &s).expect("write");
+    let engine = open(dir.path(), None);
+    let report = audit::verify(engine.log(), dir.path(), None, |_| {}).expect("verify");
+    assert_eq!(report.snapshots_checked, 1);
+    assert!(
+        report
+            .log
+            .problems
+            .iter()
+            .any(|p| p.message.contains("differs from the full fold")),
+        "{:?}",
+        report.log.problems
+    );
+}
+
+fn key(dir: &Path, name: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    SigningKeyFile::generate(&path).expect("generate a key");
+    path
+}
+
+#[test]
+fn verify_checks_every_signed_checkpoint_and_the_key() {
+    let keys = tempfile::tempdir().expect("tempdir");
+    let k = key(keys.path(), "engine.key");
+    let other = key(keys.path(), "other.key");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut engine = open(dir.path(), Some(&k));
+    batch(&mut engine, 2, "a");
+    let first = engine.checkpoint_now().expect("checkpoint").expect("a key");
+    batch(&mut engine, 1, "b");
+    engine.checkpoint_now().expect("checkpoint").expect("a key");
+    let head = engine.log().head().0;
+    engine.wait_durable(head).expect("durable");
+    let cp = &first.records[0];
+    assert_eq!(cp.event.kind(), "LogCheckpointed");
+
+    let pinned = SigningKeyFile::load(&k).expect("load").public_key_bytes();
+    let report = audit::verify(engine.log(), dir.path(), Some(pinned), |_| {}).expect("verify");
+    assert_eq!(report.checkpoints_checked, 2);
+    assert!(report.log.problems.is_empty(), "{:?}", report.log.problems);
+
+    let wrong = SigningKeyFile::load(&other)
+        .expect("load")
+        .public_key_bytes();
+    let report = audit::verify(engine.log(), dir.path(), Some(wrong), |_| {}).expect("verify");
+    assert_eq!(report.log.problems.len(), 2, "{:?}", report.log.problems);
+    assert!(report.log.problems[0].message.contains("not the given key"));
+}
+
+/// A data directory with a signed, exported batch; returns the bundle's JSON.
+fn exported(dir: &Path, k: &Path) -> (serde_json::Value, [u8; 32]) {
+    let mut engine = open(dir, Some(k));
+    batch(&mut engine, 1, "before");
+    let bid = batch(&mut engine, 3, "audited");
+    batch(&mut engine, 1, "after");
+    engine.checkpoint_now().expect("checkpoint");
+    let head = engine.log().head().0;
+    engine.wait_durable(head).expect("durable");
+    let bundle = audit::export_batch(engine.log(), engine.state(), bid).expect("export");
+    let key = SigningKeyFile::load(k).expect("load").public_key_bytes();
+    (serde_json::to_value(bundle).expect("json"), key)
+}
+
+fn check(value: &serde_json::Value, key: Option<[u8; 32]>) -> Result<Verified, Vec<Failure>> {
+    audit::verify_file(value.to_string().as_bytes(), key)
+}
+
+/// Flips the last hex digit of a string field.
+fn flip(v: &mut serde_json::Value) {
+    let s = v.as_str().expect("a hex string").to_string();
+    let last = s.chars().last().expect("not empty");
+    let new = if last == '0' { '1' } else { '0' };
+    *v = serde_json::Value::String(format!("{}{new}", &s[..s.len() - 1]));
+}
+
+#[test]
+fn an_audit_bundle_verifies_and_each_kind_of_tampering_is_named() {
+    let keys = tempfile::tempdir().expect("tempdir");
+    let k = key(keys.path(), "engine.key");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (bundle, pinned) = exported(dir.path(), &k);
+    match check(&bundle, Some(pinned)) {
+        Ok(Verified::Bundle { events, .. }) => assert_eq!(events.len(), 2 + 3 * 3),
+        other => panic!("{other:?}"),
+    }
+
+    let named = |value: &serde_json::Value, want: fn(&Failure) -> bool| {
+        let failures = check(value, None).expect_err("tampering must fail");
+        assert!(failures.iter().any(want), "{failures:?}");
+    };
+    // An event's payload.
+    let mut t = bundle.clone();
+    flip(&mut t["events"][3]["payload"]);
+    named(&t, |f| matches!(f, Failure::Event { .. }));
+    // An event's position.
+    let mut t = bundle.clone();
+    t["events"][3]["position"] =
+        serde_json::json!(t["events"][3]["position"].as_u64().expect("n") + 1);
+    named(&t, |f| matches!(f, Failure::Event { .. }));
+    // A proof node.
+    let mut t = bundle.clone();
+    flip(&mut t["events"][2]["proof"][0]);
+    named(&t, |f| matches!(f, Failure::Proof { .. }));
+    // The signature.
+    let mut t = bundle.clone();
+    flip(&mut t["head"]["signature"]);
+    named(&t, |f| matches!(f, Failure::Signature { .. }));
+    // The head's root.
+    let mut t = bundle.clone();
+    flip(&mut t["head"]["root"]);
+    named(&t, |f| matches!(f, Failure::Head { .. }));
+    // Another key than the one given.
+    let other = key(keys.path(), "other.key");
+    let wrong = SigningKeyFile::load(&other)
+        .expect("load")
+        .public_key_bytes();
+    let failures = check(&bundle, Some(wrong)).expect_err("wrong key");
+    assert!(matches!(failures[0], Failure::Key { .. }), "{failures:?}");
+    // Not a bundle.
+    let failures = audit::verify_file(b"{\"format\": 7}", None).expect_err("format");
+    assert!(matches!(failures[0], Failure::Format(_)), "{failures:?}");
+}
+
+#[test]
+fn consistency_proofs_verify_and_fail_on_a_rewritten_log() {
+    let keys = tempfile::tempdir().expect("tempdir");
+    let k = key(keys.path(), "engine.key");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (from, to, second) = {
+        let mut engine = open(dir.path(), Some(&k));
+        batch(&mut engine, 2, "a");
+        let from = engine.checkpoint_now().expect("cp").expect("key").records[0]
+            .envelope
+            .position;
+        batch(&mut engine, 3, "b");
+        let to = engine.checkpoint_now().expect("cp").expect("key").records[0]
+            .envelope
+            .position;
+        let head = engine.log().head().0;
+        engine.wait_durable(head).expect("durable");
+        let file = audit::prove(engine.log(), from, to).expect("prove");
+        (from, to, serde_json::to_value(file).expect("json"))
+    };
+    assert!(matches!(
+        check(&second, None),
+        Ok(Verified::Consistency { .. })
+    ));
+    let engine = open(dir.path(), Some(&k));
+    assert!(audit::prove(engine.log(), to, from).is_err(), "backwards");
+    assert!(
+        audit::prove(engine.log(), 1, to).is_err(),
+        "not a checkpoint"
+    );
+    drop(engine);
+
+    // The same key signs a log whose early history was rewritten: its new
+    // head cannot be proved consistent with the head the auditor kept.
+    let forged = tempfile::tempdir().expect("tempdir");
+    let forged_file = {
+        let mut engine = open(forged.path(), Some(&k));
+        batch(&mut engine, 2, "rewritten");
+        let f = engine.checkpoint_now().expect("cp").expect("key").records[0]
+            .envelope
+            .position;
+        batch(&mut engine, 3, "b");
+        let t = engine.checkpoint_now().expect("cp").expect("key").records[0]
+            .envelope
+            .position;
+        let head = engine.log().head().0;
+        engine.wait_durable(head).expect("durable");
+        serde_json::to_value(audit::prove(engine.log(), f, t).expect("prove")).expect("json")
+    };
+    let mut spliced = forged_file.clone();
+    spliced["from"] = second["from"].clone();
+    let failures = check(&spliced, None).expect_err("a rewritten log");
+    assert!(
+        failures.iter().any(|f| matches!(f, Failure::Proof { .. })),
+        "{failures:?}"
+    );
+    // A changed proof node.
+    let mut t = second.clone();
+    flip(&mut t["proof"][0]);
+    let failures = check(&t, None).expect_err("a changed node");
+    assert!(
+        failures.iter().any(|f| matches!(f, Failure::Proof { .. })),
+        "{failures:?}"
+    );
+}
