@@ -862,8 +862,11 @@ async fn locked(
             }
             let mut state = first;
             let mut steps = 0u32;
+            // What a chained step reported of the job's size, for the next.
+            let mut space_needed = None;
             loop {
-                let (tried, moved) = step_once(shared, client, item, state, &who, &api).await?;
+                let (tried, moved) =
+                    step_once(shared, client, item, state, &who, &api, &mut space_needed).await?;
                 let Some(moved) = moved.filter(|_| tried == Tried::Done) else {
                     if steps > 0 {
                         // The chain stops here: the earlier steps were done.
@@ -909,6 +912,7 @@ async fn step_once(
     state: JobState,
     who: &WorkerRef,
     api: &ApiCtx,
+    space_needed: &mut Option<u64>,
 ) -> Result<(Tried, Option<JobMoved>), BoxError> {
     if state == JobState::Pending {
         let path = format!("/jobs/{}/start", item.id);
@@ -923,6 +927,7 @@ async fn step_once(
         priority: item.priority,
         zk: Some(client.clone()),
         api: Some(api.clone()),
+        space_needed: *space_needed,
     };
     let began = Instant::now();
     // The step is dropped as soon as the session ends: its lock is gone, so
@@ -942,6 +947,9 @@ async fn step_once(
         }
     };
     shared.done_waiting(&item.id);
+    if outcome.space_needed.is_some() {
+        *space_needed = outcome.space_needed;
+    }
     if client.state().is_terminated() {
         tracing::warn!(jid = %item.id, %state, "the session ended during the step; the result is dropped");
         return Ok((Tried::Refused, None));

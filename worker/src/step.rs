@@ -122,6 +122,9 @@ pub struct JobCtx {
     /// The API, for fenced calls made while the step runs (retries, arks,
     /// inventory); `None` in unit tests.
     pub api: Option<ApiCtx>,
+    /// The bytes the job needs, when the step chained before this one
+    /// reported them (else read from ZooKeeper when needed).
+    pub space_needed: Option<u64>,
 }
 
 /// How a step reaches the API while it holds a job's lock.
@@ -163,6 +166,7 @@ impl JobCtx {
             priority,
             zk: None,
             api: None,
+            space_needed: None,
         }
     }
 
@@ -222,6 +226,28 @@ impl JobCtx {
             status: typed("/jobs/JID/status", &read("status").await?)?,
             space_needed: text(read("space_needed").await?).parse().unwrap_or(0),
         })
+    }
+
+    /// The bytes the job needs in working storage: what the step before
+    /// this one reported when the same worker chained it, else
+    /// `/jobs/JID/space_needed` (0 without a session, or when the node is
+    /// absent or not a number).
+    ///
+    /// # Errors
+    /// The node could not be read now (retryable).
+    pub async fn space_needed(&self) -> Result<u64, DataError> {
+        if let Some(n) = self.space_needed {
+            return Ok(n);
+        }
+        let Some(zk) = &self.zk else {
+            return Ok(0);
+        };
+        let path = format!("/jobs/{}/space_needed", self.jid);
+        match zk.get_data(&path).await {
+            Ok((data, _)) => Ok(String::from_utf8_lossy(&data).trim().parse().unwrap_or(0)),
+            Err(zookeeper_client::Error::NoNode) => Ok(0),
+            Err(e) => Err(DataError::Read(format!("cannot read {path}: {e}"))),
+        }
     }
 
     /// Waits until `/jobs/JID/status` shows [`JobCtx::state`], at most
@@ -540,6 +566,15 @@ pub trait StorageProbe: Send + Sync {
     /// # Errors
     /// When it cannot be measured.
     fn used_percent(&self, path: &Path) -> std::io::Result<f64>;
+
+    /// The bytes an unprivileged writer can still write on the file system
+    /// holding `path` (unbounded when the probe does not know).
+    ///
+    /// # Errors
+    /// When it cannot be measured.
+    fn available_bytes(&self, _path: &Path) -> std::io::Result<u64> {
+        Ok(u64::MAX)
+    }
 }
 
 /// Measures with `statvfs(2)` (through `rustix`), as `df` does: used
@@ -552,6 +587,11 @@ impl StorageProbe for DfProbe {
     fn used_percent(&self, path: &Path) -> std::io::Result<f64> {
         let st = rustix::fs::statvfs(path).map_err(std::io::Error::from)?;
         Ok(used_percent(st.f_blocks, st.f_bfree, st.f_bavail))
+    }
+
+    fn available_bytes(&self, path: &Path) -> std::io::Result<u64> {
+        let st = rustix::fs::statvfs(path).map_err(std::io::Error::from)?;
+        Ok(st.f_bavail.saturating_mul(st.f_frsize))
     }
 }
 
@@ -566,30 +606,46 @@ pub fn used_percent(blocks: u64, free: u64, available: u64) -> f64 {
     used as f64 * 100.0 / usable as f64
 }
 
-/// A probe that answers what it is told (for tests).
+/// A probe that answers what it is told (for tests): a fill level and the
+/// bytes available (unbounded unless set).
 #[derive(Debug, Clone, Default)]
-pub struct FixedProbe(Arc<Mutex<f64>>);
+pub struct FixedProbe(Arc<Mutex<(f64, Option<u64>)>>);
 
 impl FixedProbe {
     /// A probe answering `percent`.
     pub fn new(percent: f64) -> FixedProbe {
-        FixedProbe(Arc::new(Mutex::new(percent)))
+        FixedProbe(Arc::new(Mutex::new((percent, None))))
     }
 
-    /// Changes the answer.
+    /// Changes the fill level.
     pub fn set(&self, percent: f64) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = percent;
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).0 = percent;
+    }
+
+    /// Changes the bytes available.
+    pub fn set_available(&self, bytes: u64) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).1 = Some(bytes);
     }
 }
 
 impl StorageProbe for FixedProbe {
     fn used_percent(&self, _: &Path) -> std::io::Result<f64> {
-        Ok(*self.0.lock().unwrap_or_else(|e| e.into_inner()))
+        Ok(self.0.lock().unwrap_or_else(|e| e.into_inner()).0)
+    }
+
+    fn available_bytes(&self, _: &Path) -> std::io::Result<u64> {
+        Ok(self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .unwrap_or(u64::MAX))
     }
 }
 
 /// Provisioning: keeps jobs waiting while working storage is fuller than the
-/// threshold, then runs the inner step.
+/// threshold, or has less room than the job's `space_needed` (its
+/// estimate), then runs the inner step.
 pub struct Provision {
     probe: Arc<dyn StorageProbe>,
     threshold_percent: f64,
@@ -619,10 +675,25 @@ impl Step for Provision {
         Box::pin(async move {
             let probe = Arc::clone(&self.probe);
             let path = self.working_storage.clone();
-            let used = tokio::task::spawn_blocking(move || probe.used_percent(&path)).await;
+            let used = tokio::task::spawn_blocking(move || {
+                Ok::<_, std::io::Error>((probe.used_percent(&path)?, probe.available_bytes(&path)?))
+            })
+            .await;
+            let needed = match job.space_needed().await {
+                Ok(n) => n,
+                Err(e) => {
+                    return StepResult::Wait(format!("cannot read the job's space_needed: {e}"))
+                }
+            };
             match used {
-                Ok(Ok(used)) if used <= self.threshold_percent => self.inner.run(job).await,
-                Ok(Ok(used)) => StepResult::Wait(format!(
+                // Before, only the fill level counted: a 30 MB job passed on
+                // an empty 20 MiB working storage and failed in Downloading.
+                Ok(Ok((_, available))) if needed > available => StepResult::Wait(format!(
+                    "working storage {} has {available} bytes free; the job needs {needed}",
+                    self.working_storage.display()
+                )),
+                Ok(Ok((used, _))) if used <= self.threshold_percent => self.inner.run(job).await,
+                Ok(Ok((used, _))) => StepResult::Wait(format!(
                     "working storage {} is {used:.1}% full (threshold {}%)",
                     self.working_storage.display(),
                     self.threshold_percent
@@ -805,6 +876,32 @@ mod tests {
         let j = job(JobState::Provisioning);
         assert!(matches!(step.run(&j).await, StepResult::Wait(_)));
         probe.set(50.0);
+        assert!(report(step.run(&j).await).success);
+    }
+
+    /// Regression (issue 15 item 5): provisioning looked only at the fill
+    /// level, so a 30 MB job passed on an empty 20 MiB working storage and
+    /// failed in Downloading. It waits while the job needs more than there
+    /// is.
+    #[tokio::test]
+    async fn provisioning_waits_while_the_job_needs_more_than_is_free() {
+        let probe = FixedProbe::new(1.0);
+        probe.set_available(20 * 1024 * 1024);
+        let steps = Steps::simulated(
+            SimSettings::default(),
+            Some(1),
+            Arc::new(probe.clone()),
+            70.0,
+            "/".into(),
+        );
+        let step = steps.get(JobState::Provisioning).expect("step");
+        let mut j = job(JobState::Provisioning);
+        j.space_needed = Some(30_000_000);
+        match step.run(&j).await {
+            StepResult::Wait(why) => assert!(why.contains("needs 30000000"), "{why}"),
+            other => panic!("a 30 MB job passed on 20 MiB: {other:?}"),
+        }
+        probe.set_available(64 * 1024 * 1024);
         assert!(report(step.run(&j).await).success);
     }
 }
