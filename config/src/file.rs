@@ -84,6 +84,7 @@ pub(crate) enum Percent {
 #[serde(deny_unknown_fields)]
 pub(crate) struct FileHttp {
     pub(crate) max_body_bytes: Option<usize>,
+    pub(crate) max_record_bytes: Option<usize>,
     pub(crate) header_read_timeout_secs: Option<u64>,
     pub(crate) max_connections: Option<usize>,
 }

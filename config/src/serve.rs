@@ -53,6 +53,7 @@ working_storage = "/zfs/queue"
 
 [http]
 max_body_bytes = 1048576
+max_record_bytes = 268435456
 header_read_timeout_secs = 30
 max_connections = 1024
 "#;
@@ -116,6 +117,9 @@ pub struct ServeArgs {
     /// The largest request body the API reads, in bytes [default: 1048576].
     #[arg(long, env = "INGEST_MAX_BODY_BYTES", value_name = "BYTES")]
     pub max_body_bytes: Option<usize>,
+    /// The largest inventory record a worker may send (`POST /jobs/JID/object`), in bytes: a version of an object with many files is recorded in one request [default: 268435456, 256 MiB].
+    #[arg(long, env = "INGEST_MAX_RECORD_BYTES", value_name = "BYTES")]
+    pub max_record_bytes: Option<usize>,
     /// Seconds a client may take to send a request's headers before its connection is closed [default: 30].
     #[arg(long, env = "INGEST_HEADER_READ_TIMEOUT", value_name = "SECONDS")]
     pub header_read_timeout: Option<u64>,
@@ -210,6 +214,8 @@ pub struct ServeConfig {
     pub profiles_dir: Option<PathBuf>,
     /// The largest request body the API reads.
     pub max_body_bytes: usize,
+    /// The largest inventory record body (`POST /jobs/JID/object`).
+    pub max_record_bytes: usize,
     /// How long a client may take to send a request's headers.
     pub header_read_timeout: Duration,
     /// The most connections the API keeps open at once.
@@ -536,6 +542,17 @@ impl ServeConfig {
             1024..=64 * 1024 * 1024,
             "",
         )?;
+        let max_record = layer_in(
+            (file.http.max_record_bytes, args.max_record_bytes),
+            &file_origin,
+            (
+                "--max-record-bytes or INGEST_MAX_RECORD_BYTES",
+                "http.max_record_bytes",
+            ),
+            crate::DEFAULT_MAX_RECORD_BYTES,
+            1024..=4 * 1024 * 1024 * 1024,
+            "",
+        )?;
         let header_timeout = layer_in(
             (file.http.header_read_timeout_secs, args.header_read_timeout),
             &file_origin,
@@ -591,6 +608,7 @@ impl ServeConfig {
             },
             profiles_dir: profiles_dir.map(|l| l.value),
             max_body_bytes: max_body,
+            max_record_bytes: max_record.max(max_body),
             header_read_timeout: Duration::from_secs(header_timeout),
             max_connections,
             minter: (ids.naan.clone(), ids.shoulder.clone()),

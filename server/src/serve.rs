@@ -130,6 +130,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
         locks,
         metrics: Arc::clone(&metrics),
         max_body_bytes: config.max_body_bytes,
+        max_record_bytes: config.max_record_bytes,
         zookeeper: zk_config.clone(),
         projector_gate: zk_config.as_ref().map(|_| gate.clone()),
         inventory: Some(inventory),

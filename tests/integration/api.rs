@@ -152,6 +152,7 @@ impl Server {
             profiles: profiles(),
             locks: checker,
             max_body_bytes,
+            max_record_bytes: 8 * 1024 * 1024,
             zookeeper: None,
             projector_gate: None,
             inventory: None,
@@ -1815,5 +1816,38 @@ async fn payload_urls_are_checked_at_submission_and_refusals_append_nothing() {
             .await
             .expect(201);
     }
+    s.stop().await;
+}
+
+/// Regression (issue 11, finding 5): the inventory record of a version
+/// grows with its files, and a 15,000-file object was stored but could not
+/// be recorded (413 under the 1 MiB body limit). Its route reads up to
+/// `max_record_bytes` (here 8 MiB); every other route keeps the body limit
+/// (here 64 KiB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inventory_record_may_exceed_the_body_limit_up_to_its_own() {
+    let s = Server::start().await;
+    let send = |path: &'static str, bytes: usize| {
+        let req = s
+            .client
+            .post(format!("{}{path}", s.base))
+            .bearer_auth(WORKER)
+            .header(FENCE_HEADER, secret_of(SESSION).to_header())
+            .header("content-type", "application/json")
+            .body(vec![b' '; bytes]);
+        async move { req.send().await.expect("send").status().as_u16() }
+    };
+    // Read (and then refused as not a record), not cut at the body limit.
+    let status = send("/jobs/jid0000000001/object", 2 * 1024 * 1024).await;
+    assert_ne!(status, 413, "a 2 MiB record was refused by the body limit");
+    assert!((400..500).contains(&status), "{status}");
+    assert_eq!(
+        send("/jobs/jid0000000001/object", 9 * 1024 * 1024).await,
+        413
+    );
+    assert_eq!(
+        send("/jobs/jid0000000001/outcome", 2 * 1024 * 1024).await,
+        413
+    );
     s.stop().await;
 }

@@ -31,6 +31,7 @@
 //!     profiles: Profiles::unrestricted(),
 //!     locks: Arc::new(NoLocks),
 //!     max_body_bytes: 1024 * 1024,
+//!     max_record_bytes: 256 * 1024 * 1024,
 //!     zookeeper: None,
 //!     projector_gate: None,
 //!     inventory: None,
@@ -106,6 +107,10 @@ pub struct ApiConfig {
     pub metrics: Arc<Metrics>,
     /// The largest request body read, in bytes.
     pub max_body_bytes: usize,
+    /// The largest body of [`RECORD_ROUTE`] (an object version's inventory
+    /// record, which grows with its files), in bytes; at least
+    /// `max_body_bytes`.
+    pub max_record_bytes: usize,
     /// The ZooKeeper the server projects into (for `GET /diff`).
     pub zookeeper: Option<ingest_projections::ZkConfig>,
     /// The gate of this server's projector, held while `GET /diff` reads
@@ -134,6 +139,7 @@ pub(crate) struct Inner {
     pub(crate) locks: Arc<dyn LockChecker>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) max_body_bytes: usize,
+    pub(crate) max_record_bytes: usize,
     pub(crate) zookeeper: Option<ingest_projections::ZkConfig>,
     pub(crate) projector_gate: Option<ingest_projections::ProjectorGate>,
     pub(crate) inventory: Option<ingest_steps::inventory::Inventory>,
@@ -304,6 +310,7 @@ pub fn router(config: ApiConfig) -> Router {
             locks: config.locks,
             metrics: config.metrics,
             max_body_bytes: max_body,
+            max_record_bytes: config.max_record_bytes.max(max_body),
             zookeeper: config.zookeeper,
             projector_gate: config.projector_gate,
             inventory: config.inventory,
@@ -314,7 +321,16 @@ pub fn router(config: ApiConfig) -> Router {
         }),
     };
     let mut by_path: BTreeMap<&'static str, MethodRouter<AppState>> = BTreeMap::new();
+    let max_record = config.max_record_bytes.max(max_body);
     for (info, method_router) in table() {
+        // The inventory record of a version grows with its files: its route
+        // reads up to its own limit (before, a 15,000-file object was stored
+        // and then could not be recorded: 413).
+        let method_router = if info.path == RECORD_ROUTE {
+            method_router.layer(DefaultBodyLimit::max(max_record))
+        } else {
+            method_router
+        };
         let guarded = method_router.route_layer(middleware::from_fn_with_state(
             (state.clone(), info.access),
             auth::require,
@@ -429,18 +445,23 @@ async fn record_metrics(State(app): State<AppState>, req: Request, next: Next) -
     res
 }
 
-/// Refuses a declared body over the limit before reading it; bodies without
-/// a length are cut by `DefaultBodyLimit` while reading.
+/// The route whose body limit is `max_record_bytes`.
+pub const RECORD_ROUTE: &str = "/jobs/{jid}/object";
+
+/// Refuses a declared body over the route's limit before reading it; bodies
+/// without a length are cut by `DefaultBodyLimit` while reading.
 async fn limit_body(State(app): State<AppState>, req: Request, next: Next) -> Response {
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
+    let limit = match req.extensions().get::<MatchedPath>() {
+        Some(p) if p.as_str() == RECORD_ROUTE => app.inner.max_record_bytes,
+        _ => app.inner.max_body_bytes,
+    };
     match declared {
-        Some(n) if n > app.inner.max_body_bytes as u64 => {
-            ApiError::payload_too_large(app.inner.max_body_bytes).into_response()
-        }
+        Some(n) if n > limit as u64 => ApiError::payload_too_large(limit).into_response(),
         _ => next.run(req).await,
     }
 }
@@ -659,6 +680,7 @@ mod tests {
             profiles: Profiles::unrestricted(),
             locks: Arc::new(locks::AcceptAll(42)),
             max_body_bytes: 64 * 1024,
+            max_record_bytes: 64 * 1024,
             zookeeper: None,
             projector_gate: None,
             inventory: None,
