@@ -79,9 +79,9 @@ pub const DEFAULT_DATA_DIR: &str = "./ingest-data";
 pub const DEFAULT_PROVISIONING_THRESHOLD: f64 = 70.0;
 /// The largest request body the API reads, in bytes.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
-/// The default largest inventory record body (`POST /jobs/JID/object`): a
-/// version of 100,000 files, the default `--max-object-files`, records in
-/// about 30 MB, well within it.
+/// The default largest inventory record body (`POST /jobs/JID/object`):
+/// room for a version of 100,000 files (the default `--max-object-files`)
+/// at up to about 2.5 KB of record per file.
 pub const DEFAULT_MAX_RECORD_BYTES: usize = 256 * 1024 * 1024;
 
 /// How long, by default, a client may take to send a request's headers.
