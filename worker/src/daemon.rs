@@ -91,6 +91,10 @@ pub struct Stats {
     pub chained: AtomicU64,
     /// Queue listings.
     pub listings: AtomicU64,
+    /// Job steps running now.
+    pub in_flight: std::sync::atomic::AtomicI64,
+    /// Jobs a step asked to wait, as last noted.
+    pub waiting: std::sync::atomic::AtomicI64,
     /// Batches taken for reporting because an engine answer named them
     /// (rather than found by the slow sweep).
     pub named_reports: AtomicU64,
@@ -205,15 +209,22 @@ impl Shared {
         }
         tracing::info!(%jid, %state, %why, "the job waits");
         waiting.insert(jid.to_string(), why.to_string());
+        self.stats.waiting.store(
+            i64::try_from(waiting.len()).unwrap_or(i64::MAX),
+            Ordering::Relaxed,
+        );
         true
     }
 
     /// Forgets that `jid` waited (it moved on).
     fn done_waiting(&self, jid: &str) {
-        self.waiting
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(jid);
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        if waiting.remove(jid).is_some() {
+            self.stats.waiting.store(
+                i64::try_from(waiting.len()).unwrap_or(i64::MAX),
+                Ordering::Relaxed,
+            );
+        }
     }
 
     /// Picks an item of `items` no task of this worker holds or backs off
@@ -932,6 +943,8 @@ async fn step_once(
     let began = Instant::now();
     // The step is dropped as soon as the session ends: its lock is gone, so
     // its result could only be refused.
+    shared.stats.in_flight.fetch_add(1, Ordering::Relaxed);
+    let _in_flight = InFlight(&shared.stats);
     let result = tokio::select! {
         r = step.run(&ctx) => r,
         () = session_ended(client) => {
@@ -973,6 +986,15 @@ async fn step_once(
     };
     let path = format!("/jobs/{}/outcome", item.id);
     report::<JobMoved>(shared, &path, &api.fence, &body).await
+}
+
+/// Counts a step out of [`Stats::in_flight`] when it ends, however it ends.
+struct InFlight<'a>(&'a Stats);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Resolves once `client`'s session has ended (expired, closed, refused).

@@ -149,6 +149,7 @@ impl Workers {
         tracing::info!(worker = %shared.name, tasks = tasks.len(), "worker daemons started");
         if let Some(m) = &metrics {
             m.set_tasks(tasks.len());
+            m.attach_dispatch(Arc::clone(&stats));
         }
         Ok(Workers {
             stop,

@@ -86,6 +86,13 @@ pub struct WorkerMetrics {
     refused: Family<CodeLabel, Counter>,
     unanswered: Counter,
     tasks: Gauge,
+    /// The dispatch counters, read when the page is rendered.
+    dispatch: Mutex<Option<Arc<crate::daemon::Stats>>>,
+    in_flight: Gauge,
+    waiting: Gauge,
+    job_locks: Counter,
+    lock_busy: Counter,
+    chained: Counter,
 }
 
 /// Why `/metrics` could not be served.
@@ -137,6 +144,12 @@ impl WorkerMetrics {
             refused: Family::default(),
             unanswered: Counter::default(),
             tasks: Gauge::default(),
+            dispatch: Mutex::new(None),
+            in_flight: Gauge::default(),
+            waiting: Gauge::default(),
+            job_locks: Counter::default(),
+            lock_busy: Counter::default(),
+            chained: Counter::default(),
         };
         let mut r = Registry::default();
         r.register(
@@ -179,6 +192,31 @@ impl WorkerMetrics {
             "Daemon tasks this worker runs",
             m.tasks.clone(),
         );
+        r.register(
+            "ingest_worker_steps_in_flight",
+            "Job steps this worker runs now",
+            m.in_flight.clone(),
+        );
+        r.register(
+            "ingest_worker_jobs_waiting",
+            "Jobs a step of this worker asked to wait (provisioning: working storage too full or too small for the job)",
+            m.waiting.clone(),
+        );
+        r.register(
+            "ingest_worker_job_locks",
+            "Job locks this worker took",
+            m.job_locks.clone(),
+        );
+        r.register(
+            "ingest_worker_lock_busy",
+            "Job lock creations that found the lock held by another worker",
+            m.lock_busy.clone(),
+        );
+        r.register(
+            "ingest_worker_steps_chained",
+            "Steps run under the lock taken for an earlier step of the same job",
+            m.chained.clone(),
+        );
         let build: Family<BuildLabels, Gauge> = Family::default();
         build
             .get_or_create(&BuildLabels {
@@ -195,6 +233,37 @@ impl WorkerMetrics {
         m
     }
 
+    /// Reads the dispatch counters of `stats` whenever the page is rendered.
+    pub fn attach_dispatch(&self, stats: Arc<crate::daemon::Stats>) {
+        *self.dispatch.lock().unwrap_or_else(|e| e.into_inner()) = Some(stats);
+    }
+
+    /// Copies the dispatch counters into their series.
+    fn sync_dispatch(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let Some(s) = self
+            .dispatch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        else {
+            return;
+        };
+        self.in_flight.set(s.in_flight.load(Relaxed));
+        self.waiting.set(s.waiting.load(Relaxed));
+        // Counters only grow: add what is new since the last page.
+        for (counter, now) in [
+            (&self.job_locks, s.job_locks.load(Relaxed)),
+            (&self.lock_busy, s.lock_busy.load(Relaxed)),
+            (&self.chained, s.chained.load(Relaxed)),
+        ] {
+            let shown = counter.get();
+            if now > shown {
+                counter.inc_by(now - shown);
+            }
+        }
+    }
+
     /// Sets how many daemon tasks run.
     pub fn set_tasks(&self, n: usize) {
         self.tasks.set(i64::try_from(n).unwrap_or(i64::MAX));
@@ -205,6 +274,7 @@ impl WorkerMetrics {
     /// # Errors
     /// When the page cannot be encoded.
     pub fn render(&self) -> Result<String, std::fmt::Error> {
+        self.sync_dispatch();
         let mut out = String::new();
         let r = self.registry.lock().unwrap_or_else(|e| e.into_inner());
         prometheus_client::encoding::text::encode(&mut out, &r)?;
@@ -393,6 +463,35 @@ mod tests {
             code,
             elapsed: Duration::from_millis(1),
         }
+    }
+
+    /// The dispatch figures (steps in flight, jobs waiting, locks taken,
+    /// busy, chained) are on the page, as the daemons count them.
+    #[test]
+    fn dispatch_counters_are_served() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let m = WorkerMetrics::new("w1");
+        let stats = Arc::new(crate::daemon::Stats::default());
+        m.attach_dispatch(Arc::clone(&stats));
+        stats.in_flight.store(3, Relaxed);
+        stats.waiting.store(2, Relaxed);
+        stats.job_locks.store(7, Relaxed);
+        stats.chained.store(5, Relaxed);
+        let page = m.render().expect("render");
+        for line in [
+            "ingest_worker_steps_in_flight 3",
+            "ingest_worker_jobs_waiting 2",
+            "ingest_worker_job_locks_total 7",
+            "ingest_worker_steps_chained_total 5",
+            "ingest_worker_lock_busy_total 0",
+        ] {
+            assert!(page.contains(line), "{line} not in\n{page}");
+        }
+        stats.job_locks.store(9, Relaxed);
+        assert!(m
+            .render()
+            .expect("render")
+            .contains("ingest_worker_job_locks_total 9"));
     }
 
     #[test]
