@@ -106,17 +106,7 @@ async fn serve_projects_fences_on_real_locks_and_stops_cleanly() {
     .await;
 
     // SIGTERM: the server finishes and exits 0; the log verifies afterwards.
-    let pid = server.child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill")
-        .success());
-    let exit = eventually("ingest serve to exit", 30, async || {
-        server.child.try_wait().expect("wait")
-    })
-    .await;
-    assert!(exit.success(), "{exit:?}");
+    server.terminate(30).await;
     let verify = Command::new(ingest_bin())
         .arg("--data-dir")
         .arg(dir.path().join("data"))

@@ -179,6 +179,22 @@ impl Server {
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
+    /// Sends SIGTERM and waits (at most `secs`) for the server to exit;
+    /// asserts that it exited 0.
+    pub async fn terminate(&mut self, secs: u64) {
+        let pid = self.child.id().to_string();
+        assert!(std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill")
+            .success());
+        let exit = eventually("ingest serve to exit", secs, async || {
+            self.child.try_wait().expect("wait")
+        })
+        .await;
+        assert!(exit.success(), "{exit:?}");
+    }
+
     pub async fn get(&self, path: &str) -> Value {
         let (status, body) = self.call(reqwest::Method::GET, path, ADMIN, None).await;
         assert_eq!(status, 200, "GET {path}: {body}");

@@ -8,9 +8,27 @@
 
 use std::process::Command;
 
-use crate::server::{eventually, start_with, ADMIN};
+use crate::server::{eventually, start_with, Server, ADMIN};
 use crate::util::ingest_bin;
 use crate::zk_server::{shared, unique_root};
+
+/// `ingest serve` with in-process simulated workers, several tasks per step.
+fn busy_server(dir: &std::path::Path, hosts: &str, root: &str, args: &[&str]) -> Server {
+    let args: Vec<String> = args.iter().map(ToString::to_string).collect();
+    start_with(
+        dir,
+        hosts,
+        root,
+        Some(&[
+            "recording=on",
+            "downloading=4",
+            "processing=4",
+            "estimating=4",
+        ]),
+        "simulate",
+        &args,
+    )
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigterm_under_load_leaves_a_tree_at_the_logs_head() {
@@ -19,19 +37,7 @@ async fn a_sigterm_under_load_leaves_a_tree_at_the_logs_head() {
     let root = unique_root("shutdown-drain");
     let dir = tempfile::tempdir().expect("tempdir");
     // Steps that take a while, so that several are in hand at the SIGTERM.
-    let mut s = start_with(
-        dir.path(),
-        &hosts,
-        &root,
-        Some(&[
-            "recording=on",
-            "downloading=4",
-            "processing=4",
-            "estimating=4",
-        ]),
-        "simulate",
-        &["--step-ms".to_string(), "400".to_string()],
-    );
+    let mut s = busy_server(dir.path(), &hosts, &root, &["--step-ms", "400"]);
     let bid = s.submit(40).await;
     eventually("jobs in several states at once", 60, async || {
         let (_, body) = s.call(reqwest::Method::GET, "/status", ADMIN, None).await;
@@ -45,17 +51,7 @@ async fn a_sigterm_under_load_leaves_a_tree_at_the_logs_head() {
     let before = s.get(&format!("/batches/{bid}")).await;
     assert_ne!(before["status"], "Completed", "the load was over too soon");
 
-    let pid = s.child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill")
-        .success());
-    let exit = eventually("ingest serve to exit", 60, async || {
-        s.child.try_wait().expect("wait")
-    })
-    .await;
-    assert!(exit.success(), "{exit:?}");
+    s.terminate(60).await;
     let log = std::fs::read_to_string(&s.log).expect("server log");
     assert!(
         log.contains("the projector reached the log's head"),
@@ -88,19 +84,7 @@ async fn diff_answers_while_the_projector_is_busy() {
     let hosts = zk_server.hosts();
     let root = unique_root("diff-busy");
     let dir = tempfile::tempdir().expect("tempdir");
-    let s = start_with(
-        dir.path(),
-        &hosts,
-        &root,
-        Some(&[
-            "recording=on",
-            "downloading=4",
-            "processing=4",
-            "estimating=4",
-        ]),
-        "simulate",
-        &[],
-    );
+    let s = busy_server(dir.path(), &hosts, &root, &[]);
     let bid = s.submit(120).await;
     let mut under_load = 0;
     loop {

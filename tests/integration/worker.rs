@@ -64,17 +64,7 @@ async fn a_batch_of_100_jobs_walks_to_completed_with_in_process_daemons() {
 
     // SIGTERM: the daemons stop before the API, and the server exits 0.
     let mut s = s;
-    let pid = s.child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill")
-        .success());
-    let exit = eventually("ingest serve to exit", 30, async || {
-        s.child.try_wait().expect("wait")
-    })
-    .await;
-    assert!(exit.success(), "{exit:?}");
+    s.terminate(30).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

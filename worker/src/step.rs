@@ -862,17 +862,24 @@ mod tests {
         assert!(!report(always.run(&job(JobState::Processing)).await).success);
     }
 
-    #[tokio::test]
-    async fn provisioning_waits_while_storage_is_full() {
-        let probe = FixedProbe::new(95.0);
-        let steps = Steps::simulated(
+    /// The simulated provisioning step at a 70 % threshold, measuring with
+    /// `probe`.
+    fn provisioning(probe: &FixedProbe) -> Arc<dyn Step> {
+        Steps::simulated(
             SimSettings::default(),
             Some(1),
             Arc::new(probe.clone()),
             70.0,
             "/".into(),
-        );
-        let step = steps.get(JobState::Provisioning).expect("step");
+        )
+        .get(JobState::Provisioning)
+        .expect("step")
+    }
+
+    #[tokio::test]
+    async fn provisioning_waits_while_storage_is_full() {
+        let probe = FixedProbe::new(95.0);
+        let step = provisioning(&probe);
         let j = job(JobState::Provisioning);
         assert!(matches!(step.run(&j).await, StepResult::Wait(_)));
         probe.set(50.0);
@@ -887,14 +894,7 @@ mod tests {
     async fn provisioning_waits_while_the_job_needs_more_than_is_free() {
         let probe = FixedProbe::new(1.0);
         probe.set_available(20 * 1024 * 1024);
-        let steps = Steps::simulated(
-            SimSettings::default(),
-            Some(1),
-            Arc::new(probe.clone()),
-            70.0,
-            "/".into(),
-        );
-        let step = steps.get(JobState::Provisioning).expect("step");
+        let step = provisioning(&probe);
         let mut j = job(JobState::Provisioning);
         j.space_needed = Some(30_000_000);
         match step.run(&j).await {
