@@ -1835,19 +1835,23 @@ async fn an_inventory_record_may_exceed_the_body_limit_up_to_its_own() {
             .header(FENCE_HEADER, secret_of(SESSION).to_header())
             .header("content-type", "application/json")
             .body(vec![b' '; bytes]);
-        async move { req.send().await.expect("send").status().as_u16() }
+        // The status; `None` when the server answered and closed before
+        // the whole body was sent (a refusal of a declared length over the
+        // limit may come while the client still writes).
+        async move { req.send().await.ok().map(|r| r.status().as_u16()) }
     };
     // Read (and then refused as not a record), not cut at the body limit.
-    let status = send("/jobs/jid0000000001/object", 2 * 1024 * 1024).await;
+    let status = send("/jobs/jid0000000001/object", 2 * 1024 * 1024)
+        .await
+        .expect("a 2 MiB record is read whole");
     assert_ne!(status, 413, "a 2 MiB record was refused by the body limit");
     assert!((400..500).contains(&status), "{status}");
-    assert_eq!(
-        send("/jobs/jid0000000001/object", 9 * 1024 * 1024).await,
-        413
-    );
-    assert_eq!(
-        send("/jobs/jid0000000001/outcome", 2 * 1024 * 1024).await,
-        413
-    );
+    for (path, bytes) in [
+        ("/jobs/jid0000000001/object", 9 * 1024 * 1024),
+        ("/jobs/jid0000000001/outcome", 2 * 1024 * 1024),
+    ] {
+        let status = send(path, bytes).await;
+        assert!(matches!(status, Some(413) | None), "{path}: {status:?}");
+    }
     s.stop().await;
 }
