@@ -29,6 +29,7 @@
 
 pub mod api;
 pub mod callback;
+pub mod consistency;
 pub mod fence;
 pub mod history;
 pub mod inventory;
