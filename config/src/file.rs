@@ -27,6 +27,8 @@ pub(crate) struct FileConfig {
     pub(crate) provisioning: FileProvisioning,
     #[serde(default)]
     pub(crate) http: FileHttp,
+    #[serde(default)]
+    pub(crate) ui: FileUi,
     /// `--steps`, `--step-ms`, `--failure-rate`, `--seed` ([`StepsArgs`]).
     pub(crate) steps: Option<serde_json::Value>,
     /// The real steps' options ([`RealArgs`]).
@@ -47,6 +49,7 @@ pub(crate) struct FileTokens {
     pub(crate) depositor_file: Option<PathBuf>,
     pub(crate) worker_file: Option<PathBuf>,
     pub(crate) metrics_file: Option<PathBuf>,
+    pub(crate) admins_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -87,6 +90,14 @@ pub(crate) struct FileHttp {
     pub(crate) max_record_bytes: Option<usize>,
     pub(crate) header_read_timeout_secs: Option<u64>,
     pub(crate) max_connections: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileUi {
+    pub(crate) secure_cookies: Option<bool>,
+    pub(crate) session_idle_secs: Option<u64>,
+    pub(crate) session_max_secs: Option<u64>,
 }
 
 /// A value and where it came from.

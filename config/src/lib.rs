@@ -46,9 +46,11 @@
 //! # Ok::<(), ingest_config::ConfigError>(())
 //! ```
 
+pub use crate::admins::{NamedAdmin, SHARED_ADMIN_NAME};
 pub use crate::archive::ArchiveArgs;
 pub use crate::logging::{init_tracing, LogFormat};
 pub use crate::steps::{RealArgs, StepsArgs, StepsKind};
+pub use crate::ui::UiSettings;
 pub use crate::zk::{ZkArgs, ZooKeeperSettings};
 pub use daemons::*;
 pub use error::*;
@@ -57,6 +59,7 @@ pub use serve::*;
 pub use tokens::*;
 pub use worker::{WorkerArgs, WorkerConfig};
 
+pub mod admins;
 pub mod archive;
 pub mod daemons;
 pub mod error;
@@ -68,6 +71,7 @@ pub mod server_file;
 pub mod shutdown;
 pub mod steps;
 pub mod tokens;
+pub mod ui;
 pub mod worker;
 pub mod zk;
 

@@ -28,6 +28,7 @@ profiles_dir = "/etc/ingest/profiles"
 admin_file = "/etc/ingest/tokens/admin"
 depositor_file = "/etc/ingest/tokens/depositor"
 worker_file = "/etc/ingest/tokens/worker"
+# admins_file = "/etc/ingest/tokens/admins"
 
 [zookeeper]
 hosts = "zk1:2181,zk2:2181,zk3:2181"
@@ -56,6 +57,11 @@ max_body_bytes = 1048576
 max_record_bytes = 268435456
 header_read_timeout_secs = 30
 max_connections = 1024
+
+[ui]
+secure_cookies = false
+session_idle_secs = 1800
+session_max_secs = 43200
 "#;
 
 /// An example collection profile (one file per profile in the profiles directory).
@@ -97,6 +103,18 @@ pub struct ServeArgs {
     /// A file holding a token that /metrics then requires (or set INGEST_METRICS_TOKEN); without one, scraping needs no token.
     #[arg(long, env = "INGEST_METRICS_TOKEN_FILE", value_name = "FILE")]
     pub metrics_token_file: Option<PathBuf>,
+    /// A file of admins with tokens of their own, one `NAME TOKEN` a line: their actions are recorded as admin:NAME (the shared admin token stays, recorded as admin:admin).
+    #[arg(long, env = "INGEST_ADMINS_FILE", value_name = "FILE")]
+    pub admins_file: Option<PathBuf>,
+    /// Mark the admin web UI's session cookie Secure (set it when the server is reached over https) [default: false].
+    #[arg(long, env = "INGEST_UI_SECURE_COOKIES", value_name = "BOOL")]
+    pub ui_secure_cookies: Option<bool>,
+    /// Seconds of inactivity after which an admin web UI session ends [default: 1800].
+    #[arg(long, env = "INGEST_UI_SESSION_IDLE_SECS", value_name = "SECONDS")]
+    pub ui_session_idle_secs: Option<u64>,
+    /// Seconds after login at which an admin web UI session ends, used or not [default: 43200].
+    #[arg(long, env = "INGEST_UI_SESSION_MAX_SECS", value_name = "SECONDS")]
+    pub ui_session_max_secs: Option<u64>,
     /// Where ZooKeeper is.
     #[command(flatten)]
     pub zookeeper: ZkArgs,
@@ -200,6 +218,8 @@ pub struct ServeConfig {
     pub listen: SocketAddr,
     /// The bearer tokens.
     pub tokens: Tokens,
+    /// The admin web UI's settings.
+    pub ui: crate::UiSettings,
     /// Where ZooKeeper is.
     pub zookeeper: ZooKeeperSettings,
     /// A lifecycle file (mrt-zk `states.yml` format); the built-in one when `None`.
@@ -440,6 +460,64 @@ impl ServeConfig {
                 &file_origin,
                 env,
             )?,
+            admins: match layer(
+                file.tokens.admins_file.map(&rel),
+                args.admins_file.clone(),
+                &file_origin,
+                "--admins-file or INGEST_ADMINS_FILE",
+            ) {
+                Some(l) => crate::admins::read_admins(&l.value, &l.origin)?,
+                None => Vec::new(),
+            },
+        };
+        for admin in &tokens.admins {
+            let shared = [
+                Some(&tokens.admin),
+                Some(&tokens.depositor),
+                Some(&tokens.worker),
+                tokens.metrics.as_ref(),
+            ];
+            if shared.into_iter().flatten().any(|t| *t == admin.token) {
+                return Err(invalid(
+                    &Origin::Override("the tokens"),
+                    "tokens.admins_file",
+                    format!(
+                        "{}'s token is also a role's token; each admin needs their own",
+                        admin.name
+                    ),
+                ));
+            }
+        }
+        let ui = crate::UiSettings {
+            secure_cookies: layer(
+                file.ui.secure_cookies,
+                args.ui_secure_cookies,
+                &file_origin,
+                "--ui-secure-cookies or INGEST_UI_SECURE_COOKIES",
+            )
+            .is_some_and(|l| l.value),
+            session_idle: Duration::from_secs(layer_in(
+                (file.ui.session_idle_secs, args.ui_session_idle_secs),
+                &file_origin,
+                (
+                    "--ui-session-idle-secs or INGEST_UI_SESSION_IDLE_SECS",
+                    "ui.session_idle_secs",
+                ),
+                crate::ui::DEFAULT_UI_SESSION_IDLE_SECS,
+                10..=7 * 24 * 3600,
+                "seconds",
+            )?),
+            session_max: Duration::from_secs(layer_in(
+                (file.ui.session_max_secs, args.ui_session_max_secs),
+                &file_origin,
+                (
+                    "--ui-session-max-secs or INGEST_UI_SESSION_MAX_SECS",
+                    "ui.session_max_secs",
+                ),
+                crate::ui::DEFAULT_UI_SESSION_MAX_SECS,
+                10..=30 * 24 * 3600,
+                "seconds",
+            )?),
         };
         let roles = [
             ("admin", Some(&tokens.admin)),
@@ -593,6 +671,7 @@ impl ServeConfig {
             data_dir,
             listen,
             tokens,
+            ui,
             zookeeper: ZooKeeperSettings {
                 hosts: zk_hosts.map(|l| l.value.trim().to_string()),
                 root: zk_root.value,

@@ -57,6 +57,9 @@ pub struct Tokens {
     pub worker: Secret,
     /// `/metrics`, when set; without it scraping needs no token.
     pub metrics: Option<Secret>,
+    /// Admins with tokens of their own (recorded as `admin:NAME`); the
+    /// shared `admin` token is recorded as `admin:admin`.
+    pub admins: Vec<crate::NamedAdmin>,
 }
 
 /// How one role's token is configured.

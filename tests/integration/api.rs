@@ -17,6 +17,8 @@ const ADMIN: &str = "admin-token-0123456789";
 const DEPOSITOR: &str = "depositor-token-0123456789";
 const WORKER: &str = "worker-token-0123456789";
 const METRICS: &str = "metrics-token-0123456789";
+/// The token of the admin named alice (`--admins-file`).
+const ALICE: &str = "alice-admin-token-0123456789";
 const SESSION: i64 = 0x1234;
 
 /// Locks as the test sets them: path → owning session. Each lock's data
@@ -148,6 +150,10 @@ impl Server {
                 depositor: Secret::new(DEPOSITOR),
                 worker: Secret::new(WORKER),
                 metrics: Some(Secret::new(METRICS)),
+                admins: vec![ingest_config::NamedAdmin {
+                    name: "alice".into(),
+                    token: Secret::new(ALICE),
+                }],
             },
             profiles: profiles(),
             locks: checker,
@@ -164,6 +170,7 @@ impl Server {
                 Some(&dir.path().join("files")),
             )
             .expect("policy"),
+            ui: ingest_config::UiSettings::default(),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -242,7 +249,7 @@ impl Server {
         self.call(
             method,
             path,
-            Some(ADMIN),
+            Some(ALICE),
             Some(json!({"actor": "alice", "reason": reason})),
         )
         .await
@@ -582,7 +589,7 @@ async fn admin_actions_are_recorded_with_actor_and_reason() {
         .await
         .expect(200);
     assert_eq!(cleaned["batches"], json!([bid]));
-    assert_eq!(cleaned["events"][0]["actor"], "admin:api");
+    assert_eq!(cleaned["events"][0]["actor"], "admin:admin");
 
     let history = s
         .get(&format!("/batches/{bid}/history"), ADMIN)
@@ -608,6 +615,42 @@ async fn admin_actions_are_recorded_with_actor_and_reason() {
             "{reason:?} not in {details:#?}"
         );
     }
+    s.stop().await;
+}
+
+// Issue 15 item 9: the admin recorded is the one the token names; an
+// `actor` in the body cannot put another admin's name on the action.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_recorded_is_the_tokens_not_the_bodys() {
+    let s = Server::start().await;
+    let bid = s.submit(demo_submission(&["https://e.org/1 l1"])).await;
+    let claim = json!({"actor": "admin:someone-else", "reason": "claimed"});
+    let held = s
+        .post("/collections/demo/hold", ALICE, claim.clone())
+        .await
+        .expect(200);
+    assert_eq!(held["events"][0]["actor"], "admin:alice");
+    let released = s
+        .post("/collections/demo/release", ADMIN, claim.clone())
+        .await
+        .expect(200);
+    assert_eq!(released["events"][0]["actor"], "admin:admin");
+    let history = s
+        .get(&format!("/batches/{bid}/history"), ADMIN)
+        .await
+        .expect(200);
+    let text = history.to_string();
+    assert!(!text.contains("someone-else"), "{text}");
+    // A malformed claim is still refused, and a named admin's token opens
+    // the depositor routes as an admin's does.
+    s.post(
+        "/collections/demo/hold",
+        ALICE,
+        json!({"actor": "worker:w", "reason": "x"}),
+    )
+    .await
+    .error(422, "invalid_field");
+    s.get(&format!("/batches/{bid}"), ALICE).await.expect(200);
     s.stop().await;
 }
 

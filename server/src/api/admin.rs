@@ -1,6 +1,11 @@
-//! Admin routes: every admin action, each with `{actor?, reason}` recorded
-//! (the actor is `admin:<actor>`, `admin:api` when none is given), and the
-//! queue-wide views.
+//! Admin routes: every admin action, each with `{actor?, reason}` recorded,
+//! and the queue-wide views.
+//!
+//! The actor recorded is the admin the token names (`admin:NAME` for a
+//! token of `--admins-file`, `admin:admin` for the shared admin token). An
+//! `actor` in the body is still checked for form (an admin name, or
+//! `admin:NAME`) so a malformed one is refused, and is otherwise ignored:
+//! a client cannot record an action under another admin's name.
 
 use ingest_protocol::api::*;
 use ingest_protocol::view::StatusView;
@@ -14,15 +19,24 @@ use ingest_events::{Actor, Bid, Jid, JobState};
 use ingest_projections::views::{CollectionView, QueueView};
 use serde::Serialize;
 
+use super::auth::AdminName;
 use super::{check_name, rows, ApiError, ApiJson, ApiPath, AppState, CorrelationId};
 use ingest_config::Profile;
 
 /// The longest reason recorded.
 const MAX_REASON_BYTES: usize = 4096;
 
-pub(crate) fn admin_actor(actor: Option<&str>) -> Result<Actor, ApiError> {
+/// The actor of an admin action: the token's admin; `claimed` (a body's
+/// `actor`) is checked for form and ignored.
+pub(crate) fn admin_actor(who: &AdminName, claimed: Option<&str>) -> Result<Actor, ApiError> {
+    claimed_actor(claimed)?;
+    Ok(who.actor())
+}
+
+/// Checks the form of an `actor` a client sent.
+fn claimed_actor(actor: Option<&str>) -> Result<Option<Actor>, ApiError> {
     let Some(name) = actor else {
-        return Ok(Actor::admin("api"));
+        return Ok(None);
     };
     let name = name.trim();
     let name = match name.split_once(':') {
@@ -36,7 +50,7 @@ pub(crate) fn admin_actor(actor: Option<&str>) -> Result<Actor, ApiError> {
         None => name,
     };
     check_name("actor", name)?;
-    Ok(Actor::admin(name))
+    Ok(Some(Actor::admin(name)))
 }
 
 pub(crate) fn check_reason(reason: &str) -> Result<String, ApiError> {
@@ -68,10 +82,11 @@ pub(crate) fn check_reason(reason: &str) -> Result<String, ApiError> {
 async fn act(
     app: AppState,
     cid: CorrelationId,
+    who: AdminName,
     body: AdminBody,
     make: impl FnOnce(String) -> Command,
 ) -> Result<Json<Appended>, ApiError> {
-    let actor = admin_actor(body.actor.as_deref())?;
+    let actor = admin_actor(&who, body.actor.as_deref())?;
     let reason = check_reason(&body.reason)?;
     let outcome = app.execute(actor, cid, make(reason)).await?;
     Ok(Json(super::appended(&outcome)))
@@ -81,40 +96,56 @@ async fn act(
 pub(crate) async fn hold_job(
     State(app): State<AppState>,
     cid: CorrelationId,
+    who: AdminName,
     ApiPath(jid): ApiPath<Jid>,
     ApiJson(body): ApiJson<AdminBody>,
 ) -> Result<Json<Appended>, ApiError> {
-    act(app, cid, body, |reason| Command::HoldJob { jid, reason }).await
+    act(app, cid, who, body, |reason| Command::HoldJob {
+        jid,
+        reason,
+    })
+    .await
 }
 
 /// `POST /jobs/{jid}/release`.
 pub(crate) async fn release_job(
     State(app): State<AppState>,
     cid: CorrelationId,
+    who: AdminName,
     ApiPath(jid): ApiPath<Jid>,
     ApiJson(body): ApiJson<AdminBody>,
 ) -> Result<Json<Appended>, ApiError> {
-    act(app, cid, body, |reason| Command::ReleaseJob { jid, reason }).await
+    act(app, cid, who, body, |reason| Command::ReleaseJob {
+        jid,
+        reason,
+    })
+    .await
 }
 
 /// `POST /jobs/{jid}/requeue`.
 pub(crate) async fn requeue_job(
     State(app): State<AppState>,
     cid: CorrelationId,
+    who: AdminName,
     ApiPath(jid): ApiPath<Jid>,
     ApiJson(body): ApiJson<AdminBody>,
 ) -> Result<Json<Appended>, ApiError> {
-    act(app, cid, body, |reason| Command::RequeueJob { jid, reason }).await
+    act(app, cid, who, body, |reason| Command::RequeueJob {
+        jid,
+        reason,
+    })
+    .await
 }
 
 /// `POST /jobs/{jid}/fail`: an admin's force-fail.
 pub(crate) async fn fail_job(
     State(app): State<AppState>,
     cid: CorrelationId,
+    who: AdminName,
     ApiPath(jid): ApiPath<Jid>,
     ApiJson(body): ApiJson<AdminBody>,
 ) -> Result<Json<Appended>, ApiError> {
-    act(app, cid, body, |reason| Command::SetJobStatus {
+    act(app, cid, who, body, |reason| Command::SetJobStatus {
         jid,
         target: Target::To(JobState::Failed),
         message: reason,
@@ -127,20 +158,26 @@ pub(crate) async fn fail_job(
 pub(crate) async fn delete_job(
     State(app): State<AppState>,
     cid: CorrelationId,
+    who: AdminName,
     ApiPath(jid): ApiPath<Jid>,
     ApiJson(body): ApiJson<AdminBody>,
 ) -> Result<Json<Appended>, ApiError> {
-    act(app, cid, body, |reason| Command::DeleteJob { jid, reason }).await
+    act(app, cid, who, body, |reason| Command::DeleteJob {
+        jid,
+        reason,
+    })
+    .await
 }
 
 /// `POST /batches/{bid}/release`.
 pub(crate) async fn release_batch(
     State(app): State<AppState>,
     cid: CorrelationId,
+    who: AdminName,
     ApiPath(bid): ApiPath<Bid>,
     ApiJson(body): ApiJson<AdminBody>,
 ) -> Result<Json<Appended>, ApiError> {
-    act(app, cid, body, |reason| Command::ReleaseBatch {
+    act(app, cid, who, body, |reason| Command::ReleaseBatch {
         bid,
         reason,
     })
@@ -151,10 +188,11 @@ pub(crate) async fn release_batch(
 pub(crate) async fn update_reporting(
     State(app): State<AppState>,
     cid: CorrelationId,
+    who: AdminName,
     ApiPath(bid): ApiPath<Bid>,
     ApiJson(body): ApiJson<AdminBody>,
 ) -> Result<Json<Appended>, ApiError> {
-    act(app, cid, body, |reason| Command::UpdateReporting {
+    act(app, cid, who, body, |reason| Command::UpdateReporting {
         bid,
         reason,
     })
@@ -165,10 +203,11 @@ pub(crate) async fn update_reporting(
 pub(crate) async fn delete_batch(
     State(app): State<AppState>,
     cid: CorrelationId,
+    who: AdminName,
     ApiPath(bid): ApiPath<Bid>,
     ApiJson(body): ApiJson<AdminBody>,
 ) -> Result<Json<Appended>, ApiError> {
-    act(app, cid, body, |reason| Command::DeleteBatch {
+    act(app, cid, who, body, |reason| Command::DeleteBatch {
         bid,
         reason,
     })
@@ -193,10 +232,11 @@ impl std::str::FromStr for ProfileName {
 pub(crate) async fn hold_collection(
     State(app): State<AppState>,
     cid: CorrelationId,
+    who: AdminName,
     ApiPath(ProfileName(profile)): ApiPath<ProfileName>,
     ApiJson(body): ApiJson<AdminBody>,
 ) -> Result<Json<Appended>, ApiError> {
-    act(app, cid, body, |reason| Command::HoldCollection {
+    act(app, cid, who, body, |reason| Command::HoldCollection {
         profile,
         reason,
     })
@@ -208,10 +248,11 @@ pub(crate) async fn hold_collection(
 pub(crate) async fn release_collection(
     State(app): State<AppState>,
     cid: CorrelationId,
+    who: AdminName,
     ApiPath(ProfileName(profile)): ApiPath<ProfileName>,
     ApiJson(body): ApiJson<AdminBody>,
 ) -> Result<Json<Appended>, ApiError> {
-    act(app, cid, body, |reason| Command::ReleaseCollection {
+    act(app, cid, who, body, |reason| Command::ReleaseCollection {
         profile,
         reason,
     })
@@ -223,10 +264,11 @@ pub(crate) async fn release_collection(
 pub(crate) async fn release_collection_jobs(
     State(app): State<AppState>,
     cid: CorrelationId,
+    who: AdminName,
     ApiPath(ProfileName(profile)): ApiPath<ProfileName>,
     ApiJson(body): ApiJson<AdminBody>,
 ) -> Result<Json<Appended>, ApiError> {
-    act(app, cid, body, |reason| Command::ReleaseHeldJobs {
+    act(app, cid, who, body, |reason| Command::ReleaseHeldJobs {
         profile,
         reason,
     })
@@ -237,18 +279,23 @@ pub(crate) async fn release_collection_jobs(
 pub(crate) async fn pause(
     State(app): State<AppState>,
     cid: CorrelationId,
+    who: AdminName,
     ApiJson(body): ApiJson<AdminBody>,
 ) -> Result<Json<Appended>, ApiError> {
-    act(app, cid, body, |reason| Command::PauseQueue { reason }).await
+    act(app, cid, who, body, |reason| Command::PauseQueue { reason }).await
 }
 
 /// `POST /queue/resume`.
 pub(crate) async fn resume(
     State(app): State<AppState>,
     cid: CorrelationId,
+    who: AdminName,
     ApiJson(body): ApiJson<AdminBody>,
 ) -> Result<Json<Appended>, ApiError> {
-    act(app, cid, body, |reason| Command::ResumeQueue { reason }).await
+    act(app, cid, who, body, |reason| Command::ResumeQueue {
+        reason,
+    })
+    .await
 }
 
 /// `POST /cleanup`: removes finished batches from the live tree.
@@ -258,9 +305,10 @@ pub(crate) async fn resume(
 pub(crate) async fn cleanup(
     State(app): State<AppState>,
     cid: CorrelationId,
+    who: AdminName,
     ApiJson(body): ApiJson<CleanupBody>,
 ) -> Result<Json<CleanedUp>, ApiError> {
-    let actor = admin_actor(body.actor.as_deref())?;
+    let actor = admin_actor(&who, body.actor.as_deref())?;
     let reason = check_reason(&body.reason)?;
     tracing::info!(actor = %actor, reason = %reason, correlation_id = %cid.0, "cleanup");
     let outcome = app
@@ -339,20 +387,16 @@ mod tests {
 
     #[test]
     fn admin_actors_and_reasons_are_checked() {
-        assert_eq!(
-            admin_actor(None).map(|a| a.to_string()).ok(),
-            Some("admin:api".into())
-        );
-        assert_eq!(
-            admin_actor(Some("admin:alice")).map(|a| a.to_string()).ok(),
-            Some("admin:alice".into())
-        );
-        assert_eq!(
-            admin_actor(Some("bob")).map(|a| a.to_string()).ok(),
-            Some("admin:bob".into())
-        );
-        assert!(admin_actor(Some("worker:w")).is_err());
-        assert!(admin_actor(Some("  ")).is_err());
+        let alice = AdminName("alice".into());
+        for claimed in [None, Some("admin:someone-else"), Some("bob")] {
+            assert_eq!(
+                admin_actor(&alice, claimed).map(|a| a.to_string()).ok(),
+                Some("admin:alice".into()),
+                "{claimed:?}"
+            );
+        }
+        assert!(admin_actor(&alice, Some("worker:w")).is_err());
+        assert!(admin_actor(&alice, Some("  ")).is_err());
         assert!(check_reason("").is_err());
         assert!(check_reason("bell\u{7}").is_err());
         assert!(check_reason("storage migration\nticket 42").is_ok());

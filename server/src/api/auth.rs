@@ -5,6 +5,11 @@
 //! worker token. A missing, malformed or wrong token is answered 401 before
 //! the handler runs, so nothing is read from the body and nothing is
 //! appended. Tokens are compared in constant time and never logged.
+//!
+//! Admins may have tokens of their own (`--admins-file`): a request with one
+//! is [`Role::Admin`] with the admin's name ([`AdminName`]); the shared admin
+//! token is the admin named `admin`. Admin actions are recorded as
+//! `admin:NAME` from the token, never from the request body.
 
 use axum::extract::{Request, State};
 use axum::http::header;
@@ -62,6 +67,77 @@ pub enum Role {
     Metrics,
 }
 
+/// The name of the admin a request authenticated as (from their token).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AdminName(pub(crate) String);
+
+impl AdminName {
+    /// The actor recorded for this admin's actions.
+    pub(crate) fn actor(&self) -> ingest_events::Actor {
+        ingest_events::Actor::admin(self.0.clone())
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for AdminName {
+    type Rejection = super::ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<AdminName>()
+            .cloned()
+            .ok_or_else(|| super::ApiError::unauthorized("this route needs an admin token"))
+    }
+}
+
+/// The candidates of one access level: the role, its token, and the admin's
+/// name for admin tokens.
+fn candidates(
+    tokens: &ingest_config::Tokens,
+    access: Access,
+) -> Vec<(Role, &Secret, Option<&str>)> {
+    let admins = || {
+        std::iter::once((
+            Role::Admin,
+            &tokens.admin,
+            Some(ingest_config::SHARED_ADMIN_NAME),
+        ))
+        .chain(
+            tokens
+                .admins
+                .iter()
+                .map(|a| (Role::Admin, &a.token, Some(a.name.as_str()))),
+        )
+    };
+    match access {
+        Access::Public => Vec::new(),
+        Access::Metrics => tokens
+            .metrics
+            .iter()
+            .map(|s| (Role::Metrics, s, None))
+            .collect(),
+        Access::Depositor => std::iter::once((Role::Depositor, &tokens.depositor, None))
+            .chain(admins())
+            .collect(),
+        Access::Worker => vec![(Role::Worker, &tokens.worker, None)],
+        Access::Reader => std::iter::once((Role::Depositor, &tokens.depositor, None))
+            .chain(admins())
+            .chain(std::iter::once((Role::Worker, &tokens.worker, None)))
+            .collect(),
+        Access::Admin => admins().collect(),
+    }
+}
+
+/// Checks a presented token against the admin tokens (shared and named):
+/// the admin's name, or `None`. Used by the web UI's login.
+pub(crate) fn admin_by_token(tokens: &ingest_config::Tokens, presented: &[u8]) -> Option<String> {
+    authenticate_named(presented, &candidates(tokens, Access::Admin))
+        .and_then(|(_, name)| name.map(str::to_string))
+}
+
 /// The bearer token of a request, if it has a well-formed one.
 fn bearer(req: &Request) -> Option<&[u8]> {
     let value = req.headers().get(header::AUTHORIZATION)?.as_bytes();
@@ -75,14 +151,23 @@ fn bearer(req: &Request) -> Option<&[u8]> {
 
 /// Checks `presented` against every candidate, without stopping at the first
 /// match, so the time taken does not say which role's token was close.
-fn authenticate(presented: &[u8], candidates: &[(Role, &Secret)]) -> Option<Role> {
+fn authenticate_named<'a>(
+    presented: &[u8],
+    candidates: &[(Role, &Secret, Option<&'a str>)],
+) -> Option<(Role, Option<&'a str>)> {
     let mut found = None;
-    for (role, secret) in candidates {
+    for (role, secret, name) in candidates {
         if secret.matches(presented) && found.is_none() {
-            found = Some(*role);
+            found = Some((*role, *name));
         }
     }
     found
+}
+
+#[cfg(test)]
+fn authenticate(presented: &[u8], candidates: &[(Role, &Secret)]) -> Option<Role> {
+    let named: Vec<_> = candidates.iter().map(|(r, s)| (*r, *s, None)).collect();
+    authenticate_named(presented, &named).map(|(r, _)| r)
 }
 
 /// The middleware of one access level.
@@ -91,22 +176,7 @@ pub(crate) async fn require(
     mut req: Request,
     next: Next,
 ) -> Response {
-    let tokens = &app.inner.tokens;
-    let candidates: Vec<(Role, &Secret)> = match access {
-        Access::Public => Vec::new(),
-        Access::Metrics => tokens.metrics.iter().map(|s| (Role::Metrics, s)).collect(),
-        Access::Depositor => vec![
-            (Role::Depositor, &tokens.depositor),
-            (Role::Admin, &tokens.admin),
-        ],
-        Access::Worker => vec![(Role::Worker, &tokens.worker)],
-        Access::Reader => vec![
-            (Role::Depositor, &tokens.depositor),
-            (Role::Admin, &tokens.admin),
-            (Role::Worker, &tokens.worker),
-        ],
-        Access::Admin => vec![(Role::Admin, &tokens.admin)],
-    };
+    let candidates = candidates(&app.inner.tokens, access);
     if candidates.is_empty() {
         req.extensions_mut().insert(Role::Anonymous);
         return next.run(req).await;
@@ -119,11 +189,14 @@ pub(crate) async fn require(
             ))
             .into_response()
         }
-        Some(token) => authenticate(token, &candidates),
+        Some(token) => authenticate_named(token, &candidates),
     };
     match role {
-        Some(role) => {
+        Some((role, name)) => {
             req.extensions_mut().insert(role);
+            if let Some(name) = name {
+                req.extensions_mut().insert(AdminName(name.to_string()));
+            }
             next.run(req).await
         }
         None => {

@@ -68,6 +68,11 @@ impl ApiError {
         self.code
     }
 
+    /// The message (what went wrong, for a person).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
     /// 400 with `code`.
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, code, message)

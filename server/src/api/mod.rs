@@ -37,21 +37,22 @@
 //!     inventory: None,
 //!     minter: None,
 //!     outbound: ingest_protocol::outbound::OutboundPolicy::default(),
+//!     ui: ingest_config::UiSettings::default(),
 //! });
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:7878").await?;
 //! api::serve(listener, router, api::Limits::default(), async { let _ = tokio::signal::ctrl_c().await; }).await
 //! # }
 //! ```
 
-mod admin;
+pub(crate) mod admin;
 mod auth;
-mod depositor;
+pub(crate) mod depositor;
 mod error;
 mod listen;
 mod listing;
 pub mod locks;
 mod objects;
-mod ops;
+pub(crate) mod ops;
 mod worker;
 
 use ingest_protocol::api::*;
@@ -75,6 +76,7 @@ use tower_http::trace::TraceLayer;
 use tracing::Span;
 use uuid::Uuid;
 
+pub(crate) use auth::{admin_by_token, AdminName};
 pub use auth::{Access, Role};
 pub use error::{ApiError, ApiJson, ApiPath};
 pub use listen::{serve, Limits};
@@ -124,6 +126,8 @@ pub struct ApiConfig {
     /// against at the door (scheme, syntax, `file://` root, literal
     /// addresses; names are not resolved here).
     pub outbound: ingest_protocol::outbound::OutboundPolicy,
+    /// The admin web UI's settings (pages under `/ui`, see [`crate::ui`]).
+    pub ui: ingest_config::UiSettings,
 }
 
 /// The state every handler shares.
@@ -345,6 +349,8 @@ pub fn router(config: ApiConfig) -> Router {
     for (path, method_router) in by_path {
         router = router.route(path, method_router);
     }
+    // The admin web UI: pages, not API routes (not in the OpenAPI file).
+    let router = router.merge(crate::ui::router(state.clone(), config.ui));
     router
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
@@ -672,6 +678,7 @@ mod tests {
             depositor: Secret::new("depositor-token-0123456789"),
             worker: Secret::new("worker-token-0123456789"),
             metrics: None,
+            admins: Vec::new(),
         };
         let app = router(ApiConfig {
             metrics: Arc::new(Metrics::new(handle.clone())),
@@ -686,6 +693,7 @@ mod tests {
             inventory: None,
             minter: None,
             outbound: ingest_protocol::outbound::OutboundPolicy::default(),
+            ui: ingest_config::UiSettings::default(),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

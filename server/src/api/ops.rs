@@ -94,9 +94,10 @@ impl ArmedFaults {
 /// recorded as failures.
 pub(crate) async fn arm_fault(
     State(app): State<AppState>,
+    who: super::auth::AdminName,
     ApiJson(body): ApiJson<FaultBody>,
 ) -> Result<(StatusCode, Json<FaultsView>), ApiError> {
-    let actor = admin_actor(body.actor.as_deref())?;
+    let actor = admin_actor(&who, body.actor.as_deref())?;
     let reason = check_reason(&body.reason)?;
     let state = body
         .state
