@@ -13,6 +13,7 @@ mod serve;
 mod server;
 mod service;
 mod shutdown;
+mod ui;
 mod util;
 mod worker;
 mod zk;

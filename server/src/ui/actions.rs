@@ -66,7 +66,7 @@ pub(crate) async fn job(
     Path((jid, action)): Path<(String, String)>,
     Form(form): Form<ActionForm>,
 ) -> Response {
-    if let Err(refused) = check_post(&headers, &admin, form.csrf.as_deref()) {
+    if let Some(refused) = check_post(&headers, &admin, form.csrf.as_deref()) {
         return refused;
     }
     let Ok(jid) = jid.parse::<Jid>() else {
@@ -95,7 +95,7 @@ pub(crate) async fn collection(
     Path((profile, action)): Path<(String, String)>,
     Form(form): Form<ActionForm>,
 ) -> Response {
-    if let Err(refused) = check_post(&headers, &admin, form.csrf.as_deref()) {
+    if let Some(refused) = check_post(&headers, &admin, form.csrf.as_deref()) {
         return refused;
     }
     let Ok(name) = profile.parse::<api::ProfileName>() else {
@@ -126,7 +126,7 @@ pub(crate) async fn queue(
     Path(action): Path<String>,
     Form(form): Form<ActionForm>,
 ) -> Response {
-    if let Err(refused) = check_post(&headers, &admin, form.csrf.as_deref()) {
+    if let Some(refused) = check_post(&headers, &admin, form.csrf.as_deref()) {
         return refused;
     }
     let (app, who, body) = (State(ui.app.clone()), admin.name(), ApiJson(form.body()));
@@ -145,7 +145,7 @@ pub(crate) async fn repair(
     headers: HeaderMap,
     Form(form): Form<ActionForm>,
 ) -> Response {
-    if let Err(refused) = check_post(&headers, &admin, form.csrf.as_deref()) {
+    if let Some(refused) = check_post(&headers, &admin, form.csrf.as_deref()) {
         return refused;
     }
     let r = super::consistency::repair(&ui.app, &admin.name(), &form.finding, &form.reason).await;
@@ -159,7 +159,7 @@ pub(crate) async fn arm_fault(
     headers: HeaderMap,
     Form(form): Form<ActionForm>,
 ) -> Response {
-    if let Err(refused) = check_post(&headers, &admin, form.csrf.as_deref()) {
+    if let Some(refused) = check_post(&headers, &admin, form.csrf.as_deref()) {
         return refused;
     }
     let count = match form
@@ -205,7 +205,7 @@ pub(crate) async fn clear_faults(
     headers: HeaderMap,
     Form(form): Form<ActionForm>,
 ) -> Response {
-    if let Err(refused) = check_post(&headers, &admin, form.csrf.as_deref()) {
+    if let Some(refused) = check_post(&headers, &admin, form.csrf.as_deref()) {
         return refused;
     }
     tracing::info!(admin = %admin.session.admin, "admin web UI: faults cleared");

@@ -266,14 +266,14 @@ pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
 }
 
 /// Checks a POST of a logged-in admin: same origin, and the form's CSRF
-/// token is the session's.
+/// token is the session's. `Some(refusal)` when it fails.
 pub(crate) fn check_post(
     headers: &HeaderMap,
     admin: &Admin,
     csrf: Option<&str>,
-) -> Result<(), Response> {
+) -> Option<Response> {
     if !same_origin(headers) {
-        return Err(error_page(
+        return Some(error_page(
             StatusCode::FORBIDDEN,
             Some(admin),
             "refused: the form was not sent from this server's pages (Origin/Referer)",
@@ -283,13 +283,13 @@ pub(crate) fn check_post(
         ingest_config::constant_time_eq(admin.session.csrf.as_bytes(), c.as_bytes())
     });
     if !ok {
-        return Err(error_page(
+        return Some(error_page(
             StatusCode::FORBIDDEN,
             Some(admin),
             "refused: the form's CSRF token is missing or not this session's; reload the page and try again",
         ));
     }
-    Ok(())
+    None
 }
 
 #[derive(Debug, Deserialize)]
@@ -366,7 +366,7 @@ async fn logout(
     headers: HeaderMap,
     Form(form): Form<CsrfForm>,
 ) -> Response {
-    if let Err(refused) = check_post(&headers, &admin, form.csrf.as_deref()) {
+    if let Some(refused) = check_post(&headers, &admin, form.csrf.as_deref()) {
         return refused;
     }
     ui.sessions.remove(&admin.id);

@@ -333,21 +333,18 @@ pub(crate) async fn jobs(State(ui): State<Ui>, admin: Admin, uri: Uri) -> Respon
     respond(StatusCode::OK, page("Jobs", Some(&admin), body))
 }
 
-fn parse_id<T: std::str::FromStr>(admin: &Admin, what: &str, s: &str) -> Result<T, Response> {
-    s.parse::<T>().map_err(|_| {
-        error_page(
-            StatusCode::NOT_FOUND,
-            Some(admin),
-            &format!("{what} {} does not exist", cut(s)),
-        )
-    })
+fn no_such(admin: &Admin, what: &str, s: &str) -> Response {
+    error_page(
+        StatusCode::NOT_FOUND,
+        Some(admin),
+        &format!("{what} {} does not exist", cut(s)),
+    )
 }
 
 /// `GET /ui/batches/{bid}`: a batch, its jobs, its report and its history.
 pub(crate) async fn batch(State(ui): State<Ui>, admin: Admin, Path(bid): Path<String>) -> Response {
-    let bid: Bid = match parse_id(&admin, "batch", &bid) {
-        Ok(b) => b,
-        Err(r) => return r,
+    let Ok(bid) = bid.parse::<Bid>() else {
+        return no_such(&admin, "batch", &bid);
     };
     let app = &ui.app;
     let view = match crate::api::depositor::batch(State(app.clone()), ApiPath(bid)).await {
@@ -401,9 +398,8 @@ pub(crate) async fn batch(State(ui): State<Ui>, admin: Admin, Path(bid): Path<St
 
 /// `GET /ui/jobs/{jid}`: a job, the actions its state allows, its history.
 pub(crate) async fn job(State(ui): State<Ui>, admin: Admin, Path(jid): Path<String>) -> Response {
-    let jid: Jid = match parse_id(&admin, "job", &jid) {
-        Ok(j) => j,
-        Err(r) => return r,
+    let Ok(jid) = jid.parse::<Jid>() else {
+        return no_such(&admin, "job", &jid);
     };
     let app = &ui.app;
     let view = match crate::api::depositor::job(State(app.clone()), ApiPath(jid)).await {

@@ -1,0 +1,449 @@
+//! The admin web UI (`/ui`) of a real `ingest serve` over a real
+//! ZooKeeper: plain HTTP for sessions, CSRF and escaping; headless
+//! Chromium through WebDriver (chromedriver, `fantoccini`) for an admin
+//! finding a failed job and requeueing it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use reqwest::header;
+use serde_json::{json, Value};
+
+use crate::server::{self, eventually, Server, ADMIN, DEPOSITOR};
+use crate::zk_server::{shared, unique_root};
+
+/// The token of the admin named alice (from the admins file).
+const ALICE: &str = "alice-admin-token-0123456789";
+
+/// Starts `ingest serve` with an admins file naming alice.
+fn start(dir: &Path, daemons: Option<&[&str]>, args: &[String]) -> Server {
+    let zk = shared();
+    let admins = dir.join("admins");
+    std::fs::write(&admins, format!("# name token\nalice {ALICE}\n")).expect("admins file");
+    let mut all = vec!["--admins-file".to_string(), admins.display().to_string()];
+    all.extend_from_slice(args);
+    server::start_with(
+        dir,
+        &zk.hosts(),
+        &unique_root("ui"),
+        daemons,
+        "simulate",
+        &all,
+    )
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client")
+}
+
+/// Logs in through the form; the session cookie (`name=value`).
+async fn login(s: &Server, token: &str) -> reqwest::Response {
+    http()
+        .post(format!("{}/ui/login", s.base))
+        .header(header::ORIGIN, &s.base)
+        .form(&[("token", token)])
+        .send()
+        .await
+        .expect("login")
+}
+
+fn cookie_of(res: &reqwest::Response) -> Option<String> {
+    let set = res.headers().get(header::SET_COOKIE)?.to_str().ok()?;
+    Some(set.split(';').next()?.to_string())
+}
+
+async fn page(s: &Server, cookie: &str, path: &str) -> (u16, String) {
+    let res = http()
+        .get(format!("{}{path}", s.base))
+        .header(header::COOKIE, cookie)
+        .send()
+        .await
+        .expect("get");
+    (res.status().as_u16(), res.text().await.expect("text"))
+}
+
+/// The CSRF token in a page's forms.
+fn csrf_in(html: &str) -> String {
+    let at = html.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
+    html[at..at + 64].to_string()
+}
+
+async fn post(
+    s: &Server,
+    cookie: &str,
+    origin: Option<&str>,
+    path: &str,
+    form: &[(&str, &str)],
+) -> reqwest::Response {
+    let mut req = http()
+        .post(format!("{}{path}", s.base))
+        .header(header::COOKIE, cookie)
+        .form(form);
+    if let Some(o) = origin {
+        req = req.header(header::ORIGIN, o);
+    }
+    req.send().await.expect("post")
+}
+
+async fn head(s: &Server) -> u64 {
+    s.get("/status").await["head_position"]
+        .as_u64()
+        .expect("head")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_sessions_csrf_cookies_logout_and_escaping() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = start(dir.path(), None, &[]);
+
+    // No session: every page sends to the login form.
+    let res = http()
+        .get(format!("{}/ui/jobs", s.base))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(res.status(), 303);
+    assert_eq!(res.headers()[header::LOCATION], "/ui/login");
+
+    // A wrong token: refused without saying more, no cookie.
+    let res = login(&s, "not-a-token-0123456789").await;
+    assert_eq!(res.status(), 401);
+    assert!(res.headers().get(header::SET_COOKIE).is_none());
+    assert!(res.text().await.expect("text").contains("Login failed."));
+    // A depositor's token is no admin's.
+    assert_eq!(login(&s, DEPOSITOR).await.status(), 401);
+
+    // Alice's token: a session cookie with its attributes.
+    let res = login(&s, ALICE).await;
+    assert_eq!(res.status(), 303);
+    let set = res.headers()[header::SET_COOKIE]
+        .to_str()
+        .expect("ascii")
+        .to_string();
+    for attr in ["HttpOnly", "SameSite=Strict", "Path=/ui"] {
+        assert!(set.contains(attr), "{set}");
+    }
+    assert!(!set.contains("Secure"), "not configured for https: {set}");
+    let cookie = cookie_of(&res).expect("cookie");
+
+    // A batch whose submitter and manifest hold markup.
+    let client = ingest_client::Client::new(&s.base, DEPOSITOR).expect("client");
+    let input = ingest_protocol::submission::SubmissionInput {
+        submitter: Some("<script>alert('s')</script>".into()),
+        profile: Some("demo".into()),
+        payload_type: Some("object-manifest".into()),
+        payload_url: Some("https://example.org/batch.checkm".into()),
+        manifest: vec!["https://example.org/1.txt <b>loc</b>".into()],
+        ..Default::default()
+    };
+    let bid = client.submit(&input).await.expect("submitted").bid;
+
+    // Pages carry the security headers.
+    let res = http()
+        .get(format!("{}/ui", s.base))
+        .header(header::COOKIE, &cookie)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(res.status(), 200);
+    let h = res.headers();
+    let csp = h[header::CONTENT_SECURITY_POLICY].to_str().expect("csp");
+    assert!(csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"));
+    assert_eq!(h[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+    assert_eq!(h[header::CACHE_CONTROL], "no-store");
+    let overview = res.text().await.expect("text");
+    assert!(overview.contains("admin:alice"), "{overview}");
+    let csrf = csrf_in(&overview);
+
+    // POSTs without the CSRF token, with another, or from another origin
+    // are refused and append nothing.
+    let before = head(&s).await;
+    let hold = "/ui/collections/demo/hold";
+    let wrong = "0".repeat(64);
+    for (origin, form) in [
+        (Some(s.base.as_str()), vec![("reason", "no token")]),
+        (
+            Some(s.base.as_str()),
+            vec![("csrf", wrong.as_str()), ("reason", "wrong token")],
+        ),
+        (
+            Some("http://evil.example"),
+            vec![("csrf", csrf.as_str()), ("reason", "cross-site")],
+        ),
+        (None, vec![("csrf", csrf.as_str()), ("reason", "no origin")]),
+    ] {
+        let res = post(&s, &cookie, origin, hold, &form).await;
+        assert_eq!(res.status(), 403, "{origin:?} {form:?}");
+    }
+    assert_eq!(head(&s).await, before, "a refused POST appended");
+
+    // With the token: recorded with alice's name and the reason, which is
+    // shown escaped.
+    let reason = "<script>alert('r')</script> migration";
+    let res = post(
+        &s,
+        &cookie,
+        Some(&s.base),
+        hold,
+        &[("csrf", &csrf), ("reason", reason)],
+    )
+    .await;
+    assert_eq!(res.status(), 303);
+    assert!(head(&s).await > before);
+    let (_, batch) = page(&s, &cookie, &format!("/ui/batches/{bid}")).await;
+    assert!(batch.contains("admin:alice"), "{batch}");
+    for raw in ["<script>alert", "<b>loc</b>"] {
+        assert!(!batch.contains(raw), "{raw} unescaped in the batch page");
+    }
+    assert!(batch.contains("&lt;script&gt;alert('r')&lt;/script&gt; migration"));
+    assert!(batch.contains("&lt;script&gt;alert('s')&lt;/script&gt;"));
+    let (_, jobs) = page(&s, &cookie, "/ui/jobs?collection=demo").await;
+    assert!(jobs.contains("&lt;b&gt;loc&lt;/b&gt;") && !jobs.contains("<b>loc</b>"));
+    let (_, collections) = page(&s, &cookie, "/ui/collections").await;
+    assert!(collections.contains("Release"), "held: a release button");
+
+    // Logout ends the session on the server, not only in the browser.
+    let res = post(&s, &cookie, Some(&s.base), "/ui/logout", &[("csrf", &csrf)]).await;
+    assert_eq!(res.status(), 303);
+    let cleared = res.headers()[header::SET_COOKIE].to_str().expect("ascii");
+    assert!(cleared.contains("Max-Age=0"), "{cleared}");
+    let (status, _) = page(&s, &cookie, "/ui").await;
+    assert_eq!(status, 303, "the old cookie opens nothing");
+
+    // Failed logins are limited: after ten, even the right token waits.
+    for _ in 0..10 {
+        login(&s, "not-a-token-0123456789").await;
+    }
+    assert_eq!(login(&s, ALICE).await.status(), 429);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_cookie_is_secure_when_configured() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = start(
+        dir.path(),
+        None,
+        &["--ui-secure-cookies".into(), "true".into()],
+    );
+    let res = login(&s, ADMIN).await;
+    assert_eq!(res.status(), 303);
+    let set = res.headers()[header::SET_COOKIE].to_str().expect("ascii");
+    assert!(set.contains("; Secure"), "{set}");
+}
+
+/// chromedriver (and the Chromium it starts) in a process group of their
+/// own, killed as a group whatever happens.
+struct Driver {
+    child: Child,
+    url: String,
+    _profile: tempfile::TempDir,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let pgid = format!("-{}", self.child.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &pgid]).status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+async fn browser() -> (Driver, Client) {
+    use std::os::unix::process::CommandExt;
+    let port = free_port();
+    let child = Command::new("chromedriver")
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("start chromedriver (Debian package chromium-driver; tools/test installs it)");
+    let profile = tempfile::tempdir().expect("tempdir");
+    let driver = Driver {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+        _profile: profile,
+    };
+    let caps: serde_json::Map<String, Value> = serde_json::from_value(json!({
+        "browserName": "chrome",
+        "goog:chromeOptions": {
+            "args": [
+                "--headless=new", "--no-sandbox", "--disable-gpu",
+                "--disable-dev-shm-usage", "--window-size=1400,1000",
+                format!("--user-data-dir={}", driver._profile.path().display()),
+            ]
+        }
+    }))
+    .expect("caps");
+    let client = eventually("chromedriver to take a session", 30, async || {
+        ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps.clone())
+            .connect(&driver.url)
+            .await
+            .ok()
+    })
+    .await;
+    (driver, client)
+}
+
+async fn text_of(c: &Client, css: &str) -> Option<String> {
+    c.find(Locator::Css(css)).await.ok()?.text().await.ok()
+}
+
+async fn shot(c: &Client, dir: Option<&PathBuf>, name: &str) {
+    if let Some(dir) = dir {
+        let png = c.screenshot().await.expect("screenshot");
+        std::fs::write(dir.join(format!("{name}.png")), png).expect("write screenshot");
+    }
+}
+
+/// The scenario of issue 13: a fault fails a job of collection `collx`; an
+/// admin logs in, finds it through the filters, requeues it from its page
+/// and watches it complete; the history shows who and why. With `shots`,
+/// a screenshot of each main page is written there.
+async fn requeue_scenario(shots: Option<PathBuf>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = start(dir.path(), Some(&[]), &[]);
+    let (_driver, c) = browser().await;
+    let result = async {
+        let shots = shots.as_ref();
+        // Log in.
+        c.goto(&format!("{}/ui/login", s.base)).await?;
+        shot(&c, shots, "login").await;
+        c.find(Locator::Css("#token"))
+            .await?
+            .send_keys(ALICE)
+            .await?;
+        c.find(Locator::Css("#login")).await?.click().await?;
+        assert!(c.source().await?.contains("admin:alice"));
+
+        // Arm a fault in Downloading through the faults page.
+        c.goto(&format!("{}/ui/faults", s.base)).await?;
+        c.find(Locator::Css("#fault-state"))
+            .await?
+            .select_by_value("Downloading")
+            .await?;
+        c.find(Locator::Css("#fault-reason"))
+            .await?
+            .send_keys("disk test")
+            .await?;
+        c.find(Locator::Css("#arm-fault")).await?.click().await?;
+        assert!(text_of(&c, "#armed")
+            .await
+            .unwrap_or_default()
+            .contains("Downloading"));
+        shot(&c, shots, "faults").await;
+
+        // A batch of collection collx fails; then one of another collection
+        // completes.
+        let client = ingest_client::Client::new(&s.base, DEPOSITOR).expect("client");
+        let submit = async |profile: &str, n: usize| {
+            let input = ingest_protocol::submission::SubmissionInput {
+                submitter: Some("carol".into()),
+                profile: Some(profile.into()),
+                payload_type: Some("object-manifest".into()),
+                payload_url: Some("https://example.org/batch.checkm".into()),
+                manifest: (0..n)
+                    .map(|i| format!("https://example.org/{i}.txt {profile}-{i}"))
+                    .collect(),
+                ..Default::default()
+            };
+            client.submit(&input).await.expect("submitted").bid
+        };
+        let bid = submit("collx", 1).await;
+        let failed = eventually("a failed job", 60, async || {
+            let page = s.get("/jobs?state=Failed").await;
+            page["jobs"].as_array().and_then(|j| j.first()).cloned()
+        })
+        .await;
+        assert_eq!(failed["profile"], "collx", "{failed}");
+        submit("other", 2).await;
+        let jid = failed["jid"].as_str().expect("jid").to_string();
+
+        c.goto(&format!("{}/ui", s.base)).await?;
+        shot(&c, shots, "overview").await;
+
+        // Find it through the filters.
+        c.goto(&format!("{}/ui/jobs", s.base)).await?;
+        c.find(Locator::Css("#f-state"))
+            .await?
+            .select_by_value("Failed")
+            .await?;
+        c.find(Locator::Css("#f-collection"))
+            .await?
+            .send_keys("collx")
+            .await?;
+        c.find(Locator::Css("#filter")).await?.click().await?;
+        let rows = c.find_all(Locator::Css("#jobs tbody tr")).await?;
+        assert_eq!(rows.len(), 1, "one failed job of collx");
+        c.find(Locator::Css("#jobs a.job")).await?.click().await?;
+        assert_eq!(text_of(&c, "#job-state").await.as_deref(), Some("Failed"));
+        shot(&c, shots, "job").await;
+
+        // Requeue it with a reason; watch it complete.
+        c.find(Locator::Css("#reason-requeue"))
+            .await?
+            .send_keys("disk replaced, retry")
+            .await?;
+        c.find(Locator::Css("#do-requeue")).await?.click().await?;
+        let job_url = format!("{}/ui/jobs/{jid}", s.base);
+        eventually("the requeued job to complete", 60, async || {
+            c.goto(&job_url).await.ok()?;
+            (text_of(&c, "#job-state").await?.as_str() == "Completed").then_some(())
+        })
+        .await;
+        let html = c.source().await?;
+        assert!(html.contains("admin:alice"), "the history names the admin");
+        assert!(
+            html.contains("disk replaced, retry"),
+            "the history has the reason"
+        );
+        // No requeue button for a completed job.
+        assert!(c.find(Locator::Css("#do-requeue")).await.is_err());
+        shot(&c, shots, "job").await;
+
+        if shots.is_some() {
+            for (name, path) in [
+                ("batches", "/ui/batches".to_string()),
+                ("batch", format!("/ui/batches/{bid}")),
+                ("jobs", "/ui/jobs?collection=collx".to_string()),
+                ("collections", "/ui/collections".to_string()),
+                ("consistency", "/ui/consistency".to_string()),
+            ] {
+                c.goto(&format!("{}{path}", s.base)).await?;
+                shot(&c, shots, name).await;
+            }
+        }
+        Ok::<(), fantoccini::error::CmdError>(())
+    }
+    .await;
+    let _ = c.close().await;
+    result.expect("the browser scenario");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_requeues_a_failed_job_in_the_browser() {
+    requeue_scenario(None).await;
+}
+
+/// Writes the screenshots of `docs/screenshots/` (ignored by default):
+/// `INGEST_ZK_TOOL=$PWD/tools/zk cargo nextest run -p ingest --test
+/// integration ui::screenshots --run-ignored only`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "writes docs/screenshots/*.png"]
+async fn screenshots() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    requeue_scenario(Some(dir)).await;
+}
