@@ -11,26 +11,32 @@ use reqwest::header;
 use serde_json::{json, Value};
 
 use crate::server::{self, eventually, Server, ADMIN, DEPOSITOR};
-use crate::zk_server::{shared, unique_root};
+use crate::zk_server::{shared, unique_root, ZkServer};
 
 /// The token of the admin named alice (from the admins file).
 const ALICE: &str = "alice-admin-token-0123456789";
 
-/// Starts `ingest serve` with an admins file naming alice.
-fn start(dir: &Path, daemons: Option<&[&str]>, args: &[String]) -> Server {
+/// Starts `ingest serve` with an admins file naming alice (and the
+/// ZooKeeper it projects into, which stops when dropped).
+fn start(
+    dir: &Path,
+    daemons: Option<&[&str]>,
+    args: &[String],
+) -> (std::sync::Arc<ZkServer>, Server) {
     let zk = shared();
     let admins = dir.join("admins");
     std::fs::write(&admins, format!("# name token\nalice {ALICE}\n")).expect("admins file");
     let mut all = vec!["--admins-file".to_string(), admins.display().to_string()];
     all.extend_from_slice(args);
-    server::start_with(
+    let s = server::start_with(
         dir,
         &zk.hosts(),
         &unique_root("ui"),
         daemons,
         "simulate",
         &all,
-    )
+    );
+    (zk, s)
 }
 
 fn http() -> reqwest::Client {
@@ -98,7 +104,8 @@ async fn head(s: &Server) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ui_sessions_csrf_cookies_logout_and_escaping() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let s = start(dir.path(), None, &[]);
+    // Batches are acquired (their jobs made) but no job is started.
+    let (_zk, s) = start(dir.path(), Some(&["job_pending=off"]), &[]);
 
     // No session: every page sends to the login form.
     let res = http()
@@ -141,6 +148,11 @@ async fn ui_sessions_csrf_cookies_logout_and_escaping() {
         ..Default::default()
     };
     let bid = client.submit(&input).await.expect("submitted").bid;
+    let jid = eventually("the batch's job", 30, async || {
+        let jobs = s.get(&format!("/jobs?batch={bid}")).await;
+        jobs["jobs"][0]["jid"].as_str().map(str::to_string)
+    })
+    .await;
 
     // Pages carry the security headers.
     let res = http()
@@ -183,24 +195,42 @@ async fn ui_sessions_csrf_cookies_logout_and_escaping() {
 
     // With the token: recorded with alice's name and the reason, which is
     // shown escaped.
-    let reason = "<script>alert('r')</script> migration";
     let res = post(
         &s,
         &cookie,
         Some(&s.base),
         hold,
-        &[("csrf", &csrf), ("reason", reason)],
+        &[("csrf", &csrf), ("reason", "migration")],
     )
     .await;
     assert_eq!(res.status(), 303);
     assert!(head(&s).await > before);
+    let reason = "<script>alert('r')</script> checking";
+    let res = post(
+        &s,
+        &cookie,
+        Some(&s.base),
+        &format!("/ui/jobs/{jid}/hold"),
+        &[("csrf", &csrf), ("reason", reason)],
+    )
+    .await;
+    assert_eq!(res.status(), 303);
+    let (_, job) = page(&s, &cookie, &format!("/ui/jobs/{jid}")).await;
+    assert!(job.contains("admin:alice"), "{job}");
+    assert!(
+        job.contains("&lt;script&gt;alert('r')&lt;/script&gt; checking"),
+        "{job}"
+    );
     let (_, batch) = page(&s, &cookie, &format!("/ui/batches/{bid}")).await;
-    assert!(batch.contains("admin:alice"), "{batch}");
-    for raw in ["<script>alert", "<b>loc</b>"] {
-        assert!(!batch.contains(raw), "{raw} unescaped in the batch page");
+    for html in [&job, &batch] {
+        for raw in ["<script>alert", "<b>loc</b>"] {
+            assert!(!html.contains(raw), "{raw} unescaped: {html}");
+        }
     }
-    assert!(batch.contains("&lt;script&gt;alert('r')&lt;/script&gt; migration"));
-    assert!(batch.contains("&lt;script&gt;alert('s')&lt;/script&gt;"));
+    assert!(
+        batch.contains("&lt;script&gt;alert('s')&lt;/script&gt;"),
+        "{batch}"
+    );
     let (_, jobs) = page(&s, &cookie, "/ui/jobs?collection=demo").await;
     assert!(jobs.contains("&lt;b&gt;loc&lt;/b&gt;") && !jobs.contains("<b>loc</b>"));
     let (_, collections) = page(&s, &cookie, "/ui/collections").await;
@@ -224,7 +254,7 @@ async fn ui_sessions_csrf_cookies_logout_and_escaping() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_session_cookie_is_secure_when_configured() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let s = start(
+    let (_zk, s) = start(
         dir.path(),
         None,
         &["--ui-secure-cookies".into(), "true".into()],
@@ -314,7 +344,7 @@ async fn shot(c: &Client, dir: Option<&PathBuf>, name: &str) {
 /// a screenshot of each main page is written there.
 async fn requeue_scenario(shots: Option<PathBuf>) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let s = start(dir.path(), Some(&[]), &[]);
+    let (_zk, s) = start(dir.path(), Some(&[]), &[]);
     let (_driver, c) = browser().await;
     let result = async {
         let shots = shots.as_ref();
@@ -326,7 +356,8 @@ async fn requeue_scenario(shots: Option<PathBuf>) {
             .send_keys(ALICE)
             .await?;
         c.find(Locator::Css("#login")).await?.click().await?;
-        assert!(c.source().await?.contains("admin:alice"));
+        let html = c.source().await?;
+        assert!(html.contains("admin:alice"), "{html}");
 
         // Arm a fault in Downloading through the faults page.
         c.goto(&format!("{}/ui/faults", s.base)).await?;
