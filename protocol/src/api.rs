@@ -17,7 +17,9 @@ use crate::profile::Notification;
 #[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminBody {
-    /// Who acts; recorded as `admin:<actor>`.
+    /// Checked for form (a name or `admin:NAME`) and otherwise ignored: the
+    /// actor recorded is the admin the bearer token names (`admin:NAME` for
+    /// a token of the admins file, `admin:admin` for the shared token).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<String>,
     /// Why; recorded with the event.
@@ -28,7 +30,9 @@ pub struct AdminBody {
 #[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CleanupBody {
-    /// Who acts; recorded as `admin:<actor>` (`admin:api` when absent).
+    /// Checked for form (a name or `admin:NAME`) and otherwise ignored: the
+    /// actor recorded is the admin the bearer token names (`admin:NAME` for
+    /// a token of the admins file, `admin:admin` for the shared token).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<String>,
     /// Why; recorded with the event.
@@ -125,7 +129,9 @@ pub struct FaultBody {
     /// How many of the next reports fail (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u32>,
-    /// Who acts; recorded as `admin:<actor>` (`admin:api` when absent).
+    /// Checked for form (a name or `admin:NAME`) and otherwise ignored: the
+    /// actor recorded is the admin the bearer token names (`admin:NAME` for
+    /// a token of the admins file, `admin:admin` for the shared token).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<String>,
     /// Why; recorded with the event.

@@ -290,7 +290,7 @@ async fn an_armed_fault_fails_the_next_job_of_a_step_and_requeue_resumes_there()
     assert!(
         job["message"]
             .as_str()
-            .is_some_and(|m| m.contains("fault injected into Storing by admin:carol: disk test")),
+            .is_some_and(|m| m.contains("fault injected into Storing by admin:admin: disk test")),
         "{job}"
     );
     assert_eq!(server.get("/faults").await["armed"], json!({}));
