@@ -139,7 +139,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
             .real
             .outbound_policy()
             .context("the outbound policy (--allow-host, --allow-network)")?,
-        ui: config.ui.clone(),
+        pages: Some(crate::ui::pages(config.ui.clone())),
     });
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

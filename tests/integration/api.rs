@@ -170,7 +170,7 @@ impl Server {
                 Some(&dir.path().join("files")),
             )
             .expect("policy"),
-            ui: ingest_config::UiSettings::default(),
+            pages: None,
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

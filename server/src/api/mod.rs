@@ -37,7 +37,7 @@
 //!     inventory: None,
 //!     minter: None,
 //!     outbound: ingest_protocol::outbound::OutboundPolicy::default(),
-//!     ui: ingest_config::UiSettings::default(),
+//!     pages: None,
 //! });
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:7878").await?;
 //! api::serve(listener, router, api::Limits::default(), async { let _ = tokio::signal::ctrl_c().await; }).await
@@ -126,9 +126,14 @@ pub struct ApiConfig {
     /// against at the door (scheme, syntax, `file://` root, literal
     /// addresses; names are not resolved here).
     pub outbound: ingest_protocol::outbound::OutboundPolicy,
-    /// The admin web UI's settings (pages under `/ui`, see [`crate::ui`]).
-    pub ui: ingest_config::UiSettings,
+    /// Pages mounted beside the API's routes: the admin web UI
+    /// (`crate::ui::pages`), or `None`.
+    pub pages: Option<Pages>,
 }
+
+/// Routes mounted beside the API's own, made from the router's state (the
+/// admin web UI under `/ui`: not API routes, not in the OpenAPI file).
+pub struct Pages(pub(crate) Box<dyn FnOnce(AppState) -> Router<AppState> + Send>);
 
 /// The state every handler shares.
 #[derive(Clone)]
@@ -349,8 +354,9 @@ pub fn router(config: ApiConfig) -> Router {
     for (path, method_router) in by_path {
         router = router.route(path, method_router);
     }
-    // The admin web UI: pages, not API routes (not in the OpenAPI file).
-    let router = router.merge(crate::ui::router(state.clone(), config.ui));
+    if let Some(Pages(pages)) = config.pages {
+        router = router.merge(pages(state.clone()));
+    }
     router
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
@@ -693,7 +699,7 @@ mod tests {
             inventory: None,
             minter: None,
             outbound: ingest_protocol::outbound::OutboundPolicy::default(),
-            ui: ingest_config::UiSettings::default(),
+            pages: None,
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

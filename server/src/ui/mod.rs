@@ -1,5 +1,6 @@
 //! The admin web UI: server-rendered pages under `/ui`, served by
-//! `ingest serve` next to the API (see README, "Admin web UI").
+//! `ingest serve` next to the API (see README, "Admin web UI"); `serve`
+//! mounts them through [`crate::api::ApiConfig::pages`] with [`pages`].
 //!
 //! - Login with an admin token (the shared one or an admin's own, see
 //!   `--admins-file`) opens a server-side [`session`]; every page needs
@@ -54,8 +55,13 @@ pub(crate) struct Ui {
     sessions: Arc<Sessions>,
 }
 
+/// The admin web UI, to mount with [`crate::api::ApiConfig::pages`].
+pub fn pages(settings: UiSettings) -> crate::api::Pages {
+    crate::api::Pages(Box::new(move |app| router(app, settings)))
+}
+
 /// The routes under `/ui`.
-pub(crate) fn router(app: AppState, settings: UiSettings) -> Router<AppState> {
+fn router(app: AppState, settings: UiSettings) -> Router<AppState> {
     let ui = Ui {
         app,
         sessions: Arc::new(Sessions::new(settings)),
