@@ -327,6 +327,19 @@ async fn browser() -> (Driver, Client) {
     (driver, client)
 }
 
+/// Clicks `css` and waits until the browser has left the page it was on
+/// (its root element gone stale), so what is read next is the new page.
+async fn click_through(c: &Client, css: &str) -> Result<(), fantoccini::error::CmdError> {
+    let old = c.find(Locator::Css("html")).await?;
+    c.find(Locator::Css(css)).await?.click().await?;
+    eventually("the next page", 30, async || {
+        old.tag_name().await.is_err().then_some(())
+    })
+    .await;
+    c.wait().for_element(Locator::Css("main")).await?;
+    Ok(())
+}
+
 async fn text_of(c: &Client, css: &str) -> Option<String> {
     c.find(Locator::Css(css)).await.ok()?.text().await.ok()
 }
@@ -355,7 +368,7 @@ async fn requeue_scenario(shots: Option<PathBuf>) {
             .await?
             .send_keys(ALICE)
             .await?;
-        c.find(Locator::Css("#login")).await?.click().await?;
+        click_through(&c, "#login").await?;
         let html = c.source().await?;
         assert!(html.contains("admin:alice"), "{html}");
 
@@ -369,7 +382,7 @@ async fn requeue_scenario(shots: Option<PathBuf>) {
             .await?
             .send_keys("disk test")
             .await?;
-        c.find(Locator::Css("#arm-fault")).await?.click().await?;
+        click_through(&c, "#arm-fault").await?;
         assert!(text_of(&c, "#armed")
             .await
             .unwrap_or_default()
@@ -415,10 +428,10 @@ async fn requeue_scenario(shots: Option<PathBuf>) {
             .await?
             .send_keys("collx")
             .await?;
-        c.find(Locator::Css("#filter")).await?.click().await?;
+        click_through(&c, "#filter").await?;
         let rows = c.find_all(Locator::Css("#jobs tbody tr")).await?;
         assert_eq!(rows.len(), 1, "one failed job of collx");
-        c.find(Locator::Css("#jobs a.job")).await?.click().await?;
+        click_through(&c, "#jobs a.job").await?;
         assert_eq!(text_of(&c, "#job-state").await.as_deref(), Some("Failed"));
         shot(&c, shots, "job").await;
 
@@ -427,7 +440,9 @@ async fn requeue_scenario(shots: Option<PathBuf>) {
             .await?
             .send_keys("disk replaced, retry")
             .await?;
-        c.find(Locator::Css("#do-requeue")).await?.click().await?;
+        click_through(&c, "#do-requeue").await?;
+        let flash = text_of(&c, ".flash").await.unwrap_or_default();
+        assert!(flash.contains("requeue"), "{flash}");
         let job_url = format!("{}/ui/jobs/{jid}", s.base);
         eventually("the requeued job to complete", 60, async || {
             c.goto(&job_url).await.ok()?;
