@@ -822,3 +822,57 @@ mod worker {
         assert!(e.to_string().contains("--metrics-listen"), "{e}");
     }
 }
+
+#[test]
+fn admins_and_ui_settings_layer_file_under_flags() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    write(root, "admins", "alice alice-token-0123456789\n");
+    write(root, "others", "bob bob-token-0123456789\n");
+    let path = write(
+        root,
+        "serve.yaml",
+        "tokens: {admins_file: admins}\nui: {secure_cookies: true, session_idle_secs: 600}\n",
+    );
+    let file_only = ServeArgs {
+        config: Some(path.clone()),
+        ..ServeArgs::default()
+    };
+    let c = ServeConfig::load_with_env(&file_only, &GlobalOverrides::default(), &token_env())
+        .expect("load");
+    assert_eq!(c.tokens.admins.len(), 1);
+    assert_eq!(c.tokens.admins[0].name, "alice");
+    assert!(c.ui.secure_cookies);
+    assert_eq!(c.ui.session_idle, Duration::from_secs(600));
+    assert_eq!(
+        c.ui.session_max,
+        Duration::from_secs(ui::DEFAULT_UI_SESSION_MAX_SECS)
+    );
+    let over = ServeArgs {
+        config: Some(path.clone()),
+        admins_file: Some(root.join("others")),
+        ui_secure_cookies: Some(false),
+        ui_session_idle_secs: Some(60),
+        ..ServeArgs::default()
+    };
+    let c =
+        ServeConfig::load_with_env(&over, &GlobalOverrides::default(), &token_env()).expect("load");
+    assert_eq!(c.tokens.admins[0].name, "bob");
+    assert!(!c.ui.secure_cookies);
+    assert_eq!(c.ui.session_idle, Duration::from_secs(60));
+    assert!(!format!("{c:?}").contains("bob-token"), "a token in Debug");
+
+    // An admin's token may not be a role's, and messages never show it.
+    write(root, "same", &format!("carol {DEPOSITOR}\n"));
+    let same = ServeArgs {
+        config: Some(path),
+        admins_file: Some(root.join("same")),
+        ..ServeArgs::default()
+    };
+    let e = err_text(ServeConfig::load_with_env(
+        &same,
+        &GlobalOverrides::default(),
+        &token_env(),
+    ));
+    assert!(e.contains("carol") && !e.contains(DEPOSITOR), "{e}");
+}

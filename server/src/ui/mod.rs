@@ -38,6 +38,7 @@ use maud::{html, Markup, DOCTYPE};
 use serde::Deserialize;
 
 use crate::api::AppState;
+use ingest_protocol::consistency::ConsistencyReport;
 use session::{Flash, Session, Sessions};
 
 /// The Content-Security-Policy of every page: nothing but this server's
@@ -53,6 +54,43 @@ const CELL: usize = 200;
 pub(crate) struct Ui {
     app: AppState,
     sessions: Arc<Sessions>,
+    /// The last consistency report and when it was made: the overview
+    /// shows it while it is younger than [`SUMMARY_MAX_AGE`] (a report
+    /// reads the whole live tree; the consistency page always makes one).
+    last_report: Arc<std::sync::Mutex<Option<(std::time::Instant, Arc<ConsistencyReport>)>>>,
+}
+
+/// How old a consistency report the overview may show.
+pub(crate) const SUMMARY_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl Ui {
+    /// A fresh consistency report (remembered for the overview).
+    pub(crate) async fn fresh_report(
+        &self,
+    ) -> Result<Arc<ConsistencyReport>, crate::api::ApiError> {
+        let report = Arc::new(consistency::consistency_report(&self.app).await?);
+        *self
+            .last_report
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some((std::time::Instant::now(), Arc::clone(&report)));
+        Ok(report)
+    }
+
+    /// The last report if it is recent enough, a fresh one otherwise.
+    pub(crate) async fn recent_report(
+        &self,
+    ) -> Result<Arc<ConsistencyReport>, crate::api::ApiError> {
+        let cached = self
+            .last_report
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        match cached {
+            Some((at, r)) if at.elapsed() < SUMMARY_MAX_AGE => Ok(r),
+            _ => self.fresh_report().await,
+        }
+    }
 }
 
 /// The admin web UI, to mount with [`crate::api::ApiConfig::pages`].
@@ -65,6 +103,7 @@ fn router(app: AppState, settings: UiSettings) -> Router<AppState> {
     let ui = Ui {
         app,
         sessions: Arc::new(Sessions::new(settings)),
+        last_report: Arc::default(),
     };
     Router::new()
         .route("/ui", get(pages::overview))

@@ -141,7 +141,7 @@ pub(crate) async fn overview(State(ui): State<Ui>, admin: Admin) -> Response {
         Err(e) => return api_error(&admin, &e),
     };
     let projector = app.inner.metrics.projector_status();
-    let report = super::consistency::consistency_report(app).await;
+    let report = ui.recent_report().await;
     let held_jobs = status.jobs_by_state.get("Held").copied().unwrap_or(0);
     let held_batches = status.batches_by_state.get("Held").copied().unwrap_or(0);
     let body = html! {
@@ -507,7 +507,7 @@ pub(crate) async fn collections(State(ui): State<Ui>, admin: Admin) -> Response 
 
 /// `GET /ui/consistency`: the consistency report, a repair per finding.
 pub(crate) async fn consistency(State(ui): State<Ui>, admin: Admin) -> Response {
-    let report = super::consistency::consistency_report(&ui.app).await;
+    let report = ui.fresh_report().await;
     let body = html! {
         @match &report {
             Err(e) => p.flash.error { "The report is not available: " (cut(e.message())) },
