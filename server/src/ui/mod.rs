@@ -57,8 +57,11 @@ pub(crate) struct Ui {
     /// The last consistency report and when it was made: the overview
     /// shows it while it is younger than [`SUMMARY_MAX_AGE`] (a report
     /// reads the whole live tree; the consistency page always makes one).
-    last_report: Arc<std::sync::Mutex<Option<(std::time::Instant, Arc<ConsistencyReport>)>>>,
+    last_report: Arc<std::sync::Mutex<Option<Dated>>>,
 }
+
+/// A consistency report and when it was made.
+type Dated = (std::time::Instant, Arc<ConsistencyReport>);
 
 /// How old a consistency report the overview may show.
 pub(crate) const SUMMARY_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(60);
