@@ -955,6 +955,7 @@ mod tests {
         let live = LiveTree {
             tree: live_tree.clone(),
             ephemeral: [("/jobs/jid0000000002/lock".to_string(), 7)].into(),
+            ctimes: BTreeMap::new(),
         };
         let diff = expected.diff_filtered(&live_tree, |p| !layout::is_ephemeral_lock(p));
         let units = plan_units(&diff, &expected, &live);
