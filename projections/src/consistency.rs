@@ -2,10 +2,10 @@
 //! tests (mrt-zk's `NodeDump` in test mode), with its ages, over a tree
 //! read from ZooKeeper, and the drift against the log turned into findings.
 //!
-//! Pure: the rules read a [`LiveTree`] and a clock value given by the
-//! caller, and say what they found and which nodes a repair would delete;
-//! the engine assembles the report and applies repairs as recorded
-//! commands.
+//! The rules are pure: they read a [`LiveTree`] and a clock value given
+//! by the caller, and say what they found and which nodes a repair would
+//! delete; the engine assembles the report and records each repair.
+//! [`delete_subtrees`] applies a delete repair to ZooKeeper.
 //!
 //! Every node is hostile: data is decoded bounded
 //! ([`ingest_protocol::node::decode`]), a node that cannot be read is a
@@ -223,18 +223,18 @@ impl Rules<'_> {
             match parts.as_slice() {
                 ["batch-uuids", _uuid] => self.batch_uuid(path),
                 ["batches", bid, "submission"] if is_id(bid, "bid") => self.submission(path),
-                ["batches", bid, "states"] if is_id(bid, "bid") => {
-                    if !self.live.tree.has_children(path) {
-                        let sev = self.by_age(path);
-                        self.push(
-                            "empty-states",
-                            sev,
-                            path,
-                            Some((*bid).to_string()),
-                            "the batch's states node has no job under it (Merritt: \"should have children\")".into(),
-                            Some(path),
-                        );
-                    }
+                ["batches", bid, "states"]
+                    if is_id(bid, "bid") && !self.live.tree.has_children(path) =>
+                {
+                    let sev = self.by_age(path);
+                    self.push(
+                        "empty-states",
+                        sev,
+                        path,
+                        Some((*bid).to_string()),
+                        "the batch's states node has no job under it (Merritt: \"should have children\")".into(),
+                        Some(path),
+                    );
                 }
                 ["batches", bid, "states", set, jid]
                     if is_id(bid, "bid") && set.starts_with("batch-") && is_id(jid, "jid") =>
@@ -572,6 +572,81 @@ pub fn drift_findings(diff: &TreeDiff, already: &dyn Fn(&str) -> bool) -> Vec<Fo
         );
     }
     out
+}
+
+/// Deletes each of `paths` with every node under it, in one ZooKeeper
+/// transaction, each node version-checked against what was just read (a
+/// node changed or added meanwhile makes the whole transaction fail, and
+/// nothing is deleted). Returns every path deleted, parents last; empty
+/// when none of `paths` exists any more.
+///
+/// # Errors
+/// [`ZkError`] on I/O or when the tree changed under the transaction.
+pub async fn delete_subtrees(
+    config: &crate::zk::ZkConfig,
+    paths: &[String],
+) -> Result<Vec<String>, crate::zk::ZkError> {
+    use crate::zk::{call, connect, ZkError, ZkErrorKind};
+    let client = connect(config).await?;
+    let deadline = config.request_timeout;
+    // Depth-first: (path, version), children before their parent.
+    let mut doomed: Vec<(String, i32)> = Vec::new();
+    for root in paths {
+        let mut stack = vec![(root.clone(), false)];
+        while let Some((path, expanded)) = stack.pop() {
+            let Some(stat) = call(deadline, "exists", &path, client.check_stat(&path)).await?
+            else {
+                continue;
+            };
+            if expanded || stat.num_children == 0 {
+                doomed.push((path, stat.version));
+                continue;
+            }
+            let children =
+                call(deadline, "get_children", &path, client.list_children(&path)).await?;
+            if children.len() > 10_000 {
+                return Err(ZkError::new(
+                    "get_children",
+                    shown(&path),
+                    ZkErrorKind::Server(zookeeper_client::Error::BadArguments(
+                        &"more than 10000 nodes under one repaired node",
+                    )),
+                ));
+            }
+            stack.push((path.clone(), true));
+            for c in children {
+                stack.push((format!("{path}/{c}"), false));
+            }
+        }
+    }
+    if doomed.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut w = client.new_multi_writer();
+    for (path, version) in &doomed {
+        w.add_delete(path, Some(*version))
+            .map_err(|e| ZkError::new("multi", shown(path), ZkErrorKind::Server(e)))?;
+    }
+    match tokio::time::timeout(deadline, w.commit()).await {
+        Ok(Ok(_)) => Ok(doomed.into_iter().map(|(p, _)| p).collect()),
+        Ok(Err(zookeeper_client::MultiWriteError::OperationFailed { index, source })) => {
+            Err(ZkError::new(
+                "multi delete",
+                doomed.get(index).map(|(p, _)| shown(p)).unwrap_or_default(),
+                ZkErrorKind::Server(source),
+            ))
+        }
+        Ok(Err(zookeeper_client::MultiWriteError::RequestFailed { source })) => Err(ZkError::new(
+            "multi delete",
+            shown(&paths[0]),
+            ZkErrorKind::Server(source),
+        )),
+        Err(_) => Err(ZkError::new(
+            "multi delete",
+            shown(&paths[0]),
+            ZkErrorKind::Timeout(deadline),
+        )),
+    }
 }
 
 #[cfg(test)]

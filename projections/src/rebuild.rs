@@ -134,6 +134,9 @@ pub struct DiffReport {
     /// session owns (persistent, left by a crashed tool or an admin). They
     /// block their item for ever; a repair or rebuild removes them.
     pub stale_locks: Vec<String>,
+    /// The live tree as read (what the consistency rules read too, so a
+    /// report names one tree).
+    pub live: LiveTree,
 }
 
 impl DiffReport {
@@ -325,6 +328,7 @@ pub async fn diff(
         diff,
         locks,
         stale_locks: stale,
+        live,
     })
 }
 
