@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use chrono::{DateTime, Utc};
 use ingest_events::command::Command;
 use ingest_events::log::Log;
-use ingest_events::state::State;
+use ingest_events::state::Job;
 use ingest_events::{Jid, JobState};
 use ingest_projections::consistency::{self as rules, Found, RepairPlan};
 use ingest_projections::rebuild::{self, AdminConfig};
@@ -52,8 +52,9 @@ pub struct TargetSpec {
 pub struct Sources<'a> {
     /// The log.
     pub log: &'a Log,
-    /// The folded state (for the jobs named by stored versions).
-    pub state: &'a State,
+    /// A job of the folded state (for the jobs named by stored versions;
+    /// a lookup, so a server holds its state's lock only per job).
+    pub job: &'a (dyn Fn(Jid) -> Option<Job> + Sync),
     /// ZooKeeper (`None`: no tree rules, no drift).
     pub zk: Option<&'a ZkConfig>,
     /// The storage targets (empty: no OCFL rule).
@@ -309,14 +310,17 @@ fn unrecorded_versions(
     let mut out = Vec::new();
     for ((ark, version), stored) in versions {
         let jid = jid_of(&stored.message);
-        let job = jid.and_then(|j| src.state.jobs.get(&j));
-        if job.is_some_and(|j| matches!(j.status, JobState::Storing | JobState::Recording)) {
+        let job = jid.and_then(|j| (src.job)(j));
+        if job
+            .as_ref()
+            .is_some_and(|j| matches!(j.status, JobState::Storing | JobState::Recording))
+        {
             // In flight: the job's own Recording step records it.
             continue;
         }
         let place = format!("{}/{ark}/v{version}", stored.targets.join("+"));
         let path = format!("ocfl:{}", rules::shown(&place));
-        let decided = decide(inventory, &ark, version, &stored, job, now).map_err(inv)?;
+        let decided = decide(inventory, &ark, version, &stored, job.as_ref(), now).map_err(inv)?;
         let (repair, plan, why) = match decided {
             Ok(record) => (
                 Some(Repair {
@@ -360,7 +364,7 @@ fn decide(
     ark: &str,
     version: u32,
     stored: &Stored,
-    job: Option<&ingest_events::state::Job>,
+    job: Option<&Job>,
     now: DateTime<Utc>,
 ) -> Result<Result<ObjectVersionRecord, String>, ingest_steps::inventory::InventoryError> {
     let Some(job) = job else {

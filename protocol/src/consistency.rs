@@ -108,4 +108,19 @@ pub struct RepairRequest {
     pub finding: String,
     /// Why (recorded with the repair).
     pub reason: String,
+    /// The admin's name (`admin:NAME` or `NAME`; default `admin:api`), as
+    /// the other admin routes take it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
+}
+
+/// The answer of `POST /consistency/repair`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepairDone {
+    /// The finding repaired (as it was before the repair).
+    pub finding: Finding,
+    /// What was changed, for a person.
+    pub summary: String,
+    /// The log position of the `ConsistencyRepaired` event.
+    pub position: u64,
 }

@@ -164,6 +164,7 @@ impl Server {
                 Some(&dir.path().join("files")),
             )
             .expect("policy"),
+            storage_targets: Vec::new(),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

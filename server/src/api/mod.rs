@@ -37,6 +37,7 @@
 //!     inventory: None,
 //!     minter: None,
 //!     outbound: ingest_protocol::outbound::OutboundPolicy::default(),
+//!     storage_targets: Vec::new(),
 //! });
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:7878").await?;
 //! api::serve(listener, router, api::Limits::default(), async { let _ = tokio::signal::ctrl_c().await; }).await
@@ -45,6 +46,7 @@
 
 mod admin;
 mod auth;
+mod consistency;
 mod depositor;
 mod error;
 mod listen;
@@ -124,6 +126,9 @@ pub struct ApiConfig {
     /// against at the door (scheme, syntax, `file://` root, literal
     /// addresses; names are not resolved here).
     pub outbound: ingest_protocol::outbound::OutboundPolicy,
+    /// The OCFL storage targets the consistency report compares with the
+    /// inventory (empty: that rule is skipped).
+    pub storage_targets: Vec<ingest_engine::consistency::TargetSpec>,
 }
 
 /// The state every handler shares.
@@ -143,6 +148,7 @@ pub(crate) struct Inner {
     pub(crate) zookeeper: Option<ingest_projections::ZkConfig>,
     pub(crate) projector_gate: Option<ingest_projections::ProjectorGate>,
     pub(crate) inventory: Option<ingest_steps::inventory::Inventory>,
+    pub(crate) storage_targets: Vec<ingest_engine::consistency::TargetSpec>,
     pub(crate) minter: Option<ingest_engine::ezid::ArkMinter>,
     pub(crate) outbound: ingest_protocol::outbound::OutboundPolicy,
     /// Faults armed by admins (`POST /faults`).
@@ -282,6 +288,8 @@ fn table() -> Vec<Entry> {
         entry(M::GET, "/verify", Admin, ops::verify),
         entry(M::GET, "/tree", Admin, ops::tree),
         entry(M::GET, "/diff", Admin, ops::diff),
+        entry(M::GET, "/consistency", Admin, consistency::report),
+        entry(M::POST, "/consistency/repair", Admin, consistency::repair),
         entry(M::GET, "/faults", Admin, ops::faults),
         entry(M::POST, "/faults", Admin, ops::arm_fault),
         entry(M::DELETE, "/faults", Admin, ops::clear_faults),
@@ -314,6 +322,7 @@ pub fn router(config: ApiConfig) -> Router {
             zookeeper: config.zookeeper,
             projector_gate: config.projector_gate,
             inventory: config.inventory,
+            storage_targets: config.storage_targets,
             minter: config.minter,
             outbound: config.outbound,
             faults: ops::ArmedFaults::default(),
@@ -686,6 +695,7 @@ mod tests {
             inventory: None,
             minter: None,
             outbound: ingest_protocol::outbound::OutboundPolicy::default(),
+            storage_targets: Vec::new(),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
