@@ -153,6 +153,8 @@ pub enum Cmd {
     Rebuild(zk::RebuildArgs),
     /// Compare the live ZooKeeper tree with what the log says it should be (exit 1 on drift).
     Diff(zk::DiffArgs),
+    /// The consistency report: Merritt's orphan rules over the live tree, stale and old locks, drift against the log, OCFL versions the inventory lacks; with --repair ID or --repair-all, apply and record repairs (exit 1 when a WARN or FAIL is found).
+    Check(super::check::CheckArgs),
     /// Run the queue service: the engine, the ZooKeeper projector and the HTTP API in one process (until SIGTERM or Ctrl-C).
     Serve(Box<ingest_config::ServeArgs>),
     /// Run worker daemons (simulated steps) against a server's API and ZooKeeper (until SIGTERM or Ctrl-C).
