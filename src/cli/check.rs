@@ -235,6 +235,9 @@ pub fn local(engine: &mut Engine, actor: &Actor, args: CheckArgs) -> Result<i32>
                 }
                 Err(e) => return Err(e).context("recording the repair in the log"),
             },
+            Err(CheckError::NoSuchFinding { .. }) if args.repair_all => {
+                println!("{id}: resolved by an earlier repair");
+            }
             Err(e @ (CheckError::NoSuchFinding { .. } | CheckError::NoRepair { .. })) => {
                 eprintln!("refused: {e}");
                 code = 1;
@@ -302,6 +305,9 @@ pub fn remote(remote: &Remote, args: CheckArgs) -> Result<i32> {
                 "repaired {} ({}): {}; recorded as event #{}",
                 d.finding.id, d.finding.rule, d.summary, d.position
             ),
+            Err(e) if args.repair_all && e.to_string().contains("no_such_finding") => {
+                println!("{id}: resolved by an earlier repair");
+            }
             Err(e) if e.is::<Refused>() => {
                 eprintln!("refused: {e}");
                 code = 1;
