@@ -1259,7 +1259,11 @@ async fn check_reports_merritts_rules_and_repairs_them_as_events() {
     assert_eq!(clean["findings"], serde_json::json!([]), "{clean}");
     let table = run(&["check"]);
     assert_eq!(table.code, 0);
-    assert!(table.stdout.starts_with("PASS: 0 FAIL, 0 WARN"), "{}", table.stdout);
+    assert!(
+        table.stdout.starts_with("PASS: 0 FAIL, 0 WARN"),
+        "{}",
+        table.stdout
+    );
 
     let foreign = zkio::connect(&zk).await.expect("a foreign client");
     let acl = zkio::open_acl();
@@ -1295,7 +1299,10 @@ async fn check_reports_merritts_rules_and_repairs_them_as_events() {
     assert_eq!(uuid["severity"], "WARN", "young: Merritt's WARN");
     assert_eq!(uuid["repair"]["action"], "delete-node");
     assert_eq!(
-        find("orphan-queue-entry", "/jobs/states/pending/05-jid0000000099")["severity"],
+        find(
+            "orphan-queue-entry",
+            "/jobs/states/pending/05-jid0000000099"
+        )["severity"],
         "WARN"
     );
     assert_eq!(
@@ -1320,7 +1327,13 @@ async fn check_reports_merritts_rules_and_repairs_them_as_events() {
     let id = lock["id"].as_str().expect("id").to_string();
     let without_reason = run(&["check", "--repair", &id]);
     assert_eq!(without_reason.code, 2, "{}", without_reason.stderr);
-    let repaired = run(&["check", "--repair", &id, "--reason", "left by a crashed tool"]);
+    let repaired = run(&[
+        "check",
+        "--repair",
+        &id,
+        "--reason",
+        "left by a crashed tool",
+    ]);
     assert_eq!(repaired.code, 0, "{}{}", repaired.stdout, repaired.stderr);
     assert!(foreign.check_stat(stale).await.expect("stat").is_none());
     let position: u64 = repaired
@@ -1332,12 +1345,20 @@ async fn check_reports_merritts_rules_and_repairs_them_as_events() {
         .unwrap_or_else(|| panic!("no event position in {}", repaired.stdout));
     let again = run(&["check", "--repair", &id, "--reason", "twice"]);
     assert_eq!(again.code, 1, "{}{}", again.stdout, again.stderr);
-    assert!(again.stderr.contains("there is no finding"), "{}", again.stderr);
+    assert!(
+        again.stderr.contains("there is no finding"),
+        "{}",
+        again.stderr
+    );
 
     // --repair-all shows what it would do and does nothing without --yes.
     let preview = run(&["check", "--repair-all", "--reason", "sweep"]);
     assert_eq!(preview.code, 1, "{}{}", preview.stdout, preview.stderr);
-    assert!(preview.stdout.contains("would repair"), "{}", preview.stdout);
+    assert!(
+        preview.stdout.contains("would repair"),
+        "{}",
+        preview.stdout
+    );
     assert!(foreign
         .check_stat("/batch-uuids/foreign-uuid")
         .await
