@@ -1425,3 +1425,89 @@ async fn a_version_stored_but_never_recorded_is_found_and_recorded_by_repair() {
         .await;
     assert_eq!(status, 422, "a repair needs a reason");
 }
+
+/// `GET /consistency` and `POST /consistency/repair` on a running `serve`:
+/// a node a foreign client wrote (an orphan `/batch-uuids` entry) is
+/// reported and deleted by its repair, which the server records; drift
+/// (a projected node's data changed by hand) is reported, and its repair
+/// is refused with 409 `needs_projector` (it converges the tree as the
+/// projector, which the running server is), changing nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_server_reports_and_repairs_foreign_nodes() {
+    let zk_server = shared();
+    let root = unique_root("check-serve");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = crate::server::start(dir.path(), &zk_server.hosts(), &root, Some(&[]));
+    eventually("the projector created the base nodes", 30, async || {
+        let r = server.get("/consistency").await;
+        (r["findings"] == json!([])).then_some(())
+    })
+    .await;
+    let zk = zookeeper_client::Client::connect(&format!("{}{root}", zk_server.hosts()))
+        .await
+        .expect("zk");
+    let acl =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    zk.create("/batch-uuids/foreign", b"bid0000000077", &acl)
+        .await
+        .expect("a foreign node");
+    zk.set_data("/locks/queue", b"hand-edited", None)
+        .await
+        .expect("drift");
+    let report = server.get("/consistency").await;
+    let findings = report["findings"].as_array().expect("findings");
+    let by_rule = |rule: &str| {
+        findings
+            .iter()
+            .find(|f| f["rule"] == rule)
+            .unwrap_or_else(|| panic!("no {rule} in {report:#}"))
+            .clone()
+    };
+    let orphan = by_rule("orphan-batch-uuid");
+    assert_eq!(orphan["path"], "/batch-uuids/foreign");
+    let drift = by_rule("drift");
+    assert_eq!(drift["path"], "/locks/queue");
+    assert_eq!(drift["repair"]["action"], "repair-drift");
+
+    let (status, body) = server
+        .call(
+            Method::POST,
+            "/consistency/repair",
+            ADMIN,
+            Some(json!({"finding": drift["id"], "reason": "hand edit", "actor": "carol"})),
+        )
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "needs_projector", "{body}");
+    let (status, body) = server
+        .call(
+            Method::POST,
+            "/consistency/repair",
+            ADMIN,
+            Some(json!({"finding": orphan["id"], "reason": "written by a test client", "actor": "carol"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(zk
+        .check_stat("/batch-uuids/foreign")
+        .await
+        .expect("stat")
+        .is_none());
+    let after = server.get("/consistency").await;
+    let rules: Vec<&Value> = after["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .map(|f| &f["rule"])
+        .collect();
+    assert_eq!(rules, [&json!("drift")], "{after:#}");
+    let (status, body) = server
+        .call(
+            Method::POST,
+            "/consistency/repair",
+            crate::server::DEPOSITOR,
+            Some(json!({"finding": drift["id"], "reason": "not mine"})),
+        )
+        .await;
+    assert_eq!(status, 401, "admin only: {body}");
+}
