@@ -18,9 +18,7 @@ use ingest_engine::consistency::{self, CheckError, RepairContext, Sources};
 use ingest_engine::{Engine, EngineError};
 use ingest_events::Actor;
 use ingest_projections::AdminConfig;
-use ingest_protocol::consistency::{
-    ConsistencyReport, Finding, RepairDone, RepairRequest, Severity,
-};
+use ingest_protocol::consistency::{ConsistencyReport, Finding, RepairBody, RepairDone, Severity};
 
 use super::backend::{Refused, Remote};
 use super::exit;
@@ -293,7 +291,7 @@ pub fn remote(remote: &Remote, args: CheckArgs) -> Result<i32> {
     };
     let mut code = 0;
     for id in ids {
-        let body = RepairRequest {
+        let body = RepairBody {
             finding: id.clone(),
             reason: reason.clone().unwrap_or_default(),
             actor: Some(remote.admin_name.clone()),

@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use chrono::Utc;
 use ingest_engine::consistency::{self, Applied, CheckError, Checked, RepairContext, Sources};
-use ingest_protocol::consistency::{ConsistencyReport, RepairDone, RepairRequest};
+use ingest_protocol::consistency::{ConsistencyReport, RepairBody, RepairDone};
 use ingest_protocol::cut;
 
 use super::admin::{admin_actor, check_reason};
@@ -95,7 +95,7 @@ pub(crate) async fn report(
 pub(crate) async fn repair(
     State(app): State<AppState>,
     cid: CorrelationId,
-    ApiJson(body): ApiJson<RepairRequest>,
+    ApiJson(body): ApiJson<RepairBody>,
 ) -> Result<Json<RepairDone>, ApiError> {
     let actor = admin_actor(body.actor.as_deref())?;
     let reason = check_reason(&body.reason)?;
