@@ -22,16 +22,25 @@ pub struct MinterSettings {
     pub ezid: Option<EzidSettings>,
 }
 
+/// Opens the inventory in its tree beside `log` (alone, for readers such
+/// as `ingest check`).
+///
+/// # Errors
+/// When the tree cannot be opened.
+pub fn open_inventory(log: &Log) -> Result<Inventory> {
+    Ok(Inventory::new(
+        log.side_tree("inventory")
+            .context("cannot open the inventory")?,
+    ))
+}
+
 /// Opens the inventory and the ark minter in trees beside `log`.
 ///
 /// # Errors
 /// When a tree cannot be opened or the minter's settings are unusable; the
 /// message names which.
 pub fn open(log: &Log, settings: &MinterSettings) -> Result<(Inventory, ArkMinter)> {
-    let inventory = Inventory::new(
-        log.side_tree("inventory")
-            .context("cannot open the inventory")?,
-    );
+    let inventory = open_inventory(log)?;
     let minter = match &settings.ezid {
         Some(ezid) => ArkMinter::Ezid(Ezid::new(ezid.clone()).context("the EZID settings")?),
         None => {

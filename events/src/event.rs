@@ -456,6 +456,18 @@ events! {
     QueueResumed { pub reason: String }
     /// An admin repaired drift between the live ZooKeeper tree and the log.
     TreeRepaired { pub paths: Vec<String> }
+    /// An admin applied the repair of a consistency finding (`ingest check
+    /// --repair`, `POST /consistency/repair`): the finding, its rule, the
+    /// action, what it changed (ZooKeeper paths deleted, or the storage
+    /// target, ark and version recorded in the inventory) and why.
+    /// Changes nothing in the state or the tree.
+    ConsistencyRepaired {
+        pub finding: String,
+        pub rule: String,
+        pub action: String,
+        pub paths: Vec<String>,
+        pub reason: String,
+    }
     /// A signed checkpoint: the engine's Ed25519 signature over the RFC 9162
     /// Merkle tree head of the log's first `tree_size` records (every record
     /// before this one; see [`crate::merkle`] and [`LogCheckpointed::signed_bytes`]).
@@ -551,6 +563,13 @@ impl Event {
             Event::QueuePaused(e) => format!("queue paused ({})", e.reason),
             Event::QueueResumed(e) => format!("queue resumed ({})", e.reason),
             Event::TreeRepaired(e) => format!("tree repaired ({} paths)", e.paths.len()),
+            Event::ConsistencyRepaired(e) => format!(
+                "consistency repair {} of {} ({} path(s)): {}",
+                e.action,
+                e.finding,
+                e.paths.len(),
+                e.reason
+            ),
             Event::LogCheckpointed(e) => format!(
                 "checkpoint: tree head over {} records, root {}",
                 e.tree_size,

@@ -353,7 +353,9 @@ impl State {
                 }
                 Event::QueuePaused(_) => self.paused = true,
                 Event::QueueResumed(_) => self.paused = false,
-                Event::TreeRepaired(_) | Event::LogCheckpointed(_) => {}
+                Event::TreeRepaired(_)
+                | Event::ConsistencyRepaired(_)
+                | Event::LogCheckpointed(_) => {}
                 other => {
                     return Err(err(format!(
                         "{} does not belong on the system stream",

@@ -450,6 +450,19 @@ fn cases() -> Vec<Case> {
             }
             .into(),
         ),
+        (
+            "ConsistencyRepaired",
+            sys,
+            admin(),
+            event::ConsistencyRepaired {
+                finding: "stale-lock-0123456789abcdef".into(),
+                rule: "stale-lock".into(),
+                action: "delete-node".into(),
+                paths: vec!["/jobs/jid0000000001/lock".into()],
+                reason: "left by a crashed tool".into(),
+            }
+            .into(),
+        ),
     ];
     list.into_iter()
         .enumerate()

@@ -76,6 +76,7 @@
 #![deny(missing_docs)]
 
 pub mod checkpoint;
+pub mod consistency;
 pub mod layout;
 pub mod leader;
 pub mod materialize;

@@ -334,7 +334,7 @@ fn project_event(
             tx.delete(layout::QUEUE_LOCK)?;
         }
         // Recorded for history and reports; nothing in the tree changes.
-        (Event::JobStepRetried(_) | Event::TreeRepaired(_), _) => {}
+        (Event::JobStepRetried(_) | Event::TreeRepaired(_) | Event::ConsistencyRepaired(_), _) => {}
         // A signed checkpoint is audit evidence only.
         (Event::LogCheckpointed(_), _) => {}
         // Any other pairing of event and stream is refused by the fold before

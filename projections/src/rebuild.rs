@@ -134,6 +134,9 @@ pub struct DiffReport {
     /// session owns (persistent, left by a crashed tool or an admin). They
     /// block their item for ever; a repair or rebuild removes them.
     pub stale_locks: Vec<String>,
+    /// The live tree as read (what the consistency rules read too, so a
+    /// report names one tree).
+    pub live: LiveTree,
 }
 
 impl DiffReport {
@@ -325,6 +328,7 @@ pub async fn diff(
         diff,
         locks,
         stale_locks: stale,
+        live,
     })
 }
 
@@ -955,6 +959,7 @@ mod tests {
         let live = LiveTree {
             tree: live_tree.clone(),
             ephemeral: [("/jobs/jid0000000002/lock".to_string(), 7)].into(),
+            ctimes: BTreeMap::new(),
         };
         let diff = expected.diff_filtered(&live_tree, |p| !layout::is_ephemeral_lock(p));
         let units = plan_units(&diff, &expected, &live);

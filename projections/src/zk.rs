@@ -316,6 +316,9 @@ pub struct LiveTree {
     pub tree: Tree,
     /// The ephemeral nodes read, with the session id owning each.
     pub ephemeral: BTreeMap<String, i64>,
+    /// When each node read was created (ZooKeeper's `ctime`, milliseconds
+    /// since the Unix epoch), for rules that depend on a node's age.
+    pub ctimes: BTreeMap<String, i64>,
 }
 
 impl LiveTree {
@@ -392,6 +395,7 @@ pub async fn read_tree(
                 if stat.ephemeral_owner != 0 {
                     out.ephemeral.insert(p.clone(), stat.ephemeral_owner);
                 }
+                out.ctimes.insert(p.clone(), stat.ctime);
                 nodes.insert(p.clone(), data);
             }
             for c in children {

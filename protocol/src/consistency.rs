@@ -109,3 +109,39 @@ pub struct RepairRequest {
     /// Why (recorded with the repair).
     pub reason: String,
 }
+
+/// What `POST /consistency/repair` accepts: a [`RepairRequest`] and,
+/// optionally, the admin's name, as the other admin routes take it (a body
+/// of a [`RepairRequest`] alone is one of these too).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepairBody {
+    /// The finding's id, from a report.
+    pub finding: String,
+    /// Why (recorded with the repair).
+    pub reason: String,
+    /// The admin's name (`admin:NAME` or `NAME`; default `admin:api`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
+}
+
+impl From<RepairRequest> for RepairBody {
+    fn from(r: RepairRequest) -> RepairBody {
+        RepairBody {
+            finding: r.finding,
+            reason: r.reason,
+            actor: None,
+        }
+    }
+}
+
+/// The answer of `POST /consistency/repair`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepairDone {
+    /// The finding repaired (as it was before the repair).
+    pub finding: Finding,
+    /// What was changed, for a person.
+    pub summary: String,
+    /// The log position of the `ConsistencyRepaired` event.
+    pub position: u64,
+}

@@ -140,6 +140,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
             .outbound_policy()
             .context("the outbound policy (--allow-host, --allow-network)")?,
         pages: Some(crate::ui::pages(config.ui.clone())),
+        storage_targets: target_specs(&config.real.storage_targets)?,
     });
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -318,4 +319,21 @@ impl LockChecker for ZkLocks {
     fn holder<'a>(&'a self, path: &'a str) -> LockFuture<'a> {
         Box::pin(self.holder_of(path))
     }
+}
+
+/// The `NAME=DIR` storage targets, as the consistency report reads them.
+///
+/// # Errors
+/// A spec that does not parse, naming it.
+pub fn target_specs(specs: &[String]) -> Result<Vec<ingest_engine::consistency::TargetSpec>> {
+    specs
+        .iter()
+        .map(|spec| {
+            let (name, dir) = ingest_worker::real::store::parse_spec(spec)?;
+            Ok(ingest_engine::consistency::TargetSpec {
+                name: name.to_string(),
+                root: std::path::PathBuf::from(dir),
+            })
+        })
+        .collect()
 }

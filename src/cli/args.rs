@@ -21,7 +21,7 @@ directory (the source of truth); the ZooKeeper queue tree Merritt's workers read
 projected from it.\n\n\
 Grammar: `ingest NOUN ID VERB` acts on one item (batch, job, collection, queue); \
 `submit`, `show`, `history`, `verify`, `repair`, `lifecycle`, `cleanup`, `status`, `batches` and `jobs` stand alone.",
-    after_help = "Examples:\n  ingest submit --profile demo --submitter alice --payload-url https://example.org/a.zip --type container\n  ingest batch bid0000000001 acquire\n  ingest job jid0000000001 start\n  ingest job jid0000000001 success\n  ingest job jid0000000001 fail --message 'HEAD https://… returned 404'\n  ingest job jid0000000001 requeue --reason 'server fixed'\n  ingest collection demo hold --reason 'storage migration'\n  ingest history --batch bid0000000001 --format table\n  ingest jobs --state failed --collection demo --modified-since 2026-11-24\n  ingest verify\n\nExit codes: 0 done (diff: no drift); 1 refused by the queue, unknown item, drift found, verify failed; 2 usage (bad arguments, no such data directory, bad configuration); 3 unreachable (no answer, token refused, data directory held by another process)."
+    after_help = "Examples:\n  ingest submit --profile demo --submitter alice --payload-url https://example.org/a.zip --type container\n  ingest batch bid0000000001 acquire\n  ingest job jid0000000001 start\n  ingest job jid0000000001 success\n  ingest job jid0000000001 fail --message 'HEAD https://… returned 404'\n  ingest job jid0000000001 requeue --reason 'server fixed'\n  ingest collection demo hold --reason 'storage migration'\n  ingest history --batch bid0000000001 --format table\n  ingest jobs --state failed --collection demo --modified-since 2026-11-24\n  ingest verify\n\nExit codes: 0 done (diff: no drift; check: PASS); 1 refused by the queue, unknown item, drift found, a check WARN or FAIL, verify failed; 2 usage (bad arguments, no such data directory, bad configuration); 3 unreachable (no answer, token refused, data directory held by another process)."
 )]
 pub struct Cli {
     /// The data directory holding the event log.
@@ -153,6 +153,8 @@ pub enum Cmd {
     Rebuild(zk::RebuildArgs),
     /// Compare the live ZooKeeper tree with what the log says it should be (exit 1 on drift).
     Diff(zk::DiffArgs),
+    /// The consistency report: Merritt's orphan rules over the live tree, stale and old locks, drift against the log, OCFL versions the inventory lacks; with --repair ID or --repair-all, apply and record repairs (exit 1 when a WARN or FAIL is found).
+    Check(super::check::CheckArgs),
     /// Run the queue service: the engine, the ZooKeeper projector and the HTTP API in one process (until SIGTERM or Ctrl-C).
     Serve(Box<ingest_config::ServeArgs>),
     /// Run worker daemons (simulated steps) against a server's API and ZooKeeper (until SIGTERM or Ctrl-C).

@@ -5,8 +5,8 @@
 //!
 //! | code | meaning |
 //! |---|---|
-//! | 0 | done; `diff`: no drift; `verify`: the chain verifies |
-//! | 1 | the queue said no: a refused command, an unknown item, drift found by `diff`, a log that fails `verify` |
+//! | 0 | done; `diff`: no drift; `check`: PASS; `verify`: the chain verifies |
+//! | 1 | the queue said no: a refused command, an unknown item, drift found by `diff`, a WARN or FAIL found by `check`, a log that fails `verify` |
 //! | 2 | usage: bad arguments, a data directory that does not exist, an unusable configuration |
 //! | 3 | cannot reach: a server that does not answer or refuses the token, a data directory another process holds |
 

@@ -13,6 +13,7 @@
 //! - `list.rs`: `batches` and `jobs`, pages of a listing;
 //! - `local.rs`: commands that need the data directory itself;
 //! - `remote.rs`: commands that only exist through a server;
+//! - `check.rs`: `check`, the consistency report and its repairs;
 //! - `audit.rs`: `audit export`, `audit prove`, `audit verify`;
 //! - `zk.rs`: `project`, `tree`, `rebuild`, `diff`;
 //! - `output.rs`: YAML, JSON, tables; a closed pipe ends quietly.
@@ -29,6 +30,7 @@ mod admin;
 pub mod args;
 mod audit;
 pub mod backend;
+pub mod check;
 pub mod exit;
 mod list;
 mod local;

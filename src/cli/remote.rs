@@ -103,6 +103,7 @@ fn run_inner(remote: &Remote, command: Cmd) -> Result<i32> {
                 Err(e) => Err(e),
             }
         }
+        Cmd::Check(args) => super::check::remote(remote, args),
         Cmd::Repair { .. } => bail!("`repair` truncates the log and needs it to itself: stop the server (SIGTERM) first, then run `ingest repair` on its data directory"),
         Cmd::Project(_) => bail!("the server already projects the log into ZooKeeper; `ingest project` is for a data directory no server holds"),
         Cmd::Rebuild(_) => bail!("`rebuild` takes over the projector's role: stop the server (SIGTERM), run `ingest rebuild` on its data directory, then start it again"),

@@ -104,19 +104,19 @@ pub struct DiffArgs {
     pub leader_wait: f64,
 }
 
-fn seconds(value: f64, what: &str) -> Result<Duration> {
+pub(super) fn seconds(value: f64, what: &str) -> Result<Duration> {
     if !value.is_finite() || value <= 0.0 || value > 86_400.0 {
         bail!("{what} must be a number of seconds between 0 and 86400, got {value}");
     }
     Ok(Duration::from_secs_f64(value))
 }
 
-fn zk_config(args: &ZkArgs) -> Result<ZkConfig> {
+pub(super) fn zk_config(args: &ZkArgs) -> Result<ZkConfig> {
     args.require()
         .map_err(|e| super::exit::Usage(e.to_string()).into())
 }
 
-fn limits(args: &TxnArgs) -> TxnLimits {
+pub(super) fn limits(args: &TxnArgs) -> TxnLimits {
     TxnLimits {
         max_bytes: args.max_txn_bytes,
         max_ops: args.max_txn_ops,
@@ -124,7 +124,7 @@ fn limits(args: &TxnArgs) -> TxnLimits {
 }
 
 /// Who this engine is, for the leader node: host and data directory.
-fn identity(engine: &Engine) -> String {
+pub(super) fn identity(engine: &Engine) -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|h| h.trim().to_string())
@@ -136,7 +136,7 @@ fn identity(engine: &Engine) -> String {
     format!("ingest@{host}:{}", dir.display())
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
+pub(super) fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

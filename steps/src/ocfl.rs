@@ -92,6 +92,23 @@ pub struct StoredVersion {
     pub object_root: PathBuf,
 }
 
+/// One version of an object, read back from the storage root
+/// ([`OcflTarget::version_info`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionInfo {
+    /// The version number.
+    pub version: u32,
+    /// The OCFL message (the storing step writes `MODE: batch BID job JID`).
+    pub message: String,
+    /// When the version was made.
+    pub created: DateTime<Utc>,
+    /// The digest algorithm of the files' digests (`sha512` or `sha256`).
+    pub digest_algorithm: String,
+    /// The files of the version, sorted by logical path; `sha512` holds
+    /// the digest in `digest_algorithm`.
+    pub files: Vec<StoredFile>,
+}
+
 /// One file in the state of a stored version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredFile {
@@ -413,6 +430,70 @@ impl OcflTarget {
             .list_object_versions(ark)
             .map_err(|e| rocfl_error(ark, e))?;
         Ok(versions.iter().map(|v| v.version_num.number).collect())
+    }
+
+    /// Every object id (ark) in the storage root, sorted. An object rocfl
+    /// cannot read is skipped with a WARN (a reader must not stop at one
+    /// damaged object).
+    ///
+    /// # Errors
+    ///
+    /// [`StorageError::Io`] or another storage error when the root itself
+    /// cannot be listed.
+    pub fn arks(&self) -> Result<Vec<String>, StorageError> {
+        let iter = self
+            .repo
+            .list_objects(None)
+            .map_err(|e| rocfl_error("(listing)", e))?;
+        let mut arks = Vec::new();
+        for item in iter {
+            match item {
+                Ok(details) => arks.push(details.id),
+                Err(e) => {
+                    tracing::warn!(target = %self.name, error = %e, "skipped an object the storage root cannot read");
+                }
+            }
+        }
+        arks.sort();
+        Ok(arks)
+    }
+
+    /// One version of the object as the storage root describes it: its
+    /// OCFL message and creation time, and its files (logical path, size,
+    /// digest in the object's algorithm, normally SHA-512).
+    ///
+    /// # Errors
+    ///
+    /// [`StorageError::NotFound`] when the object or the version does not
+    /// exist; [`StorageError::Io`] when a content file cannot be read.
+    pub fn version_info(&self, ark: &str, version: u32) -> Result<VersionInfo, StorageError> {
+        check_ark(ark)?;
+        let vref = VersionRef::try_from(version).map_err(|e| rocfl_error(ark, e))?;
+        let object = self
+            .repo
+            .get_object(ark, vref)
+            .map_err(|e| rocfl_error(ark, e))?;
+        let mut files = Vec::with_capacity(object.state.len());
+        for (path, details) in &object.state {
+            let on_disk = self.root.join(&details.storage_path);
+            let size = fs::metadata(&on_disk)
+                .map_err(|e| io_error(&on_disk, e))?
+                .len();
+            files.push(StoredFile {
+                logical_path: path.to_string(),
+                size,
+                sha512: AsRef::<str>::as_ref(details.digest.as_ref()).to_string(),
+            });
+        }
+        files.sort_by(|a, b| a.logical_path.cmp(&b.logical_path));
+        let details = object.version_details;
+        Ok(VersionInfo {
+            version,
+            message: details.message.unwrap_or_default(),
+            created: details.created.with_timezone(&Utc),
+            digest_algorithm: object.digest_algorithm.to_string(),
+            files,
+        })
     }
 
     /// The content of `logical_path` in `version` of the object (the head

@@ -966,3 +966,45 @@ mod model {
         }
     }
 }
+
+/// A reader beside the storing process (the consistency report) lists the
+/// objects and reads back each version's message, time and files with
+/// their sizes and digests, as stored.
+#[test]
+fn a_reader_lists_objects_and_reads_back_each_versions_files() {
+    let (dir, target) = target();
+    let files = [("producer/a.txt", "alpha"), ("system/m.txt", "manifest")];
+    let src = source(&files);
+    target
+        .store_version(
+            "ark:/99999/fk4b",
+            src.path(),
+            &meta("add: batch bid0000000001 job jid0000000002"),
+        )
+        .expect("store b");
+    let one = source(&[("producer/z.txt", "zulu")]);
+    target
+        .store_version("ark:/99999/fk4a", one.path(), &meta("other"))
+        .expect("store a");
+    let reader = OcflTarget::open_existing("reader", target.root()).expect("open");
+    assert_eq!(
+        reader.arks().expect("arks"),
+        ["ark:/99999/fk4a", "ark:/99999/fk4b"]
+    );
+    let info = reader.version_info("ark:/99999/fk4b", 1).expect("v1");
+    assert_eq!(info.version, 1);
+    assert_eq!(info.message, "add: batch bid0000000001 job jid0000000002");
+    assert_eq!(info.created, meta("").created);
+    assert_eq!(info.digest_algorithm, "sha512");
+    let got: Vec<(String, u64, String)> = info
+        .files
+        .iter()
+        .map(|f| (f.logical_path.clone(), f.size, f.sha512.clone()))
+        .collect();
+    assert_eq!(got, expected_listing(&files));
+    assert!(matches!(
+        reader.version_info("ark:/99999/fk4b", 2),
+        Err(StorageError::NotFound { .. })
+    ));
+    drop(dir);
+}

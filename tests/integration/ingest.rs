@@ -1321,3 +1321,193 @@ async fn sizes_that_differ_from_the_manifest_or_content_length_fail_the_file() {
         "a lying payload was stored"
     );
 }
+
+/// Issue 15 item 2 / issue 13: a version stored in OCFL whose job failed
+/// before Recording (a fault armed on Storing: the store happens, then the
+/// outcome is recorded as a failure) is found by the consistency report,
+/// through `ingest --engine URL check` and `GET /consistency`, as an
+/// `unrecorded-version` FAIL with a `record-version` repair; the repair
+/// records it in the inventory through its normal path and appends a
+/// `ConsistencyRepaired` event; the report is then clean, and the same
+/// repair again is refused (404 `no_such_finding`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_stored_but_never_recorded_is_found_and_recorded_by_repair() {
+    let rig = rig("unrecorded", &[]).await;
+    add(&rig.depot, "u.txt", b"stored, never recorded");
+    let (status, body) = rig
+        .server
+        .call(
+            Method::POST,
+            "/faults",
+            ADMIN,
+            Some(json!({"state": "Storing", "reason": "fail after the store"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let bid = rig
+        .submit(json!({"profile": "demo", "submitter": "alice", "type": "file", "payload_url": format!("{}/files/u.txt", rig.base), "erc_where": "loc-u"}))
+        .await;
+    let batch = rig.finished(&bid).await;
+    let jid = Rig::jobs(&batch)[0].clone();
+    let job = rig.job(&jid).await;
+    assert_eq!(job["status"], "Failed", "{job}");
+    let ark = job["primary_id"].as_str().expect("ark").to_string();
+    let (status, _) = rig
+        .server
+        .call(Method::GET, &format!("/objects/{ark}"), ADMIN, None)
+        .await;
+    assert_eq!(status, 404, "the inventory does not have it yet");
+
+    let cli = |args: &[&str]| {
+        let mut all = vec!["--engine", rig.server.base.as_str(), "check"];
+        all.extend(args);
+        tokio::task::block_in_place(|| {
+            std::process::Command::new(crate::util::ingest_bin())
+                .args(&all)
+                .env("INGEST_ADMIN_TOKEN", ADMIN)
+                .output()
+                .expect("ingest check")
+        })
+    };
+    let out = cli(&["--format", "json"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("report json");
+    let findings = report["findings"].as_array().expect("findings");
+    assert_eq!(findings.len(), 1, "{report:#}");
+    let f = &findings[0];
+    assert_eq!(f["rule"], "unrecorded-version", "{f}");
+    assert_eq!(f["severity"], "FAIL");
+    assert_eq!(f["subject"], jid.as_str());
+    assert_eq!(f["repair"]["action"], "record-version", "{f}");
+    assert_eq!(
+        rig.server.get("/consistency").await["findings"],
+        report["findings"]
+    );
+
+    let id = f["id"].as_str().expect("id").to_string();
+    let body = json!({"finding": id, "reason": "stored before the drill failed it"});
+    let (status, done) = rig
+        .server
+        .call(
+            Method::POST,
+            "/consistency/repair",
+            ADMIN,
+            Some(body.clone()),
+        )
+        .await;
+    assert_eq!(status, 200, "{done}");
+    assert!(done["position"].as_u64().expect("position") > 0, "{done}");
+    let object = rig.server.get(&format!("/objects/{ark}")).await;
+    assert_eq!(object["versions"][0]["version"], 1, "{object}");
+    assert_eq!(object["versions"][0]["jid"], jid.as_str(), "{object}");
+    assert_eq!(
+        object["versions"][0]["local_ids"],
+        json!(["loc-u"]),
+        "{object}"
+    );
+    let clean = cli(&[]);
+    assert_eq!(clean.status.code(), Some(0), "{clean:?}");
+    assert!(String::from_utf8_lossy(&clean.stdout).starts_with("PASS"));
+    let (status, again) = rig
+        .server
+        .call(Method::POST, "/consistency/repair", ADMIN, Some(body))
+        .await;
+    assert_eq!(status, 404, "{again}");
+    assert_eq!(again["error"]["code"], "no_such_finding", "{again}");
+    let (status, _) = rig
+        .server
+        .call(
+            Method::POST,
+            "/consistency/repair",
+            ADMIN,
+            Some(json!({"finding": "x", "reason": ""})),
+        )
+        .await;
+    assert_eq!(status, 422, "a repair needs a reason");
+}
+
+/// `GET /consistency` and `POST /consistency/repair` on a running `serve`:
+/// a node a foreign client wrote (an orphan `/batch-uuids` entry) is
+/// reported and deleted by its repair, which the server records; drift
+/// (a projected node's data changed by hand) is reported, and its repair
+/// is refused with 409 `needs_projector` (it converges the tree as the
+/// projector, which the running server is), changing nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_server_reports_and_repairs_foreign_nodes() {
+    let zk_server = shared();
+    let root = unique_root("check-serve");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = crate::server::start(dir.path(), &zk_server.hosts(), &root, Some(&[]));
+    eventually("the projector created the base nodes", 30, async || {
+        let r = server.get("/consistency").await;
+        (r["findings"] == json!([])).then_some(())
+    })
+    .await;
+    let zk = zookeeper_client::Client::connect(&format!("{}{root}", zk_server.hosts()))
+        .await
+        .expect("zk");
+    let acl =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    zk.create("/batch-uuids/foreign", b"bid0000000077", &acl)
+        .await
+        .expect("a foreign node");
+    zk.set_data("/locks/queue", b"hand-edited", None)
+        .await
+        .expect("drift");
+    let report = server.get("/consistency").await;
+    let findings = report["findings"].as_array().expect("findings");
+    let by_rule = |rule: &str| {
+        findings
+            .iter()
+            .find(|f| f["rule"] == rule)
+            .unwrap_or_else(|| panic!("no {rule} in {report:#}"))
+            .clone()
+    };
+    let orphan = by_rule("orphan-batch-uuid");
+    assert_eq!(orphan["path"], "/batch-uuids/foreign");
+    let drift = by_rule("drift");
+    assert_eq!(drift["path"], "/locks/queue");
+    assert_eq!(drift["repair"]["action"], "repair-drift");
+
+    let (status, body) = server
+        .call(
+            Method::POST,
+            "/consistency/repair",
+            ADMIN,
+            Some(json!({"finding": drift["id"], "reason": "hand edit", "actor": "carol"})),
+        )
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "needs_projector", "{body}");
+    let (status, body) = server
+        .call(
+            Method::POST,
+            "/consistency/repair",
+            ADMIN,
+            Some(json!({"finding": orphan["id"], "reason": "written by a test client", "actor": "carol"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(zk
+        .check_stat("/batch-uuids/foreign")
+        .await
+        .expect("stat")
+        .is_none());
+    let after = server.get("/consistency").await;
+    let rules: Vec<&Value> = after["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .map(|f| &f["rule"])
+        .collect();
+    assert_eq!(rules, [&json!("drift")], "{after:#}");
+    let (status, body) = server
+        .call(
+            Method::POST,
+            "/consistency/repair",
+            crate::server::DEPOSITOR,
+            Some(json!({"finding": drift["id"], "reason": "not mine"})),
+        )
+        .await;
+    assert_eq!(status, 401, "admin only: {body}");
+}

@@ -1222,3 +1222,161 @@ async fn a_tree_of_another_log_is_refused() {
 // The Merritt interoperability tests, which use the fixture above.
 #[path = "merritt.rs"]
 mod merritt;
+
+/// `ingest check` (issue 13's consistency report, issue 15 item 3's stale
+/// locks): a projected tree passes (exit 0); nodes a foreign client writes
+/// break Merritt's orphan rules and are reported with Merritt's severities
+/// (young orphans WARN, a stale lock and unreadable data FAIL), hostile
+/// data (huge, binary, invalid JSON) as a bounded finding; a repair by id
+/// deletes the node and appends a `ConsistencyRepaired` event with the
+/// reason; the same repair again is refused; `--repair-all --yes` clears
+/// the rest and the report passes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_reports_merritts_rules_and_repairs_them_as_events() {
+    let server = shared();
+    let root = unique_root("check");
+    let zk = zk_config(&server.hosts(), &root);
+    let mut f = Fixture::new();
+    f.run_scenario("transitions-document.yaml");
+    catch_up(f.log(), &zk, "check").await;
+    f.close();
+    let hosts = server.hosts();
+    let run = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--zk", &hosts, "--zk-root", &root]);
+        f.ingest.run(&all)
+    };
+    let report = |args: &[&str]| -> (i32, serde_json::Value) {
+        let mut all = vec!["check", "--format", "json"];
+        all.extend(args);
+        let out = run(&all);
+        let v = serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}{}", out.stdout, out.stderr));
+        (out.code, v)
+    };
+    let (code, clean) = report(&[]);
+    assert_eq!(code, 0, "{clean}");
+    assert_eq!(clean["findings"], serde_json::json!([]), "{clean}");
+    let table = run(&["check"]);
+    assert_eq!(table.code, 0);
+    assert!(
+        table.stdout.starts_with("PASS: 0 FAIL, 0 WARN"),
+        "{}",
+        table.stdout
+    );
+
+    let foreign = zkio::connect(&zk).await.expect("a foreign client");
+    let acl = zkio::open_acl();
+    let put = |p: &'static str, d: Vec<u8>| {
+        let foreign = &foreign;
+        let acl = &acl;
+        async move {
+            foreign.create(p, &d, acl).await.expect(p);
+        }
+    };
+    put("/batch-uuids/foreign-uuid", b"bid0000000099".to_vec()).await;
+    put("/jobs/states/pending/05-jid0000000099", Vec::new()).await;
+    put("/batches/bid0000000098", Vec::new()).await;
+    put("/batches/bid0000000098/states", Vec::new()).await;
+    let stale = "/jobs/jid0000000001/lock";
+    put(stale, Vec::new()).await;
+    put("/batch-uuids/huge-uuid", vec![b'x'; 300 * 1024]).await;
+    put("/batch-uuids/binary-uuid", vec![0xff, 0xfe, 0x00, 0x9c]).await;
+    put("/jobs/jid0000000097", Vec::new()).await;
+    put("/jobs/jid0000000097/status", b"{\"status\": tru".to_vec()).await;
+
+    let (code, found) = report(&[]);
+    assert_eq!(code, 1, "{found}");
+    let findings = found["findings"].as_array().expect("findings").clone();
+    let find = |rule: &str, path: &str| -> serde_json::Value {
+        findings
+            .iter()
+            .find(|f| f["rule"] == rule && f["path"] == path)
+            .unwrap_or_else(|| panic!("no {rule} at {path} in {found:#}"))
+            .clone()
+    };
+    let uuid = find("orphan-batch-uuid", "/batch-uuids/foreign-uuid");
+    assert_eq!(uuid["severity"], "WARN", "young: Merritt's WARN");
+    assert_eq!(uuid["repair"]["action"], "delete-node");
+    assert_eq!(
+        find(
+            "orphan-queue-entry",
+            "/jobs/states/pending/05-jid0000000099"
+        )["severity"],
+        "WARN"
+    );
+    assert_eq!(
+        find("empty-states", "/batches/bid0000000098/states")["severity"],
+        "WARN"
+    );
+    let lock = find("stale-lock", stale);
+    assert_eq!(lock["severity"], "FAIL");
+    for p in [
+        "/batch-uuids/huge-uuid",
+        "/batch-uuids/binary-uuid",
+        "/jobs/jid0000000097/status",
+    ] {
+        let f = find("unreadable-node", p);
+        assert_eq!(f["severity"], "FAIL");
+        assert!(f["detail"].as_str().expect("detail").len() < 1024, "{f}");
+    }
+    assert!(!found.to_string().contains("xxxxxxxx"), "node data quoted");
+    assert_eq!(found["findings"][0]["severity"], "FAIL", "FAIL first");
+
+    // Repair one finding by id: the node goes, an event records it.
+    let id = lock["id"].as_str().expect("id").to_string();
+    let without_reason = run(&["check", "--repair", &id]);
+    assert_eq!(without_reason.code, 2, "{}", without_reason.stderr);
+    let repaired = run(&[
+        "check",
+        "--repair",
+        &id,
+        "--reason",
+        "left by a crashed tool",
+    ]);
+    assert_eq!(repaired.code, 0, "{}{}", repaired.stdout, repaired.stderr);
+    assert!(foreign.check_stat(stale).await.expect("stat").is_none());
+    let position: u64 = repaired
+        .stdout
+        .split("recorded as event #")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no event position in {}", repaired.stdout));
+    let again = run(&["check", "--repair", &id, "--reason", "twice"]);
+    assert_eq!(again.code, 1, "{}{}", again.stdout, again.stderr);
+    assert!(
+        again.stderr.contains("there is no finding"),
+        "{}",
+        again.stderr
+    );
+
+    // --repair-all shows what it would do and does nothing without --yes.
+    let preview = run(&["check", "--repair-all", "--reason", "sweep"]);
+    assert_eq!(preview.code, 1, "{}{}", preview.stdout, preview.stderr);
+    assert!(
+        preview.stdout.contains("would repair"),
+        "{}",
+        preview.stdout
+    );
+    assert!(foreign
+        .check_stat("/batch-uuids/foreign-uuid")
+        .await
+        .expect("stat")
+        .is_some());
+    let swept = run(&["check", "--repair-all", "--yes", "--reason", "sweep"]);
+    assert_eq!(swept.code, 0, "{}{}", swept.stdout, swept.stderr);
+    let (code, after) = report(&[]);
+    assert_eq!(code, 0, "{after:#}");
+
+    f.open();
+    match f.log().read_one(position).expect("the repair event").event {
+        Event::ConsistencyRepaired(e) => {
+            assert_eq!(e.paths, [stale]);
+            assert_eq!(e.rule, "stale-lock");
+            assert_eq!(e.finding, id);
+            assert_eq!(e.reason, "left by a crashed tool");
+        }
+        other => panic!("expected ConsistencyRepaired at {position}, found {other:?}"),
+    }
+}

@@ -149,6 +149,33 @@ pub(super) fn record_repair(
     Ok(())
 }
 
+/// An admin applied the repair of a consistency finding.
+/// (`Command::RecordConsistencyRepair`.)
+pub(super) fn record_consistency_repair(
+    state: &State,
+    d: &mut Decision,
+    repaired: event::ConsistencyRepaired,
+) -> Result<(), Rejection> {
+    if repaired.paths.is_empty() {
+        return Err(Rejection::NoChange("the repair changed nothing".into()));
+    }
+    if repaired.reason.trim().is_empty() {
+        return Err(Rejection::Invalid {
+            field: "reason".into(),
+            reason: "a repair needs a reason".into(),
+        });
+    }
+    check_text("reason", &repaired.reason)?;
+    check_size("reason", repaired.reason.len(), 4096)?;
+    let bytes = repaired.paths.iter().map(String::len).sum::<usize>()
+        + repaired.finding.len()
+        + repaired.rule.len()
+        + repaired.action.len();
+    check_size("paths", bytes, MAX_JOB_FIELD_BYTES)?;
+    d.push(state, StreamId::System, repaired);
+    Ok(())
+}
+
 /// Removes finished (Completed or Deleted) batches from the live tree.
 /// (`Command::Cleanup`.)
 pub(super) fn cleanup(

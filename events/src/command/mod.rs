@@ -274,6 +274,20 @@ pub enum Command {
         /// The paths created, set or deleted.
         paths: Vec<String>,
     },
+    /// An admin applied the repair of a consistency finding; records what
+    /// it changed and why (`ConsistencyRepaired`).
+    RecordConsistencyRepair {
+        /// The finding's id.
+        finding: String,
+        /// The finding's rule.
+        rule: String,
+        /// The repair's action (`delete-node`, `record-version`, …).
+        action: String,
+        /// What it changed.
+        paths: Vec<String>,
+        /// Why.
+        reason: String,
+    },
     /// Removes finished (Completed or Deleted) batches from the live tree.
     Cleanup {
         /// Only batches last changed before this time.
@@ -503,6 +517,23 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
             notification_error,
         } => batch::report_batch(state, lc, &mut d, bid, notification_error)?,
         Command::RecordRepair { paths } => admin::record_repair(state, lc, &mut d, paths)?,
+        Command::RecordConsistencyRepair {
+            finding,
+            rule,
+            action,
+            paths,
+            reason,
+        } => admin::record_consistency_repair(
+            state,
+            &mut d,
+            crate::event::ConsistencyRepaired {
+                finding: finding.clone(),
+                rule: rule.clone(),
+                action: action.clone(),
+                paths: paths.clone(),
+                reason: reason.clone(),
+            },
+        )?,
         Command::Cleanup { before } => admin::cleanup(state, lc, &mut d, before)?,
     }
     Ok(d)

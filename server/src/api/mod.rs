@@ -38,6 +38,7 @@
 //!     minter: None,
 //!     outbound: ingest_protocol::outbound::OutboundPolicy::default(),
 //!     pages: None,
+//!     storage_targets: Vec::new(),
 //! });
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:7878").await?;
 //! api::serve(listener, router, api::Limits::default(), async { let _ = tokio::signal::ctrl_c().await; }).await
@@ -46,6 +47,7 @@
 
 pub(crate) mod admin;
 mod auth;
+pub(crate) mod consistency;
 pub(crate) mod depositor;
 mod error;
 mod listen;
@@ -129,6 +131,9 @@ pub struct ApiConfig {
     /// Pages mounted beside the API's routes: the admin web UI
     /// (`crate::ui::pages`), or `None`.
     pub pages: Option<Pages>,
+    /// The OCFL storage targets the consistency report compares with the
+    /// inventory (empty: that rule is skipped).
+    pub storage_targets: Vec<ingest_engine::consistency::TargetSpec>,
 }
 
 /// Routes mounted beside the API's own, made from the router's state (the
@@ -152,6 +157,7 @@ pub(crate) struct Inner {
     pub(crate) zookeeper: Option<ingest_projections::ZkConfig>,
     pub(crate) projector_gate: Option<ingest_projections::ProjectorGate>,
     pub(crate) inventory: Option<ingest_steps::inventory::Inventory>,
+    pub(crate) storage_targets: Vec<ingest_engine::consistency::TargetSpec>,
     pub(crate) minter: Option<ingest_engine::ezid::ArkMinter>,
     pub(crate) outbound: ingest_protocol::outbound::OutboundPolicy,
     /// Faults armed by admins (`POST /faults`).
@@ -291,6 +297,8 @@ fn table() -> Vec<Entry> {
         entry(M::GET, "/verify", Admin, ops::verify),
         entry(M::GET, "/tree", Admin, ops::tree),
         entry(M::GET, "/diff", Admin, ops::diff),
+        entry(M::GET, "/consistency", Admin, consistency::report),
+        entry(M::POST, "/consistency/repair", Admin, consistency::repair),
         entry(M::GET, "/faults", Admin, ops::faults),
         entry(M::POST, "/faults", Admin, ops::arm_fault),
         entry(M::DELETE, "/faults", Admin, ops::clear_faults),
@@ -323,6 +331,7 @@ pub fn router(config: ApiConfig) -> Router {
             zookeeper: config.zookeeper,
             projector_gate: config.projector_gate,
             inventory: config.inventory,
+            storage_targets: config.storage_targets,
             minter: config.minter,
             outbound: config.outbound,
             faults: ops::ArmedFaults::default(),
@@ -700,6 +709,7 @@ mod tests {
             minter: None,
             outbound: ingest_protocol::outbound::OutboundPolicy::default(),
             pages: None,
+            storage_targets: Vec::new(),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

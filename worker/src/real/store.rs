@@ -333,7 +333,12 @@ fn stored_message(ark: &str, stored: &[(String, u32)]) -> String {
     }
 }
 
-fn parse_spec(spec: &str) -> anyhow::Result<(&str, &str)> {
+/// Splits a `NAME=DIR` storage target spec, checking the name.
+///
+/// # Errors
+/// A spec without `=`, or an empty or unusable name; the message names the
+/// spec.
+pub fn parse_spec(spec: &str) -> anyhow::Result<(&str, &str)> {
     let Some((name, dir)) = spec.split_once('=') else {
         bail!("storage target {spec:?} is not NAME=DIR");
     };
