@@ -75,6 +75,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod acl;
 pub mod checkpoint;
 pub mod layout;
 pub mod leader;
@@ -90,6 +91,7 @@ pub mod txn;
 pub mod views;
 pub mod zk;
 
+pub use acl::{Credentials, DigestId, ZkAccess};
 pub use checkpoint::Checkpoint;
 pub use materialize::{materialize, Until};
 pub use ops::{batches_by_size, EventOps, Op, OpKind};

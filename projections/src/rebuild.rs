@@ -61,7 +61,7 @@ use crate::projector::Projector;
 use crate::sink::{read_checkpoint, SinkError};
 use crate::tree::{Tree, TreeDiff};
 use crate::txn::TxnLimits;
-use crate::zk::{call, connect, open_acl, read_tree, LiveTree, ReadOptions, ZkConfig, ZkError};
+use crate::zk::{call, connect, read_tree, LiveTree, ReadOptions, ZkConfig, ZkError};
 
 /// How rebuild and repair run.
 #[derive(Debug, Clone)]
@@ -190,6 +190,9 @@ pub struct RebuildReport {
     pub expected_nodes: usize,
     /// The changes.
     pub converge: ConvergeReport,
+    /// Nodes whose ACL was set (with credentials only; 0 for an open tree):
+    /// every node the projection owns and the engine's own.
+    pub secured: usize,
 }
 
 /// What a repair did.
@@ -333,8 +336,14 @@ async fn lead(cfg: &AdminConfig) -> Result<zk::Client, SinkError> {
     cfg.zk.validate().map_err(SinkError::Config)?;
     let client = connect(&cfg.zk).await?;
     let identity = format!("{} ({})", cfg.identity, crate::sink::instance_tag());
-    match leader::acquire_within(&client, &identity, cfg.zk.request_timeout, cfg.leader_wait)
-        .await?
+    match leader::acquire_within(
+        &client,
+        &identity,
+        &cfg.zk.access,
+        cfg.zk.request_timeout,
+        cfg.leader_wait,
+    )
+    .await?
     {
         Ok(()) => Ok(client),
         Err(holder) => Err(SinkError::NotLeader {
@@ -358,7 +367,11 @@ async fn checkpoint_or_genesis(
         cfg.request_timeout,
         "create",
         CHECKPOINT_NODE,
-        client.create(CHECKPOINT_NODE, &genesis.to_json(), &open_acl()),
+        client.create(
+            CHECKPOINT_NODE,
+            &genesis.to_json(),
+            &cfg.access.acl(CHECKPOINT_NODE).persistent(),
+        ),
     )
     .await
     {
@@ -429,9 +442,11 @@ async fn rebuild_led(
         progress,
     )
     .await?;
+    let secured = secure(client, &cfg.zk, &expected).await?;
     tracing::info!(
         root = %cfg.zk.root,
         position = target,
+        secured,
         created = converge.created,
         set = converge.set,
         deleted = converge.deleted,
@@ -443,6 +458,7 @@ async fn rebuild_led(
         checkpoint: final_cp,
         expected_nodes: expected.len(),
         converge,
+        secured,
     })
 }
 
@@ -564,7 +580,9 @@ async fn converge(
             )?;
             for op in &ops {
                 let r = match op {
-                    Op::Create { path, data } => w.add_create(path, data, &open_acl()),
+                    Op::Create { path, data } => {
+                        w.add_create(path, data, &cfg.zk.access.acl(path).persistent())
+                    }
                     Op::SetData { path, data } => w.add_set_data(path, data, None),
                     Op::Delete { path } => w.add_delete(path, None),
                 };
@@ -667,6 +685,65 @@ async fn converge(
         }
     }
     Ok(report)
+}
+
+/// Requests in flight at once while setting ACLs.
+const ACL_BATCH: usize = 256;
+
+/// With credentials, sets the ACL [`crate::ZkAccess::acl`] gives each node
+/// of `expected`, the engine's nodes and the root (when it is a chroot):
+/// how an open tree is taken over, and how one whose ACLs were changed is
+/// put right. Returns the nodes set; 0 without credentials (an anonymous
+/// session could not set them, and an open tree stays as it is).
+///
+/// # Errors
+/// A [`ZkError`] other than a node gone meanwhile (`NoAuth` when the
+/// nodes belong to another identity).
+pub async fn secure(
+    client: &zk::Client,
+    cfg: &ZkConfig,
+    expected: &Tree,
+) -> Result<usize, SinkError> {
+    if cfg.access.is_open() {
+        return Ok(0);
+    }
+    let mut paths: Vec<String> = Vec::new();
+    if cfg.root != "/" {
+        paths.push("/".to_string());
+    }
+    paths.push(crate::checkpoint::ENGINE_NODE.to_string());
+    paths.push(CHECKPOINT_NODE.to_string());
+    paths.extend(expected.iter().map(|(p, _)| p.to_string()));
+    let mut set = 0;
+    for chunk in paths.chunks(ACL_BATCH) {
+        let mut tasks = tokio::task::JoinSet::new();
+        for path in chunk {
+            let client = client.clone();
+            let acl = cfg.access.acl(path);
+            let path = path.clone();
+            let deadline = cfg.request_timeout;
+            tasks.spawn(async move {
+                let r = call(
+                    deadline,
+                    "set_acl",
+                    &path,
+                    client.set_acl(&path, acl.entries(), None),
+                )
+                .await;
+                (path, r)
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            let Ok((_, r)) = done else { continue };
+            match r {
+                Ok(_) => set += 1,
+                Err(e) if e.code() == Some(&zk::Error::NoNode) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    tracing::info!(root = %cfg.root, nodes = set, "set the ACLs of the projected nodes");
+    Ok(set)
 }
 
 /// Deletes the worker lock at `path` if it is still not ephemeral, version

@@ -112,7 +112,7 @@ use crate::leader::{self, Leadership};
 use crate::ops::{EventOps, Op};
 use crate::projector::{ProjectError, Projector};
 use crate::txn::{self, Oversized, TxnLimits, TxnPlan};
-use crate::zk::{call, open_acl, ZkConfig, ZkError, ZkErrorKind};
+use crate::zk::{call, ZkConfig, ZkError, ZkErrorKind};
 
 /// How the sink runs.
 #[derive(Debug, Clone)]
@@ -918,12 +918,13 @@ impl Runner {
         if self.shutdown.is_cancelled() {
             return Ok(Exit::Done);
         }
-        leader::ensure_engine_node(client, self.deadline()).await?;
+        leader::ensure_engine_node(client, &self.cfg.zk.access, self.deadline()).await?;
         match leader::try_acquire(client, &self.identity, self.deadline()).await? {
             Leadership::Held => {}
             Leadership::HeldBy(holder) => return self.stand_by(client, holder).await,
         }
         self.init_nodes(client).await?;
+        self.warn_if_unsecured(client).await;
         let Some((cp, version)) = self.read_checkpoint(client).await? else {
             return Ok(Exit::Retry);
         };
@@ -995,6 +996,30 @@ impl Runner {
         }
     }
 
+    /// With credentials, warns when the checkpoint is still writable by
+    /// anyone: a tree projected before authentication was configured keeps
+    /// its open ACLs until `ingest rebuild` sets them.
+    async fn warn_if_unsecured(&self, client: &zk::Client) {
+        if self.cfg.zk.access.is_open() {
+            return;
+        }
+        let acl = call(
+            self.deadline(),
+            "get_acl",
+            CHECKPOINT_NODE,
+            client.get_acl(CHECKPOINT_NODE),
+        )
+        .await;
+        if let Ok((acl, _)) = acl {
+            let open = acl.iter().any(|a| {
+                a.auth_id() == &zk::AuthId::anyone() && a.permission().has(zk::Permission::WRITE)
+            });
+            if open {
+                tracing::warn!(root = %self.cfg.zk.root, "ZooKeeper credentials are configured but the tree's nodes are still writable by anyone (it was projected without them); run `ingest rebuild` with the same credentials to set their ACLs");
+            }
+        }
+    }
+
     /// Creates the missing base nodes and the checkpoint node.
     async fn init_nodes(&mut self, client: &zk::Client) -> Result<(), Exit> {
         let mut paths = layout::base_paths();
@@ -1032,7 +1057,7 @@ impl Runner {
         // if another session created one meanwhile, fall back to one by one.
         let mut w = client.new_multi_writer();
         for p in &missing {
-            w.add_create(p, &data(p), &open_acl())
+            w.add_create(p, &data(p), &self.cfg.zk.access.acl(p).persistent())
                 .map_err(|e| ZkError::new("multi", p.to_string(), ZkErrorKind::Server(e)))?;
         }
         let all = tokio::time::timeout(self.deadline(), w.commit()).await;
@@ -1042,7 +1067,7 @@ impl Runner {
                     self.deadline(),
                     "create",
                     p,
-                    client.create(p, &data(p), &open_acl()),
+                    client.create(p, &data(p), &self.cfg.zk.access.acl(p).persistent()),
                 )
                 .await
                 {
@@ -1331,7 +1356,7 @@ impl Runner {
                 CHECKPOINT_NODE,
             )?;
             sent.push(Sent::Checkpoint);
-            let acl = open_acl();
+            let access = &self.cfg.zk.access;
             for seg in &plan.segments {
                 for i in seg.ops.clone() {
                     let op = &self.model.pending[seg.event].ops[i];
@@ -1343,7 +1368,9 @@ impl Runner {
                         }
                     }
                     let r = match op {
-                        Op::Create { path, data } => w.add_create(path, data, &acl),
+                        Op::Create { path, data } => {
+                            w.add_create(path, data, &access.acl(path).persistent())
+                        }
                         Op::SetData { path, data } => w.add_set_data(path, data, None),
                         Op::Delete { path } => w.add_delete(path, None),
                     };

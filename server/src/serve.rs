@@ -100,6 +100,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
             (Arc::new(NoLocks), None)
         }
         Some(zk_config) => {
+            ingest_config::zk::warn_if_open(&zk_config.access);
             let identity = format!(
                 "ingest serve {} on {}",
                 std::process::id(),

@@ -153,6 +153,12 @@ pub enum Cmd {
     Rebuild(zk::RebuildArgs),
     /// Compare the live ZooKeeper tree with what the log says it should be (exit 1 on drift).
     Diff(zk::DiffArgs),
+    /// Print the ZooKeeper digest identity (user:BASE64, what --zk-worker-identity takes) of credentials read from a file (one line user:password) or from INGEST_ZK_AUTH.
+    ZkDigest {
+        /// The credentials file (default: INGEST_ZK_AUTH).
+        #[arg(long, value_name = "FILE")]
+        auth_file: Option<std::path::PathBuf>,
+    },
     /// Run the queue service: the engine, the ZooKeeper projector and the HTTP API in one process (until SIGTERM or Ctrl-C).
     Serve(Box<ingest_config::ServeArgs>),
     /// Run worker daemons (simulated steps) against a server's API and ZooKeeper (until SIGTERM or Ctrl-C).

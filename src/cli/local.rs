@@ -126,6 +126,7 @@ pub(super) fn local_only(local: &mut Local, command: Cmd) -> Result<i32> {
         Cmd::Project(args) => zk::project(engine, args),
         Cmd::Rebuild(args) => zk::rebuild(engine, &actor, args),
         Cmd::Diff(args) => zk::diff(engine, &actor, args),
+        Cmd::ZkDigest { .. } => bail!("`zk-digest` is run before the data directory is opened"),
         Cmd::Submit(_)
         | Cmd::Show { .. }
         | Cmd::History { .. }

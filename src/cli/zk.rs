@@ -149,6 +149,26 @@ fn bar_style(template: &str) -> ProgressStyle {
 }
 
 // ---------------------------------------------------------------------------
+// zk-digest
+
+/// Runs `ingest zk-digest`: prints the digest identity of credentials.
+///
+/// # Errors
+/// No credentials, or credentials that are not `user:password`.
+pub fn digest(file: Option<&std::path::Path>) -> Result<i32> {
+    let credentials = ingest_config::zk::read_credentials(file)
+        .map_err(|e| super::exit::Usage(e.to_string()))?
+        .ok_or_else(|| {
+            super::exit::Usage(format!(
+                "give the credentials with --auth-file FILE or in {}",
+                ingest_config::zk::AUTH_ENV
+            ))
+        })?;
+    println!("{}", credentials.id());
+    Ok(0)
+}
+
+// ---------------------------------------------------------------------------
 // tree
 
 /// Runs `ingest tree`.
@@ -401,6 +421,12 @@ pub fn rebuild(engine: &mut Engine, actor: &Actor, args: RebuildArgs) -> Result<
     );
     for l in &c.locks_deleted {
         println!("  deleted lock {l}");
+    }
+    if report.secured > 0 {
+        println!(
+            "ACLs set on {} node(s): written by this identity only, read by anyone",
+            report.secured
+        );
     }
     println!("checkpoint {}", report.checkpoint);
     if c.stale_locks_removed.is_empty() {

@@ -235,6 +235,23 @@ impl Server {
             assert_eq!(moves, 1, "{jid} left {state} {moves} times: {history}");
         }
     }
+
+    /// Asserts that each of `jids` walked once ([`Server::assert_walked_once`])
+    /// and returns the worker actors (`worker:NAME`) that moved them.
+    pub async fn worker_actors(&self, jids: &[Value]) -> std::collections::BTreeSet<String> {
+        let mut actors = std::collections::BTreeSet::new();
+        for jid in jids {
+            let jid = jid.as_str().expect("jid");
+            self.assert_walked_once(jid).await;
+            let history = self.get(&format!("/jobs/{jid}/history")).await;
+            for row in history["events"].as_array().expect("events") {
+                if let Some(a) = row["actor"].as_str().filter(|a| a.starts_with("worker:")) {
+                    actors.insert(a.to_string());
+                }
+            }
+        }
+        actors
+    }
 }
 
 /// Polls `check` until it gives `Some` or the deadline passes.

@@ -1222,3 +1222,8 @@ async fn a_tree_of_another_log_is_refused() {
 // The Merritt interoperability tests, which use the fixture above.
 #[path = "merritt.rs"]
 mod merritt;
+
+// ZooKeeper authentication, ACLs and the rebuild marker, which use the
+// fixture above.
+#[path = "zk_acl.rs"]
+mod acl;
