@@ -97,10 +97,13 @@ pub use materialize::{materialize, Until};
 pub use ops::{batches_by_size, EventOps, Op, OpKind};
 pub use projector::{ProjectError, Projector};
 #[cfg(feature = "log")]
-pub use rebuild::{AdminConfig, DiffReport, Progress, RebuildReport, RepairReport};
+pub use rebuild::{
+    AdminConfig, DiffReport, Preview, Progress, RebuildReport, RepairReport, Resume,
+};
 #[cfg(feature = "log")]
 pub use sink::{
-    ProjectorGate, RunMode, Sink, SinkConfig, SinkError, SinkReport, SinkState, SinkStatus,
+    ProjectorGate, ResumeRebuild, Resumer, RunMode, Sink, SinkConfig, SinkError, SinkReport,
+    SinkState, SinkStatus,
 };
 pub use tree::{Differing, Tree, TreeDiff, TreeError};
 pub use txn::TxnLimits;

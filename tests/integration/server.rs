@@ -77,10 +77,27 @@ pub fn start_with(
     steps: &str,
     args: &[String],
 ) -> Server {
+    start_in(dir, &dir.join("data"), hosts, root, daemons, steps, args)
+}
+
+/// [`start`] without daemons on an existing data directory `data` (its log
+/// under `dir`).
+pub fn start_with_data(dir: &Path, data: &Path, hosts: &str, root: &str) -> Server {
+    start_in(dir, data, hosts, root, None, "simulate", &[])
+}
+
+fn start_in(
+    dir: &Path,
+    data: &Path,
+    hosts: &str,
+    root: &str,
+    daemons: Option<&[&str]>,
+    steps: &str,
+    args: &[String],
+) -> Server {
     let log = dir.join("serve.log");
-    let data = dir.join("data");
     let mut cmd = Command::new(ingest_bin());
-    cmd.arg("--data-dir").arg(&data).args([
+    cmd.arg("--data-dir").arg(data).args([
         "serve",
         "--listen",
         "127.0.0.1:0",

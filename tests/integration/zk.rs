@@ -1227,3 +1227,7 @@ mod merritt;
 // fixture above.
 #[path = "zk_acl.rs"]
 mod acl;
+
+// The rebuild marker, a killed rebuild and `rebuild --force`.
+#[path = "zk_rebuild.rs"]
+mod rebuild_marker;
