@@ -253,3 +253,37 @@ pub fn check_root(root: &str) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_come_from_a_file_and_are_never_quoted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let good = dir.path().join("engine");
+        std::fs::write(&good, "engine:s3cret-value\n").expect("write");
+        let worker = ingest_projections::Credentials::parse("worker:w")
+            .expect("valid")
+            .id();
+        let a = access(Some(&good), Some(worker.as_str()), true).expect("valid");
+        assert_eq!(a.credentials.as_ref().map(|c| c.user()), Some("engine"));
+        assert_eq!(a.worker.as_ref(), Some(&worker));
+        assert!(!format!("{a:?}").contains("s3cret"));
+
+        let bad = dir.path().join("bad");
+        std::fs::write(&bad, "no-colon-s3cret").expect("write");
+        let e = access(Some(&bad), None, false).expect_err("malformed");
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        assert!(e.to_string().contains("user:password"), "{e}");
+        let e = access(Some(&dir.path().join("missing")), None, false).expect_err("missing");
+        assert!(e.to_string().contains("cannot read"), "{e}");
+        let e = access(Some(&good), Some("worker:not-a-digest"), false).expect_err("bad id");
+        assert!(e.to_string().contains("--zk-worker-identity"), "{e}");
+        if std::env::var_os(AUTH_ENV).is_none() {
+            let e = access(None, Some(worker.as_str()), false).expect_err("no credentials");
+            assert!(e.to_string().contains("need ZooKeeper credentials"), "{e}");
+            assert!(access(None, None, false).expect("open").is_open());
+        }
+    }
+}
