@@ -59,6 +59,9 @@ pub(crate) struct FileZooKeeper {
     pub(crate) root: Option<String>,
     pub(crate) session_timeout_secs: Option<f64>,
     pub(crate) request_timeout_secs: Option<f64>,
+    pub(crate) auth_file: Option<PathBuf>,
+    pub(crate) worker_identity: Option<String>,
+    pub(crate) open_object_locks: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -666,6 +666,19 @@ impl ServeConfig {
                 format!("{request_timeout} is outside (0, 86400] seconds"),
             ));
         }
+        let zk_access = zk::access(
+            args.zookeeper
+                .zk_auth_file
+                .as_deref()
+                .or(file.zookeeper.auth_file.as_deref()),
+            args.zookeeper
+                .zk_worker_identity
+                .as_deref()
+                .or(file.zookeeper.worker_identity.as_deref()),
+            args.zookeeper.zk_open_object_locks
+                || file.zookeeper.open_object_locks.unwrap_or(false),
+        )
+        .map_err(|e| invalid(&file_origin, "zookeeper.auth_file", e.to_string()))?;
         Ok(ServeConfig {
             file: args.config.clone(),
             data_dir,
@@ -677,6 +690,7 @@ impl ServeConfig {
                 root: zk_root.value,
                 session_timeout: Duration::from_secs_f64(timeout.value),
                 request_timeout: Duration::from_secs_f64(request_timeout),
+                access: zk_access,
             },
             lifecycle: lifecycle.map(|l| l.value),
             log_format,

@@ -150,6 +150,18 @@ impl WorkerArgs {
                 .zookeeper
                 .zk_timeout
                 .or(file.zookeeper.request_timeout_secs),
+            zk_auth_file: self
+                .zookeeper
+                .zk_auth_file
+                .clone()
+                .or(file.zookeeper.auth_file),
+            zk_worker_identity: self
+                .zookeeper
+                .zk_worker_identity
+                .clone()
+                .or(file.zookeeper.worker_identity),
+            zk_open_object_locks: self.zookeeper.zk_open_object_locks
+                || file.zookeeper.open_object_locks.unwrap_or(false),
         };
         let zk = zk_args
             .require()

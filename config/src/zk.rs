@@ -2,10 +2,11 @@
 //! into `serve`, `worker` and the CLI's ZooKeeper commands, and one place
 //! that turns settings into a [`ZkConfig`].
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
-use ingest_projections::ZkConfig;
+use ingest_projections::{Credentials, DigestId, ZkAccess, ZkConfig};
 use serde::{Deserialize, Serialize};
 
 /// The default ZooKeeper session timeout, in seconds.
@@ -34,6 +35,97 @@ pub struct ZkArgs {
     /// Deadline of every ZooKeeper call, in seconds [default: 10].
     #[arg(long = "zk-timeout", env = "INGEST_ZK_TIMEOUT", value_name = "SECS")]
     pub zk_timeout: Option<f64>,
+    /// A file holding this process's ZooKeeper digest credentials, one line user:password (or set INGEST_ZK_AUTH to user:password). With credentials, every node the engine creates is writable by this identity only and readable by anyone; without, the tree is open to anyone who reaches ZooKeeper.
+    #[arg(
+        long = "zk-auth-file",
+        env = "INGEST_ZK_AUTH_FILE",
+        value_name = "FILE"
+    )]
+    pub zk_auth_file: Option<PathBuf>,
+    /// The workers' digest identity, user:BASE64 (`ingest zk-digest` prints it from their credentials): given the right to create and delete lock nodes under jobs, batches and /locks/{localid,storage,inventory}, and nothing else. Needed by the engine when workers run as other processes.
+    #[arg(
+        long = "zk-worker-identity",
+        env = "INGEST_ZK_WORKER_IDENTITY",
+        value_name = "USER:DIGEST"
+    )]
+    pub zk_worker_identity: Option<String>,
+    /// With credentials: let anyone (also unauthenticated Merritt services) create and delete object locks under /locks/localid, /locks/storage and /locks/inventory, for a deployment beside Merritt's storage and inventory services.
+    #[arg(long = "zk-open-object-locks", env = "INGEST_ZK_OPEN_OBJECT_LOCKS")]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub zk_open_object_locks: bool,
+}
+
+/// The variable that may hold `user:password` instead of a file.
+pub const AUTH_ENV: &str = "INGEST_ZK_AUTH";
+
+/// Reads credentials from `file`, else from [`AUTH_ENV`]; `None` when
+/// neither is set. The secret is never quoted in an error.
+///
+/// # Errors
+/// The file cannot be read or does not hold `user:password`.
+pub fn read_credentials(file: Option<&Path>) -> Result<Option<Credentials>, ZkSettingsError> {
+    let (text, from) = match file {
+        Some(path) => {
+            let meta = std::fs::metadata(path).map_err(|e| {
+                ZkSettingsError::Invalid(format!(
+                    "cannot read the ZooKeeper credentials file {}: {e}",
+                    path.display()
+                ))
+            })?;
+            if meta.len() > 4096 {
+                return Err(ZkSettingsError::Invalid(format!(
+                    "the ZooKeeper credentials file {} is larger than 4096 bytes",
+                    path.display()
+                )));
+            }
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                ZkSettingsError::Invalid(format!(
+                    "cannot read the ZooKeeper credentials file {}: {e}",
+                    path.display()
+                ))
+            })?;
+            (text, format!("the file {}", path.display()))
+        }
+        None => match std::env::var(AUTH_ENV) {
+            Ok(text) if !text.is_empty() => (text, AUTH_ENV.to_string()),
+            _ => return Ok(None),
+        },
+    };
+    Credentials::parse(&text).map(Some).map_err(|reason| {
+        ZkSettingsError::Invalid(format!("ZooKeeper credentials in {from}: {reason}"))
+    })
+}
+
+/// Builds the access settings: credentials from `auth_file` (or the
+/// environment), the workers' identity, and the object-lock opening.
+///
+/// # Errors
+/// Unreadable or malformed credentials, a malformed identity, or options
+/// that need credentials given without them.
+pub fn access(
+    auth_file: Option<&Path>,
+    worker_identity: Option<&str>,
+    open_object_locks: bool,
+) -> Result<ZkAccess, ZkSettingsError> {
+    let credentials = read_credentials(auth_file)?;
+    let worker = worker_identity
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            DigestId::parse(w)
+                .map_err(|r| ZkSettingsError::Invalid(format!("--zk-worker-identity: {r}")))
+        })
+        .transpose()?;
+    if credentials.is_none() && (worker.is_some() || open_object_locks) {
+        return Err(ZkSettingsError::Invalid(
+            "--zk-worker-identity and --zk-open-object-locks need ZooKeeper credentials (--zk-auth-file or INGEST_ZK_AUTH): without them every node is open to anyone".into(),
+        ));
+    }
+    Ok(ZkAccess {
+        credentials,
+        worker,
+        open_object_locks,
+    })
 }
 
 /// Why ZooKeeper settings cannot be used.
@@ -60,6 +152,8 @@ pub struct ZooKeeperSettings {
     pub session_timeout: Duration,
     /// The deadline of one call.
     pub request_timeout: Duration,
+    /// Credentials and node ACLs.
+    pub access: ZkAccess,
 }
 
 impl ZooKeeperSettings {
@@ -67,7 +161,9 @@ impl ZooKeeperSettings {
     /// place a [`ZkConfig`] is built from settings.
     pub fn zk_config(&self) -> Option<ZkConfig> {
         let hosts = self.hosts.as_ref()?;
-        let mut c = ZkConfig::new(hosts.clone()).with_root(self.root.clone());
+        let mut c = ZkConfig::new(hosts.clone())
+            .with_root(self.root.clone())
+            .with_access(self.access.clone());
         c.session_timeout = self.session_timeout;
         c.request_timeout = self.request_timeout;
         c.connect_timeout = self.request_timeout;
@@ -108,6 +204,11 @@ impl ZkArgs {
                 self.zk_timeout.unwrap_or(DEFAULT_REQUEST_TIMEOUT_SECS),
                 "--zk-timeout",
             )?,
+            access: access(
+                self.zk_auth_file.as_deref(),
+                self.zk_worker_identity.as_deref(),
+                self.zk_open_object_locks,
+            )?,
         };
         if let Some(c) = settings.zk_config() {
             c.validate().map_err(ZkSettingsError::Invalid)?;
@@ -127,6 +228,19 @@ impl ZkArgs {
     }
 }
 
+/// Logs at WARN that the tree is open to anyone, when it is: once at the
+/// start of `serve` and `worker`.
+pub fn warn_if_open(access: &ZkAccess) {
+    if access.is_open() {
+        tracing::warn!("ZooKeeper access is open: no credentials are configured (--zk-auth-file or INGEST_ZK_AUTH), so every node is created world:anyone ALL and anyone who reaches ZooKeeper can change the queue or stop the projection; see the README, \"ZooKeeper access control\"");
+    } else if let Some(c) = &access.credentials {
+        tracing::info!(
+            user = c.user(),
+            "ZooKeeper digest authentication on; nodes created with ACLs"
+        );
+    }
+}
+
 /// Checks a chroot: absolute, no trailing or double slash.
 ///
 /// # Errors
@@ -138,4 +252,38 @@ pub fn check_root(root: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_come_from_a_file_and_are_never_quoted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let good = dir.path().join("engine");
+        std::fs::write(&good, "engine:s3cret-value\n").expect("write");
+        let worker = ingest_projections::Credentials::parse("worker:w")
+            .expect("valid")
+            .id();
+        let a = access(Some(&good), Some(worker.as_str()), true).expect("valid");
+        assert_eq!(a.credentials.as_ref().map(|c| c.user()), Some("engine"));
+        assert_eq!(a.worker.as_ref(), Some(&worker));
+        assert!(!format!("{a:?}").contains("s3cret"));
+
+        let bad = dir.path().join("bad");
+        std::fs::write(&bad, "no-colon-s3cret").expect("write");
+        let e = access(Some(&bad), None, false).expect_err("malformed");
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        assert!(e.to_string().contains("user:password"), "{e}");
+        let e = access(Some(&dir.path().join("missing")), None, false).expect_err("missing");
+        assert!(e.to_string().contains("cannot read"), "{e}");
+        let e = access(Some(&good), Some("worker:not-a-digest"), false).expect_err("bad id");
+        assert!(e.to_string().contains("--zk-worker-identity"), "{e}");
+        if std::env::var_os(AUTH_ENV).is_none() {
+            let e = access(None, Some(worker.as_str()), false).expect_err("no credentials");
+            assert!(e.to_string().contains("need ZooKeeper credentials"), "{e}");
+            assert!(access(None, None, false).expect("open").is_open());
+        }
+    }
 }

@@ -6,6 +6,7 @@
 //! /ingest-engine              (persistent, empty)
 //! /ingest-engine/checkpoint   (persistent) {"position":N,"hash":"<hex of record N's hash>"}
 //! /ingest-engine/leader       (ephemeral)  the identity of the projector that writes
+//! /ingest-engine/rebuilding   (persistent, only while a rebuild runs) {"by","started","target","hash"}
 //! ```
 //!
 //! The checkpoint says which prefix of the log the live tree holds: every
@@ -31,6 +32,49 @@ pub const ENGINE_NODE: &str = "/ingest-engine";
 pub const CHECKPOINT_NODE: &str = "/ingest-engine/checkpoint";
 /// The leader node: ephemeral, data = the identity of the projector holding it.
 pub const LEADER_NODE: &str = "/ingest-engine/leader";
+/// Present while a rebuild converges the tree: JSON [`RebuildMarker`]. A
+/// rebuild that dies leaves it (and the queue paused); the next `rebuild`,
+/// or a projector that leads, finishes the rebuild and removes it.
+pub const REBUILDING_NODE: &str = "/ingest-engine/rebuilding";
+
+/// What `/ingest-engine/rebuilding` says: who rebuilds, since when, and
+/// which position of which log the tree is being brought to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RebuildMarker {
+    /// Who is rebuilding (the admin command's identity).
+    pub by: String,
+    /// When the rebuild started (RFC 3339, UTC).
+    pub started: String,
+    /// The log position the tree is being rebuilt to.
+    pub target: u64,
+    /// The hash of that position's record (hex): which log it is.
+    pub hash: String,
+}
+
+impl RebuildMarker {
+    /// The node data (compact JSON).
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Reads node data; `None` when it is not a marker (then the rebuild
+    /// is still unfinished, by someone unknown).
+    pub fn from_json(data: &[u8]) -> Option<RebuildMarker> {
+        serde_json::from_slice(data).ok()
+    }
+}
+
+impl fmt::Display for RebuildMarker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "a rebuild by {} started at {} towards position {}",
+            ingest_protocol::cut(&self.by, 200),
+            ingest_protocol::cut(&self.started, 40),
+            self.target
+        )
+    }
+}
 
 /// Whether `path` is the engine's bookkeeping (`/ingest-engine` or below),
 /// which diffs and tree listings leave out.

@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use zookeeper_client as zk;
 
+use crate::acl::ZkAccess;
 use crate::checkpoint::{ENGINE_NODE, LEADER_NODE};
-use crate::zk::{call, open_acl, ZkError, ZkErrorKind};
+use crate::zk::{call, ZkError, ZkErrorKind};
 
 /// The outcome of an attempt to take leadership.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,12 +34,16 @@ fn is(e: &ZkError, code: zk::Error) -> bool {
 ///
 /// # Errors
 /// A [`ZkError`] other than `NodeExists`.
-pub async fn ensure_engine_node(client: &zk::Client, deadline: Duration) -> Result<(), ZkError> {
+pub async fn ensure_engine_node(
+    client: &zk::Client,
+    access: &ZkAccess,
+    deadline: Duration,
+) -> Result<(), ZkError> {
     match call(
         deadline,
         "create",
         ENGINE_NODE,
-        client.create(ENGINE_NODE, b"", &open_acl()),
+        client.create(ENGINE_NODE, b"", &access.acl(ENGINE_NODE).persistent()),
     )
     .await
     {
@@ -62,7 +67,7 @@ pub async fn try_acquire(
     identity: &str,
     deadline: Duration,
 ) -> Result<Leadership, ZkError> {
-    let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    let ephemeral = crate::acl::lock_options();
     let mut last = None;
     for _ in 0..5 {
         match call(
@@ -161,11 +166,12 @@ pub async fn wait_for_change(
 pub async fn acquire_within(
     client: &zk::Client,
     identity: &str,
+    access: &ZkAccess,
     deadline: Duration,
     wait: Duration,
 ) -> Result<Result<(), String>, ZkError> {
     let until = Instant::now() + wait;
-    ensure_engine_node(client, deadline).await?;
+    ensure_engine_node(client, access, deadline).await?;
     loop {
         match try_acquire(client, identity, deadline).await? {
             Leadership::Held => return Ok(Ok(())),

@@ -75,6 +75,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod acl;
 pub mod checkpoint;
 pub mod consistency;
 pub mod layout;
@@ -91,15 +92,19 @@ pub mod txn;
 pub mod views;
 pub mod zk;
 
+pub use acl::{Credentials, DigestId, ZkAccess};
 pub use checkpoint::Checkpoint;
 pub use materialize::{materialize, Until};
 pub use ops::{batches_by_size, EventOps, Op, OpKind};
 pub use projector::{ProjectError, Projector};
 #[cfg(feature = "log")]
-pub use rebuild::{AdminConfig, DiffReport, Progress, RebuildReport, RepairReport};
+pub use rebuild::{
+    AdminConfig, DiffReport, Preview, Progress, RebuildReport, RepairReport, Resume,
+};
 #[cfg(feature = "log")]
 pub use sink::{
-    ProjectorGate, RunMode, Sink, SinkConfig, SinkError, SinkReport, SinkState, SinkStatus,
+    ProjectorGate, ResumeRebuild, Resumer, RunMode, Sink, SinkConfig, SinkError, SinkReport,
+    SinkState, SinkStatus,
 };
 pub use tree::{Differing, Tree, TreeDiff, TreeError};
 pub use txn::TxnLimits;

@@ -36,6 +36,22 @@
 //!    node changed meanwhile only costs a round), then write the final
 //!    checkpoint, which clears the mark.
 //!
+//! A rebuild (not a repair) also marks the tree for everyone: before its
+//! first change one transaction marks the checkpoint, writes
+//! `/ingest-engine/rebuilding` ([`RebuildMarker`]: who, when, the target
+//! position and its hash) and pauses the queue for Merritt's readers
+//! (`/locks/queue/ingest`, left out of the comparison while it runs); the
+//! final transaction sets the checkpoint, removes the marker and leaves the
+//! pause as the log says (an admin's pause stays). A rebuild killed
+//! half-way leaves marker and pause: `diff` reports the tree incomplete, the
+//! next `rebuild` finishes it (a marker naming a position of this log lets
+//! it go on over a foreign checkpoint it was forced over), and a projector
+//! that leads with a [`crate::sink::Resumer`] (`serve`, `project`) finishes
+//! it before projecting, its status `Rebuilding` meanwhile.
+//!
+//! `--force` re-takes a tree whose checkpoint is not this log's (foreign,
+//! ahead, or not a checkpoint): [`preview`] says what would change first.
+//!
 //! Worker locks are left alone, except a lock under a node that must be
 //! deleted (a job the log does not have): it is deleted in the same
 //! transaction as its parent, and reported; and a stale lock (a
@@ -53,7 +69,7 @@ use ingest_events::log::Log;
 use ingest_events::{Bid, Hash};
 use zookeeper_client as zk;
 
-use crate::checkpoint::{Checkpoint, CHECKPOINT_NODE};
+use crate::checkpoint::{Checkpoint, RebuildMarker, CHECKPOINT_NODE, REBUILDING_NODE};
 use crate::layout;
 use crate::leader;
 use crate::ops::{Op, TRANSACTION_OVERHEAD};
@@ -61,7 +77,7 @@ use crate::projector::Projector;
 use crate::sink::{read_checkpoint, SinkError};
 use crate::tree::{Tree, TreeDiff};
 use crate::txn::TxnLimits;
-use crate::zk::{call, connect, open_acl, read_tree, LiveTree, ReadOptions, ZkConfig, ZkError};
+use crate::zk::{call, connect, read_tree, LiveTree, ReadOptions, ZkConfig, ZkError};
 
 /// How rebuild and repair run.
 #[derive(Debug, Clone)]
@@ -76,6 +92,9 @@ pub struct AdminConfig {
     pub leader_wait: Duration,
     /// Rebuild even when the tree's checkpoint belongs to another log.
     pub force: bool,
+    /// A pause after each transaction (tests only: a rebuild slow enough
+    /// to be killed half-way).
+    pub txn_pause: Duration,
 }
 
 impl AdminConfig {
@@ -87,6 +106,7 @@ impl AdminConfig {
             limits: TxnLimits::default(),
             leader_wait: Duration::from_secs(10),
             force: false,
+            txn_pause: Duration::ZERO,
         }
     }
 }
@@ -137,12 +157,16 @@ pub struct DiffReport {
     /// The live tree as read (what the consistency rules read too, so a
     /// report names one tree).
     pub live: LiveTree,
+    /// A rebuild that did not finish (what its marker says): the tree may
+    /// be partial and the queue is paused until a rebuild finishes it.
+    pub rebuilding: Option<String>,
 }
 
 impl DiffReport {
-    /// Whether the live tree differs from the log's or holds a stale lock.
+    /// Whether the live tree differs from the log's, holds a stale lock,
+    /// or is marked as rebuilding.
     pub fn has_drift(&self) -> bool {
-        !self.diff.is_empty() || !self.stale_locks.is_empty()
+        !self.diff.is_empty() || !self.stale_locks.is_empty() || self.rebuilding.is_some()
     }
 }
 
@@ -193,6 +217,11 @@ pub struct RebuildReport {
     pub expected_nodes: usize,
     /// The changes.
     pub converge: ConvergeReport,
+    /// Nodes whose ACL was set (with credentials only; 0 for an open tree):
+    /// every node the projection owns and the engine's own.
+    pub secured: usize,
+    /// Whether a rebuild that had not finished was found (and finished).
+    pub resumed: bool,
 }
 
 /// What a repair did.
@@ -286,7 +315,7 @@ pub fn expected_tree(
 pub async fn diff(
     log: &Log,
     zk_config: &ZkConfig,
-    progress: &mut dyn FnMut(Progress),
+    progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<DiffReport, SinkError> {
     zk_config.validate().map_err(SinkError::Config)?;
     let client = connect(zk_config).await?;
@@ -308,7 +337,19 @@ pub async fn diff(
             root: zk_config.root.clone(),
         });
     };
+    let rebuilding = match read_marker(&client, zk_config).await? {
+        Some(Some(m)) => Some(m.to_string()),
+        Some(None) => Some("an unreadable rebuild marker".to_string()),
+        None => checkpoint
+            .as_ref()
+            .and_then(|c| c.rebuilding.as_ref())
+            .map(|by| format!("a rebuild or repair by {}", ingest_protocol::cut(by, 200))),
+    };
     let at = checkpoint.clone().unwrap_or_else(Checkpoint::genesis);
+    let at = Checkpoint {
+        rebuilding: None,
+        ..at
+    };
     check_checkpoint(log, &zk_config.root, &at)?;
     let expected = expected_tree(log, &at, progress)?;
     let diff = expected.diff_filtered(&live.tree, layout::is_owned);
@@ -329,6 +370,68 @@ pub async fn diff(
         locks,
         stale_locks: stale,
         live,
+        rebuilding,
+    })
+}
+
+/// What a forced rebuild would change, computed before it takes anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preview {
+    /// What the checkpoint node holds now, in words (bounded).
+    pub checkpoint: String,
+    /// The log position the rebuild would bring the tree to.
+    pub target: u64,
+    /// The changes: `missing` would be created, `differing` set,
+    /// `unexpected` deleted (worker locks and `/ingest-engine` left out).
+    pub diff: TreeDiff,
+    /// Stale (non-ephemeral) worker locks it would remove.
+    pub stale_locks: Vec<String>,
+}
+
+/// Computes what [`rebuild`] would change in the live tree now, writing
+/// nothing and taking no leadership (so a projector may still move the
+/// tree meanwhile; the rebuild itself converges whatever it finds).
+///
+/// # Errors
+/// [`SinkError::Zk`] when ZooKeeper cannot be read.
+pub async fn preview(
+    log: &Log,
+    zk_config: &ZkConfig,
+    progress: &mut (dyn FnMut(Progress) + Send),
+) -> Result<Preview, SinkError> {
+    zk_config.validate().map_err(SinkError::Config)?;
+    let client = connect(zk_config).await?;
+    let checkpoint = match read_checkpoint(&client, zk_config).await {
+        Ok(Some((cp, _))) => match check_checkpoint(
+            log,
+            &zk_config.root,
+            &Checkpoint {
+                rebuilding: None,
+                ..cp.clone()
+            },
+        ) {
+            Ok(()) => format!("{cp} (this log's)"),
+            Err(e) => format!("{cp}: {e}"),
+        },
+        Ok(None) => "none (never projected)".to_string(),
+        Err(e @ SinkError::BadCheckpoint { .. }) => e.to_string(),
+        Err(e) => return Err(e),
+    };
+    let live = read_tree(&client, zk_config, ReadOptions::default()).await?;
+    progress(Progress::Reading {
+        nodes: live.tree.len(),
+    });
+    let target = log.durable_position();
+    let expected = expected_tree(
+        log,
+        &Checkpoint::at(target, hash_at(log, target)?),
+        progress,
+    )?;
+    Ok(Preview {
+        checkpoint: ingest_protocol::cut(&checkpoint, 600).into_owned(),
+        target,
+        diff: expected.diff_filtered(&live.tree, layout::is_owned),
+        stale_locks: stale_locks(&live),
     })
 }
 
@@ -337,8 +440,14 @@ async fn lead(cfg: &AdminConfig) -> Result<zk::Client, SinkError> {
     cfg.zk.validate().map_err(SinkError::Config)?;
     let client = connect(&cfg.zk).await?;
     let identity = format!("{} ({})", cfg.identity, crate::sink::instance_tag());
-    match leader::acquire_within(&client, &identity, cfg.zk.request_timeout, cfg.leader_wait)
-        .await?
+    match leader::acquire_within(
+        &client,
+        &identity,
+        &cfg.zk.access,
+        cfg.zk.request_timeout,
+        cfg.leader_wait,
+    )
+    .await?
     {
         Ok(()) => Ok(client),
         Err(holder) => Err(SinkError::NotLeader {
@@ -362,7 +471,11 @@ async fn checkpoint_or_genesis(
         cfg.request_timeout,
         "create",
         CHECKPOINT_NODE,
-        client.create(CHECKPOINT_NODE, &genesis.to_json(), &open_acl()),
+        client.create(
+            CHECKPOINT_NODE,
+            &genesis.to_json(),
+            &cfg.access.acl(CHECKPOINT_NODE).persistent(),
+        ),
     )
     .await
     {
@@ -389,7 +502,7 @@ async fn checkpoint_or_genesis(
 pub async fn rebuild(
     log: &Log,
     cfg: &AdminConfig,
-    progress: &mut dyn FnMut(Progress),
+    progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<RebuildReport, SinkError> {
     let client = lead(cfg).await?;
     let result = rebuild_led(&client, log, cfg, progress).await;
@@ -401,10 +514,45 @@ async fn rebuild_led(
     client: &zk::Client,
     log: &Log,
     cfg: &AdminConfig,
-    progress: &mut dyn FnMut(Progress),
+    progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<RebuildReport, SinkError> {
-    let (previous, current, mut version) = checkpoint_or_genesis(client, &cfg.zk).await?;
-    if previous.is_some() && !cfg.force {
+    let (previous, current, mut version) = match checkpoint_or_genesis(client, &cfg.zk).await {
+        Err(SinkError::BadCheckpoint { .. }) if cfg.force => {
+            // Not a checkpoint at all: with --force, overwritten like any
+            // other foreign one (version-checked from here on).
+            let stat = call(
+                cfg.zk.request_timeout,
+                "exists",
+                CHECKPOINT_NODE,
+                client.check_stat(CHECKPOINT_NODE),
+            )
+            .await?
+            .ok_or_else(|| SinkError::Fenced {
+                root: cfg.zk.root.clone(),
+                what: "rebuild",
+            })?;
+            (None, Checkpoint::genesis(), stat.version)
+        }
+        r => r?,
+    };
+    let marker = read_marker(client, &cfg.zk).await?;
+    // A rebuild of this log that died half-way: its marker names a position
+    // of this log, and the checkpoint may still be a foreign one it was
+    // forced over.
+    let ours = match &marker {
+        Some(Some(m)) => {
+            m.target <= log.durable_position() && hex::encode(hash_at(log, m.target)?) == m.hash
+        }
+        _ => false,
+    };
+    if let Some(m) = &marker {
+        let what = m.as_ref().map_or_else(
+            || "an unreadable rebuild marker".to_string(),
+            ToString::to_string,
+        );
+        tracing::warn!(root = %cfg.zk.root, marker = %what, resumed = ours, "finishing a rebuild that did not finish");
+    }
+    if previous.is_some() && !cfg.force && !ours {
         let plain = Checkpoint {
             rebuilding: None,
             ..current.clone()
@@ -412,7 +560,8 @@ async fn rebuild_led(
         check_checkpoint(log, &cfg.zk.root, &plain)?;
     }
     let target = log.durable_position();
-    let final_cp = Checkpoint::at(target, hash_at(log, target)?);
+    let target_hash = hash_at(log, target)?;
+    let final_cp = Checkpoint::at(target, target_hash);
     tracing::info!(
         root = %cfg.zk.root,
         from = %current,
@@ -420,22 +569,41 @@ async fn rebuild_led(
         "rebuilding the live tree from the log"
     );
     let expected = expected_tree(log, &final_cp, progress)?;
-    let marker = current.rebuilding_by(&cfg.identity);
+    let mark = current.rebuilding_by(&cfg.identity);
+    let info = RebuildMarker {
+        by: cfg.identity.clone(),
+        started: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        target,
+        hash: hex::encode(target_hash),
+    };
+    begin(client, cfg, &mark, &info, marker.is_some(), &mut version).await?;
+    // The pause is the rebuild's while it runs; at the end the tree gets
+    // the pause the log says (an admin's pause stays).
+    let paused = expected.contains(layout::QUEUE_LOCK);
+    let finish = [
+        Some(Op::delete(REBUILDING_NODE)),
+        (!paused).then(|| Op::delete(layout::QUEUE_LOCK)),
+    ];
+    let finish: Vec<Op> = finish.into_iter().flatten().collect();
     let converge = converge(
         client,
         cfg,
         &expected,
-        &current,
-        &marker,
+        &mark,
+        &mark,
         &final_cp,
         &mut version,
         "rebuild",
+        Some(layout::QUEUE_LOCK),
+        &finish,
         progress,
     )
     .await?;
+    let secured = secure(client, &cfg.zk, &expected).await?;
     tracing::info!(
         root = %cfg.zk.root,
         position = target,
+        secured,
         created = converge.created,
         set = converge.set,
         deleted = converge.deleted,
@@ -447,7 +615,171 @@ async fn rebuild_led(
         checkpoint: final_cp,
         expected_nodes: expected.len(),
         converge,
+        secured,
+        resumed: marker.is_some(),
     })
+}
+
+/// The rebuild marker: `None` when absent, `Some(None)` when unreadable.
+///
+/// # Errors
+/// A ZooKeeper error.
+pub async fn read_marker(
+    client: &zk::Client,
+    cfg: &ZkConfig,
+) -> Result<Option<Option<RebuildMarker>>, SinkError> {
+    match call(
+        cfg.request_timeout,
+        "get_data",
+        REBUILDING_NODE,
+        client.get_data(REBUILDING_NODE),
+    )
+    .await
+    {
+        Ok((data, _)) => Ok(Some(RebuildMarker::from_json(&data))),
+        Err(e) if e.code() == Some(&zk::Error::NoNode) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Marks the tree as rebuilding in one transaction: the checkpoint marked
+/// (version-checked), `/ingest-engine/rebuilding` written, and the queue
+/// paused for Merritt's readers (`/locks/queue/ingest`, with its parents
+/// when a tree was never initialised).
+async fn begin(
+    client: &zk::Client,
+    cfg: &AdminConfig,
+    mark: &Checkpoint,
+    info: &RebuildMarker,
+    marker_exists: bool,
+    version: &mut i32,
+) -> Result<(), SinkError> {
+    let deadline = cfg.zk.request_timeout;
+    let pause_exists = call(
+        deadline,
+        "exists",
+        layout::QUEUE_LOCK,
+        client.check_stat(layout::QUEUE_LOCK),
+    )
+    .await?
+    .is_some();
+    // The pause's parents are base nodes the rebuild would create anyway.
+    let mut parents = Vec::new();
+    for p in [layout::LOCKS, layout::LOCKS_QUEUE] {
+        if call(deadline, "exists", p, client.check_stat(p))
+            .await?
+            .is_none()
+        {
+            parents.push(p);
+        }
+    }
+    let mut w = client.new_multi_writer();
+    let add = |r: Result<(), zk::Error>, p: &str| {
+        r.map_err(|e| ZkError::new("multi", p.to_string(), crate::zk::ZkErrorKind::Server(e)))
+    };
+    add(
+        w.add_set_data(CHECKPOINT_NODE, &mark.to_json(), Some(*version)),
+        CHECKPOINT_NODE,
+    )?;
+    let data = info.to_json();
+    let acl = cfg.zk.access.acl(REBUILDING_NODE);
+    if marker_exists {
+        add(
+            w.add_set_data(REBUILDING_NODE, &data, None),
+            REBUILDING_NODE,
+        )?;
+    } else {
+        add(
+            w.add_create(REBUILDING_NODE, &data, &acl.persistent()),
+            REBUILDING_NODE,
+        )?;
+    }
+    for p in &parents {
+        add(w.add_create(p, b"", &cfg.zk.access.acl(p).persistent()), p)?;
+    }
+    let pause_acl = cfg.zk.access.acl(layout::QUEUE_LOCK);
+    if !pause_exists {
+        add(
+            w.add_create(layout::QUEUE_LOCK, b"", &pause_acl.persistent()),
+            layout::QUEUE_LOCK,
+        )?;
+    }
+    match tokio::time::timeout(deadline, w.commit()).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(zk::MultiWriteError::OperationFailed { index: 0, .. })) => {
+            return Err(SinkError::Fenced {
+                root: cfg.zk.root.clone(),
+                what: "rebuild",
+            })
+        }
+        Ok(Err(zk::MultiWriteError::OperationFailed { index, source })) => {
+            return Err(ZkError::new(
+                "multi",
+                format!("marking the rebuild (operation {index})"),
+                crate::zk::ZkErrorKind::Server(source),
+            )
+            .into())
+        }
+        Ok(Err(zk::MultiWriteError::RequestFailed { source })) => {
+            let e = ZkError::new(
+                "multi",
+                CHECKPOINT_NODE,
+                crate::zk::ZkErrorKind::Server(source),
+            );
+            if !e.is_unknown_outcome() || !resolve(client, cfg, version, "rebuild").await? {
+                return Err(e.into());
+            }
+        }
+        Err(_) => {
+            if !resolve(client, cfg, version, "rebuild").await? {
+                return Err(ZkError::new(
+                    "multi",
+                    CHECKPOINT_NODE,
+                    crate::zk::ZkErrorKind::Timeout(deadline),
+                )
+                .into());
+            }
+        }
+    }
+    *version += 1;
+    tracing::info!(root = %cfg.zk.root, target = info.target, "marked the tree as rebuilding and paused the queue");
+    Ok(())
+}
+
+/// Finishes an interrupted rebuild from a projector that leads (see
+/// [`crate::sink::ResumeRebuild`]): the same rebuild, with the sink's session.
+pub struct Resume {
+    log: std::sync::Arc<Log>,
+    cfg: AdminConfig,
+}
+
+impl Resume {
+    /// A resumer rebuilding from `log` under `cfg` (its identity names the
+    /// projector).
+    pub fn new(log: std::sync::Arc<Log>, cfg: AdminConfig) -> Resume {
+        Resume { log, cfg }
+    }
+}
+
+impl crate::sink::ResumeRebuild for Resume {
+    fn resume<'a>(
+        &'a self,
+        client: &'a zk::Client,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), SinkError>> + Send + 'a>>
+    {
+        Box::pin(async move {
+            let report = rebuild_led(client, &self.log, &self.cfg, &mut |_| {}).await?;
+            tracing::info!(
+                root = %self.cfg.zk.root,
+                checkpoint = %report.checkpoint,
+                created = report.converge.created,
+                set = report.converge.set,
+                deleted = report.converge.deleted,
+                "finished the interrupted rebuild"
+            );
+            Ok(())
+        })
+    }
 }
 
 /// Makes the live tree equal to the log at its checkpoint (the checkpoint
@@ -459,7 +791,7 @@ async fn rebuild_led(
 pub async fn repair(
     log: &Log,
     cfg: &AdminConfig,
-    progress: &mut dyn FnMut(Progress),
+    progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<RepairReport, SinkError> {
     let client = lead(cfg).await?;
     let result = async {
@@ -480,6 +812,8 @@ pub async fn repair(
             &plain,
             &mut version,
             "repair",
+            None,
+            &[],
             progress,
         )
         .await?;
@@ -507,8 +841,11 @@ async fn converge(
     final_cp: &Checkpoint,
     version: &mut i32,
     what: &'static str,
-    progress: &mut dyn FnMut(Progress),
+    keep: Option<&str>,
+    finish: &[Op],
+    progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<ConvergeReport, SinkError> {
+    let compared = |p: &str| layout::is_owned(p) && Some(p) != keep;
     let deadline = cfg.zk.request_timeout;
     let mut report = ConvergeReport::default();
     let mut paths: BTreeSet<String> = BTreeSet::new();
@@ -528,7 +865,7 @@ async fn converge(
                 paths.insert(path);
             }
         }
-        let diff = expected.diff_filtered(&live.tree, layout::is_owned);
+        let diff = expected.diff_filtered(&live.tree, compared);
         report.locks_kept = live
             .tree
             .iter()
@@ -568,7 +905,9 @@ async fn converge(
             )?;
             for op in &ops {
                 let r = match op {
-                    Op::Create { path, data } => w.add_create(path, data, &open_acl()),
+                    Op::Create { path, data } => {
+                        w.add_create(path, data, &cfg.zk.access.acl(path).persistent())
+                    }
                     Op::SetData { path, data } => w.add_set_data(path, data, None),
                     Op::Delete { path } => w.add_delete(path, None),
                 };
@@ -633,6 +972,9 @@ async fn converge(
                 }
                 done += ops.len();
                 progress(Progress::Applying { done, total });
+                if !cfg.txn_pause.is_zero() {
+                    tokio::time::sleep(cfg.txn_pause).await;
+                }
             }
         }
     }
@@ -644,16 +986,46 @@ async fn converge(
         });
     }
     report.paths = paths.into_iter().collect();
-    if report.transactions > 0 || final_cp != current {
+    if report.transactions > 0 || final_cp != current || !finish.is_empty() {
         let data = final_cp.to_json();
-        match call(
-            deadline,
-            "set_data",
-            CHECKPOINT_NODE,
-            client.set_data(CHECKPOINT_NODE, &data, Some(*version)),
-        )
-        .await
-        {
+        let mut w = client.new_multi_writer();
+        let added = w
+            .add_set_data(CHECKPOINT_NODE, &data, Some(*version))
+            .and_then(|()| {
+                finish.iter().try_for_each(|op| match op {
+                    Op::Create { path, data } => {
+                        w.add_create(path, data, &cfg.zk.access.acl(path).persistent())
+                    }
+                    Op::SetData { path, data } => w.add_set_data(path, data, None),
+                    Op::Delete { path } => w.add_delete(path, None),
+                })
+            });
+        added.map_err(|e| {
+            ZkError::new("multi", CHECKPOINT_NODE, crate::zk::ZkErrorKind::Server(e))
+        })?;
+        let written = match tokio::time::timeout(deadline, w.commit()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(zk::MultiWriteError::OperationFailed { index: 0, source }))
+            | Ok(Err(zk::MultiWriteError::RequestFailed { source })) => Err(ZkError::new(
+                "multi",
+                CHECKPOINT_NODE,
+                crate::zk::ZkErrorKind::Server(source),
+            )),
+            Ok(Err(zk::MultiWriteError::OperationFailed { index, source })) => Err(ZkError::new(
+                "multi",
+                finish
+                    .get(index - 1)
+                    .map(|op| op.path().to_string())
+                    .unwrap_or_default(),
+                crate::zk::ZkErrorKind::Server(source),
+            )),
+            Err(_) => Err(ZkError::new(
+                "multi",
+                CHECKPOINT_NODE,
+                crate::zk::ZkErrorKind::Timeout(deadline),
+            )),
+        };
+        match written {
             Ok(_) => *version += 1,
             Err(e) if e.is_unknown_outcome() => {
                 if !resolve(client, cfg, version, what).await? {
@@ -671,6 +1043,65 @@ async fn converge(
         }
     }
     Ok(report)
+}
+
+/// Requests in flight at once while setting ACLs.
+const ACL_BATCH: usize = 256;
+
+/// With credentials, sets the ACL [`crate::ZkAccess::acl`] gives each node
+/// of `expected`, the engine's nodes and the root (when it is a chroot):
+/// how an open tree is taken over, and how one whose ACLs were changed is
+/// put right. Returns the nodes set; 0 without credentials (an anonymous
+/// session could not set them, and an open tree stays as it is).
+///
+/// # Errors
+/// A [`ZkError`] other than a node gone meanwhile (`NoAuth` when the
+/// nodes belong to another identity).
+pub async fn secure(
+    client: &zk::Client,
+    cfg: &ZkConfig,
+    expected: &Tree,
+) -> Result<usize, SinkError> {
+    if cfg.access.is_open() {
+        return Ok(0);
+    }
+    let mut paths: Vec<String> = Vec::new();
+    if cfg.root != "/" {
+        paths.push("/".to_string());
+    }
+    paths.push(crate::checkpoint::ENGINE_NODE.to_string());
+    paths.push(CHECKPOINT_NODE.to_string());
+    paths.extend(expected.iter().map(|(p, _)| p.to_string()));
+    let mut set = 0;
+    for chunk in paths.chunks(ACL_BATCH) {
+        let mut tasks = tokio::task::JoinSet::new();
+        for path in chunk {
+            let client = client.clone();
+            let acl = cfg.access.acl(path);
+            let path = path.clone();
+            let deadline = cfg.request_timeout;
+            tasks.spawn(async move {
+                let r = call(
+                    deadline,
+                    "set_acl",
+                    &path,
+                    client.set_acl(&path, acl.entries(), None),
+                )
+                .await;
+                (path, r)
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            let Ok((_, r)) = done else { continue };
+            match r {
+                Ok(_) => set += 1,
+                Err(e) if e.code() == Some(&zk::Error::NoNode) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    tracing::info!(root = %cfg.root, nodes = set, "set the ACLs of the projected nodes");
+    Ok(set)
 }
 
 /// Deletes the worker lock at `path` if it is still not ephemeral, version

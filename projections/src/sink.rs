@@ -106,13 +106,13 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
-use crate::checkpoint::{Checkpoint, Partial, CHECKPOINT_NODE};
+use crate::checkpoint::{Checkpoint, Partial, RebuildMarker, CHECKPOINT_NODE, REBUILDING_NODE};
 use crate::layout;
 use crate::leader::{self, Leadership};
 use crate::ops::{EventOps, Op};
 use crate::projector::{ProjectError, Projector};
 use crate::txn::{self, Oversized, TxnLimits, TxnPlan};
-use crate::zk::{call, open_acl, ZkConfig, ZkError, ZkErrorKind};
+use crate::zk::{call, ZkConfig, ZkError, ZkErrorKind};
 
 /// How the sink runs.
 #[derive(Debug, Clone)]
@@ -133,6 +133,29 @@ pub struct SinkConfig {
     pub standby_recheck: Duration,
     /// Lets a reader of the live tree hold the sink between transactions.
     pub gate: ProjectorGate,
+    /// Finishes a rebuild that died half-way when this sink leads (`None`:
+    /// the sink stops with [`SinkError::RebuildInterrupted`] instead).
+    pub resume: Option<Resumer>,
+}
+
+/// Finishes an interrupted rebuild with a session that holds leadership;
+/// implemented by `rebuild::Resume` (the sink does not depend on rebuild).
+pub trait ResumeRebuild: Send + Sync {
+    /// Converges the tree to the log and clears the rebuild marker.
+    fn resume<'a>(
+        &'a self,
+        client: &'a zk::Client,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), SinkError>> + Send + 'a>>;
+}
+
+/// A shared [`ResumeRebuild`].
+#[derive(Clone)]
+pub struct Resumer(pub Arc<dyn ResumeRebuild>);
+
+impl std::fmt::Debug for Resumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Resumer")
+    }
 }
 
 /// Holds a projector between two transactions, so that a reader (`GET
@@ -166,6 +189,7 @@ impl SinkConfig {
             backoff_max: Duration::from_secs(5),
             standby_recheck: Duration::from_secs(1),
             gate: ProjectorGate::new(),
+            resume: None,
         }
     }
 }
@@ -198,6 +222,12 @@ pub enum SinkState {
     },
     /// The run ended: cleanly (`None`) or on an error that needs an operator.
     Stopped(Option<String>),
+    /// Leads and is finishing a rebuild that died half-way (the tree is
+    /// incomplete and the queue paused until it is done).
+    Rebuilding {
+        /// What the rebuild marker says.
+        marker: String,
+    },
 }
 
 /// The sink's figures, published on every change.
@@ -265,6 +295,9 @@ pub struct SinkReport {
     pub conflicts: u64,
 }
 
+/// What the refusals of a tree that is not this log's say to do.
+pub const FORCE_ADVICE: &str = "if this data directory's log is the one the tree should show (a tampered or foreign checkpoint), `ingest rebuild --force` shows what it would change and, once confirmed, re-takes the tree and records it";
+
 /// Why the sink, a rebuild or a diff stopped.
 ///
 /// The sink itself retries every ZooKeeper I/O problem (backoff, new
@@ -300,7 +333,7 @@ pub enum SinkError {
     /// ### Handling
     /// Logical: the tree was projected from another log. Point the sink at
     /// the right root, or rebuild the root from this log (`--force`).
-    #[error("the tree under {root} was projected from another log: its checkpoint says record {position} hashes to {tree_hash}, this log's record {position} hashes to {log_hash}")]
+    #[error("the tree under {root} was projected from another log: its checkpoint says record {position} hashes to {tree_hash}, this log's record {position} hashes to {log_hash}; {FORCE_ADVICE}")]
     ForeignTree {
         /// The root.
         root: String,
@@ -317,7 +350,7 @@ pub enum SinkError {
     /// Logical: the tree was projected from a longer log (another engine's,
     /// or this log lost its tail). Check the data directory; rebuild with
     /// `--force` to make the tree match this log.
-    #[error("the tree under {root} holds the log up to position {position}, but this log is durable only up to {durable}: it was projected from a longer log")]
+    #[error("the tree under {root} holds the log up to position {position}, but this log is durable only up to {durable}: it was projected from a longer log; {FORCE_ADVICE}")]
     CheckpointAhead {
         /// The root.
         root: String,
@@ -330,7 +363,7 @@ pub enum SinkError {
     ///
     /// ### Handling
     /// Logical: something else wrote it. Rebuild (`--force`).
-    #[error("{root}{CHECKPOINT_NODE} holds {data:?}, which is not a checkpoint: {reason}")]
+    #[error("{root}{CHECKPOINT_NODE} holds {data:?}, which is not a checkpoint: {reason}; {FORCE_ADVICE}")]
     BadCheckpoint {
         /// The root.
         root: String,
@@ -344,7 +377,7 @@ pub enum SinkError {
     /// ### Handling
     /// Run `ingest rebuild` again; the projector refuses to write on a
     /// half-repaired tree.
-    #[error("a rebuild or repair of the tree under {root} by {by} did not finish; run `ingest rebuild` to finish it")]
+    #[error("the tree under {root} is incomplete: {by} did not finish; run `ingest rebuild` (or start `ingest serve`) to finish it")]
     RebuildInterrupted {
         /// The root.
         root: String,
@@ -918,21 +951,65 @@ impl Runner {
         if self.shutdown.is_cancelled() {
             return Ok(Exit::Done);
         }
-        leader::ensure_engine_node(client, self.deadline()).await?;
+        leader::ensure_engine_node(client, &self.cfg.zk.access, self.deadline()).await?;
         match leader::try_acquire(client, &self.identity, self.deadline()).await? {
             Leadership::Held => {}
             Leadership::HeldBy(holder) => return self.stand_by(client, holder).await,
         }
         self.init_nodes(client).await?;
+        self.warn_if_unsecured(client).await;
         let Some((cp, version)) = self.read_checkpoint(client).await? else {
             return Ok(Exit::Retry);
         };
-        if let Some(by) = &cp.rebuilding {
-            return Err(SinkError::RebuildInterrupted {
-                root: self.root(),
-                by: by.clone(),
+        let marker = call(
+            self.deadline(),
+            "get_data",
+            REBUILDING_NODE,
+            client.get_data(REBUILDING_NODE),
+        )
+        .await
+        .map(|(data, _)| Some(data))
+        .or_else(|e| {
+            if e.code() == Some(&zk::Error::NoNode) {
+                Ok(None)
+            } else {
+                Err(e)
             }
-            .into());
+        })?;
+        if marker.is_some() || cp.rebuilding.is_some() {
+            let by = match marker.as_deref().map(RebuildMarker::from_json) {
+                Some(Some(m)) => m.to_string(),
+                Some(None) => "an unreadable rebuild marker".to_string(),
+                None => format!(
+                    "a rebuild or repair by {}",
+                    cp.rebuilding.clone().unwrap_or_default()
+                ),
+            };
+            let Some(resume) = self.cfg.resume.clone() else {
+                return Err(SinkError::RebuildInterrupted {
+                    root: self.root(),
+                    by,
+                }
+                .into());
+            };
+            tracing::warn!(root = %self.cfg.zk.root, marker = %by, "the tree was left half-rebuilt; finishing the rebuild before projecting");
+            self.set_state(SinkState::Rebuilding { marker: by.clone() });
+            match resume.0.resume(client).await {
+                Ok(()) => {}
+                // ZooKeeper trouble: retried like any other.
+                Err(e @ SinkError::Zk(_)) => return Err(e.into()),
+                // It cannot be finished here (a tree of another log, say):
+                // an operator must decide; the tree stays marked and paused.
+                Err(e) => {
+                    return Err(SinkError::RebuildInterrupted {
+                        root: self.root(),
+                        by: format!("{by} (finishing it failed: {e})"),
+                    }
+                    .into())
+                }
+            }
+            tracing::info!(root = %self.cfg.zk.root, "the interrupted rebuild is finished");
+            return Ok(Exit::Retry);
         }
         self.resync(&cp).await?;
         self.seen_checkpoint = None;
@@ -995,6 +1072,30 @@ impl Runner {
         }
     }
 
+    /// With credentials, warns when the checkpoint is still writable by
+    /// anyone: a tree projected before authentication was configured keeps
+    /// its open ACLs until `ingest rebuild` sets them.
+    async fn warn_if_unsecured(&self, client: &zk::Client) {
+        if self.cfg.zk.access.is_open() {
+            return;
+        }
+        let acl = call(
+            self.deadline(),
+            "get_acl",
+            CHECKPOINT_NODE,
+            client.get_acl(CHECKPOINT_NODE),
+        )
+        .await;
+        if let Ok((acl, _)) = acl {
+            let open = acl.iter().any(|a| {
+                a.auth_id() == &zk::AuthId::anyone() && a.permission().has(zk::Permission::WRITE)
+            });
+            if open {
+                tracing::warn!(root = %self.cfg.zk.root, "ZooKeeper credentials are configured but the tree's nodes are still writable by anyone (it was projected without them); run `ingest rebuild` with the same credentials to set their ACLs");
+            }
+        }
+    }
+
     /// Creates the missing base nodes and the checkpoint node.
     async fn init_nodes(&mut self, client: &zk::Client) -> Result<(), Exit> {
         let mut paths = layout::base_paths();
@@ -1032,7 +1133,7 @@ impl Runner {
         // if another session created one meanwhile, fall back to one by one.
         let mut w = client.new_multi_writer();
         for p in &missing {
-            w.add_create(p, &data(p), &open_acl())
+            w.add_create(p, &data(p), &self.cfg.zk.access.acl(p).persistent())
                 .map_err(|e| ZkError::new("multi", p.to_string(), ZkErrorKind::Server(e)))?;
         }
         let all = tokio::time::timeout(self.deadline(), w.commit()).await;
@@ -1042,7 +1143,7 @@ impl Runner {
                     self.deadline(),
                     "create",
                     p,
-                    client.create(p, &data(p), &open_acl()),
+                    client.create(p, &data(p), &self.cfg.zk.access.acl(p).persistent()),
                 )
                 .await
                 {
@@ -1331,7 +1432,7 @@ impl Runner {
                 CHECKPOINT_NODE,
             )?;
             sent.push(Sent::Checkpoint);
-            let acl = open_acl();
+            let access = &self.cfg.zk.access;
             for seg in &plan.segments {
                 for i in seg.ops.clone() {
                     let op = &self.model.pending[seg.event].ops[i];
@@ -1343,7 +1444,9 @@ impl Runner {
                         }
                     }
                     let r = match op {
-                        Op::Create { path, data } => w.add_create(path, data, &acl),
+                        Op::Create { path, data } => {
+                            w.add_create(path, data, &access.acl(path).persistent())
+                        }
                         Op::SetData { path, data } => w.add_set_data(path, data, None),
                         Op::Delete { path } => w.add_delete(path, None),
                     };
@@ -1589,8 +1692,8 @@ pub async fn read_checkpoint(
     };
     let cp = Checkpoint::from_json(&data).map_err(|reason| SinkError::BadCheckpoint {
         root: config.root.clone(),
-        data: String::from_utf8_lossy(&data).into_owned(),
-        reason,
+        data: ingest_protocol::cut(&String::from_utf8_lossy(&data), 200).into_owned(),
+        reason: ingest_protocol::cut(&reason, 200).into_owned(),
     })?;
     Ok(Some((cp, stat.version)))
 }

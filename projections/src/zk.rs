@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use zookeeper_client as zk;
 
+use crate::acl::ZkAccess;
 use crate::checkpoint::ENGINE_NODE;
 use crate::tree::Tree;
 
@@ -44,6 +45,8 @@ pub struct ZkConfig {
     pub connect_timeout: Duration,
     /// The deadline for every other call.
     pub request_timeout: Duration,
+    /// Credentials and the ACLs of created nodes (open by default).
+    pub access: ZkAccess,
 }
 
 impl ZkConfig {
@@ -55,7 +58,14 @@ impl ZkConfig {
             session_timeout: Duration::from_secs(6),
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(10),
+            access: ZkAccess::default(),
         }
+    }
+
+    /// The same settings with other credentials and ACLs.
+    pub fn with_access(mut self, access: ZkAccess) -> ZkConfig {
+        self.access = access;
+        self
     }
 
     /// The same settings with another root.
@@ -223,8 +233,9 @@ pub async fn call<T, E: Into<zk::Error>>(
     }
 }
 
-/// The ACL of every node written: `world:anyone` with all permissions, as
-/// mrt-zk writes (and as [`crate::Op::serialized_size`] assumes).
+/// The open ACL: `world:anyone` with all permissions, as mrt-zk writes (and
+/// as [`crate::Op::serialized_size`] assumes). The engine creates its nodes
+/// with [`ZkAccess::acl`], which is this ACL when no credentials are set.
 pub fn open_acl() -> zk::CreateOptions<'static> {
     zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
 }
@@ -250,10 +261,14 @@ pub async fn connect(config: &ZkConfig) -> Result<zk::Client, ZkError> {
     let deadline = tokio::time::Instant::now() + config.connect_timeout;
     let mut pause = Duration::from_millis(50);
     let client = loop {
-        let connector = zk::Client::connector()
+        let mut connector = zk::Client::connector();
+        connector = connector
             .with_server_version(3, 8, 0)
             .with_session_timeout(config.session_timeout)
             .with_fail_eagerly();
+        if let Some(credentials) = &config.access.credentials {
+            connector = connector.with_auth("digest", &credentials.auth_bytes());
+        }
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         match call(
             left,
@@ -295,7 +310,7 @@ pub async fn connect(config: &ZkConfig) -> Result<zk::Client, ZkError> {
             config.request_timeout,
             "mkdir",
             &config.root,
-            client.mkdir(&config.root, &open_acl()),
+            client.mkdir(&config.root, &config.access.acl("/").persistent()),
         )
         .await?;
         tracing::info!(root = %config.root, "created the ZooKeeper root");

@@ -108,7 +108,7 @@ pub struct Readiness {
     /// The engine's writer takes commands.
     pub writer: bool,
     /// The projector's state (`connected`, `standby`, `disconnected`,
-    /// `starting`, `stopped`), when ZooKeeper is configured.
+    /// `starting`, `stopped`, `rebuilding`), when ZooKeeper is configured.
     pub projector: Option<String>,
     /// Durable events not in ZooKeeper yet.
     pub events_behind: Option<u64>,

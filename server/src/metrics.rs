@@ -637,6 +637,7 @@ impl Metrics {
             "standby",
             "stopped",
             "failed",
+            "rebuilding",
         ] {
             p.state
                 .get_or_create(&StateLabel {
@@ -655,6 +656,7 @@ fn sink_state_name(s: &SinkState) -> &'static str {
         SinkState::Standby { .. } => "standby",
         SinkState::Stopped(None) => "stopped",
         SinkState::Stopped(Some(_)) => "failed",
+        SinkState::Rebuilding { .. } => "rebuilding",
         _ => "unknown",
     }
 }

@@ -100,13 +100,21 @@ async fn serve(config: ServeConfig) -> Result<i32> {
             (Arc::new(NoLocks), None)
         }
         Some(zk_config) => {
+            ingest_config::zk::warn_if_open(&zk_config.access);
             let identity = format!(
                 "ingest serve {} on {}",
                 std::process::id(),
                 config.data_dir.display()
             );
+            // A rebuild that died half-way is finished by this projector
+            // once it leads, before it projects.
+            let resume = ingest_projections::Resume::new(
+                Arc::clone(handle.log()),
+                ingest_projections::AdminConfig::new(zk_config.clone(), identity.clone()),
+            );
             let mut sink_config = SinkConfig::new(zk_config.clone(), identity);
             sink_config.gate = gate.clone();
+            sink_config.resume = Some(ingest_projections::Resumer(Arc::new(resume)));
             let sink = Sink::new(Arc::clone(handle.log()), sink_config)?;
             metrics.attach_projector(sink.status());
             // Not a child of the shutdown token: the projector stops last,

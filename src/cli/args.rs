@@ -155,6 +155,12 @@ pub enum Cmd {
     Diff(zk::DiffArgs),
     /// The consistency report: Merritt's orphan rules over the live tree, stale and old locks, drift against the log, OCFL versions the inventory lacks; with --repair ID or --repair-all, apply and record repairs (exit 1 when a WARN or FAIL is found).
     Check(super::check::CheckArgs),
+    /// Print the ZooKeeper digest identity (user:BASE64, what --zk-worker-identity takes) of credentials read from a file (one line user:password) or from INGEST_ZK_AUTH.
+    ZkDigest {
+        /// The credentials file (default: INGEST_ZK_AUTH).
+        #[arg(long, value_name = "FILE")]
+        auth_file: Option<std::path::PathBuf>,
+    },
     /// Run the queue service: the engine, the ZooKeeper projector and the HTTP API in one process (until SIGTERM or Ctrl-C).
     Serve(Box<ingest_config::ServeArgs>),
     /// Run worker daemons (simulated steps) against a server's API and ZooKeeper (until SIGTERM or Ctrl-C).

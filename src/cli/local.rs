@@ -127,6 +127,7 @@ pub(super) fn local_only(local: &mut Local, command: Cmd) -> Result<i32> {
         Cmd::Rebuild(args) => zk::rebuild(engine, &actor, args),
         Cmd::Diff(args) => zk::diff(engine, &actor, args),
         Cmd::Check(args) => super::check::local(engine, &actor, args),
+        Cmd::ZkDigest { .. } => bail!("`zk-digest` is run before the data directory is opened"),
         Cmd::Submit(_)
         | Cmd::Show { .. }
         | Cmd::History { .. }

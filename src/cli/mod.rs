@@ -106,6 +106,10 @@ pub fn run_with(cli: Cli, globals: ingest_config::GlobalOverrides) -> Result<i32
         // Stands alone: no data directory, no server.
         return audit::verify(file, key.as_deref());
     }
+    if let Cmd::ZkDigest { auth_file } = &cli.command {
+        // Stands alone: no data directory, no server, no ZooKeeper.
+        return zk::digest(auth_file.as_deref());
+    }
     if let Some(base) = cli.engine.clone() {
         let admin_name = match &cli.actor {
             Some(a) => a.strip_prefix("admin:").unwrap_or(a).to_string(),

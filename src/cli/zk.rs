@@ -79,9 +79,15 @@ pub struct RebuildArgs {
     /// Transaction caps.
     #[command(flatten)]
     pub txn: TxnArgs,
-    /// Rebuild even if the tree's checkpoint belongs to another log.
+    /// Re-take a tree whose checkpoint is not this log's (tampered with, foreign, unreadable or ahead): first show what the rebuild would change and ask (or --yes), then rebuild and record a TreeRepaired event naming the admin.
     #[arg(long)]
     pub force: bool,
+    /// With --force: do not ask (needed when stdin is not a terminal).
+    #[arg(long, requires = "force")]
+    pub yes: bool,
+    /// Tests only: pause this long after each transaction, in milliseconds (a rebuild slow enough to be killed half-way).
+    #[arg(long, value_name = "MS", default_value_t = 0, hide = true)]
+    pub txn_pause_ms: u64,
     /// How long to wait for a running projector to give up leadership, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub leader_wait: f64,
@@ -146,6 +152,26 @@ pub(super) fn runtime() -> Result<tokio::runtime::Runtime> {
 
 fn bar_style(template: &str) -> ProgressStyle {
     ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar())
+}
+
+// ---------------------------------------------------------------------------
+// zk-digest
+
+/// Runs `ingest zk-digest`: prints the digest identity of credentials.
+///
+/// # Errors
+/// No credentials, or credentials that are not `user:password`.
+pub fn digest(file: Option<&std::path::Path>) -> Result<i32> {
+    let credentials = ingest_config::zk::read_credentials(file)
+        .map_err(|e| super::exit::Usage(e.to_string()))?
+        .ok_or_else(|| {
+            super::exit::Usage(format!(
+                "give the credentials with --auth-file FILE or in {}",
+                ingest_config::zk::AUTH_ENV
+            ))
+        })?;
+    println!("{}", credentials.id());
+    Ok(0)
 }
 
 // ---------------------------------------------------------------------------
@@ -221,8 +247,14 @@ fn print_tree(tree: &Tree, path: Option<&str>) {
 pub fn project(engine: &mut Engine, args: ProjectArgs) -> Result<i32> {
     let zk = zk_config(&args.zk)?;
     let root = zk.root.clone();
-    let mut config = SinkConfig::new(zk, identity(engine));
+    let mut config = SinkConfig::new(zk.clone(), identity(engine));
     config.limits = limits(&args.txn);
+    // A rebuild that died half-way is finished before projecting.
+    let mut admin = AdminConfig::new(zk, identity(engine));
+    admin.limits = config.limits;
+    config.resume = Some(ingest_projections::Resumer(std::sync::Arc::new(
+        ingest_projections::Resume::new(engine.shared_log(), admin),
+    )));
     let sink = Sink::new(engine.shared_log(), config)?;
     let status = sink.status();
     let mode = if args.follow {
@@ -381,14 +413,23 @@ pub fn rebuild(engine: &mut Engine, actor: &Actor, args: RebuildArgs) -> Result<
     config.limits = limits(&args.txn);
     config.leader_wait = seconds(args.leader_wait, "--leader-wait")?;
     config.force = args.force;
+    config.txn_pause = Duration::from_millis(args.txn_pause_ms);
     let log = engine.shared_log();
+    let rt = runtime()?;
+    if args.force && !confirm_force(&rt, &log, &config.zk, args.yes)? {
+        println!("nothing was changed");
+        return Ok(1);
+    }
     let mut progress = AdminProgress::new();
-    let report = runtime()?.block_on(rebuild::rebuild(&log, &config, &mut |p| progress.update(p)));
+    let report = rt.block_on(rebuild::rebuild(&log, &config, &mut |p| progress.update(p)));
     progress.finish();
     let report = report.with_context(|| format!("rebuilding the tree under {root}"))?;
     let c = &report.converge;
     if let Some(previous) = &report.previous {
         println!("the tree was at {previous}");
+    }
+    if report.resumed {
+        println!("a rebuild that had not finished was found and finished (its marker is removed, the queue's pause is what the log says)");
     }
     println!(
         "rebuilt the tree under {root} from the log: {} node(s) created, {} set, {} deleted in {} transaction(s), {} round(s); {} node(s) expected",
@@ -402,7 +443,26 @@ pub fn rebuild(engine: &mut Engine, actor: &Actor, args: RebuildArgs) -> Result<
     for l in &c.locks_deleted {
         println!("  deleted lock {l}");
     }
+    if report.secured > 0 {
+        println!(
+            "ACLs set on {} node(s): written by this identity only, read by anyone",
+            report.secured
+        );
+    }
     println!("checkpoint {}", report.checkpoint);
+    if args.force {
+        // A forced rebuild overrode what the tree said it held: an admin's
+        // decision, recorded with what it changed.
+        let mut paths = vec![ingest_projections::checkpoint::CHECKPOINT_NODE.to_string()];
+        paths.extend(c.paths.iter().take(MAX_RECORDED_PATHS).cloned());
+        if c.paths.len() > MAX_RECORDED_PATHS {
+            paths.push(format!(
+                "(and {} more path(s))",
+                c.paths.len() - MAX_RECORDED_PATHS
+            ));
+        }
+        return record_repair(engine, actor, &paths);
+    }
     if c.stale_locks_removed.is_empty() {
         return Ok(0);
     }
@@ -413,6 +473,70 @@ pub fn rebuild(engine: &mut Engine, actor: &Actor, args: RebuildArgs) -> Result<
         println!("  removed stale lock {l}");
     }
     record_repair(engine, actor, &c.stale_locks_removed)
+}
+
+/// Paths a forced rebuild's `TreeRepaired` event names, at most.
+const MAX_RECORDED_PATHS: usize = 1000;
+
+/// Paths of each kind a `--force` preview lists.
+const PREVIEW_PATHS: usize = 20;
+
+/// Shows what a forced rebuild would change and asks; `true` to go on.
+fn confirm_force(
+    rt: &tokio::runtime::Runtime,
+    log: &ingest_events::Log,
+    zk: &ZkConfig,
+    yes: bool,
+) -> Result<bool> {
+    let mut progress = AdminProgress::new();
+    let preview = rt.block_on(rebuild::preview(log, zk, &mut |p| progress.update(p)));
+    progress.finish();
+    let p = preview.with_context(|| format!("reading the tree under {}", zk.root))?;
+    let d = &p.diff;
+    println!(
+        "the tree under {}: its checkpoint is {}",
+        zk.root, p.checkpoint
+    );
+    println!(
+        "rebuilding it to position {} of this log would create {} node(s), set {}, delete {}, and remove {} stale lock(s):",
+        p.target,
+        d.missing.len(),
+        d.differing.len(),
+        d.unexpected.len(),
+        p.stale_locks.len()
+    );
+    let list = |sign: &str, paths: &mut dyn Iterator<Item = &String>, total: usize| {
+        for path in paths.take(PREVIEW_PATHS) {
+            println!("  {sign} {path}");
+        }
+        if total > PREVIEW_PATHS {
+            println!("  {sign} … and {} more", total - PREVIEW_PATHS);
+        }
+    };
+    list("+", &mut d.missing.iter(), d.missing.len());
+    list(
+        "~",
+        &mut d.differing.iter().map(|x| &x.path),
+        d.differing.len(),
+    );
+    list("-", &mut d.unexpected.iter(), d.unexpected.len());
+    list("-", &mut p.stale_locks.iter(), p.stale_locks.len());
+    println!("the checkpoint is set to this log's position {}, and the rebuild is recorded as a TreeRepaired event", p.target);
+    if yes {
+        return Ok(true);
+    }
+    if !std::io::stdin().is_terminal() {
+        return Err(super::exit::Usage(
+            "rebuild --force changes the tree shown above: run it on a terminal to answer, or add --yes".into(),
+        )
+        .into());
+    }
+    eprint!("re-take the tree under {}? [y/N] ", zk.root);
+    let mut answer = String::new();
+    std::io::stdin()
+        .read_line(&mut answer)
+        .context("reading the answer")?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
 }
 
 /// Records a repair of the live tree (`TreeRepaired`) naming `paths`:
@@ -515,6 +639,9 @@ pub fn diff(engine: &mut Engine, actor: &Actor, args: DiffArgs) -> Result<i32> {
     }
     for lock in &report.stale_locks {
         println!("stale lock {lock}: not ephemeral, no session owns it; it blocks its item (repair removes it)");
+    }
+    if let Some(marker) = &report.rebuilding {
+        println!("the tree is incomplete: {marker} did not finish; the queue stays paused until `ingest rebuild` (or a starting `ingest serve`) finishes it");
     }
     if !report.has_drift() && behind == 0 {
         println!("no differences: {} nodes match", report.expected_nodes);

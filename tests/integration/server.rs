@@ -77,10 +77,27 @@ pub fn start_with(
     steps: &str,
     args: &[String],
 ) -> Server {
+    start_in(dir, &dir.join("data"), hosts, root, daemons, steps, args)
+}
+
+/// [`start`] without daemons on an existing data directory `data` (its log
+/// under `dir`).
+pub fn start_with_data(dir: &Path, data: &Path, hosts: &str, root: &str) -> Server {
+    start_in(dir, data, hosts, root, None, "simulate", &[])
+}
+
+fn start_in(
+    dir: &Path,
+    data: &Path,
+    hosts: &str,
+    root: &str,
+    daemons: Option<&[&str]>,
+    steps: &str,
+    args: &[String],
+) -> Server {
     let log = dir.join("serve.log");
-    let data = dir.join("data");
     let mut cmd = Command::new(ingest_bin());
-    cmd.arg("--data-dir").arg(&data).args([
+    cmd.arg("--data-dir").arg(data).args([
         "serve",
         "--listen",
         "127.0.0.1:0",
@@ -234,6 +251,23 @@ impl Server {
                 .count();
             assert_eq!(moves, 1, "{jid} left {state} {moves} times: {history}");
         }
+    }
+
+    /// Asserts that each of `jids` walked once ([`Server::assert_walked_once`])
+    /// and returns the worker actors (`worker:NAME`) that moved them.
+    pub async fn worker_actors(&self, jids: &[Value]) -> std::collections::BTreeSet<String> {
+        let mut actors = std::collections::BTreeSet::new();
+        for jid in jids {
+            let jid = jid.as_str().expect("jid");
+            self.assert_walked_once(jid).await;
+            let history = self.get(&format!("/jobs/{jid}/history")).await;
+            for row in history["events"].as_array().expect("events") {
+                if let Some(a) = row["actor"].as_str().filter(|a| a.starts_with("worker:")) {
+                    actors.insert(a.to_string());
+                }
+            }
+        }
+        actors
     }
 }
 

@@ -284,7 +284,7 @@ async fn a_worker_whose_lock_is_removed_mid_step_is_refused_and_another_complete
 }
 
 /// Every daemon, for a worker process that does all the work.
-const ALL_DAEMONS: &str =
+pub(crate) const ALL_DAEMONS: &str =
     "batch_pending,batch_reporting,batch_update_reporting,job_pending,estimating,provisioning,downloading,processing,storing,recording,notify";
 
 /// The second walk: the server runs no daemons; two separate
@@ -337,17 +337,7 @@ async fn two_worker_processes_share_a_batch_and_do_every_job_once() {
         .as_array()
         .expect("successful_jobs");
     assert_eq!(done.len(), 40, "{batch}");
-    let mut actors = std::collections::BTreeSet::new();
-    for jid in done {
-        let jid = jid.as_str().expect("jid");
-        s.assert_walked_once(jid).await;
-        let history = s.get(&format!("/jobs/{jid}/history")).await;
-        for row in history["events"].as_array().expect("events") {
-            if let Some(a) = row["actor"].as_str().filter(|a| a.starts_with("worker:")) {
-                actors.insert(a.to_string());
-            }
-        }
-    }
+    let actors = s.worker_actors(done).await;
     // Both processes took part (the work was shared, not done by one).
     assert!(
         actors.iter().any(|a| a.contains("proc1")) && actors.iter().any(|a| a.contains("proc2")),

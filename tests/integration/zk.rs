@@ -1380,3 +1380,11 @@ async fn check_reports_merritts_rules_and_repairs_them_as_events() {
         other => panic!("expected ConsistencyRepaired at {position}, found {other:?}"),
     }
 }
+// ZooKeeper authentication, ACLs and the rebuild marker, which use the
+// fixture above.
+#[path = "zk_acl.rs"]
+mod acl;
+
+// The rebuild marker, a killed rebuild and `rebuild --force`.
+#[path = "zk_rebuild.rs"]
+mod rebuild_marker;

@@ -757,7 +757,7 @@ async fn try_item(
     let path = lock_path(target, &item.id);
     let fence = fresh_secret()?;
     let data = LockNode::new(&shared.name, &fence).to_bytes();
-    let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    let ephemeral = ingest_projections::acl::lock_options();
     let created = match client.create(&path, &data, &ephemeral).await {
         Ok((stat, _)) => stat,
         Err(zk::Error::NodeExists) => {

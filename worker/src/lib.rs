@@ -292,6 +292,7 @@ pub use ingest_config::{WorkerArgs, WorkerConfig};
 /// A configuration that cannot be used (naming the key), or no runtime.
 pub fn run(args: WorkerArgs) -> Result<i32> {
     let config = args.resolve()?;
+    ingest_config::zk::warn_if_open(&config.zk.access);
     let sim = sim_settings(&config.steps);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -542,6 +542,7 @@ async fn readyz(State(app): State<AppState>) -> Response {
             SinkState::Disconnected => "disconnected",
             SinkState::Standby { .. } => "standby",
             SinkState::Stopped(_) => "stopped",
+            SinkState::Rebuilding { .. } => "rebuilding",
             _ => "unknown",
         }
         .to_string()
@@ -549,7 +550,16 @@ async fn readyz(State(app): State<AppState>) -> Response {
     if let Some(s) = &status {
         match projector.as_deref() {
             Some("connected" | "standby") => {}
-            Some(state) => reasons.push(format!("the projector is {state}")),
+            Some(state) => reasons.push(match &s.state {
+                ingest_projections::SinkState::Rebuilding { marker } => format!(
+                    "the ZooKeeper tree is incomplete: {marker} did not finish; the projector is finishing it (the queue is paused meanwhile)"
+                ),
+                ingest_projections::SinkState::Stopped(Some(error)) => format!(
+                    "the projector stopped: {}",
+                    ingest_protocol::cut(error, 1000)
+                ),
+                _ => format!("the projector is {state}"),
+            }),
             None => {}
         }
         if s.seconds_behind > READY_MAX_SECONDS_BEHIND {

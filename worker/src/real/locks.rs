@@ -98,7 +98,7 @@ pub async fn take(
         path: path.to_string(),
         message: e.to_string(),
     };
-    let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    let ephemeral = ingest_projections::acl::lock_options();
     // A stale lock removed, or a lock released between create and read,
     // costs a round.
     for _ in 0..3 {
