@@ -83,14 +83,9 @@ fn target() -> (TempDir, OcflTarget) {
 fn staged_objects(root: &Path) -> usize {
     let mut staged = 0;
     for entry in fs::read_dir(root.join(STAGING)).expect("list staging") {
-        let path = entry.expect("staging entry").path();
-        if path.is_dir()
-            && path
-                .file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("proc-")
-        {
+        let entry = entry.expect("staging entry");
+        let path = entry.path();
+        if path.is_dir() && entry.file_name().to_string_lossy().starts_with("proc-") {
             let repo = rocfl::ocfl::OcflRepo::fs_repo(root, Some(&path)).expect("open with rocfl");
             staged += repo
                 .list_staged_objects(None)

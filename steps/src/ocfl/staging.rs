@@ -20,10 +20,11 @@
 //! single shared staging of earlier versions of `ingest` and is removed too.
 //! A live owner's staging is never touched.
 
-use std::fs::{self, File, OpenOptions, TryLockError};
+use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
 
+use rustix::fs::{flock, FlockOperation};
 use sha2::{Digest, Sha512};
 
 /// The prefix of every per-owner entry.
@@ -104,15 +105,11 @@ fn take_fresh_lock(parent: &Path, name: &str, lock_path: &Path) -> io::Result<Fi
         .create(true)
         .truncate(true)
         .open(&fresh)?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(TryLockError::WouldBlock) => {
-            return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                "a sweeper holds the fresh lock file",
-            ))
-        }
-        Err(TryLockError::Error(e)) => return Err(e),
+    if !try_lock(&file)? {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "a sweeper holds the fresh lock file",
+        ));
     }
     fs::rename(&fresh, lock_path)?;
     Ok(file)
@@ -169,10 +166,8 @@ fn sweep_owner(parent: &Path, owner: &str, lock_path: &Path) -> io::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e),
     };
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(TryLockError::WouldBlock) => return Ok(()),
-        Err(TryLockError::Error(e)) => return Err(e),
+    if !try_lock(&file)? {
+        return Ok(());
     }
     tracing::info!(owner, "removing the OCFL staging of a process that is gone");
     remove_dir_if_present(&parent.join(owner))?;
@@ -213,6 +208,16 @@ pub(super) fn lock_ark(parent: &Path, ark: &str) -> io::Result<File> {
         .create(true)
         .truncate(false)
         .open(dir.join(format!("{bucket}.lock")))?;
-    file.lock()?;
+    flock(&file, FlockOperation::LockExclusive)?;
     Ok(file)
+}
+
+/// Takes an exclusive `flock` on `file` without waiting: `false` when
+/// another open file holds it.
+fn try_lock(file: &File) -> io::Result<bool> {
+    match flock(file, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
