@@ -1530,3 +1530,67 @@ async fn processes_sharing_a_storage_target_store_side_by_side_and_survive_a_kil
             .unwrap_or_else(|e| panic!("a store of {ark} after the kill: {e}"));
     }
 }
+
+/// Issue 11: an object whose inventory record the server would refuse
+/// (larger than `--max-record-bytes`) fails in Storing, naming the limit,
+/// before anything is stored; an object whose record fits is stored and
+/// recorded under the same limit. Before, the large one was stored, then
+/// refused at Recording with 413: an OCFL version the inventory never knew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_whose_record_is_too_large_is_refused_before_storing() {
+    let limit = "6144";
+    let rig = rig(
+        "record-limit",
+        &[
+            "--max-body-bytes".into(),
+            limit.into(),
+            "--max-record-bytes".into(),
+            limit.into(),
+        ],
+    )
+    .await;
+    let b = rig.base.clone();
+    let mut lines = Vec::new();
+    for i in 0..60 {
+        let name = format!("part-{i:03}.txt");
+        add(&rig.depot, &name, format!("part {i}").as_bytes());
+        lines.push(format!("{b}/files/{name} | | | | | {name} |"));
+    }
+    add(
+        &rig.depot,
+        "many.checkm",
+        &manifest("mrt-ingest-manifest", OBJECT_FIELDS, &lines),
+    );
+    add(&rig.depot, "one.txt", b"one small file");
+    let many = rig
+        .submit(
+            json!({"profile": "demo", "submitter": "alice", "type": "object-manifest",
+                       "payload_url": format!("{b}/files/many.checkm"), "erc_where": "loc-many"}),
+        )
+        .await;
+    let one = rig
+        .submit(
+            json!({"profile": "demo", "submitter": "alice", "type": "file",
+                       "payload_url": format!("{b}/files/one.txt"), "erc_where": "loc-one"}),
+        )
+        .await;
+
+    let (jid, job) = failed_job(&rig, &many).await;
+    assert_eq!(job["last_successful_status"], "Processing", "{job}");
+    let message = job["message"].as_str().unwrap_or_default();
+    for needle in ["--max-record-bytes", limit, "nothing was stored"] {
+        assert!(message.contains(needle), "{needle:?} not in {message:?}");
+    }
+    let ark = job["primary_id"].as_str().expect("an ark from Processing");
+    let target =
+        ingest_steps::ocfl::OcflTarget::open_existing("check", &rig.storage).expect("open storage");
+    assert!(
+        target.versions(ark).is_err(),
+        "{ark} of {jid} was stored although its record cannot be recorded"
+    );
+    let done = rig.finished(&one).await;
+    assert_eq!(done["status"], "Completed", "{done}");
+    let small = Rig::jobs(&done);
+    rig.assert_stored(&small[0], Some("loc-one"), &["one.txt"])
+        .await;
+}
