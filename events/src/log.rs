@@ -440,7 +440,8 @@ impl Log {
     /// does not fail the open: the log opens read-only (see [`Log::needs_repair`]).
     pub fn open(dir: &Path, config: &LogConfig) -> Result<Log, LogError> {
         without_panics(dir, || Self::open_inner(dir, config)).map_err(|e| match e {
-            LogError::Storage(e) => damaged(dir, &e),
+            // An I/O error (permissions, a full disk) is not damage.
+            LogError::Storage(e) if !matches!(e, sled::Error::Io(_)) => damaged(dir, &e),
             other => other,
         })
     }
