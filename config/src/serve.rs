@@ -707,7 +707,11 @@ impl ServeConfig {
             minter: (ids.naan.clone(), ids.shoulder.clone()),
             ezid: ezid_settings(&ids)?,
             steps,
-            real,
+            real: RealArgs {
+                // The in-process workers refuse what this server would.
+                max_record_bytes: Some(max_record.max(max_body)),
+                ..real
+            },
             archive,
         })
     }

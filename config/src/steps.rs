@@ -10,6 +10,14 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Default, Args, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RealArgs {
+    /// The largest inventory record the server accepts, in bytes: not an
+    /// option of its own but `--max-record-bytes` (`http.max_record_bytes`,
+    /// `INGEST_MAX_RECORD_BYTES`) as `serve` and `worker` resolve it; the
+    /// storing step refuses, before storing anything, an object whose
+    /// record would be larger. `None`: no check.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub max_record_bytes: Option<usize>,
     /// The root that `file://` payload URLs must lie under (without it, file:// URLs are refused).
     #[arg(long, env = "INGEST_FILE_ROOT", value_name = "DIR")]
     pub file_root: Option<PathBuf>,

@@ -55,6 +55,9 @@ pub struct WorkerArgs {
     /// The real steps' options.
     #[command(flatten)]
     pub real: RealArgs,
+    /// The largest inventory record the server accepts (its --max-record-bytes), in bytes: with real steps, an object whose record would be larger fails in Storing before anything is stored [default: 268435456, or http.max_record_bytes of the configuration file].
+    #[arg(long, env = "INGEST_MAX_RECORD_BYTES", value_name = "BYTES")]
+    pub max_record_bytes: Option<usize>,
     /// Serve this worker's Prometheus metrics (steps, durations, retries, refused reports) at http://ADDR/metrics, e.g. 127.0.0.1:9187 [default: not served].
     #[arg(long, env = "INGEST_WORKER_METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<String>,
@@ -256,7 +259,14 @@ impl WorkerArgs {
                 .unwrap_or_else(|| PathBuf::from(".")),
             steps,
             profiles_dir: self.profiles_dir.clone().or(file.profiles_dir.map(rel)),
-            real,
+            real: RealArgs {
+                max_record_bytes: Some(
+                    self.max_record_bytes
+                        .or(file.http.max_record_bytes)
+                        .unwrap_or(crate::DEFAULT_MAX_RECORD_BYTES),
+                ),
+                ..real
+            },
         })
     }
 }

@@ -102,12 +102,14 @@ pub fn verify(
         snapshots_checked: 0,
     };
     let mut report = log.verify_with(progress, |r| checker.record(r))?;
+    let end = report.head_position;
     for (position, path) in checker.snapshots.by_ref() {
         checker.problems.push(VerifyProblem {
             position,
             message: format!(
-                "snapshot {} is past the end of the verified log (start-up ignores it)",
-                path.display()
+                "snapshot {} was taken at position {position}, past the end of the verified log ({end}): positions {}..={position} are missing (a truncated log, or a data directory restored from an older copy; start-up ignores the snapshot)",
+                path.display(),
+                end + 1
             ),
         });
     }

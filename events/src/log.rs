@@ -76,9 +76,18 @@ pub struct Appended {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LogError {
-    /// sled failed (disk full, I/O error).
-    #[error("event log storage error: {0}")]
+    /// sled failed (disk full, I/O error, damaged files).
+    #[error("event log storage error: {}", describe_sled(.0))]
     Storage(#[from] sled::Error),
+    /// The log's files cannot be opened: damaged (flipped bytes, a cut or
+    /// zeroed file, a missing file) or unreadable.
+    #[error("cannot read the event log in {path}: {detail}. Its files are damaged or unreadable; nothing was changed. Restore the data directory from a backup and run `ingest verify` on it (`ingest repair` only truncates a torn tail of a log that opens)")]
+    Damaged {
+        /// The log's directory.
+        path: PathBuf,
+        /// What could not be read.
+        detail: String,
+    },
     /// Another process holds the log.
     #[error("the event log at {path} is in use by another process (sled allows one process per data directory); stop that process or talk to it through its API")]
     Locked {
@@ -369,6 +378,53 @@ fn be_u64(bytes: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(bytes.try_into().ok()?))
 }
 
+/// sled's error in words an operator can act on (sled's own `Corruption`
+/// text is "Read corrupted data at file offset None backtrace ()").
+fn describe_sled(e: &sled::Error) -> String {
+    match e {
+        // sled's offset (`Inline(130)`) tells an operator nothing.
+        sled::Error::Corruption { .. } => "the log's files hold damaged data".to_string(),
+        sled::Error::Io(io) => format!("I/O error: {io}"),
+        sled::Error::ReportableBug(_) => {
+            "the log's files are in a state sled cannot read (damaged files)".to_string()
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Runs `f` (opening the log at `dir`); a panic inside sled (which it does
+/// on some cut files) becomes [`LogError::Damaged`] instead of a crash,
+/// without a backtrace on stderr.
+fn without_panics<T>(dir: &Path, f: impl FnOnce() -> Result<T, LogError>) -> Result<T, LogError> {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    std::panic::set_hook(previous);
+    outcome.unwrap_or_else(|panic| {
+        let said = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("no message");
+        Err(LogError::Damaged {
+            path: dir.to_path_buf(),
+            detail: format!(
+                "sled stopped while reading its files ({})",
+                cut_chars(said, 200)
+            ),
+        })
+    })
+}
+
+/// The first `max` characters of `s` (the events crate cannot use the
+/// protocol crate's `cut`).
+fn cut_chars(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding these locks leaves plain numbers behind, which
     // stay consistent; keep going rather than poisoning every later append.
@@ -383,6 +439,23 @@ impl Log {
     /// [`LogError::Storage`] on I/O errors. A tail that fails the hash chain
     /// does not fail the open: the log opens read-only (see [`Log::needs_repair`]).
     pub fn open(dir: &Path, config: &LogConfig) -> Result<Log, LogError> {
+        without_panics(dir, || Self::open_inner(dir, config)).map_err(|e| match e {
+            // An I/O error (permissions, a full disk) is not damage.
+            LogError::Storage(e) if !matches!(e, sled::Error::Io(_)) => damaged(dir, &e),
+            other => other,
+        })
+    }
+
+    fn open_inner(dir: &Path, config: &LogConfig) -> Result<Log, LogError> {
+        // sled keeps its data in `db`, described by `conf` (which sled
+        // re-creates when missing): a log with `conf` and no `db` lost its
+        // data (sled would call it corrupt data at some offset).
+        if dir.join("conf").exists() && !dir.join("db").exists() {
+            return Err(LogError::Damaged {
+                path: dir.to_path_buf(),
+                detail: "its data file db is missing".into(),
+            });
+        }
         // sled releases its file lock a moment after a `Db` is dropped (its I/O
         // threads let go of the file late, spacejam/sled#1289), so a reopen in
         // the same process may briefly see the lock: retry for a short grace.
@@ -963,19 +1036,8 @@ impl Log {
     /// damage is not confined to the tail (an intact record follows it).
     pub fn repair_tail(&self) -> Result<RangeInclusive<u64>, LogError> {
         let mut w = lock(&self.writer);
-        let Some((first_bad, _)) = w.needs_repair.clone() else {
-            return Err(LogError::Unrepairable(
-                "the log's tail verifies; nothing to repair".into(),
-            ));
-        };
-        let head = w.head;
-        for pos in (first_bad + 1)..=head {
-            if self.read_one(pos).is_ok() {
-                return Err(LogError::Unrepairable(format!(
-                    "position {first_bad} is damaged but position {pos} after it is intact: this is not a torn tail; run `ingest verify` and restore the data directory from a backup"
-                )));
-            }
-        }
+        let plan = self.plan_for(&w)?;
+        let (first_bad, head) = (*plan.start(), *plan.end());
         let mut batch = sled::Batch::default();
         for pos in first_bad..=head {
             batch.remove(&event_key(pos));
@@ -1007,6 +1069,35 @@ impl Log {
         Ok(first_bad..=head)
     }
 
+    /// What [`Log::repair_tail`] would do now, without doing it: the
+    /// positions it would remove. The preview of `ingest repair` and the
+    /// repair run this one check, so they always agree.
+    ///
+    /// # Errors
+    /// As [`Log::repair_tail`]: [`LogError::Unrepairable`] when there is
+    /// nothing to repair or the damage is not confined to the tail.
+    pub fn repair_plan(&self) -> Result<RangeInclusive<u64>, LogError> {
+        let w = lock(&self.writer);
+        self.plan_for(&w)
+    }
+
+    fn plan_for(&self, w: &Writer) -> Result<RangeInclusive<u64>, LogError> {
+        let Some((first_bad, _)) = w.needs_repair.clone() else {
+            return Err(LogError::Unrepairable(
+                "the log's tail verifies; nothing to repair".into(),
+            ));
+        };
+        let head = w.head;
+        for pos in (first_bad + 1)..=head {
+            if self.read_one(pos).is_ok() {
+                return Err(LogError::Unrepairable(format!(
+                    "position {first_bad} is damaged but position {pos} after it is intact: this is not a torn tail, and truncating would lose intact events; run `ingest verify` and restore the data directory from a backup"
+                )));
+            }
+        }
+        Ok(first_bad..=head)
+    }
+
     /// Test and tooling access to the raw tree (fault injection, benches).
     #[doc(hidden)]
     pub fn raw_tree(&self) -> &sled::Tree {
@@ -1017,6 +1108,13 @@ impl Log {
     #[doc(hidden)]
     pub fn raw_event_key(position: u64) -> [u8; 9] {
         event_key(position)
+    }
+}
+
+fn damaged(dir: &Path, e: &sled::Error) -> LogError {
+    LogError::Damaged {
+        path: dir.to_path_buf(),
+        detail: describe_sled(e),
     }
 }
 

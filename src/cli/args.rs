@@ -95,8 +95,8 @@ pub enum Cmd {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
-    /// Re-check the whole hash chain and every stream index entry, every signed checkpoint (tree head and signature) and every snapshot against a full fold. Read-only.
-    Verify,
+    /// Re-check the whole hash chain and every stream index entry, every signed checkpoint (tree head and signature) and every snapshot against a full fold, and that the log is not shorter than the newest snapshot or (with --zk) the ZooKeeper projection checkpoint. Read-only: a data directory this user may not write is verified through a private copy.
+    Verify(super::verify::VerifyArgs),
     /// Truncate a torn tail that fails the hash chain (only the tail; never the middle).
     Repair {
         /// Do it: without this, only say what would be removed.

@@ -159,23 +159,7 @@ impl Backend for Local {
             }
         })?;
         bar.finish_and_clear();
-        let report = full.log;
-        Ok(Verified {
-            checkpoints_checked: full.checkpoints_checked,
-            snapshots_checked: full.snapshots_checked,
-            events_checked: report.events_checked,
-            index_entries_checked: report.index_entries_checked,
-            head_position: report.head_position,
-            head_hash: hex::encode(report.head_hash),
-            problems: report
-                .problems
-                .iter()
-                .map(|p| ProblemView {
-                    position: p.position,
-                    message: p.message.clone(),
-                })
-                .collect(),
-        })
+        Ok(verified(full))
     }
 
     fn admin(&mut self, action: AdminAction) -> Result<Vec<HistoryRow>> {
@@ -189,6 +173,27 @@ impl Backend for Local {
 
     fn list_jobs(&mut self, query: &JobQuery) -> Result<JobPage> {
         super::list::local_jobs(self.engine.state(), query)
+    }
+}
+
+/// A full verification report in the protocol's shape.
+pub(super) fn verified(full: ingest_engine::audit::FullReport) -> Verified {
+    let report = full.log;
+    Verified {
+        checkpoints_checked: full.checkpoints_checked,
+        snapshots_checked: full.snapshots_checked,
+        events_checked: report.events_checked,
+        index_entries_checked: report.index_entries_checked,
+        head_position: report.head_position,
+        head_hash: hex::encode(report.head_hash),
+        problems: report
+            .problems
+            .iter()
+            .map(|p| ProblemView {
+                position: p.position,
+                message: p.message.clone(),
+            })
+            .collect(),
     }
 }
 

@@ -132,7 +132,7 @@ pub(super) fn local_only(local: &mut Local, command: Cmd) -> Result<i32> {
         | Cmd::Show { .. }
         | Cmd::History { .. }
         | Cmd::Status { .. }
-        | Cmd::Verify
+        | Cmd::Verify(_)
         | Cmd::Collection { .. }
         | Cmd::Queue { .. }
         | Cmd::Batches(_)
@@ -262,9 +262,23 @@ fn repair(engine: &Engine, yes: bool) -> Result<i32> {
         );
         return Ok(0);
     };
-    let (head, _) = log.head();
+    // The preview and the repair run one check (`Log::repair_plan`), so the
+    // preview never promises what the repair then refuses.
+    let plan = match log.repair_plan() {
+        Ok(plan) => plan,
+        Err(ingest_events::LogError::Unrepairable(why)) => {
+            println!("the tail fails at position {position} ({reason}); `ingest repair` cannot repair it: {why}");
+            return Ok(1);
+        }
+        Err(e) => return Err(e.into()),
+    };
     if !yes {
-        println!("the tail fails at position {position} ({reason}); `ingest repair --yes` would remove positions {position}..={head}");
+        println!(
+            "the tail fails at position {position} ({reason}); `ingest repair --yes` would remove positions {}..={} ({} event(s)) and nothing else",
+            plan.start(),
+            plan.end(),
+            plan.end() - plan.start() + 1
+        );
         return Ok(1);
     }
     let removed = log.repair_tail()?;

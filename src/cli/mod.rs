@@ -36,6 +36,7 @@ mod list;
 mod local;
 mod output;
 pub mod remote;
+pub mod verify;
 pub mod zk;
 
 use admin::admin_action;
@@ -136,6 +137,11 @@ pub fn run_with(cli: Cli, globals: ingest_config::GlobalOverrides) -> Result<i32
         ))
         .into());
     }
+    if let Cmd::Verify(args) = &cli.command {
+        // The log alone: a damaged, truncated or read-only one is reported,
+        // not refused by the engine's start-up.
+        return verify::run(&cli.data_dir, args);
+    }
     let mut config = EngineConfig::new(&cli.data_dir);
     config.lifecycle = lifecycle;
     let engine = match Engine::open(config) {
@@ -223,7 +229,7 @@ fn common(backend: &mut dyn Backend, command: Cmd, actor: Option<Actor>) -> Resu
         Cmd::Status { format } => backend.status().and_then(|v| emit(&v, format)),
         Cmd::Batches(args) => list::batches(backend, args),
         Cmd::Jobs(args) => list::jobs(backend, args),
-        Cmd::Verify => {
+        Cmd::Verify(_) => {
             return match backend.verify() {
                 Ok(v) => Ok(Flow::Done(print_verified(&v))),
                 Err(e) => refused_or(e).map(Flow::Done),

@@ -126,7 +126,7 @@ fn run_inner(remote: &Remote, command: Cmd) -> Result<i32> {
         | Cmd::Show { .. }
         | Cmd::History { .. }
         | Cmd::Status { .. }
-        | Cmd::Verify
+        | Cmd::Verify(_)
         | Cmd::Collection { .. }
         | Cmd::Queue { .. }
         | Cmd::Batches(_)

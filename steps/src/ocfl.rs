@@ -7,17 +7,21 @@
 //! never reach a directory name.
 //!
 //! Storing is done with [rocfl](https://docs.rs/rocfl): a version is built in
-//! rocfl's staging area (`<root>/extensions/rocfl-staging`) and moved into the
-//! object by a commit. [`OcflTarget::store_version`] always leaves the staging
-//! area empty for its ark, whether it succeeds or fails, so a retry starts
-//! fresh.
+//! a staging area and moved into the object by a commit.
+//! [`OcflTarget::store_version`] always leaves the staging area empty for its
+//! ark, whether it succeeds or fails, so a retry starts fresh.
 //!
-//! # Cautions
+//! # Many processes, one root
 //!
-//! One [`OcflTarget`] per storage root, in one process: opening a target
-//! clears rocfl's staging area (and with it the lock files a crashed process
-//! left behind), which would break a store another process is running on the
-//! same root.
+//! Every target that stores has its own staging directory,
+//! `<root>/extensions/rocfl-staging/proc-<pid>-<random>/`, with rocfl's lock
+//! files inside it, and holds an exclusive `flock` on the matching
+//! `proc-….lock` file while it lives. Opening a target removes only the
+//! staging of owners whose lock can be taken (processes that are gone,
+//! however they ended); starting, crashing or stopping one process never
+//! disturbs another's stores. Two processes storing one ark take turns on a
+//! shared per-ark `flock` (`rocfl-staging/ark-locks/`), which the kernel
+//! releases when a holder dies, so no lock outlives its process.
 //!
 //! ```no_run
 //! use chrono::Utc;
@@ -64,7 +68,14 @@ pub struct OcflTarget {
     root: PathBuf,
     repo: OcflRepo,
     arks: ArkLocks,
+    /// This target's own staging, claimed on open ([`OcflTarget::open_or_init`])
+    /// or before the first store ([`OcflTarget::open_existing`]).
+    staging: Mutex<Option<staging::Staging>>,
+    /// The name of this target's staging directory under [`STAGING`].
+    owner: String,
 }
+
+mod staging;
 
 /// The metadata of a new version, written into the OCFL inventory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,12 +213,13 @@ pub enum StorageError {
         /// What was missing, in rocfl's words.
         detail: String,
     },
-    /// rocfl's lock on the object is held, by another process sharing the
-    /// root against the rules.
+    /// rocfl's lock on the object is held. rocfl's locks live in this
+    /// target's own staging and stores of one ark are serialized before
+    /// rocfl is called, so this means something outside `ingest` wrote there.
     ///
     /// ### Handling
-    /// Recoverable: retry later. A lock file left by a crash is removed the
-    /// next time the target is opened.
+    /// Recoverable: retry later. The staging (and its lock files) of a
+    /// process that is gone is removed when the next target is opened.
     #[error("object {ark} is locked ({lock_file})")]
     Busy {
         /// The object's ark.
@@ -277,16 +289,17 @@ impl StorageError {
     }
 }
 
-/// The staging directory, at rocfl's default place inside the root, named
-/// here so that [`OcflTarget::open_or_init`] can clear it.
+/// The parent of every target's own staging directory, at rocfl's default
+/// place inside the root.
 const STAGING: &str = "extensions/rocfl-staging";
 
 impl OcflTarget {
     /// Opens the OCFL root at `root`, or creates one (OCFL 1.1, hashed n-tuple
     /// layout) when `root` is absent or an empty directory.
     ///
-    /// Opening clears rocfl's staging area: leftovers of a crash, including
-    /// stale lock files.
+    /// Opening claims this target's own staging directory and removes the
+    /// staging of processes that are gone (leftovers of a crash, including
+    /// their rocfl lock files); the staging of live processes is left alone.
     ///
     /// # Errors
     ///
@@ -294,40 +307,64 @@ impl OcflTarget {
     /// directory without an OCFL namaste file or a storage layout;
     /// [`StorageError::Io`] when the disk fails.
     pub fn open_or_init(name: &str, root: &Path) -> Result<OcflTarget, StorageError> {
-        let staging = root.join(STAGING);
+        let owner = staging::new_owner_name();
+        let own_staging = root.join(STAGING).join(&owner);
         let repo = if is_absent_or_empty(root)? {
-            init_repo(root, &staging)?
+            init_repo(root, &own_staging)?
         } else {
             check_ocfl_root(root)?;
-            remove_dir_if_present(&staging)?;
-            OcflRepo::fs_repo(root, Some(&staging)).map_err(|e| root_error(root, e))?
+            OcflRepo::fs_repo(root, Some(&own_staging)).map_err(|e| root_error(root, e))?
         };
-        Ok(OcflTarget {
+        let target = OcflTarget {
             name: name.to_string(),
             root: root.to_path_buf(),
             repo,
             arks: ArkLocks::default(),
-        })
+            staging: Mutex::new(None),
+            owner,
+        };
+        target.claim_staging()?;
+        Ok(target)
     }
 
-    /// Opens an existing OCFL root without touching its staging area, for
-    /// readers (audits, `verify`, tests) beside the process that stores
-    /// into it: [`OcflTarget::open_or_init`] clears the staging area, which
-    /// would break that process's store in progress.
+    /// Opens an existing OCFL root without writing anything to it until the
+    /// first store, for readers (audits, `verify` of a read-only copy,
+    /// tests) beside the processes that store into it.
     ///
     /// # Errors
     ///
     /// [`StorageError::UnusableRoot`] when `root` is not an OCFL root.
     pub fn open_existing(name: &str, root: &Path) -> Result<OcflTarget, StorageError> {
         check_ocfl_root(root)?;
-        let staging = root.join(STAGING);
-        let repo = OcflRepo::fs_repo(root, Some(&staging)).map_err(|e| root_error(root, e))?;
+        let owner = staging::new_owner_name();
+        let own_staging = root.join(STAGING).join(&owner);
+        let repo = OcflRepo::fs_repo(root, Some(&own_staging)).map_err(|e| root_error(root, e))?;
         Ok(OcflTarget {
             name: name.to_string(),
             root: root.to_path_buf(),
             repo,
             arks: ArkLocks::default(),
+            staging: Mutex::new(None),
+            owner,
         })
+    }
+
+    /// This target's own staging directory (created by the first store when
+    /// the target was opened with [`OcflTarget::open_existing`]).
+    pub fn staging_dir(&self) -> PathBuf {
+        self.root.join(STAGING).join(&self.owner)
+    }
+
+    /// Claims this target's staging once (see [`staging`]).
+    fn claim_staging(&self) -> Result<(), StorageError> {
+        let mut own = self.staging.lock().unwrap_or_else(PoisonError::into_inner);
+        if own.is_none() {
+            let parent = self.root.join(STAGING);
+            let claimed =
+                staging::Staging::claim(&parent, &self.owner).map_err(|e| io_error(&parent, e))?;
+            *own = Some(claimed);
+        }
+        Ok(())
     }
 
     /// The target's name, as configured.
@@ -366,7 +403,10 @@ impl OcflTarget {
     ) -> Result<StoredVersion, StorageError> {
         check_ark(ark)?;
         let sources = list_source(source_dir)?;
+        self.claim_staging()?;
         let _guard = self.arks.lock(ark);
+        let parent = self.root.join(STAGING);
+        let _shared = staging::lock_ark(&parent, ark).map_err(|e| io_error(&parent, e))?;
         self.discard_staged(ark)?;
         let current = self.head(ark)?;
         let staged = self
@@ -787,13 +827,6 @@ fn check_ocfl_root(root: &Path) -> Result<(), StorageError> {
         ));
     }
     Ok(())
-}
-
-fn remove_dir_if_present(dir: &Path) -> Result<(), StorageError> {
-    match fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_error(dir, e)),
-        _ => Ok(()),
-    }
 }
 
 fn rocfl_error(ark: &str, error: RocflError) -> StorageError {

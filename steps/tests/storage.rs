@@ -79,13 +79,30 @@ fn target() -> (TempDir, OcflTarget) {
 }
 
 /// The objects with a staged (uncommitted) version, read with rocfl itself.
+/// The staged objects in every target's own staging under `root`.
 fn staged_objects(root: &Path) -> usize {
-    let repo = rocfl::ocfl::OcflRepo::fs_repo(root, None).expect("open with rocfl");
-    let staged = repo
-        .list_staged_objects(None)
-        .expect("list staged objects")
-        .count();
+    let mut staged = 0;
+    for entry in fs::read_dir(root.join(STAGING)).expect("list staging") {
+        let entry = entry.expect("staging entry");
+        let path = entry.path();
+        if path.is_dir() && entry.file_name().to_string_lossy().starts_with("proc-") {
+            let repo = rocfl::ocfl::OcflRepo::fs_repo(root, Some(&path)).expect("open with rocfl");
+            staged += repo
+                .list_staged_objects(None)
+                .expect("list staged objects")
+                .count();
+        }
+    }
     staged
+}
+
+/// The parent of every target's own staging.
+const STAGING: &str = "extensions/rocfl-staging";
+
+/// rocfl on `target`'s own staging, as another tool (or a crash) would leave it.
+fn own_staging(target: &OcflTarget) -> rocfl::ocfl::OcflRepo {
+    rocfl::ocfl::OcflRepo::fs_repo(target.root(), Some(&target.staging_dir()))
+        .expect("open with rocfl")
 }
 
 const ARK: &str = "ark:/99999/fk4abc123";
@@ -437,7 +454,7 @@ fn a_leftover_staged_version_is_discarded() {
         .store_version(ARK, source(V1).path(), &meta("v1"))
         .unwrap();
     let junk = source(&[("junk.txt", "left over")]);
-    let repo = rocfl::ocfl::OcflRepo::fs_repo(target.root(), None).unwrap();
+    let repo = own_staging(&target);
     repo.copy_files_external(ARK, &[junk.path().join("junk.txt")], "junk.txt", false)
         .unwrap();
     drop(repo);
@@ -462,7 +479,7 @@ fn a_leftover_staged_version_is_discarded() {
 fn a_leftover_staged_new_object_is_discarded() {
     let (_root, target) = target();
     let junk = source(&[("junk.txt", "left over")]);
-    let repo = rocfl::ocfl::OcflRepo::fs_repo(target.root(), None).unwrap();
+    let repo = own_staging(&target);
     repo.create_object(ARK, None, rocfl::ocfl::DigestAlgorithm::Sha256, "data", 3)
         .unwrap();
     repo.copy_files_external(ARK, &[junk.path().join("junk.txt")], "junk.txt", false)
@@ -482,10 +499,12 @@ fn a_leftover_staged_new_object_is_discarded() {
     assert_eq!(staged_objects(target.root()), 0);
 }
 
-/// Opening a root clears staging left by a crash, including a stale rocfl
-/// lock that would refuse every later change of the object.
+/// Opening a root clears the staging a dead process left (its staged
+/// version and its stale rocfl lock, which would refuse every later change of
+/// the object) and the shared staging of earlier versions, but never the
+/// staging of a live target.
 #[test]
-fn opening_clears_a_crashed_stage_and_its_stale_lock() {
+fn opening_clears_a_dead_process_staging_and_keeps_a_live_one() {
     let root = TempDir::new().unwrap();
     let dir = root.path().join("ocfl");
     OcflTarget::open_or_init("local", &dir)
@@ -493,21 +512,92 @@ fn opening_clears_a_crashed_stage_and_its_stale_lock() {
         .store_version(ARK, source(V1).path(), &meta("v1"))
         .unwrap();
     let junk = source(&[("junk.txt", "left over")]);
-    let repo = rocfl::ocfl::OcflRepo::fs_repo(&dir, None).unwrap();
+    // A live target with a staged version in progress.
+    let live = OcflTarget::open_existing("live", &dir).unwrap();
+    live.store_version("ark:/99999/fk4live", source(V1).path(), &meta("live"))
+        .unwrap();
+    own_staging(&live)
+        .copy_files_external(ARK, &[junk.path().join("junk.txt")], "junk.txt", false)
+        .unwrap();
+    // A process that died mid-store: its staging, its unlocked owner file.
+    let dead = dir.join(STAGING).join("proc-1-dead");
+    let repo = rocfl::ocfl::OcflRepo::fs_repo(&dir, Some(&dead)).unwrap();
     repo.copy_files_external(ARK, &[junk.path().join("junk.txt")], "junk.txt", false)
         .unwrap();
-    let locks = dir.join("extensions/rocfl-staging/extensions/rocfl-locks");
-    fs::write(locks.join("stale.lock"), "").unwrap();
     drop(repo);
+    fs::write(dead.join("extensions/rocfl-locks/stale.lock"), "").unwrap();
+    fs::write(dir.join(STAGING).join("proc-1-dead.lock"), "").unwrap();
+    // The single shared staging of earlier versions.
+    let legacy = dir.join(STAGING).join("extensions/rocfl-locks");
+    fs::create_dir_all(&legacy).unwrap();
+    fs::write(legacy.join("legacy.lock"), "").unwrap();
+    assert_eq!(staged_objects(&dir), 2);
 
     let target = OcflTarget::open_or_init("local", &dir).unwrap();
 
-    assert_eq!(staged_objects(&dir), 0);
-    assert!(!locks.join("stale.lock").exists());
+    assert!(!dead.exists(), "the dead process's staging is removed");
+    assert!(!dir.join(STAGING).join("proc-1-dead.lock").exists());
+    assert!(!dir.join(STAGING).join("extensions").exists());
+    assert!(live.staging_dir().is_dir(), "a live target's staging stays");
+    assert_eq!(
+        staged_objects(&dir),
+        1,
+        "only the live target's stage is left"
+    );
     let stored = target
         .store_version(ARK, source(V1).path(), &meta("v2"))
         .unwrap();
     assert_eq!(listing(&stored), expected_listing(V1));
+    drop(target);
+    drop(live);
+    assert_eq!(
+        fs::read_dir(dir.join(STAGING))
+            .unwrap()
+            .filter(|e| !e
+                .as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("ark-locks"))
+            .count(),
+        0,
+        "dropped targets remove their own staging"
+    );
+}
+
+/// Opening a second target on a root (another process: `ingest worker`
+/// beside `ingest serve`) never disturbs the first one's stores, and the two
+/// store one ark in turns.
+#[test]
+fn two_targets_on_one_root_store_side_by_side() {
+    let root = TempDir::new().unwrap();
+    let dir = root.path().join("ocfl");
+    let first = OcflTarget::open_or_init("first", &dir).unwrap();
+    first
+        .store_version(ARK, source(V1).path(), &meta("v1"))
+        .unwrap();
+
+    let second = OcflTarget::open_or_init("second", &dir).unwrap();
+
+    let src = source(V1);
+    std::thread::scope(|scope| {
+        for (i, target) in [&first, &second, &first, &second].into_iter().enumerate() {
+            let src = src.path();
+            scope.spawn(move || {
+                target
+                    .store_version(ARK, src, &meta(&format!("turn {i}")))
+                    .unwrap();
+                target
+                    .store_version(&format!("ark:/99999/fk4own{i}"), src, &meta("own"))
+                    .unwrap();
+            });
+        }
+    });
+    assert_eq!(first.versions(ARK).unwrap(), vec![1, 2, 3, 4, 5]);
+    assert!(second.verify(ARK).unwrap().ok);
+    for i in 0..4 {
+        assert!(first.verify(&format!("ark:/99999/fk4own{i}")).unwrap().ok);
+    }
 }
 
 #[test]

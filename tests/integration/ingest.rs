@@ -1511,3 +1511,276 @@ async fn a_running_server_reports_and_repairs_foreign_nodes() {
         .await;
     assert_eq!(status, 401, "admin only: {body}");
 }
+
+/// `ingest worker --steps real` processes killed on drop (a test that fails
+/// leaves none behind).
+struct WorkerProcs(Vec<std::process::Child>);
+
+impl Drop for WorkerProcs {
+    fn drop(&mut self) {
+        for w in &mut self.0 {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
+    }
+}
+
+/// Every daemon, for a worker process that does all the work.
+const EVERY_DAEMON: &str = "batch_pending,batch_reporting,batch_update_reporting,job_pending,estimating,provisioning,downloading,processing,storing,recording,notify";
+
+/// The staging directories of the process `pid` under an OCFL root.
+fn staging_of(storage: &std::path::Path, pid: u32) -> Vec<PathBuf> {
+    let prefix = format!("proc-{pid}-");
+    std::fs::read_dir(storage.join("extensions/rocfl-staging"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                .filter(|e| e.path().is_dir())
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether a staging directory holds a staged object (a store in progress):
+/// rocfl's hashed layout puts objects under 3-character directories.
+fn stages_an_object(staging: &std::path::Path) -> bool {
+    std::fs::read_dir(staging).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.path().is_dir() && e.file_name().len() == 3)
+    })
+}
+
+/// Issue 15, item 1: `ingest serve` and two `ingest worker --steps real`
+/// processes store into one storage target at once (as the README tells
+/// operators to deploy); one worker is killed with SIGKILL in the middle of
+/// a store. Every job completes (the killed worker's on another process),
+/// every object verifies in OCFL, and nothing the dead process left (its
+/// staging, its locks) blocks a store. Before, starting a second process on
+/// the target deleted the shared staging, and every later store of the
+/// first failed with "object … is locked".
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn processes_sharing_a_storage_target_store_side_by_side_and_survive_a_kill() {
+    let rig = rig("shared-storage", &[]).await;
+    let b = rig.base.clone();
+    // The server stores first, so its storage target is in use when the
+    // workers start.
+    add(&rig.depot, "first.txt", b"stored before the workers start");
+    let first = rig
+        .submit(
+            json!({"profile": "demo", "submitter": "alice", "type": "file",
+                       "payload_url": format!("{b}/files/first.txt"), "erc_where": "loc-first"}),
+        )
+        .await;
+    let done = rig.finished(&first).await;
+    assert_eq!(done["status"], "Completed", "{done}");
+
+    let dir = rig._dir.path();
+    let hosts_root = rig.zk_at.clone();
+    let (hosts, root) = hosts_root.split_at(hosts_root.find('/').expect("a root"));
+    let mut workers = WorkerProcs(Vec::new());
+    for n in 1..=2 {
+        let child = std::process::Command::new(crate::util::ingest_bin())
+            .args(["worker", "--engine", &rig.server.base, "--zk", hosts])
+            .args([
+                "--zk-root",
+                root,
+                "--daemons",
+                EVERY_DAEMON,
+                "--steps",
+                "real",
+            ])
+            .args([
+                "--name",
+                &format!("storer{n}"),
+                "--provisioning-threshold",
+                "100",
+            ])
+            .arg("--working-storage")
+            .arg(dir.join("work"))
+            .arg("--profiles-dir")
+            .arg(dir.join("profiles"))
+            .arg("--storage-target")
+            .arg(format!("primary={}", rig.storage.display()))
+            .arg("--outbox")
+            .arg(dir.join("outbox"))
+            .args([
+                "--retry-backoff-ms",
+                "20",
+                "--allow-network",
+                "127.0.0.1/32",
+            ])
+            .env("INGEST_WORKER_TOKEN", crate::server::WORKER)
+            .env_remove("INGEST_DATA_DIR")
+            .env_remove("INGEST_CONFIG")
+            .env_remove("INGEST_DAEMONS")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.join(format!("worker{n}.log"))).expect("log"))
+            .spawn()
+            .expect("start ingest worker");
+        workers.0.push(child);
+    }
+    let victim = workers.0[0].id();
+    eventually("worker 1 to open its storage target", 30, async || {
+        (!staging_of(&rig.storage, victim).is_empty()).then_some(())
+    })
+    .await;
+
+    // Jobs big enough that a store takes a moment.
+    let mut lines = Vec::new();
+    let mut files = Vec::new();
+    for i in 0..12 {
+        let name = format!("big{i}.bin");
+        let body: Vec<u8> = (0..(3 << 20))
+            .map(|j: u32| (j.wrapping_mul(31) ^ i) as u8)
+            .collect();
+        add(&rig.depot, &name, &body);
+        lines.push(format!(
+            "{b}/files/{name} | | | | | {name} | | loc-big{i} | | | |"
+        ));
+        files.push(name);
+    }
+    add(
+        &rig.depot,
+        "big.checkm",
+        &manifest("mrt-single-file-batch-manifest", BATCH_FIELDS, &lines),
+    );
+    let bid = rig
+        .submit(
+            json!({"profile": "demo", "submitter": "alice", "type": "single-file-batch-manifest",
+                       "payload_url": format!("{b}/files/big.checkm")}),
+        )
+        .await;
+
+    // SIGKILL worker 1 while it stages an object; no other process knows.
+    let staged = eventually("worker 1 to be in the middle of a store", 120, async || {
+        staging_of(&rig.storage, victim)
+            .into_iter()
+            .find(|s| stages_an_object(s))
+    })
+    .await;
+    workers.0[0].kill().expect("SIGKILL worker 1");
+    workers.0[0].wait().expect("reap worker 1");
+    assert!(
+        staged.exists(),
+        "the dead worker's staging is left as it was"
+    );
+
+    let batch = eventually(&format!("batch {bid} finished"), 240, async || {
+        let b = rig.server.get(&format!("/batches/{bid}")).await;
+        matches!(b["status"].as_str(), Some("Completed" | "Failed")).then_some(b)
+    })
+    .await;
+    assert_eq!(batch["status"], "Completed", "{batch}");
+    let jobs = Rig::jobs(&batch);
+    assert_eq!(jobs.len(), 12, "{batch}");
+    let mut stored_by = std::collections::BTreeSet::new();
+    for jid in &jobs {
+        let job = rig.job(jid).await;
+        let url = job["payload_url"].as_str().expect("payload_url");
+        let name = url.rsplit('/').next().expect("a file name");
+        rig.assert_stored(jid, None, &[name]).await;
+        for row in rig.history(jid).await {
+            if row["detail"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("Storing -> "))
+            {
+                if let Some(actor) = row["actor"].as_str() {
+                    stored_by.insert(actor.to_string());
+                }
+            }
+        }
+    }
+    assert!(
+        stored_by.len() >= 2,
+        "more than one process stored: {stored_by:?}"
+    );
+    // A new process on the target removes what the dead one left; nothing
+    // of it blocks a store of the arks it was storing.
+    let target = ingest_steps::ocfl::OcflTarget::open_or_init("check", &rig.storage)
+        .expect("open the target");
+    assert!(!staged.exists(), "the dead worker's staging outlived it");
+    for jid in &jobs {
+        let ark = rig.job(jid).await["primary_id"]
+            .as_str()
+            .expect("ark")
+            .to_string();
+        let src = tempfile::tempdir().expect("source");
+        std::fs::write(src.path().join("again.txt"), b"again").expect("source file");
+        let meta = ingest_steps::ocfl::VersionMeta {
+            user_name: "test".into(),
+            user_address: None,
+            message: "after the kill".into(),
+            created: chrono::Utc::now(),
+        };
+        target
+            .store_version(&ark, src.path(), &meta)
+            .unwrap_or_else(|e| panic!("a store of {ark} after the kill: {e}"));
+    }
+}
+
+/// Issue 11: an object whose inventory record the server would refuse
+/// (larger than `--max-record-bytes`) fails in Storing, naming the limit,
+/// before anything is stored; an object whose record fits is stored and
+/// recorded under the same limit. Before, the large one was stored, then
+/// refused at Recording with 413: an OCFL version the inventory never knew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_whose_record_is_too_large_is_refused_before_storing() {
+    let limit = "6144";
+    let rig = rig(
+        "record-limit",
+        &[
+            "--max-body-bytes".into(),
+            limit.into(),
+            "--max-record-bytes".into(),
+            limit.into(),
+        ],
+    )
+    .await;
+    let b = rig.base.clone();
+    let mut lines = Vec::new();
+    for i in 0..60 {
+        let name = format!("part-{i:03}.txt");
+        add(&rig.depot, &name, format!("part {i}").as_bytes());
+        lines.push(format!("{b}/files/{name} | | | | | {name} |"));
+    }
+    add(
+        &rig.depot,
+        "many.checkm",
+        &manifest("mrt-ingest-manifest", OBJECT_FIELDS, &lines),
+    );
+    add(&rig.depot, "one.txt", b"one small file");
+    let many = rig
+        .submit(
+            json!({"profile": "demo", "submitter": "alice", "type": "object-manifest",
+                       "payload_url": format!("{b}/files/many.checkm"), "erc_where": "loc-many"}),
+        )
+        .await;
+    let one = rig
+        .submit(
+            json!({"profile": "demo", "submitter": "alice", "type": "file",
+                       "payload_url": format!("{b}/files/one.txt"), "erc_where": "loc-one"}),
+        )
+        .await;
+
+    let (jid, job) = failed_job(&rig, &many).await;
+    assert_eq!(job["last_successful_status"], "Processing", "{job}");
+    let message = job["message"].as_str().unwrap_or_default();
+    for needle in ["--max-record-bytes", limit, "nothing was stored"] {
+        assert!(message.contains(needle), "{needle:?} not in {message:?}");
+    }
+    let ark = job["primary_id"].as_str().expect("an ark from Processing");
+    let target =
+        ingest_steps::ocfl::OcflTarget::open_existing("check", &rig.storage).expect("open storage");
+    assert!(
+        target.versions(ark).is_err(),
+        "{ark} of {jid} was stored although its record cannot be recorded"
+    );
+    let done = rig.finished(&one).await;
+    assert_eq!(done["status"], "Completed", "{done}");
+    let small = Rig::jobs(&done);
+    rig.assert_stored(&small[0], Some("loc-one"), &["one.txt"])
+        .await;
+}

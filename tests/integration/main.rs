@@ -13,6 +13,7 @@ mod serve;
 mod server;
 mod service;
 mod shutdown;
+mod storage;
 mod ui;
 mod util;
 mod worker;

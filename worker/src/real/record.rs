@@ -205,6 +205,12 @@ pub fn build_record(job_dir: &Path, input: &RecordInput) -> Result<ObjectVersion
             ));
         }
     };
+    Ok(assemble(input, version, targets, record_files(job_dir)?))
+}
+
+/// The files of the version stored from `job_dir`, sorted by path: the
+/// producer files (digests from the download step) and `system/`.
+fn record_files(job_dir: &Path) -> Result<Vec<InventoryFile>, String> {
     let mut files: Vec<InventoryFile> = process::producer_files(job_dir)?
         .into_iter()
         .map(|f| InventoryFile {
@@ -222,6 +228,15 @@ pub fn build_record(job_dir: &Path, input: &RecordInput) -> Result<ObjectVersion
         });
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(files)
+}
+
+fn assemble(
+    input: &RecordInput,
+    version: u32,
+    targets: Vec<String>,
+    files: Vec<InventoryFile>,
+) -> ObjectVersionRecord {
     let mut erc = BTreeMap::new();
     for (key, value) in [
         ("who", &input.erc.who),
@@ -232,7 +247,7 @@ pub fn build_record(job_dir: &Path, input: &RecordInput) -> Result<ObjectVersion
             erc.insert(key.to_string(), v.clone());
         }
     }
-    Ok(ObjectVersionRecord {
+    ObjectVersionRecord {
         ark: input.ark.clone(),
         version,
         collection: input.collection.clone(),
@@ -243,7 +258,33 @@ pub fn build_record(job_dir: &Path, input: &RecordInput) -> Result<ObjectVersion
         bid: input.bid.clone(),
         recorded_at: Utc::now(),
         erc,
-    })
+    }
+}
+
+/// The size in bytes of the `POST /jobs/JID/object` body Recording will
+/// send for the version about to be stored from `job_dir`, computed before
+/// Storing from the same files (the version number and the worker's names
+/// taken at their longest), so that an object whose record the server would
+/// refuse is refused before anything is stored.
+///
+/// # Errors
+/// A working file that cannot be read, with its path.
+pub fn record_body_bytes(job_dir: &Path, input: &RecordInput) -> Result<usize, String> {
+    let record = assemble(
+        input,
+        u32::MAX,
+        input.targets.clone(),
+        record_files(job_dir)?,
+    );
+    let body = ObjectBody {
+        // Longer than any worker name and session id sent.
+        worker: "w".repeat(256),
+        session_id: ingest_protocol::api::SessionId(i64::MIN),
+        record,
+    };
+    serde_json::to_vec(&body)
+        .map(|b| b.len())
+        .map_err(|e| format!("the inventory record cannot be encoded: {e}"))
 }
 
 /// Sends `record` to `POST /jobs/JID/object`; `true` when the version is

@@ -103,6 +103,9 @@ impl Store {
             ))
             }
         };
+        if let Err(refused) = self.check_record_size(job, &data, &ark, &job_dir).await {
+            return Outcome::failure(refused);
+        }
         let meta = VersionMeta {
             user_name: Some(data.configuration.submitter.as_str())
                 .filter(|s| !s.trim().is_empty())
@@ -123,6 +126,44 @@ impl Store {
             }
             Err(e) => Outcome::failure(e),
         }
+    }
+}
+
+impl Store {
+    /// Refuses, before anything is stored, an object whose inventory record
+    /// the server would refuse at Recording (larger than its
+    /// `--max-record-bytes`): stored but never recorded, it would be a
+    /// version the inventory does not know.
+    async fn check_record_size(
+        &self,
+        job: &JobCtx,
+        data: &JobData,
+        ark: &str,
+        job_dir: &Path,
+    ) -> Result<(), String> {
+        let Some(limit) = self.config.args.max_record_bytes else {
+            return Ok(());
+        };
+        let input = super::record::RecordInput {
+            ark: ark.to_string(),
+            collection: data.configuration.profile_name.clone(),
+            local_ids: process::local_ids(&data.identifiers),
+            targets: target_names(&self.config.args.storage_targets),
+            jid: job.jid.clone(),
+            bid: data.bid.clone(),
+            erc: process::erc_fields(&data.metadata),
+        };
+        let dir = job_dir.to_path_buf();
+        let bytes =
+            tokio::task::spawn_blocking(move || super::record::record_body_bytes(&dir, &input))
+                .await
+                .map_err(|e| format!("measuring the inventory record failed: {e}"))??;
+        if bytes > limit {
+            return Err(format!(
+                "the inventory record of {ark} would be {bytes} bytes, more than the {limit} bytes the server accepts (--max-record-bytes): nothing was stored; raise --max-record-bytes on the server and its workers, or submit the object in smaller parts"
+            ));
+        }
+        Ok(())
     }
 }
 
