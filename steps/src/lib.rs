@@ -9,6 +9,7 @@ pub mod digest;
 pub mod erc;
 pub mod forms;
 pub mod inventory;
+pub mod mime;
 pub mod noid;
 pub mod ocfl;
 pub mod paths;

@@ -108,7 +108,10 @@ impl Store {
                 .filter(|s| !s.trim().is_empty())
                 .unwrap_or("ingest")
                 .to_string(),
-            user_address: None,
+            user_address: Some(version_user_address(
+                &self.config,
+                data.configuration.profile_name.trim(),
+            )),
             message: format!("{mode}: batch {} job {}", data.bid, job.jid),
             created: Utc::now(),
         };
@@ -524,6 +527,27 @@ impl TargetWork {
             }
         }
         Ok(None)
+    }
+}
+
+/// The OCFL `user.address` of a version stored for `profile`: `mailto:` the
+/// profile's first report recipient, else `--ocfl-user-address`, else
+/// `mailto:` the `--mail-from` sender (OCFL validators warn, W008, about a
+/// user without an address).
+pub fn version_user_address(config: &RealConfig, profile: &str) -> String {
+    let recipient = config.profiles.get(profile).and_then(|p| {
+        p.notification
+            .emails
+            .iter()
+            .map(|e| e.trim())
+            .find(|e| !e.is_empty())
+    });
+    if let Some(email) = recipient {
+        return format!("mailto:{email}");
+    }
+    match config.args.ocfl_user_address.as_deref().map(str::trim) {
+        Some(address) if !address.is_empty() => address.to_string(),
+        _ => format!("mailto:{}", config.args.mail_from.trim()),
     }
 }
 
