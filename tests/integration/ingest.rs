@@ -29,6 +29,8 @@ struct Depot {
     callbacks: Vec<Value>,
     /// Arks minted by the fake EZID.
     ezid_mints: u32,
+    /// The bodies of the mint requests the fake EZID received.
+    ezid_bodies: Vec<String>,
     /// File names answered with a redirect (307) to the URL.
     redirects: BTreeMap<String, String>,
 }
@@ -78,6 +80,7 @@ async fn ezid(
     State(depot): State<Shared>,
     UrlPath(shoulder): UrlPath<String>,
     headers: axum::http::HeaderMap,
+    body: String,
 ) -> (StatusCode, String) {
     // "ezid-user:ezid-secret"
     if headers.get("authorization").and_then(|v| v.to_str().ok())
@@ -87,6 +90,7 @@ async fn ezid(
     }
     let mut d = depot.lock().expect("depot");
     d.ezid_mints += 1;
+    d.ezid_bodies.push(body);
     (
         StatusCode::CREATED,
         format!("success: {shoulder}ezid{}\n", d.ezid_mints),
@@ -840,7 +844,8 @@ async fn arks_come_from_ezid_when_it_is_configured() {
     .await;
     add(&rig.depot, "e.txt", b"an object with an EZID ark");
     let bid = rig
-        .submit(json!({"profile": "demo", "submitter": "alice", "type": "file", "payload_url": format!("{}/files/e.txt", rig.base), "erc_where": "loc-ezid"}))
+        .submit(json!({"profile": "demo", "submitter": "alice", "type": "file", "payload_url": format!("{}/files/e.txt", rig.base),
+                       "erc_who": "Doe, Jane: editor", "erc_what": "100% cotton", "erc_when": "2024-05", "erc_where": "loc-ezid"}))
         .await;
     let batch = rig.finished(&bid).await;
     assert_eq!(batch["status"], "Completed", "{batch}");
@@ -848,6 +853,15 @@ async fn arks_come_from_ezid_when_it_is_configured() {
     let job = rig.job(jid).await;
     assert_eq!(job["primary_id"], "ark:/99999/fk4ezid1", "{job}");
     assert_eq!(fake.lock().expect("fake").ezid_mints, 1);
+    // The mint request carried the ERC metadata in EZID's escaped ANVL.
+    assert_eq!(
+        fake.lock().expect("fake").ezid_bodies,
+        vec![
+            "_profile: erc\nerc.who: Doe, Jane%3A editor\nerc.what: 100%25 cotton\n\
+              erc.when: 2024-05\nerc.where: loc-ezid\n"
+                .to_string()
+        ]
+    );
     let found = rig
         .server
         .get("/objects?collection=demo&local_id=loc-ezid")
@@ -1378,8 +1392,8 @@ async fn depositors_and_curators_receive_names_types_addresses_and_a_valid_bag()
         .await;
 
     // The stored manifest keeps the depositor's type and detects the rest.
-    let target = ingest_steps::ocfl::OcflTarget::open_existing("check", &rig.storage)
-        .expect("open storage");
+    let target =
+        ingest_steps::ocfl::OcflTarget::open_existing("check", &rig.storage).expect("open storage");
     let manifest = String::from_utf8(
         target
             .read_file(&ark, None, "system/mrt-manifest.txt")

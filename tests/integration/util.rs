@@ -152,6 +152,9 @@ pub fn venv_python(name: &str, spec: &str, module: &str) -> Option<PathBuf> {
         );
         return None;
     }
-    assert!(importable(&python), "{spec} installed but {module} not importable");
+    assert!(
+        importable(&python),
+        "{spec} installed but {module} not importable"
+    );
     Some(python)
 }
