@@ -1412,6 +1412,37 @@ async fn depositors_and_curators_receive_names_types_addresses_and_a_valid_bag()
     assert_eq!(type_of("producer/data/table.csv"), "text/csv");
     assert_eq!(type_of("system/mrt-dc.xml"), "application/xml");
 
+    // The store and inventory hand-offs point into storage: after Notify
+    // removed the working directory, the URL still gives the manifest.
+    let zk = zookeeper_client::Client::connect(&rig.zk_at)
+        .await
+        .expect("zk");
+    for node in ["store", "inventory"] {
+        let (data, _) = zk
+            .get_data(&format!("/jobs/{jid}/{node}"))
+            .await
+            .unwrap_or_else(|e| panic!("/jobs/{jid}/{node}: {e}"));
+        let hand_off: Value = serde_json::from_slice(&data).expect("json");
+        let url = hand_off["manifest_url"].as_str().expect("manifest_url");
+        let path = reqwest::Url::parse(url)
+            .expect("a URL")
+            .to_file_path()
+            .expect("a file URL");
+        assert!(
+            path.starts_with(&rig.storage),
+            "{node}: {url} is not in storage"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("the manifest URL resolves"),
+            manifest,
+            "{node}: {url}"
+        );
+    }
+    assert!(
+        !rig._dir.path().join("work").join(&bid).join(&jid).exists(),
+        "Notify removed the working directory"
+    );
+
     // The OCFL inventory names the depositor and the profile's address.
     let inventory: Value = walk(&rig.storage)
         .into_iter()
