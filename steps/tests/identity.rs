@@ -898,16 +898,19 @@ fn parse_dc(xml: &str) -> Vec<(String, String, String)> {
                 depth += 1;
                 if depth == 2 {
                     let ns = match ns {
-                        ResolveResult::Bound(n) => String::from_utf8(n.0.to_vec()).unwrap(),
+                        ResolveResult::Bound(n) => {
+                            String::from_utf8(n.0.to_vec()).expect("UTF-8 XML")
+                        }
                         other => panic!("an element in no namespace: {other:?}"),
                     };
-                    let local = String::from_utf8(e.local_name().as_ref().to_vec()).unwrap();
+                    let local =
+                        String::from_utf8(e.local_name().as_ref().to_vec()).expect("UTF-8 XML");
                     open = Some((ns, local));
                 }
             }
             (_, Event::Text(t)) => {
                 if let Some((ns, local)) = open.take() {
-                    elements.push((ns, local, t.unescape().unwrap().into_owned()));
+                    elements.push((ns, local, t.unescape().expect("UTF-8 XML").into_owned()));
                 }
             }
             (_, Event::End(_)) => depth -= 1,

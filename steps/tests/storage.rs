@@ -977,19 +977,24 @@ mod bag {
         let (root, target) = target();
         let stored = target
             .store_version(ARK, source(V1).path(), &meta("v1"))
-            .unwrap();
+            .expect("test setup");
         (root, target, stored)
     }
 
     /// Every file under `dir`, relative, sorted.
     fn files_under(dir: &Path) -> Vec<String> {
         fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
-            for e in fs::read_dir(dir).unwrap() {
-                let p = e.unwrap().path();
+            for e in fs::read_dir(dir).expect("test setup") {
+                let p = e.expect("test setup").path();
                 if p.is_dir() {
                     walk(base, &p, out);
                 } else {
-                    out.push(p.strip_prefix(base).unwrap().display().to_string());
+                    out.push(
+                        p.strip_prefix(base)
+                            .expect("test setup")
+                            .display()
+                            .to_string(),
+                    );
                 }
             }
         }
@@ -1074,13 +1079,13 @@ mod bag {
     fn edit_inventory(stored: &StoredVersion, edit: impl Fn(String) -> String) {
         for dir in [stored.object_root.clone(), stored.object_root.join("v1")] {
             let path = dir.join("inventory.json");
-            let text = edit(fs::read_to_string(&path).unwrap());
-            fs::write(&path, &text).unwrap();
+            let text = edit(fs::read_to_string(&path).expect("test setup"));
+            fs::write(&path, &text).expect("test setup");
             fs::write(
                 dir.join("inventory.json.sha512"),
                 format!("{}  inventory.json\n", sha512(&text)),
             )
-            .unwrap();
+            .expect("test setup");
         }
     }
 
