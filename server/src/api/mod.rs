@@ -145,8 +145,6 @@ pub(crate) struct Inner {
     pub(crate) inventory: Option<ingest_steps::inventory::Inventory>,
     pub(crate) minter: Option<ingest_engine::ezid::ArkMinter>,
     pub(crate) outbound: ingest_protocol::outbound::OutboundPolicy,
-    /// Faults armed by admins (`POST /faults`).
-    pub(crate) faults: ops::ArmedFaults,
     /// The reporting views, folded up to the durable position on demand.
     views: Arc<Mutex<Views>>,
 }
@@ -316,7 +314,6 @@ pub fn router(config: ApiConfig) -> Router {
             inventory: config.inventory,
             minter: config.minter,
             outbound: config.outbound,
-            faults: ops::ArmedFaults::default(),
             views: Arc::new(Mutex::new(views)),
         }),
     };
