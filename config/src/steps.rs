@@ -46,6 +46,9 @@ pub struct RealArgs {
         default_value = "ingest@localhost"
     )]
     pub mail_from: String,
+    /// The OCFL `user.address` of stored versions (a URI, e.g. `mailto:curators@example.org`) when the collection profile names no report recipient; without either, `mailto:` and --mail-from.
+    #[arg(long, env = "INGEST_OCFL_USER_ADDRESS", value_name = "URI")]
+    pub ocfl_user_address: Option<String>,
     /// How many times a recoverable error is tried again within a step.
     #[arg(
         long,

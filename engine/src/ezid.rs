@@ -3,11 +3,60 @@
 //!
 //! EZID mints under a shoulder with `POST {base}/shoulder/{shoulder}` and
 //! HTTP basic auth; it answers `201` with `success: ark:/…` (its ANVL
-//! response format) or an `error: …` line.
+//! response format) or an `error: …` line. The request carries the
+//! object's ERC metadata (`erc.who`, `erc.what`, `erc.when`, `erc.where`)
+//! in EZID's ANVL form, names and values escaped as EZID requires (`%`,
+//! `:`, CR and LF percent-encoded; see [`anvl_escape`]).
 
 use std::time::Duration;
 
+use ingest_events::event::Erc;
 use ingest_steps::noid::Minter;
+
+/// The longest ERC value sent to EZID, in bytes (longer ones are cut).
+pub const MAX_ERC_VALUE_BYTES: usize = 4096;
+
+/// `text` escaped for an EZID ANVL name or value: `%`, `:`, CR and LF
+/// become `%25`, `%3A`, `%0D` and `%0A` (EZID's API documentation escapes
+/// exactly these, in names and values alike).
+pub fn anvl_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            ':' => out.push_str("%3A"),
+            '\r' => out.push_str("%0D"),
+            '\n' => out.push_str("%0A"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The body of a mint request: `_profile: erc` and the four ERC kernel
+/// elements, a missing or blank one as `(:unas)`, each value cut to
+/// [`MAX_ERC_VALUE_BYTES`] and escaped with [`anvl_escape`].
+pub fn mint_request_body(erc: &Erc) -> String {
+    let mut body = String::from("_profile: erc\n");
+    for (name, value) in [
+        ("erc.who", &erc.who),
+        ("erc.what", &erc.what),
+        ("erc.when", &erc.when),
+        ("erc.where", &erc.r#where),
+    ] {
+        let value = value
+            .as_deref()
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(|v| ingest_protocol::cut(v, MAX_ERC_VALUE_BYTES))
+            .unwrap_or(std::borrow::Cow::Borrowed("(:unas)"));
+        body.push_str(&anvl_escape(name));
+        body.push_str(": ");
+        body.push_str(&anvl_escape(&value));
+        body.push('\n');
+    }
+    body
+}
 
 /// How an ark could not be minted.
 #[derive(Debug, thiserror::Error)]
@@ -56,12 +105,12 @@ impl Ezid {
         Ok(Ezid { http, settings })
     }
 
-    /// Mints one ark.
+    /// Mints one ark for an object described by `erc`.
     ///
     /// # Errors
     /// [`MintError::Unavailable`] for I/O, timeouts and 5xx;
     /// [`MintError::Refused`] for anything else that is not a new ark.
-    pub async fn mint(&self) -> Result<String, MintError> {
+    pub async fn mint(&self, erc: &Erc) -> Result<String, MintError> {
         let url = format!(
             "{}/shoulder/{}",
             self.settings.base.trim_end_matches('/'),
@@ -72,7 +121,7 @@ impl Ezid {
             .post(&url)
             .basic_auth(&self.settings.user, Some(&self.settings.password))
             .header(reqwest::header::CONTENT_TYPE, "text/plain; charset=UTF-8")
-            .body("_profile: erc\n")
+            .body(mint_request_body(erc))
             .send()
             .await
             .map_err(|e| MintError::Unavailable(format!("EZID {url}: {e}")))?;
@@ -116,11 +165,12 @@ pub enum ArkMinter {
 }
 
 impl ArkMinter {
-    /// Mints one ark.
+    /// Mints one ark for an object described by `erc` (sent to EZID; the
+    /// built-in minter needs none).
     ///
     /// # Errors
     /// See [`MintError`].
-    pub async fn mint(&self) -> Result<String, MintError> {
+    pub async fn mint(&self, erc: &Erc) -> Result<String, MintError> {
         match self {
             ArkMinter::Noid(m) => {
                 let m = m.clone();
@@ -129,7 +179,7 @@ impl ArkMinter {
                     .map_err(|e| MintError::Unavailable(format!("the minter task failed: {e}")))?
                     .map_err(|e| MintError::Unavailable(format!("the NOID minter failed: {e}")))
             }
-            ArkMinter::Ezid(e) => e.mint().await,
+            ArkMinter::Ezid(e) => e.mint(erc).await,
         }
     }
 
@@ -185,6 +235,29 @@ mod tests {
         .expect("client")
     }
 
+    #[test]
+    fn the_mint_request_carries_the_erc_escaped_as_ezid_requires() {
+        let erc = Erc {
+            who: Some("Doe, Jane: 100% sure".into()),
+            what: Some("Line one\r\nline two".into()),
+            when: None,
+            r#where: Some("  ".into()),
+        };
+        assert_eq!(
+            mint_request_body(&erc),
+            "_profile: erc\n\
+             erc.who: Doe, Jane%3A 100%25 sure\n\
+             erc.what: Line one%0D%0Aline two\n\
+             erc.when: (%3Aunas)\n\
+             erc.where: (%3Aunas)\n"
+        );
+        let long = Erc {
+            what: Some("x".repeat(10 * MAX_ERC_VALUE_BYTES)),
+            ..Erc::default()
+        };
+        assert!(mint_request_body(&long).len() < 2 * MAX_ERC_VALUE_BYTES);
+    }
+
     #[tokio::test]
     async fn ezid_answers_are_read_and_classified() {
         let ok = fake(
@@ -193,10 +266,13 @@ mod tests {
         )
         .await;
         assert_eq!(
-            client(ok.clone(), "secret").mint().await.expect("mint"),
+            client(ok.clone(), "secret")
+                .mint(&Erc::default())
+                .await
+                .expect("mint"),
             "ark:/99999/fk4abc123"
         );
-        let refused = client(ok, "wrong").mint().await;
+        let refused = client(ok, "wrong").mint(&Erc::default()).await;
         assert!(
             matches!(&refused, Err(MintError::Refused(m)) if m.contains("401")),
             "{refused:?}"
@@ -206,14 +282,14 @@ mod tests {
             "error: down for maintenance",
         )
         .await;
-        let r = client(down, "secret").mint().await;
+        let r = client(down, "secret").mint(&Erc::default()).await;
         assert!(
             matches!(&r, Err(MintError::Unavailable(m)) if m.contains("maintenance")),
             "{r:?}"
         );
         let odd = fake(StatusCode::CREATED, "success: doi:10.1/x").await;
         assert!(matches!(
-            client(odd, "secret").mint().await,
+            client(odd, "secret").mint(&Erc::default()).await,
             Err(MintError::Refused(_))
         ));
         assert!(Ezid::new(EzidSettings {

@@ -480,6 +480,15 @@ events! {
         /// The 64-byte Ed25519 signature over [`LogCheckpointed::signed_bytes`].
         pub signature: Vec<u8>,
     }
+    /// An admin armed faults: the next `count` successful reports of the
+    /// step of `state` are recorded as failures naming this record's actor
+    /// and `reason`. Kept in the state, so a restart keeps them armed.
+    FaultsArmed { pub state: JobState, pub count: u32, pub reason: String }
+    /// An armed fault of `state` fired: a successful report of that step
+    /// was recorded as a failure (in the same append).
+    FaultFired { pub state: JobState, pub jid: Jid }
+    /// An admin disarmed every fault (`disarmed` of them).
+    FaultsCleared { pub disarmed: u32 }
 }
 
 /// The domain separator that starts every signed tree head.
@@ -575,6 +584,11 @@ impl Event {
                 e.tree_size,
                 hex::encode(e.root)
             ),
+            Event::FaultsArmed(e) => {
+                format!("{} fault(s) armed for {} ({})", e.count, e.state, e.reason)
+            }
+            Event::FaultFired(e) => format!("a fault of {} fired on {}", e.state, e.jid),
+            Event::FaultsCleared(e) => format!("{} armed fault(s) cleared", e.disarmed),
         }
     }
 }

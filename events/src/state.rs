@@ -120,6 +120,41 @@ pub struct State {
     pub head_hash: Hash,
     /// Batch ids by submission uuid.
     pub uuids: BTreeMap<Uuid, Bid>,
+    /// Faults armed by admins, oldest first per step state.
+    #[serde(default)]
+    pub faults: BTreeMap<JobState, Vec<ArmedFault>>,
+}
+
+/// Faults armed by one admin action, of which `remaining` are still to fire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArmedFault {
+    /// Who armed them (the record's actor, `admin:NAME`).
+    pub actor: String,
+    /// Why.
+    pub reason: String,
+    /// How many are still armed.
+    pub remaining: u32,
+}
+
+impl ArmedFault {
+    /// The failure message recorded in place of a step's success.
+    pub fn message(&self, state: JobState) -> String {
+        format!(
+            "fault injected into {state} by {}: {}",
+            self.actor, self.reason
+        )
+    }
+}
+
+impl State {
+    /// The number of faults still armed, by state.
+    pub fn armed_faults(&self) -> BTreeMap<JobState, u32> {
+        self.faults
+            .iter()
+            .map(|(s, f)| (*s, f.iter().map(|a| a.remaining).sum()))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
 }
 
 /// A record that does not fit the state it is applied to: the log is
@@ -356,6 +391,30 @@ impl State {
                 Event::TreeRepaired(_)
                 | Event::ConsistencyRepaired(_)
                 | Event::LogCheckpointed(_) => {}
+                Event::FaultsArmed(e) => self.faults.entry(e.state).or_default().push(ArmedFault {
+                    actor: env.actor.to_string(),
+                    reason: e.reason.clone(),
+                    remaining: e.count,
+                }),
+                Event::FaultFired(e) => {
+                    let armed = self.faults.get_mut(&e.state);
+                    let Some(first) = armed.as_ref().and_then(|a| a.first()) else {
+                        return Err(err(format!("no fault is armed for {}", e.state)));
+                    };
+                    let spent = first.remaining <= 1;
+                    if let Some(armed) = armed {
+                        match spent {
+                            true => {
+                                armed.remove(0);
+                            }
+                            false => armed[0].remaining -= 1,
+                        }
+                        if armed.is_empty() {
+                            self.faults.remove(&e.state);
+                        }
+                    }
+                }
+                Event::FaultsCleared(_) => self.faults.clear(),
                 other => {
                     return Err(err(format!(
                         "{} does not belong on the system stream",

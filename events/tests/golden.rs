@@ -463,6 +463,33 @@ fn cases() -> Vec<Case> {
             }
             .into(),
         ),
+        (
+            "FaultsArmed",
+            sys,
+            admin(),
+            event::FaultsArmed {
+                state: JobState::Storing,
+                count: 2,
+                reason: "disk test".into(),
+            }
+            .into(),
+        ),
+        (
+            "FaultFired",
+            sys,
+            worker(),
+            event::FaultFired {
+                state: JobState::Storing,
+                jid: Jid(1_234_567),
+            }
+            .into(),
+        ),
+        (
+            "FaultsCleared",
+            sys,
+            admin(),
+            event::FaultsCleared { disarmed: 1 }.into(),
+        ),
     ];
     list.into_iter()
         .enumerate()

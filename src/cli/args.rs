@@ -180,6 +180,12 @@ pub enum Cmd {
         #[arg(long, value_enum, default_value_t = Format::Yaml)]
         format: Format,
     },
+    /// Export a stored object version: `export bagit ARK DIR` writes a BagIt 1.0 bag read from a storage target (storage is only read).
+    Export {
+        /// The format.
+        #[command(subcommand)]
+        what: ExportWhat,
+    },
     /// Ed25519 keys (storage-manifest signing, the engine's checkpoint key): make one, or publish its public key.
     Keys {
         /// The action.
@@ -537,4 +543,42 @@ pub enum QueueAction {
     Pause(Reason),
     /// Resume.
     Resume(Reason),
+}
+
+/// What `ingest export` writes.
+#[derive(Debug, Clone, Subcommand)]
+pub enum ExportWhat {
+    /// A BagIt 1.0 bag (RFC 8493) of one version of a stored object: bagit.txt, bag-info.txt (ark, version, Source-Organization, OCFL user and message), data/ with the version's files under their logical paths, manifest-ALG.txt and tagmanifest-ALG.txt. Reads the OCFL storage root directly (the server's objects API serves no file content, so this does not go through --engine).
+    Bagit {
+        /// The object's ark.
+        ark: String,
+        /// Where the bag goes: a new or empty directory (anything else is refused).
+        dir: std::path::PathBuf,
+        /// The version to bag [default: the newest].
+        #[arg(long, value_name = "N")]
+        version: Option<u32>,
+        /// The OCFL storage target to read, NAME=DIR, as `serve --storage-target` takes it; the first one given is read unless --target names another.
+        #[arg(
+            long = "storage-target",
+            env = "INGEST_STORAGE_TARGETS",
+            value_delimiter = ',',
+            value_name = "NAME=DIR",
+            required = true
+        )]
+        storage_targets: Vec<String>,
+        /// Which storage target to read, by NAME.
+        #[arg(long, value_name = "NAME")]
+        target: Option<String>,
+        /// The bag's Source-Organization.
+        #[arg(long, value_name = "TEXT", default_value = "ingest")]
+        source_organization: String,
+        /// The manifest algorithms, comma-separated (md5, sha1, sha256, sha512).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            value_name = "ALG",
+            default_value = "sha256,sha512"
+        )]
+        digests: Vec<String>,
+    },
 }

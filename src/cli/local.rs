@@ -9,7 +9,7 @@ use ingest_events::Actor;
 use ingest_protocol::history::HistoryRow;
 use ingest_protocol::submission::{expand_simple, split_local_ids, SubmissionInput};
 
-use super::args::{BatchAction, Cmd, Format, JobAction, KeysAction, SubmitArgs};
+use super::args::{BatchAction, Cmd, ExportWhat, Format, JobAction, KeysAction, SubmitArgs};
 use super::backend::Local;
 use super::output::{emit, print_rows};
 use super::zk;
@@ -24,6 +24,7 @@ pub(super) fn local_only(local: &mut Local, command: Cmd) -> Result<i32> {
         | Cmd::Serve(_)
         | Cmd::Worker(_)
         | Cmd::Keys { .. }
+        | Cmd::Export { .. }
         | Cmd::Completions { .. }
         | Cmd::Man => Ok(0),
         Cmd::Inventory {
@@ -288,6 +289,84 @@ fn repair(engine: &Engine, yes: bool) -> Result<i32> {
         removed.end(),
         removed.end() - removed.start() + 1,
         removed.start() - 1
+    );
+    Ok(0)
+}
+
+/// `ingest export bagit`: a bag of a stored version, read from a storage
+/// target; no data directory, no server.
+pub(super) fn export(what: &ExportWhat) -> Result<i32> {
+    use ingest_steps::bagit::{export_bag, BagOptions};
+    use ingest_steps::digest::Algorithm;
+    let ExportWhat::Bagit {
+        ark,
+        dir,
+        version,
+        storage_targets,
+        target,
+        source_organization,
+        digests,
+    } = what;
+    let mut specs = Vec::new();
+    for spec in storage_targets {
+        let Some((name, root)) = spec.split_once('=') else {
+            return Err(super::exit::Usage(format!(
+                "--storage-target {:?} is not NAME=DIR",
+                ingest_protocol::cut(spec, 200)
+            ))
+            .into());
+        };
+        specs.push((
+            name.trim().to_string(),
+            std::path::PathBuf::from(root.trim()),
+        ));
+    }
+    let (name, root) = match target {
+        Some(t) => specs.iter().find(|(n, _)| n == t).ok_or_else(|| {
+            super::exit::Usage(format!(
+                "--target {:?} names no --storage-target",
+                ingest_protocol::cut(t, 100)
+            ))
+        })?,
+        None => specs
+            .first()
+            .ok_or_else(|| super::exit::Usage("give --storage-target NAME=DIR".into()))?,
+    };
+    let mut algorithms = Vec::new();
+    for d in digests {
+        let a: Algorithm = d.trim().parse().map_err(|_| {
+            super::exit::Usage(format!(
+                "--digests: {:?} is not one of md5, sha1, sha256, sha512",
+                ingest_protocol::cut(d, 40)
+            ))
+        })?;
+        if !algorithms.contains(&a) {
+            algorithms.push(a);
+        }
+    }
+    let storage = ingest_steps::ocfl::OcflTarget::open_existing(name, root).with_context(|| {
+        format!(
+            "cannot open the storage target {name} at {}",
+            root.display()
+        )
+    })?;
+    let options = BagOptions {
+        source_organization: source_organization.clone(),
+        algorithms,
+    };
+    let bag = export_bag(&storage, ark.trim(), *version, dir, &options).with_context(|| {
+        format!(
+            "cannot export {} from {name} as a bag",
+            ingest_protocol::cut(ark, 200)
+        )
+    })?;
+    println!(
+        "bagged {} v{} from {name}: {} file(s), {} bytes, in {}",
+        bag.ark,
+        bag.version,
+        bag.files,
+        bag.bytes,
+        bag.dir.display()
     );
     Ok(0)
 }

@@ -111,6 +111,15 @@ pub fn run_with(cli: Cli, globals: ingest_config::GlobalOverrides) -> Result<i32
         // Stands alone: no data directory, no server, no ZooKeeper.
         return zk::digest(auth_file.as_deref());
     }
+    if let Cmd::Export { what } = &cli.command {
+        if cli.engine.is_some() {
+            return Err(exit::Usage(
+                "export reads an OCFL storage root (--storage-target) directly: the server's objects API serves no file content, so it does not go through --engine; run it where the storage root is mounted, without --engine".into(),
+            )
+            .into());
+        }
+        return local::export(what);
+    }
     if let Some(base) = cli.engine.clone() {
         let admin_name = match &cli.actor {
             Some(a) => a.strip_prefix("admin:").unwrap_or(a).to_string(),

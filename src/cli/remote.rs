@@ -34,6 +34,7 @@ fn run_inner(remote: &Remote, command: Cmd) -> Result<i32> {
         | Cmd::Serve(_)
         | Cmd::Worker(_)
         | Cmd::Keys { .. }
+        | Cmd::Export { .. }
         | Cmd::Completions { .. }
         | Cmd::Man => Ok(0),
         Cmd::Inventory {

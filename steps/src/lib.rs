@@ -3,12 +3,14 @@
 //! Each module is a piece of work a step does, kept free of ZooKeeper, HTTP
 //! and the event log so that it can be tested on its own: the worker steps
 //! in the `ingest` crate put them together.
+pub mod bagit;
 pub mod checkm;
 pub mod container;
 pub mod digest;
 pub mod erc;
 pub mod forms;
 pub mod inventory;
+pub mod mime;
 pub mod noid;
 pub mod ocfl;
 pub mod paths;

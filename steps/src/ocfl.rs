@@ -51,8 +51,8 @@ use std::sync::{Condvar, Mutex, PoisonError};
 
 use chrono::{DateTime, Local, Utc};
 use rocfl::ocfl::{
-    CommitMeta, DigestAlgorithm, LayoutExtensionName, LogicalPath, OcflRepo, RocflError,
-    SpecVersion, StorageLayout, ValidationResult, VersionRef,
+    CommitMeta, DigestAlgorithm, InventoryPath, LayoutExtensionName, LogicalPath, OcflRepo,
+    RocflError, SpecVersion, StorageLayout, ValidationResult, VersionRef,
 };
 use sha2::{Digest, Sha512};
 
@@ -129,6 +129,38 @@ pub struct StoredFile {
     pub size: u64,
     /// SHA-512, lower-case hex.
     pub sha512: String,
+}
+
+/// One stored version as [`OcflTarget::version_content`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionContent {
+    /// The object's ark.
+    pub ark: String,
+    /// The version number.
+    pub version: u32,
+    /// When it was made (OCFL `created`).
+    pub created: DateTime<Utc>,
+    /// OCFL `user.name`.
+    pub user_name: Option<String>,
+    /// OCFL `user.address`.
+    pub user_address: Option<String>,
+    /// OCFL `message`.
+    pub message: Option<String>,
+    /// Its files, sorted by logical path.
+    pub files: Vec<ContentFile>,
+}
+
+/// One file of a stored version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContentFile {
+    /// The file's logical path, checked safe and normalized.
+    pub logical_path: String,
+    /// Where its content lies on disk (inside the object's directory).
+    pub path: PathBuf,
+    /// The inventory's digest algorithm (`sha512` or `sha256`).
+    pub digest_algorithm: String,
+    /// The inventory's digest, lower-case hex.
+    pub digest: String,
 }
 
 /// The outcome of [`OcflTarget::verify`].
@@ -560,6 +592,129 @@ impl OcflTarget {
             .get_object_file(ark, &path, version, &mut content)
             .map_err(|e| rocfl_error(ark, e))?;
         Ok(content)
+    }
+
+    /// What `version` of the object holds (the head version when `None`):
+    /// its metadata and, for each file, its logical path and where its
+    /// content lies on disk. Reads only; nothing in the root is written.
+    ///
+    /// Every logical path must be a safe relative name
+    /// ([`crate::paths::normalized_name`]: no `..`, not absolute, no
+    /// control characters) and every content path must lie inside the
+    /// object's directory: an inventory that says otherwise is refused,
+    /// naming the path (bounded), so a reader never writes or reads outside
+    /// where it means to.
+    ///
+    /// # Errors
+    ///
+    /// [`StorageError::NotFound`] when the object or version does not
+    /// exist; [`StorageError::Ocfl`] for a hostile or unreadable inventory.
+    pub fn version_content(
+        &self,
+        ark: &str,
+        version: Option<u32>,
+    ) -> Result<VersionContent, StorageError> {
+        check_ark(ark)?;
+        let version = match version {
+            None => VersionRef::Head,
+            Some(v) => VersionRef::try_from(v).map_err(|e| rocfl_error(ark, e))?,
+        };
+        let object = self
+            .repo
+            .get_object(ark, version)
+            .map_err(|e| rocfl_error(ark, e))?;
+        let hostile = |what: &str, path: &str, why: String| StorageError::Ocfl {
+            ark: ark.to_string(),
+            detail: format!(
+                "the inventory's {what} {:?} is refused: {why}",
+                ingest_protocol::cut(path, 200)
+            ),
+        };
+        let object_root = self.root.join(&object.object_root);
+        let inside = std::fs::canonicalize(&object_root)
+            .ok()
+            .zip(std::fs::canonicalize(&self.root).ok())
+            .is_some_and(|(o, r)| o.starts_with(&r) && o != r);
+        if !inside {
+            return Err(hostile(
+                "object root",
+                &object.object_root,
+                "it is not a directory inside the storage root".into(),
+            ));
+        }
+        // rocfl quietly strips a leading `/` from inventory paths; read the
+        // inventory's own text, so an absolute path is seen and refused.
+        let inventory_path = object_root.join("inventory.json");
+        let raw: serde_json::Value = std::fs::read(&inventory_path)
+            .map_err(|e| io_error(&inventory_path, e))
+            .and_then(|bytes| {
+                serde_json::from_slice(&bytes).map_err(|e| StorageError::Ocfl {
+                    ark: ark.to_string(),
+                    detail: format!("the inventory is not JSON: {e}"),
+                })
+            })?;
+        let number = object.version_details.version_num.number;
+        let raw_paths = raw["versions"]
+            .as_object()
+            .and_then(|versions| {
+                versions.iter().find(|(k, _)| {
+                    k.strip_prefix('v')
+                        .and_then(|n| n.parse::<u32>().ok())
+                        .is_some_and(|n| n == number)
+                })
+            })
+            .and_then(|(_, v)| v["state"].as_object())
+            .into_iter()
+            .flat_map(|state| state.values())
+            .filter_map(|paths| paths.as_array())
+            .flatten()
+            .filter_map(|p| p.as_str());
+        for logical in raw_paths {
+            match crate::paths::normalized_name(logical) {
+                Ok(name) if name == logical => {}
+                Ok(_) => {
+                    return Err(hostile(
+                        "logical path",
+                        logical,
+                        "it is not in normal form".into(),
+                    ))
+                }
+                Err(e) => return Err(hostile("logical path", logical, e.to_string())),
+            }
+        }
+        let mut files = Vec::with_capacity(object.state.len());
+        for (logical, details) in &object.state {
+            let logical = logical.as_str();
+            let name = crate::paths::normalized_name(logical)
+                .map_err(|e| hostile("logical path", logical, e.to_string()))?;
+            if name != logical {
+                return Err(hostile(
+                    "logical path",
+                    logical,
+                    "it is not in normal form".into(),
+                ));
+            }
+            let content = details.content_path.as_str();
+            let stored = crate::paths::normalized_name(content)
+                .map_err(|e| hostile("content path", content, e.to_string()))?;
+            files.push(ContentFile {
+                logical_path: name,
+                path: object_root.join(stored),
+                digest_algorithm: details.digest_algorithm.to_string(),
+                digest: details.digest.to_string().to_ascii_lowercase(),
+            });
+        }
+        files.sort_by(|a, b| a.logical_path.cmp(&b.logical_path));
+        let v = &object.version_details;
+        Ok(VersionContent {
+            ark: ark.to_string(),
+            version: v.version_num.number,
+            created: v.created.with_timezone(&Utc),
+            user_name: v.user_name.clone(),
+            user_address: v.user_address.clone(),
+            message: v.message.clone(),
+            files,
+        })
     }
 
     /// The head version number of the object, `None` when it does not exist.

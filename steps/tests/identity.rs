@@ -882,3 +882,79 @@ fn open_when_released(path: &std::path::Path) -> sled::Db {
         }
     }
 }
+
+/// Parses `xml` with a namespace-aware XML parser and returns every element
+/// under the root as (namespace, local name, text).
+fn parse_dc(xml: &str) -> Vec<(String, String, String)> {
+    use quick_xml::events::Event;
+    use quick_xml::name::ResolveResult;
+    let mut reader = quick_xml::NsReader::from_str(xml);
+    let mut elements = Vec::new();
+    let mut open: Option<(String, String)> = None;
+    let mut depth = 0usize;
+    loop {
+        match reader.read_resolved_event().expect("well-formed XML") {
+            (ns, Event::Start(e)) => {
+                depth += 1;
+                if depth == 2 {
+                    let ns = match ns {
+                        ResolveResult::Bound(n) => {
+                            String::from_utf8(n.0.to_vec()).expect("UTF-8 XML")
+                        }
+                        other => panic!("an element in no namespace: {other:?}"),
+                    };
+                    let local =
+                        String::from_utf8(e.local_name().as_ref().to_vec()).expect("UTF-8 XML");
+                    open = Some((ns, local));
+                }
+            }
+            (_, Event::Text(t)) => {
+                if let Some((ns, local)) = open.take() {
+                    elements.push((ns, local, t.unescape().expect("UTF-8 XML").into_owned()));
+                }
+            }
+            (_, Event::End(_)) => depth -= 1,
+            (_, Event::Eof) => break,
+            _ => {}
+        }
+    }
+    assert_eq!(depth, 0, "every element closed");
+    elements
+}
+
+#[test]
+fn dublin_core_parses_with_every_element_in_the_dc_namespace() {
+    let fields = ErcFields {
+        who: Some("O'Brien & <Sons>\r\nLtd".to_string()),
+        what: Some("Caf\u{e9} \u{1}\u{FFFE}notes".to_string()),
+        when: Some("2024".to_string()),
+        wheres: vec!["ark:/99999/fk4x".to_string(), "id\"1\"".to_string()],
+    };
+    let parsed = parse_dc(&write_dublin_core(&fields));
+    let dc = "http://purl.org/dc/elements/1.1/";
+    let expected = [
+        ("creator", "O'Brien & <Sons>\r\nLtd"),
+        ("title", "Caf\u{e9} notes"),
+        ("date", "2024"),
+        ("identifier", "ark:/99999/fk4x"),
+        ("identifier", "id\"1\""),
+    ];
+    let want: Vec<(String, String, String)> = expected
+        .iter()
+        .map(|(l, t)| (dc.to_string(), l.to_string(), t.to_string()))
+        .collect();
+    assert_eq!(parsed, want);
+}
+
+proptest::proptest! {
+    /// Whatever the depositor's metadata, the file is well-formed XML whose
+    /// elements are Dublin Core elements.
+    #[test]
+    fn dublin_core_is_well_formed_for_any_text(who in ".{0,40}", what in ".{0,40}", w in ".{0,20}") {
+        let fields = ErcFields { who: Some(who), what: Some(what), when: None, wheres: vec![w] };
+        for (ns, local, _) in parse_dc(&write_dublin_core(&fields)) {
+            proptest::prop_assert_eq!(ns, "http://purl.org/dc/elements/1.1/");
+            proptest::prop_assert!(["creator", "title", "identifier"].contains(&local.as_str()));
+        }
+    }
+}

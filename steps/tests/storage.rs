@@ -1098,3 +1098,155 @@ fn a_reader_lists_objects_and_reads_back_each_versions_files() {
     ));
     drop(dir);
 }
+
+// ---------------------------------------------------------------- BagIt export
+
+mod bag {
+    use super::*;
+    use ingest_steps::bagit::{export_bag, BagError, BagOptions};
+
+    fn stored() -> (TempDir, OcflTarget, StoredVersion) {
+        let (root, target) = target();
+        let stored = target
+            .store_version(ARK, source(V1).path(), &meta("v1"))
+            .expect("test setup");
+        (root, target, stored)
+    }
+
+    /// Every file under `dir`, relative, sorted.
+    fn files_under(dir: &Path) -> Vec<String> {
+        fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
+            for e in fs::read_dir(dir).expect("test setup") {
+                let p = e.expect("test setup").path();
+                if p.is_dir() {
+                    walk(base, &p, out);
+                } else {
+                    out.push(
+                        p.strip_prefix(base)
+                            .expect("test setup")
+                            .display()
+                            .to_string(),
+                    );
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(dir, dir, &mut out);
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn a_version_is_bagged_with_its_files_manifests_and_info() {
+        let (root, target, _) = stored();
+        let before = files_under(target.root());
+        let dir = root.path().join("bag");
+        let bag = export_bag(&target, ARK, None, &dir, &BagOptions::default()).unwrap();
+        assert_eq!((bag.version, bag.files), (1, V1.len()));
+        let mut want: Vec<String> = [
+            "bag-info.txt",
+            "bagit.txt",
+            "manifest-sha256.txt",
+            "manifest-sha512.txt",
+            "tagmanifest-sha256.txt",
+            "tagmanifest-sha512.txt",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(V1.iter().map(|(p, _)| format!("data/{p}")))
+        .collect();
+        want.sort();
+        assert_eq!(files_under(&dir), want);
+        for (path, content) in V1 {
+            assert_eq!(
+                fs::read_to_string(dir.join("data").join(path)).unwrap(),
+                *content
+            );
+            let line = format!("{}  data/{path}", sha512(content));
+            let manifest = fs::read_to_string(dir.join("manifest-sha512.txt")).unwrap();
+            assert!(manifest.lines().any(|l| l == line), "{line} in {manifest}");
+        }
+        let info = fs::read_to_string(dir.join("bag-info.txt")).unwrap();
+        assert!(
+            info.contains(&format!("External-Identifier: {ARK}\n")),
+            "{info}"
+        );
+        assert!(info.contains("Ingest-Version: 1\n"), "{info}");
+        assert!(
+            info.contains("Ingest-Version-User-Address: mailto:tester@example.org\n"),
+            "{info}"
+        );
+        assert_eq!(
+            fs::read_to_string(dir.join("bagit.txt")).unwrap(),
+            "BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n"
+        );
+        // Storage was only read.
+        assert_eq!(files_under(target.root()), before);
+    }
+
+    #[test]
+    fn a_destination_that_is_not_empty_is_refused_and_kept() {
+        let (root, target, _) = stored();
+        let dir = root.path().join("full");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("keep.txt"), "mine").unwrap();
+        let err = export_bag(&target, ARK, None, &dir, &BagOptions::default()).unwrap_err();
+        assert!(matches!(err, BagError::DestinationNotEmpty { .. }), "{err}");
+        assert_eq!(files_under(&dir), vec!["keep.txt".to_string()]);
+        // An empty directory is fine.
+        let empty = root.path().join("empty");
+        fs::create_dir_all(&empty).unwrap();
+        export_bag(&target, ARK, None, &empty, &BagOptions::default()).unwrap();
+        // A missing version is refused and leaves nothing.
+        let none = root.path().join("none");
+        let err = export_bag(&target, ARK, Some(7), &none, &BagOptions::default()).unwrap_err();
+        assert!(
+            matches!(err, BagError::Storage(StorageError::NotFound { .. })),
+            "{err}"
+        );
+        assert!(!none.exists());
+    }
+
+    /// Rewrites the object's inventory (and its sidecar) with `edit`.
+    fn edit_inventory(stored: &StoredVersion, edit: impl Fn(String) -> String) {
+        for dir in [stored.object_root.clone(), stored.object_root.join("v1")] {
+            let path = dir.join("inventory.json");
+            let text = edit(fs::read_to_string(&path).expect("test setup"));
+            fs::write(&path, &text).expect("test setup");
+            fs::write(
+                dir.join("inventory.json.sha512"),
+                format!("{}  inventory.json\n", sha512(&text)),
+            )
+            .expect("test setup");
+        }
+    }
+
+    #[test]
+    fn hostile_logical_paths_in_the_inventory_are_refused_writing_nothing() {
+        for hostile in ["../../escaped.txt", "/tmp/absolute.txt"] {
+            let (root, target, stored) = stored();
+            let first = V1[0].0;
+            edit_inventory(&stored, |t| {
+                t.replace(&format!("\"{first}\""), &format!("\"{hostile}\""))
+            });
+            let dir = root.path().join("out").join("bag");
+            fs::create_dir_all(dir.parent().unwrap()).unwrap();
+            let err = export_bag(&target, ARK, None, &dir, &BagOptions::default()).unwrap_err();
+            assert!(matches!(err, BagError::Storage(_)), "{hostile}: {err}");
+            assert!(!dir.exists(), "{hostile}: a bag was left");
+            assert!(!root.path().join("out/escaped.txt").exists());
+            assert!(!root.path().join("escaped.txt").exists());
+        }
+    }
+
+    #[test]
+    fn damaged_content_is_not_bagged() {
+        let (root, target, stored) = stored();
+        let content = stored.object_root.join("v1/content").join(V1[0].0);
+        fs::write(&content, "damaged").unwrap();
+        let dir = root.path().join("bag");
+        let err = export_bag(&target, ARK, None, &dir, &BagOptions::default()).unwrap_err();
+        assert!(matches!(err, BagError::Fixity { .. }), "{err}");
+        assert!(!dir.exists());
+    }
+}

@@ -529,6 +529,27 @@ async fn admin_actions_are_recorded_with_actor_and_reason() {
     s.admin(Method::POST, &format!("/jobs/{j1}/release"), "fine")
         .await
         .expect(200);
+    // One rule for a job and a batch: no release under a collection hold.
+    s.admin(Method::POST, &format!("/jobs/{j1}/hold"), "once more")
+        .await
+        .expect(200);
+    s.admin(Method::POST, "/collections/demo/hold", "second migration")
+        .await
+        .expect(200);
+    let e = s
+        .admin(Method::POST, &format!("/jobs/{j1}/release"), "too early")
+        .await
+        .error(409, "collection_held");
+    assert_eq!(e["profile"], "demo");
+    assert_eq!(s.job_status(j1).await, "Held");
+    s.admin(
+        Method::POST,
+        "/collections/demo/release",
+        "second migration done",
+    )
+    .await
+    .expect(200);
+    assert_eq!(s.job_status(j1).await, "Pending");
     s.admin(Method::POST, &format!("/jobs/{j1}/hold"), "not wanted")
         .await
         .expect(200);

@@ -29,6 +29,8 @@ struct Depot {
     callbacks: Vec<Value>,
     /// Arks minted by the fake EZID.
     ezid_mints: u32,
+    /// The bodies of the mint requests the fake EZID received.
+    ezid_bodies: Vec<String>,
     /// File names answered with a redirect (307) to the URL.
     redirects: BTreeMap<String, String>,
 }
@@ -78,6 +80,7 @@ async fn ezid(
     State(depot): State<Shared>,
     UrlPath(shoulder): UrlPath<String>,
     headers: axum::http::HeaderMap,
+    body: String,
 ) -> (StatusCode, String) {
     // "ezid-user:ezid-secret"
     if headers.get("authorization").and_then(|v| v.to_str().ok())
@@ -87,6 +90,7 @@ async fn ezid(
     }
     let mut d = depot.lock().expect("depot");
     d.ezid_mints += 1;
+    d.ezid_bodies.push(body);
     (
         StatusCode::CREATED,
         format!("success: {shoulder}ezid{}\n", d.ezid_mints),
@@ -840,7 +844,8 @@ async fn arks_come_from_ezid_when_it_is_configured() {
     .await;
     add(&rig.depot, "e.txt", b"an object with an EZID ark");
     let bid = rig
-        .submit(json!({"profile": "demo", "submitter": "alice", "type": "file", "payload_url": format!("{}/files/e.txt", rig.base), "erc_where": "loc-ezid"}))
+        .submit(json!({"profile": "demo", "submitter": "alice", "type": "file", "payload_url": format!("{}/files/e.txt", rig.base),
+                       "erc_who": "Doe, Jane: editor", "erc_what": "100% cotton", "erc_when": "2024-05", "erc_where": "loc-ezid"}))
         .await;
     let batch = rig.finished(&bid).await;
     assert_eq!(batch["status"], "Completed", "{batch}");
@@ -848,6 +853,15 @@ async fn arks_come_from_ezid_when_it_is_configured() {
     let job = rig.job(jid).await;
     assert_eq!(job["primary_id"], "ark:/99999/fk4ezid1", "{job}");
     assert_eq!(fake.lock().expect("fake").ezid_mints, 1);
+    // The mint request carried the ERC metadata in EZID's escaped ANVL.
+    assert_eq!(
+        fake.lock().expect("fake").ezid_bodies,
+        vec![
+            "_profile: erc\nerc.who: Doe, Jane%3A editor\nerc.what: 100%25 cotton\n\
+              erc.when: 2024-05\nerc.where: loc-ezid\n"
+                .to_string()
+        ]
+    );
     let found = rig
         .server
         .get("/objects?collection=demo&local_id=loc-ezid")
@@ -1783,4 +1797,210 @@ async fn an_object_whose_record_is_too_large_is_refused_before_storing() {
     let small = Rig::jobs(&done);
     rig.assert_stored(&small[0], Some("loc-one"), &["one.txt"])
         .await;
+}
+
+/// Issue 13, what depositors and curators receive: the depositor's MIME
+/// types in the stored manifest (and detected ones where none was given),
+/// the OCFL version's user name and address (from the profile), reports
+/// and callbacks that name no working path, and `ingest export bagit`
+/// giving a bag that PyPI's `bagit` validates, holding the ingested bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn depositors_and_curators_receive_names_types_addresses_and_a_valid_bag() {
+    let rig = rig("outputs", &[]).await;
+    let b = rig.base.clone();
+    add(&rig.depot, "a.txt", b"file a\n");
+    add(&rig.depot, "table.csv", b"x,y\n1,2\n");
+    add(
+        &rig.depot,
+        "object.checkm",
+        &manifest(
+            "mrt-ingest-manifest",
+            OBJECT_FIELDS,
+            &[
+                format!("{b}/files/a.txt | | | | | a.txt | text/x-depositor-given"),
+                format!("{b}/files/table.csv | | | | | data/table.csv |"),
+                // A missing file: its job fails with a message about it.
+            ],
+        ),
+    );
+    add(
+        &rig.depot,
+        "broken.checkm",
+        &manifest(
+            "mrt-ingest-manifest",
+            OBJECT_FIELDS,
+            &[format!(
+                "{b}/files/a.txt | sha256 | {} | | | a.txt |",
+                sha256(b"something else")
+            )],
+        ),
+    );
+    let submission = |url: String, local: &str| {
+        json!({"profile": "demo", "submitter": "alice", "type": "object-manifest",
+               "payload_url": url, "erc_who": "Alice", "erc_what": "Outputs",
+               "erc_when": "2024", "erc_where": local})
+    };
+    let bid = rig
+        .submit(submission(format!("{b}/files/object.checkm"), "loc-out"))
+        .await;
+    let failing = rig
+        .submit(submission(format!("{b}/files/broken.checkm"), "loc-broken"))
+        .await;
+    let batch = rig.finished(&bid).await;
+    assert_eq!(batch["status"], "Completed", "{batch}");
+    rig.finished(&failing).await;
+    let jid = Rig::jobs(&batch)[0].clone();
+    let ark = rig
+        .assert_stored(&jid, Some("loc-out"), &["a.txt", "data/table.csv"])
+        .await;
+
+    // The stored manifest keeps the depositor's type and detects the rest.
+    let target =
+        ingest_steps::ocfl::OcflTarget::open_existing("check", &rig.storage).expect("open storage");
+    let manifest = String::from_utf8(
+        target
+            .read_file(&ark, None, "system/mrt-manifest.txt")
+            .expect("the stored manifest"),
+    )
+    .expect("utf-8");
+    let type_of = |name: &str| {
+        manifest
+            .lines()
+            .find(|l| l.split(" | ").nth(5) == Some(name))
+            .and_then(|l| l.split(" | ").nth(6))
+            .unwrap_or_else(|| panic!("no line for {name} in {manifest}"))
+            .to_string()
+    };
+    assert_eq!(type_of("producer/a.txt"), "text/x-depositor-given");
+    assert_eq!(type_of("producer/data/table.csv"), "text/csv");
+    assert_eq!(type_of("system/mrt-dc.xml"), "application/xml");
+
+    // The store and inventory hand-offs point into storage: after Notify
+    // removed the working directory, the URL still gives the manifest.
+    let zk = zookeeper_client::Client::connect(&rig.zk_at)
+        .await
+        .expect("zk");
+    for node in ["store", "inventory"] {
+        let (data, _) = zk
+            .get_data(&format!("/jobs/{jid}/{node}"))
+            .await
+            .unwrap_or_else(|e| panic!("/jobs/{jid}/{node}: {e}"));
+        let hand_off: Value = serde_json::from_slice(&data).expect("json");
+        let url = hand_off["manifest_url"].as_str().expect("manifest_url");
+        let path = reqwest::Url::parse(url)
+            .expect("a URL")
+            .to_file_path()
+            .expect("a file URL");
+        assert!(
+            path.starts_with(&rig.storage),
+            "{node}: {url} is not in storage"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("the manifest URL resolves"),
+            manifest,
+            "{node}: {url}"
+        );
+    }
+    assert!(
+        !rig._dir.path().join("work").join(&bid).join(&jid).exists(),
+        "Notify removed the working directory"
+    );
+
+    // The OCFL inventory names the depositor and the profile's address.
+    let inventory: Value = walk(&rig.storage)
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n == "inventory.json"))
+        .filter_map(|p| serde_json::from_slice::<Value>(&std::fs::read(p).ok()?).ok())
+        .find(|inv| inv["id"] == ark.as_str())
+        .expect("the object's inventory.json");
+    let user = &inventory["versions"]["v1"]["user"];
+    assert_eq!(user["name"], "alice", "{inventory}");
+    assert_eq!(user["address"], "mailto:curator@example.org", "{inventory}");
+
+    // No report, callback or status report shows the working directory.
+    let work = rig._dir.path().join("work");
+    let mut work_paths = vec![work.display().to_string()];
+    if let Ok(canonical) = std::fs::canonicalize(&work) {
+        work_paths.push(canonical.display().to_string());
+    }
+    let outbox = rig._dir.path().join("outbox");
+    let mut received: Vec<(String, String)> = std::fs::read_dir(&outbox)
+        .expect("outbox")
+        .filter_map(|e| {
+            let p = e.ok()?.path();
+            Some((p.display().to_string(), std::fs::read_to_string(&p).ok()?))
+        })
+        .collect();
+    assert!(
+        received.iter().any(|(_, m)| m.contains(&failing)),
+        "no report of the failing batch"
+    );
+    for c in &rig.depot.lock().expect("depot").callbacks {
+        received.push(("a callback".into(), c.to_string()));
+    }
+    for id in [&bid, &failing] {
+        let report = rig.server.get(&format!("/batches/{id}/report")).await;
+        received.push((format!("/batches/{id}/report"), report.to_string()));
+    }
+    for (what, text) in &received {
+        for w in &work_paths {
+            assert!(!text.contains(w.as_str()), "{what} shows {w}:\n{text}");
+        }
+    }
+
+    // A bag of the stored version, validated by PyPI's bagit.
+    let bags = tempfile::tempdir().expect("tempdir");
+    let bag = bags.path().join("bag");
+    let export = |dir: &std::path::Path, extra: &[&str]| {
+        let mut cmd = std::process::Command::new(crate::util::ingest_bin());
+        cmd.args(extra)
+            .args(["export", "bagit", &ark])
+            .arg(dir)
+            .args([
+                "--storage-target",
+                &format!("primary={}", rig.storage.display()),
+                "--source-organization",
+                "Test Library",
+            ]);
+        crate::util::Run::from_output(cmd.output().expect("ingest export"))
+    };
+    let run = tokio::task::block_in_place(|| export(&bag, &[]));
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(
+        std::fs::read(bag.join("data/producer/a.txt")).expect("bagged a.txt"),
+        b"file a\n"
+    );
+    assert_eq!(
+        std::fs::read(bag.join("data/producer/data/table.csv")).expect("bagged csv"),
+        b"x,y\n1,2\n"
+    );
+    let again = tokio::task::block_in_place(|| export(&bag, &[]));
+    assert_eq!(again.code, 1, "a second export into the bag: {again:?}");
+    assert!(again.stderr.contains("not an empty directory"), "{again:?}");
+    let remote = tokio::task::block_in_place(|| {
+        export(&bags.path().join("remote"), &["--engine", &rig.server.base])
+    });
+    assert_eq!(remote.code, 2, "{remote:?}");
+    assert!(remote.stderr.contains("--engine"), "{remote:?}");
+    let Some(python) = tokio::task::spawn_blocking(|| {
+        crate::util::venv_python("bagit-venv", "bagit==1.9.0", "bagit")
+    })
+    .await
+    .expect("the venv task") else {
+        return;
+    };
+    let check = "import bagit, sys\n\
+                 bag = bagit.Bag(sys.argv[1])\n\
+                 bag.validate()\n\
+                 print(bag.info['External-Identifier'], bag.info['Source-Organization'], sorted(bag.algorithms))\n";
+    let validated = std::process::Command::new(&python)
+        .args(["-c", check])
+        .arg(&bag)
+        .output()
+        .expect("python bagit");
+    assert!(validated.status.success(), "bagit: {validated:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&validated.stdout).trim(),
+        format!("{ark} Test Library ['sha256', 'sha512']")
+    );
 }

@@ -163,46 +163,7 @@ async fn merritt_scenarios_project_the_expected_trees() {
 /// target's temporary directory (made once); `None` when pip cannot reach
 /// the package index (the test is then skipped, saying why).
 fn kazoo_python() -> Option<PathBuf> {
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("merritt-interop-venv");
-    let python = venv.join("bin/python");
-    let has_kazoo = |py: &Path| {
-        Process::new(py)
-            .args(["-c", "import kazoo"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if has_kazoo(&python) {
-        return Some(python);
-    }
-    let made = Process::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .output()
-        .unwrap_or_else(|e| panic!("python3 -m venv: {e} (python3 is needed for this test)"));
-    assert!(
-        made.status.success(),
-        "python3 -m venv {}: {}",
-        venv.display(),
-        String::from_utf8_lossy(&made.stderr)
-    );
-    let pip = Process::new(venv.join("bin/pip"))
-        .args([
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "kazoo==2.11.0",
-        ])
-        .output()
-        .expect("run pip");
-    if !pip.status.success() {
-        eprintln!(
-            "SKIPPED: pip could not install kazoo (is the package index reachable?): {}",
-            String::from_utf8_lossy(&pip.stderr)
-        );
-        return None;
-    }
-    assert!(has_kazoo(&python), "kazoo installed but not importable");
-    Some(python)
+    crate::util::venv_python("merritt-interop-venv", "kazoo==2.11.0", "kazoo")
 }
 
 /// Merritt's reader, written independently with kazoo, reads every node of

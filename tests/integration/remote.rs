@@ -263,6 +263,12 @@ async fn an_armed_fault_fails_the_next_job_of_a_step_and_requeue_resumes_there()
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["armed"], json!({"Storing": 1}));
 
+    // Armed faults are events: a restart keeps them armed.
+    let mut server = server;
+    server.terminate(30).await;
+    let server = start(dir.path(), &hosts, &root, Some(&[]));
+    assert_eq!(server.get("/faults").await["armed"], json!({"Storing": 1}));
+
     let bid = server.submit(2).await;
     server
         .call(

@@ -113,3 +113,48 @@ impl Ingest {
         serde_json::from_str(&out.stdout).expect("show json")
     }
 }
+
+/// A Python that can import `module`, in a virtual environment `name` kept
+/// under the test target's temporary directory (made once, `pip install
+/// SPEC` into it); `None` when pip cannot reach the package index (the
+/// caller skips its test, saying why).
+pub fn venv_python(name: &str, spec: &str, module: &str) -> Option<PathBuf> {
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let python = venv.join("bin/python");
+    let importable = |py: &Path| {
+        Command::new(py)
+            .args(["-c", &format!("import {module}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if importable(&python) {
+        return Some(python);
+    }
+    let made = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .output()
+        .unwrap_or_else(|e| panic!("python3 -m venv: {e} (python3 is needed for this test)"));
+    assert!(
+        made.status.success(),
+        "python3 -m venv {}: {}",
+        venv.display(),
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let pip = Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", "--disable-pip-version-check", spec])
+        .output()
+        .expect("run pip");
+    if !pip.status.success() {
+        eprintln!(
+            "SKIPPED: pip could not install {spec} (is the package index reachable?): {}",
+            String::from_utf8_lossy(&pip.stderr)
+        );
+        return None;
+    }
+    assert!(
+        importable(&python),
+        "{spec} installed but {module} not importable"
+    );
+    Some(python)
+}

@@ -83,6 +83,45 @@ pub(super) fn release_held_jobs(
     Ok(())
 }
 
+/// The most faults one action may arm.
+pub const MAX_FAULTS: u32 = 1000;
+
+/// An admin arms faults. (`Command::ArmFaults`.)
+pub(super) fn arm_faults(
+    state: &State,
+    d: &mut Decision,
+    step: JobState,
+    count: u32,
+    reason: &str,
+) -> Result<(), Rejection> {
+    if count == 0 || count > MAX_FAULTS {
+        return Err(Rejection::Invalid {
+            field: "count".into(),
+            reason: format!("{count} is outside 1-{MAX_FAULTS}"),
+        });
+    }
+    d.push(
+        state,
+        StreamId::System,
+        event::FaultsArmed {
+            state: step,
+            count,
+            reason: reason.to_owned(),
+        },
+    );
+    Ok(())
+}
+
+/// An admin disarms every fault. (`Command::ClearFaults`.)
+pub(super) fn clear_faults(state: &State, d: &mut Decision) -> Result<(), Rejection> {
+    let disarmed: u32 = state.armed_faults().values().sum();
+    if disarmed == 0 {
+        return Err(Rejection::NoChange("no fault is armed".into()));
+    }
+    d.push(state, StreamId::System, event::FaultsCleared { disarmed });
+    Ok(())
+}
+
 /// An admin pauses the ingest queue.
 /// (`Command::PauseQueue`.)
 pub(super) fn pause_queue(

@@ -430,6 +430,17 @@ pub(super) fn release_job(
         return Err(illegal(lc, j, "Pending (a release)"));
     }
     job_move(lc, j, JobState::Pending)?;
+    // One rule for releasing a job and a batch (the transitions document's
+    // "after confirming that the target collection is no longer Held"):
+    // refused while the collection is held, where the release would only
+    // be undone when the job starts. `collection PROFILE release-jobs` is
+    // the collection-wide action for releasing them under a hold.
+    let profile = &j.configuration.profile_name;
+    if state.held_collections.contains(profile) {
+        return Err(Rejection::CollectionStillHeld {
+            profile: profile.clone(),
+        });
+    }
     d.push(
         state,
         StreamId::Job(*jid),

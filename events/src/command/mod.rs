@@ -20,6 +20,7 @@ use crate::lifecycle::{JobState, Lifecycle};
 use crate::state::State;
 
 mod admin;
+pub use admin::MAX_FAULTS;
 mod batch;
 mod job;
 mod rules;
@@ -229,6 +230,18 @@ pub enum Command {
         /// Why.
         reason: String,
     },
+    /// An admin arms faults: the next `count` (1–1000) successful reports
+    /// of the step of `state` are recorded as failures.
+    ArmFaults {
+        /// The step's state.
+        state: JobState,
+        /// How many reports.
+        count: u32,
+        /// Why.
+        reason: String,
+    },
+    /// An admin disarms every armed fault.
+    ClearFaults,
     /// An admin pauses the ingest queue.
     PauseQueue {
         /// Why.
@@ -458,19 +471,43 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
             identifiers,
             store,
             inventory,
-        } => job::step_outcome(
-            state,
-            lc,
-            &mut d,
-            (jid, reported, success, message),
-            job::Handoffs {
-                priority,
-                space_needed,
-                identifiers,
-                store,
-                inventory,
-            },
-        )?,
+        } => {
+            // An armed fault turns the step's success into a failure that
+            // names the admin and the reason, in the same append.
+            let fault = state
+                .faults
+                .get(reported)
+                .and_then(|armed| armed.first())
+                .filter(|_| *success && state.jobs.contains_key(jid));
+            let fault_message = fault.map(|f| f.message(*reported));
+            if fault.is_some() {
+                d.push(
+                    state,
+                    StreamId::System,
+                    crate::event::FaultFired {
+                        state: *reported,
+                        jid: *jid,
+                    },
+                );
+            }
+            let (success, message) = match &fault_message {
+                Some(m) => (&false, m.as_str()),
+                None => (success, message.as_str()),
+            };
+            job::step_outcome(
+                state,
+                lc,
+                &mut d,
+                (jid, reported, success, message),
+                job::Handoffs {
+                    priority,
+                    space_needed,
+                    identifiers,
+                    store,
+                    inventory,
+                },
+            )?
+        }
         Command::RecordSpace {
             jid,
             space_needed,
@@ -503,6 +540,12 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
         Command::ReleaseHeldJobs { profile, reason } => {
             admin::release_held_jobs(state, lc, &mut d, profile, reason)?
         }
+        Command::ArmFaults {
+            state: step,
+            count,
+            reason,
+        } => admin::arm_faults(state, &mut d, *step, *count, reason)?,
+        Command::ClearFaults => admin::clear_faults(state, &mut d)?,
         Command::PauseQueue { reason } => admin::pause_queue(state, lc, &mut d, reason)?,
         Command::ResumeQueue { reason } => admin::resume_queue(state, lc, &mut d, reason)?,
         Command::UpdateReporting { bid, reason } => {
@@ -591,6 +634,155 @@ mod tests {
         assert!(decide(&state, &lc, &ok).is_ok());
     }
 
+    /// A job of one file, with nothing else given.
+    fn file_job() -> JobSpec {
+        JobSpec {
+            payload_url: "u".into(),
+            payload_type: PayloadType::File,
+            identifiers: Identifiers::default(),
+            metadata: Erc::default(),
+            digest: None,
+            priority: None,
+        }
+    }
+
+    /// Decides `cmd` on `state` and applies its events as records of
+    /// `actor` from `position` on; the events.
+    fn run_command(
+        state: &mut State,
+        lc: &Lifecycle,
+        cmd: Command,
+        position: &mut u64,
+        actor: crate::event::Actor,
+    ) -> Result<Vec<Event>, Rejection> {
+        let d = decide(state, lc, &cmd)?;
+        let mut prev = state.head_hash;
+        for p in &d.events {
+            *position += 1;
+            let version = state.stream_version(p.stream) + 1;
+            let r = crate::codec::Recorded {
+                envelope: crate::codec::Envelope {
+                    position: *position,
+                    stream: p.stream,
+                    version,
+                    timestamp: chrono::Utc::now(),
+                    actor: actor.clone(),
+                    correlation_id: Uuid::nil(),
+                    schema_version: crate::codec::SCHEMA_VERSION,
+                    prev_hash: prev,
+                    hash: [*position as u8; 32],
+                },
+                event: p.event.clone(),
+            };
+            prev = r.envelope.hash;
+            state.apply(&r).expect("a decided event applies");
+        }
+        Ok(d.events.into_iter().map(|p| p.event).collect())
+    }
+
+    // Armed faults are state: a success of their step is recorded as a
+    // failure naming the admin, once per armed fault, then steps succeed
+    // again; clearing disarms the rest.
+    #[test]
+    fn armed_faults_turn_successes_into_failures_from_the_state() {
+        let lc = Lifecycle::builtin();
+        let mut state = State::new();
+        let mut position = 0;
+        let engine = crate::event::Actor::engine;
+        let submit = Command::SubmitBatch {
+            uuid: Uuid::nil(),
+            submission: submission("demo"),
+        };
+        run_command(&mut state, &lc, submit, &mut position, engine()).expect("submit");
+        let spec = file_job();
+        let acquire = Command::AcquireBatch {
+            bid: Bid(1),
+            jobs: vec![spec.clone(), spec],
+        };
+        run_command(&mut state, &lc, acquire, &mut position, engine()).expect("acquire");
+        for jid in [Jid(1), Jid(2)] {
+            run_command(
+                &mut state,
+                &lc,
+                Command::StartJob { jid },
+                &mut position,
+                engine(),
+            )
+            .expect("start");
+        }
+        let arm = Command::ArmFaults {
+            state: JobState::Estimating,
+            count: 1,
+            reason: "disk test".into(),
+        };
+        let carol = crate::event::Actor::admin("carol");
+        run_command(&mut state, &lc, arm, &mut position, carol).expect("arm");
+        assert_eq!(
+            state.armed_faults(),
+            BTreeMap::from([(JobState::Estimating, 1)])
+        );
+        let success = |jid| Command::StepOutcome {
+            jid,
+            state: JobState::Estimating,
+            success: true,
+            message: "fine".into(),
+            priority: None,
+            space_needed: None,
+            identifiers: None,
+            store: None,
+            inventory: None,
+        };
+        let events =
+            run_command(&mut state, &lc, success(Jid(1)), &mut position, engine()).expect("report");
+        assert_eq!(
+            events.iter().map(Event::kind).collect::<Vec<_>>(),
+            ["FaultFired", "JobStatusChanged"]
+        );
+        let j1 = &state.jobs[&Jid(1)];
+        assert_eq!(j1.status, JobState::Failed);
+        assert_eq!(
+            j1.message,
+            "fault injected into Estimating by admin:carol: disk test"
+        );
+        assert!(state.armed_faults().is_empty());
+        run_command(&mut state, &lc, success(Jid(2)), &mut position, engine()).expect("report");
+        assert_eq!(state.jobs[&Jid(2)].status, JobState::Provisioning);
+        let err = run_command(
+            &mut state,
+            &lc,
+            Command::ClearFaults,
+            &mut position,
+            engine(),
+        )
+        .expect_err("nothing to clear");
+        assert!(matches!(err, Rejection::NoChange(_)), "{err:?}");
+        let arm = Command::ArmFaults {
+            state: JobState::Storing,
+            count: 3,
+            reason: "x".into(),
+        };
+        run_command(&mut state, &lc, arm, &mut position, engine()).expect("arm");
+        let events = run_command(
+            &mut state,
+            &lc,
+            Command::ClearFaults,
+            &mut position,
+            engine(),
+        )
+        .expect("clear");
+        assert_eq!(
+            events.iter().map(Event::kind).collect::<Vec<_>>(),
+            ["FaultsCleared"]
+        );
+        assert!(state.armed_faults().is_empty());
+        let too_many = Command::ArmFaults {
+            state: JobState::Storing,
+            count: MAX_FAULTS + 1,
+            reason: "x".into(),
+        };
+        assert_eq!(field_of(decide(&state, &lc, &too_many)), "count");
+    }
+
     // A worker's outcome is one atomic decision; a report on a state the job
     // left is stale.
     #[test]
@@ -598,30 +790,14 @@ mod tests {
         let lc = Lifecycle::builtin();
         let mut state = State::new();
         let mut position = 0;
-        let mut run = |state: &mut State, cmd: Command| -> Result<Vec<Event>, Rejection> {
-            let d = decide(state, &lc, &cmd)?;
-            let mut prev = state.head_hash;
-            for p in &d.events {
-                position += 1;
-                let version = state.stream_version(p.stream) + 1;
-                let r = crate::codec::Recorded {
-                    envelope: crate::codec::Envelope {
-                        position,
-                        stream: p.stream,
-                        version,
-                        timestamp: chrono::Utc::now(),
-                        actor: crate::event::Actor::engine(),
-                        correlation_id: Uuid::nil(),
-                        schema_version: crate::codec::SCHEMA_VERSION,
-                        prev_hash: prev,
-                        hash: [position as u8; 32],
-                    },
-                    event: p.event.clone(),
-                };
-                prev = r.envelope.hash;
-                state.apply(&r).unwrap();
-            }
-            Ok(d.events.into_iter().map(|p| p.event).collect())
+        let mut run = |state: &mut State, cmd: Command| {
+            run_command(
+                state,
+                &lc,
+                cmd,
+                &mut position,
+                crate::event::Actor::engine(),
+            )
         };
         run(
             &mut state,
@@ -631,14 +807,7 @@ mod tests {
             },
         )
         .unwrap();
-        let spec = JobSpec {
-            payload_url: "u".into(),
-            payload_type: PayloadType::File,
-            identifiers: Identifiers::default(),
-            metadata: Erc::default(),
-            digest: None,
-            priority: None,
-        };
+        let spec = file_job();
         run(
             &mut state,
             Command::AcquireBatch {

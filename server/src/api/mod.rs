@@ -160,8 +160,6 @@ pub(crate) struct Inner {
     pub(crate) storage_targets: Vec<ingest_engine::consistency::TargetSpec>,
     pub(crate) minter: Option<ingest_engine::ezid::ArkMinter>,
     pub(crate) outbound: ingest_protocol::outbound::OutboundPolicy,
-    /// Faults armed by admins (`POST /faults`).
-    pub(crate) faults: ops::ArmedFaults,
     /// The reporting views, folded up to the durable position on demand.
     views: Arc<Mutex<Views>>,
 }
@@ -334,7 +332,6 @@ pub fn router(config: ApiConfig) -> Router {
             storage_targets: config.storage_targets,
             minter: config.minter,
             outbound: config.outbound,
-            faults: ops::ArmedFaults::default(),
             views: Arc::new(Mutex::new(views)),
         }),
     };

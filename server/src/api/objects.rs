@@ -49,13 +49,13 @@ pub(crate) async fn ark(
 ) -> Result<Json<ArkAssigned>, ApiError> {
     let actor = worker_actor(&body.worker)?;
     fence(&app, &job_lock_path(jid), body.session_id, &fenced).await?;
-    let identifiers = app
+    let (identifiers, erc) = app
         .inner
         .handle
         .state()
         .jobs
         .get(&jid)
-        .map(|j| j.identifiers.clone())
+        .map(|j| (j.identifiers.clone(), j.metadata.clone()))
         .ok_or_else(|| ApiError::not_found(Item::Job(jid)))?;
     if let Some(ark) = identifiers.primary_id.filter(|a| !a.is_empty()) {
         return Ok(Json(ArkAssigned { ark, minted: false }));
@@ -65,7 +65,7 @@ pub(crate) async fn ark(
         .minter
         .as_ref()
         .ok_or_else(|| unavailable("ark minter"))?;
-    let ark = minter.mint().await.map_err(|e| match e {
+    let ark = minter.mint(&erc).await.map_err(|e| match e {
         ingest_engine::ezid::MintError::Unavailable(m) => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "minter_unavailable",

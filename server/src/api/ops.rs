@@ -4,96 +4,28 @@
 //! the data directory, which sled lets only one process open.
 
 use ingest_protocol::api::*;
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use ingest_events::command::{Command, MAX_FAULTS};
 use ingest_events::JobState;
 use ingest_projections::rebuild;
 
 use super::admin::{admin_actor, check_reason};
-use super::{ApiError, ApiJson, AppState};
-
-/// The most faults one call may arm.
-const MAX_FAULTS: u32 = 1000;
-
-/// Faults armed by admins: "the next `count` reports of step S fail". A
-/// worker's successful outcome for S is recorded as a failure with the
-/// admin's name and reason, so the fault works for in-process and remote
-/// workers alike and shows in the history.
-#[derive(Debug, Default)]
-pub(crate) struct ArmedFaults(Mutex<HashMap<JobState, Vec<Fault>>>);
-
-/// One armed fault.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Fault {
-    /// The admin who armed it (`admin:NAME`).
-    pub(crate) actor: String,
-    /// Why.
-    pub(crate) reason: String,
-}
-
-impl Fault {
-    /// The failure message recorded in place of the step's success.
-    pub(crate) fn message(&self, state: JobState) -> String {
-        format!(
-            "fault injected into {state} by {}: {}",
-            self.actor, self.reason
-        )
-    }
-}
-
-impl ArmedFaults {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<JobState, Vec<Fault>>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn arm(&self, state: JobState, fault: Fault, count: u32) {
-        let mut map = self.lock();
-        let armed = map.entry(state).or_default();
-        armed.extend(std::iter::repeat_n(fault, count as usize));
-    }
-
-    /// Takes the oldest fault armed for `state`.
-    pub(crate) fn take(&self, state: JobState) -> Option<Fault> {
-        let mut map = self.lock();
-        let armed = map.get_mut(&state)?;
-        let fault = (!armed.is_empty()).then(|| armed.remove(0));
-        if armed.is_empty() {
-            map.remove(&state);
-        }
-        fault
-    }
-
-    /// Puts back a fault whose report was refused (it did not fire).
-    pub(crate) fn put_back(&self, state: JobState, fault: Fault) {
-        self.lock().entry(state).or_default().insert(0, fault);
-    }
-
-    fn counts(&self) -> BTreeMap<String, usize> {
-        self.lock()
-            .iter()
-            .map(|(s, f)| (s.to_string(), f.len()))
-            .collect()
-    }
-
-    fn clear(&self) -> usize {
-        let mut map = self.lock();
-        let n = map.values().map(Vec::len).sum();
-        map.clear();
-        n
-    }
-}
+use super::{ApiError, ApiJson, AppState, CorrelationId};
 
 /// `POST /faults`: the next `count` successful reports of a step are
-/// recorded as failures.
+/// recorded as failures. Armed faults are events (`FaultsArmed`), folded
+/// into the engine's state, so a restart keeps them armed; the engine
+/// turns a success into the failure when the report arrives (`FaultFired`
+/// in the same append).
 pub(crate) async fn arm_fault(
     State(app): State<AppState>,
+    cid: CorrelationId,
     who: super::auth::AdminName,
     ApiJson(body): ApiJson<FaultBody>,
 ) -> Result<(StatusCode, Json<FaultsView>), ApiError> {
@@ -117,36 +49,52 @@ pub(crate) async fn arm_fault(
         ));
     }
     tracing::warn!(%state, count, %actor, %reason, "fault armed");
-    app.inner.faults.arm(
-        state,
-        Fault {
-            actor: actor.to_string(),
+    app.execute(
+        actor,
+        cid,
+        Command::ArmFaults {
+            state,
+            count,
             reason,
         },
-        count,
-    );
-    Ok((
-        StatusCode::CREATED,
-        Json(FaultsView {
-            armed: app.inner.faults.counts(),
-        }),
-    ))
+    )
+    .await?;
+    Ok((StatusCode::CREATED, Json(armed(&app))))
+}
+
+/// The faults still armed, from the engine's published state.
+fn armed(app: &AppState) -> FaultsView {
+    FaultsView {
+        armed: app
+            .inner
+            .handle
+            .state()
+            .armed_faults()
+            .into_iter()
+            .map(|(s, n)| (s.to_string(), n as usize))
+            .collect(),
+    }
 }
 
 /// `GET /faults`.
 pub(crate) async fn faults(State(app): State<AppState>) -> Json<FaultsView> {
-    Json(FaultsView {
-        armed: app.inner.faults.counts(),
-    })
+    Json(armed(&app))
 }
 
-/// `DELETE /faults`: disarms every fault.
+/// `DELETE /faults`: disarms every fault (`FaultsCleared`; nothing is
+/// appended when none is armed).
 pub(crate) async fn clear_faults(
     State(app): State<AppState>,
-) -> Json<BTreeMap<&'static str, usize>> {
-    let n = app.inner.faults.clear();
+    cid: CorrelationId,
+    who: super::auth::AdminName,
+) -> Result<Json<BTreeMap<&'static str, usize>>, ApiError> {
+    let actor = admin_actor(&who, None)?;
+    let n: u32 = app.inner.handle.state().armed_faults().values().sum();
+    if n > 0 {
+        app.execute(actor, cid, Command::ClearFaults).await?;
+    }
     tracing::info!(disarmed = n, "faults cleared");
-    Json(BTreeMap::from([("disarmed", n)]))
+    Ok(Json(BTreeMap::from([("disarmed", n as usize)])))
 }
 
 /// `GET /verify`: re-checks the whole hash chain and the stream index, the
@@ -259,33 +207,4 @@ pub(crate) async fn diff(State(app): State<AppState>) -> Result<Json<Diffed>, Ap
         text: report.diff.to_string(),
         stale_locks: report.stale_locks,
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn faults_fire_in_order_and_a_refused_report_puts_one_back() {
-        let faults = ArmedFaults::default();
-        let fault = |r: &str| Fault {
-            actor: "admin:a".into(),
-            reason: r.into(),
-        };
-        faults.arm(JobState::Storing, fault("one"), 1);
-        faults.arm(JobState::Storing, fault("two"), 1);
-        assert_eq!(faults.take(JobState::Downloading), None);
-        let first = faults.take(JobState::Storing);
-        assert_eq!(first, Some(fault("one")));
-        faults.put_back(JobState::Storing, fault("one"));
-        assert_eq!(faults.counts().get("Storing"), Some(&2));
-        assert_eq!(faults.take(JobState::Storing), Some(fault("one")));
-        assert_eq!(faults.take(JobState::Storing), Some(fault("two")));
-        assert_eq!(faults.take(JobState::Storing), None);
-        assert!(faults.counts().is_empty());
-        assert_eq!(
-            fault("disk").message(JobState::Storing),
-            "fault injected into Storing by admin:a: disk"
-        );
-    }
 }

@@ -349,15 +349,10 @@ pub(crate) async fn outcome(
     // the engine refuses a report on a state the job has left (stale), so a
     // report applied twice cannot move the job on a second step.
     // An armed fault turns the next successful report of this step into a
-    // failure that names the admin and the reason.
-    let fault = match body.outcome {
-        OutcomeKind::Success => app.inner.faults.take(worked_on),
-        OutcomeKind::Failure => None,
-    };
-    let (success, message) = match &fault {
-        Some(f) => (false, f.message(worked_on)),
-        None => (body.outcome == OutcomeKind::Success, body.message),
-    };
+    // failure that names the admin and the reason: the engine decides it
+    // from its state (faults are events), in the same append.
+    let success = body.outcome == OutcomeKind::Success;
+    let message = body.message;
     let command = Command::StepOutcome {
         jid,
         state: worked_on,
@@ -381,12 +376,7 @@ pub(crate) async fn outcome(
     };
     let records = match app.execute(actor, cid, command).await {
         Ok(outcome) => outcome.records,
-        Err(e) => {
-            if let Some(f) = fault {
-                app.inner.faults.put_back(worked_on, f);
-            }
-            return Err(e);
-        }
+        Err(e) => return Err(e),
     };
     if let Some(ms) = body.duration_ms {
         app.inner

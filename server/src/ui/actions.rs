@@ -156,6 +156,7 @@ pub(crate) async fn repair(
 pub(crate) async fn arm_fault(
     State(ui): State<Ui>,
     admin: Admin,
+    cid: CorrelationId,
     headers: HeaderMap,
     Form(form): Form<ActionForm>,
 ) -> Response {
@@ -183,7 +184,7 @@ pub(crate) async fn arm_fault(
         actor: None,
         reason: form.reason.clone(),
     };
-    let r = crate::api::ops::arm_fault(State(ui.app.clone()), admin.name(), ApiJson(body))
+    let r = crate::api::ops::arm_fault(State(ui.app.clone()), cid, admin.name(), ApiJson(body))
         .await
         .map(|(_, Json(v))| {
             format!(
@@ -202,6 +203,7 @@ pub(crate) async fn arm_fault(
 pub(crate) async fn clear_faults(
     State(ui): State<Ui>,
     admin: Admin,
+    cid: CorrelationId,
     headers: HeaderMap,
     Form(form): Form<ActionForm>,
 ) -> Response {
@@ -209,12 +211,11 @@ pub(crate) async fn clear_faults(
         return refused;
     }
     tracing::info!(admin = %admin.session.admin, "admin web UI: faults cleared");
-    let Json(n) = crate::api::ops::clear_faults(State(ui.app.clone())).await;
-    let cleared = n.get("disarmed").copied().unwrap_or(0);
-    back(
-        &ui,
-        &admin,
-        "/ui/faults",
-        Ok(format!("{cleared} fault(s) disarmed")),
-    )
+    let r = crate::api::ops::clear_faults(State(ui.app.clone()), cid, admin.name())
+        .await
+        .map(|Json(n)| {
+            let cleared = n.get("disarmed").copied().unwrap_or(0);
+            format!("{cleared} fault(s) disarmed")
+        });
+    back(&ui, &admin, "/ui/faults", r)
 }

@@ -19,6 +19,7 @@
 //! `erc_when`?, `erc_where`?, `digest`? (`ALGORITHM:HEX`).
 
 use std::fmt::Write as _;
+use std::path::Path;
 use std::sync::Arc;
 
 use ingest_events::command::JobSpec;
@@ -153,7 +154,7 @@ impl Batches {
             }
         }
         if !n.emails.is_empty() {
-            let (subject, body) = report_text(bid, jobs);
+            let (subject, body) = report_text(bid, batch_status, jobs);
             match self.outbox.send(&n.emails, &subject, &body).await {
                 Ok(delivery) => tracing::info!(%bid, ?delivery, "batch report e-mailed"),
                 Err(e) => errors.push(format!("the report e-mail: {e}")),
@@ -191,6 +192,9 @@ impl Batches {
                 for jid in jids {
                     jobs.push(read_report_job(&batch.zk, &jid, status, policy).await?);
                 }
+            }
+            for job in &mut jobs {
+                job.message = without_working_paths(&job.message, &self.config.work_dir);
             }
             let status = set(&status.status).unwrap_or("Reporting").to_string();
             Ok::<_, String>((status, submission, jobs))
@@ -230,11 +234,28 @@ pub use ingest_protocol::callback::ReportJob;
 
 /// The report e-mail: subject `ingest batch BID: N completed, M failed`
 /// and a body listing every job (jid, status, ark, local ids, message).
-pub fn report_text(bid: &str, jobs: &[ReportJob]) -> (String, String) {
+///
+/// The report sent again after a requeue (`batch_status`
+/// `UpdateReporting`) says so: subject `ingest batch BID (updated report):
+/// …` and a body that starts `Updated report of batch BID`, so a depositor
+/// can tell it from the first one.
+pub fn report_text(bid: &str, batch_status: &str, jobs: &[ReportJob]) -> (String, String) {
     let completed = jobs.iter().filter(|j| j.status == "Completed").count();
     let failed = jobs.len() - completed;
-    let subject = format!("ingest batch {bid}: {completed} completed, {failed} failed");
-    let mut body = format!("Batch {bid}: {completed} completed, {failed} failed.\n");
+    let update = batch_status == "UpdateReporting";
+    let subject = match update {
+        true => {
+            format!("ingest batch {bid} (updated report): {completed} completed, {failed} failed")
+        }
+        false => format!("ingest batch {bid}: {completed} completed, {failed} failed"),
+    };
+    let mut body = match update {
+        true => format!(
+            "Updated report of batch {bid} (jobs were requeued after the first report): \
+             {completed} completed, {failed} failed.\n"
+        ),
+        false => format!("Batch {bid}: {completed} completed, {failed} failed.\n"),
+    };
     for job in jobs {
         let _ = write!(
             body,
@@ -251,6 +272,87 @@ pub fn report_text(bid: &str, jobs: &[ReportJob]) -> (String, String) {
         }
     }
     (subject, body)
+}
+
+/// `message` with every path into working storage `work_dir` (as given,
+/// canonical, or as a `file://` URL) taken out: a job's own directory
+/// `WORK/BID/JID/producer/NAME` becomes the depositor's file name `NAME`,
+/// `WORK/BID/JID/system/NAME` becomes `system/NAME`, the directory itself
+/// "the job's working files", and any other path under it "working
+/// storage". Reports go to depositors and curators, who know their files by
+/// the names they gave; the paths of the ingest host are not theirs to see.
+pub fn without_working_paths(message: &str, work_dir: &Path) -> String {
+    let mut roots: Vec<String> = Vec::new();
+    for dir in [
+        Some(work_dir.to_path_buf()),
+        std::fs::canonicalize(work_dir).ok(),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if let Ok(url) = reqwest::Url::from_directory_path(&dir) {
+            roots.push(url.as_str().trim_end_matches('/').to_string());
+        }
+        let shown = dir.display().to_string();
+        let shown = shown.trim_end_matches('/');
+        if !shown.is_empty() {
+            roots.push(shown.to_string());
+        }
+    }
+    // Longest first, so a URL or a longer path is replaced before a path
+    // it contains.
+    roots.sort_by_key(|r| std::cmp::Reverse(r.len()));
+    roots.dedup();
+    let mut out = message.to_string();
+    for root in &roots {
+        let mut rest = out.as_str();
+        let mut scrubbed = String::with_capacity(out.len());
+        while let Some(at) = rest.find(root.as_str()) {
+            scrubbed.push_str(&rest[..at]);
+            let after = &rest[at + root.len()..];
+            // WORK/BID/JID[/producer|/system]/…
+            let segments: Vec<&str> = after
+                .strip_prefix('/')
+                .map(|a| a.splitn(4, '/').collect())
+                .unwrap_or_default();
+            // A path ends at white space, a quote, a bracket, a comma or
+            // semicolon, or a colon that ends a clause (`PATH: error`).
+            let end = |a: &str| {
+                a.char_indices()
+                    .find(|&(i, c)| {
+                        c.is_whitespace()
+                            || "\"'(),;".contains(c)
+                            || (c == ':'
+                                && a[i + 1..].chars().next().is_none_or(char::is_whitespace))
+                    })
+                    .map_or(a.len(), |(i, _)| i)
+            };
+            match segments.as_slice() {
+                [_, _, "producer", tail] => {
+                    let n = end(tail);
+                    scrubbed.push_str(&tail[..n]);
+                    rest = &tail[n..];
+                }
+                [_, _, "system", tail] => {
+                    let n = end(tail);
+                    scrubbed.push_str("system/");
+                    scrubbed.push_str(&tail[..n]);
+                    rest = &tail[n..];
+                }
+                _ => {
+                    let n = end(after);
+                    scrubbed.push_str(match after[..n].matches('/').count() {
+                        2 | 3 => "the job's working files",
+                        _ => "working storage",
+                    });
+                    rest = &after[n..];
+                }
+            }
+        }
+        scrubbed.push_str(rest);
+        out = scrubbed;
+    }
+    out
 }
 
 /// The report POSTed to the profile's callback URL.
@@ -557,7 +659,7 @@ async fn read_report_job(
 #[cfg(test)]
 mod tests {
     use serde_json::json;
-    use std::path::Path;
+
     use std::sync::Mutex;
 
     use axum::extract::State;
@@ -790,7 +892,7 @@ mod tests {
                 message: "GET http://x/b returned 404 Not Found".into(),
             },
         ];
-        let (subject, body) = report_text("bid7", &jobs);
+        let (subject, body) = report_text("bid7", "Reporting", &jobs);
         assert_eq!(subject, "ingest batch bid7: 1 completed, 1 failed");
         assert_eq!(
             body,
@@ -799,9 +901,63 @@ mod tests {
              \njid2 Failed\n  ark: (none)\n  message: GET http://x/b returned 404 Not Found\n"
         );
         assert_eq!(
-            report_text("bid8", &[]).0,
+            report_text("bid8", "Reporting", &[]).0,
             "ingest batch bid8: 0 completed, 0 failed"
         );
+    }
+
+    #[test]
+    fn the_update_report_says_it_is_an_update() {
+        let (first_subject, first_body) = report_text("bid9", "Reporting", &[]);
+        let (subject, body) = report_text("bid9", "UpdateReporting", &[]);
+        assert_ne!(subject, first_subject);
+        assert_eq!(
+            subject,
+            "ingest batch bid9 (updated report): 0 completed, 0 failed"
+        );
+        assert!(body.starts_with("Updated report of batch bid9"), "{body}");
+        assert!(!first_body.contains("Updated"), "{first_body}");
+    }
+
+    #[test]
+    fn report_messages_name_files_not_working_paths() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let work = tmp.path().join("work");
+        std::fs::create_dir_all(&work).expect("work");
+        let w = work.display().to_string();
+        let url = reqwest::Url::from_directory_path(&work).expect("url");
+        let u = url.as_str().trim_end_matches('/');
+        for (message, want) in [
+            (
+                format!("producer file {w}/bid1/jid1/producer/sub/a.txt is missing"),
+                "producer file sub/a.txt is missing".to_string(),
+            ),
+            (
+                format!("cannot read {w}/bid1/jid1/system/mrt-dc.xml: denied"),
+                "cannot read system/mrt-dc.xml: denied".to_string(),
+            ),
+            (
+                format!("no storage manifest {w}/bid1/jid1/system/x (gone)"),
+                "no storage manifest system/x (gone)".to_string(),
+            ),
+            (
+                format!("kept the working directory: cannot remove {w}/bid1/jid1: busy"),
+                "kept the working directory: cannot remove the job's working files: busy"
+                    .to_string(),
+            ),
+            (
+                format!("{u}/bid1/jid1/producer/b.txt and {w}/outbox"),
+                "b.txt and working storage".to_string(),
+            ),
+            (
+                "GET http://x/b returned 404".to_string(),
+                "GET http://x/b returned 404".to_string(),
+            ),
+        ] {
+            let got = without_working_paths(&message, &work);
+            assert_eq!(got, want, "{message}");
+            assert!(!got.contains(&w), "{got}");
+        }
     }
 
     /// A local server: `/m` serves `manifest`, `/cb` records callback

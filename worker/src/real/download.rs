@@ -64,6 +64,10 @@ pub struct DownloadedFile {
     /// Its digests in lower-case hexadecimal by algorithm name (`sha256`
     /// always, plus the algorithm of a supplied digest).
     pub digests: BTreeMap<String, String>,
+    /// The MIME type the depositor's manifest gave (`mrt:mimeType`), when
+    /// well-formed; `None` for none (the storage manifest detects one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
 }
 
 /// What [`download_object`] did.
@@ -388,6 +392,7 @@ struct Transfer {
     declared_size: Option<u64>,
     expected: Option<Expected>,
     algorithms: Vec<Algorithm>,
+    mime_type: Option<String>,
 }
 
 /// What every transfer of a job shares.
@@ -417,6 +422,11 @@ impl Transfer {
             declared_size: file.size,
             expected,
             algorithms,
+            mime_type: file
+                .mime_type
+                .as_deref()
+                .and_then(ingest_steps::mime::checked)
+                .map(str::to_owned),
         }
     }
 
@@ -471,6 +481,7 @@ impl Transfer {
                 url: self.url,
                 size: downloaded.size,
                 digests,
+                mime_type: self.mime_type,
             },
         ))
     }
@@ -532,6 +543,7 @@ fn unpack(
                 .into_iter()
                 .map(|(a, hex)| (a.name().to_owned(), hex))
                 .collect(),
+            mime_type: None,
         });
     }
     let bytes = files.iter().map(|f| f.size).sum();

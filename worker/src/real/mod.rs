@@ -151,11 +151,15 @@ pub fn steps(
         ),
         (
             JobState::Storing,
-            Arc::new(store::Store::new(targets, Arc::clone(&config), node_id)),
+            Arc::new(store::Store::new(
+                targets.clone(),
+                Arc::clone(&config),
+                node_id,
+            )),
         ),
         (
             JobState::Recording,
-            Arc::new(record::Record::new(Arc::clone(&config))),
+            Arc::new(record::Record::new(Arc::clone(&config), targets)),
         ),
         (
             JobState::Notify,

@@ -63,7 +63,7 @@ impl Notify {
             None => format!("notified nobody (profile {profile_name:?} has no callback URL)"),
         };
         let removed = match remove_job_dir(&self.config, &data.bid, &job.jid).await {
-            Ok(dir) => format!("removed {dir}"),
+            Ok(_) => "removed the working directory".to_string(),
             // The depositor has been told; failing now would only call the
             // callback again on requeue. The directory is left for an admin.
             Err(e) => {

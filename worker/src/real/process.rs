@@ -25,6 +25,7 @@ use ingest_protocol::api::{
 use ingest_protocol::node::{IdentifiersNode, MetadataNode};
 use ingest_steps::digest::{digest_file, Algorithm};
 use ingest_steps::erc::{write_dublin_core, write_erc, ErcFields};
+use ingest_steps::mime::mime_type;
 use ingest_steps::signing::SigningKeyFile;
 use ingest_steps::storage_manifest::{render, ManifestFile};
 use serde::Deserialize;
@@ -268,7 +269,7 @@ pub fn write_object_files(
             size: entry.size,
             last_modified: None,
             name: format!("producer/{}", entry.name),
-            mime_type: None,
+            mime_type: Some(mime_type(entry.mime_type.as_deref(), &entry.name)),
         });
     }
     for name in [ERC_FILE, DC_FILE] {
@@ -281,7 +282,7 @@ pub fn write_object_files(
             size,
             last_modified: None,
             name: format!("system/{name}"),
-            mime_type: None,
+            mime_type: Some(mime_type(None, name)),
         });
     }
     let manifest = render(&files).map_err(|e| format!("the storage manifest: {e}"))?;
@@ -318,6 +319,8 @@ pub struct ProducerFile {
     pub sha256: String,
     /// Every digest known, by canonical algorithm name (`md5`, `sha256`…).
     pub digests: BTreeMap<String, String>,
+    /// The depositor's MIME type, if the list gave one.
+    pub mime_type: Option<String>,
 }
 
 /// The producer files of a job, sorted by name: from `system/files.json`
@@ -481,6 +484,8 @@ struct ListedFile {
     size: Option<u64>,
     #[serde(default)]
     digests: BTreeMap<String, String>,
+    #[serde(default)]
+    mime_type: Option<String>,
 }
 
 fn from_list(producer: &Path, list_path: &Path, bytes: &[u8]) -> Result<Vec<ProducerFile>, String> {
@@ -530,6 +535,11 @@ fn from_list(producer: &Path, list_path: &Path, bytes: &[u8]) -> Result<Vec<Prod
             size: meta.len(),
             sha256,
             digests,
+            mime_type: file
+                .mime_type
+                .as_deref()
+                .and_then(ingest_steps::mime::checked)
+                .map(str::to_owned),
         });
     }
     Ok(out)
@@ -544,6 +554,7 @@ fn from_disk(producer: &Path) -> Result<Vec<ProducerFile>, String> {
             size,
             digests: BTreeMap::from([("sha256".to_string(), sha256.clone())]),
             sha256,
+            mime_type: None,
         });
     }
     Ok(out)

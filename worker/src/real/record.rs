@@ -21,9 +21,7 @@ use ingest_steps::erc::ErcFields;
 use ingest_steps::inventory::{InventoryFile, ObjectVersionRecord};
 
 use super::fetch::RetryPolicy;
-use super::process::{
-    self, call_api, erc_fields, file_url, job_data, local_ids, primary_id, MANIFEST_FILE,
-};
+use super::process::{self, call_api, erc_fields, job_data, local_ids, primary_id, MANIFEST_FILE};
 use super::store::{read_marker, target_names};
 use super::{locks, RealConfig};
 use crate::step::{JobCtx, JobData, Outcome, Step, StepFuture, StepResult};
@@ -31,12 +29,17 @@ use crate::step::{JobCtx, JobData, Outcome, Step, StepFuture, StepResult};
 /// The step.
 pub struct Record {
     config: Arc<RealConfig>,
+    targets: Vec<Arc<ingest_steps::ocfl::OcflTarget>>,
 }
 
 impl Record {
-    /// The step.
-    pub fn new(config: Arc<RealConfig>) -> Record {
-        Record { config }
+    /// The step; `targets` are the storage targets, whose first one the
+    /// inventory hand-off's manifest URL points into.
+    pub fn new(
+        config: Arc<RealConfig>,
+        targets: Vec<Arc<ingest_steps::ocfl::OcflTarget>>,
+    ) -> Record {
+        Record { config, targets }
     }
 
     /// Takes the job's local-id locks (again, when an earlier step's
@@ -89,20 +92,24 @@ impl Record {
         };
         let built = {
             let dir = job_dir.clone();
-            tokio::task::spawn_blocking(move || {
-                let record = build_record(&dir, &input)?;
-                let manifest = std::fs::canonicalize(dir.join("system").join(MANIFEST_FILE))
-                    .map_err(|e| format!("the storage manifest of {}: {e}", dir.display()))?;
-                Ok::<_, String>((record, file_url(&manifest)?))
-            })
-            .await
+            tokio::task::spawn_blocking(move || build_record(&dir, &input)).await
         };
-        let (record, manifest_url) = match built {
+        let record = match built {
             Ok(Ok(built)) => built,
             Ok(Err(e)) => return Outcome::failure(e),
             Err(e) => {
                 return Outcome::failure(format!("building the inventory record failed: {e}"))
             }
+        };
+        let manifest_url = match super::store::stored_manifest_url(
+            &self.targets,
+            &record.ark,
+            Some(record.version),
+        )
+        .await
+        {
+            Ok(url) => url,
+            Err(e) => return Outcome::failure(e),
         };
         match send_record(job, policy, &record).await {
             Ok(new) => {

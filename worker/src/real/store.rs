@@ -91,18 +91,11 @@ impl Store {
             _ => "add",
         };
         let job_dir = self.config.job_dir(&data.bid, &job.jid);
-        let manifest_url = match std::fs::canonicalize(job_dir.join("system").join(MANIFEST_FILE)) {
-            Ok(path) => match file_url(&path) {
-                Ok(url) => url,
-                Err(e) => return Outcome::failure(e),
-            },
-            Err(e) => {
-                return Outcome::failure(format!(
-                "no storage manifest {}/system/{MANIFEST_FILE} ({e}): Processing did not write it",
-                job_dir.display()
-            ))
-            }
-        };
+        if let Err(e) = std::fs::metadata(job_dir.join("system").join(MANIFEST_FILE)) {
+            return Outcome::failure(format!(
+                "no storage manifest system/{MANIFEST_FILE} in the job's working files ({e}): Processing did not write it"
+            ));
+        }
         if let Err(refused) = self.check_record_size(job, &data, &ark, &job_dir).await {
             return Outcome::failure(refused);
         }
@@ -111,13 +104,21 @@ impl Store {
                 .filter(|s| !s.trim().is_empty())
                 .unwrap_or("ingest")
                 .to_string(),
-            user_address: None,
+            user_address: Some(version_user_address(
+                &self.config,
+                data.configuration.profile_name.trim(),
+            )),
             message: format!("{mode}: batch {} job {}", data.bid, job.jid),
             created: Utc::now(),
         };
         match store_object(&self.targets, &ark, &job_dir, &meta, policy, Some(job)).await {
             Ok(stored) => {
                 tracing::info!(jid = %job.jid, state = %job.state, %ark, ?stored, "stored");
+                let version = stored.first().map(|(_, v)| *v);
+                let manifest_url = match stored_manifest_url(&self.targets, &ark, version).await {
+                    Ok(url) => url,
+                    Err(e) => return Outcome::failure(e),
+                };
                 Outcome::success(stored_message(&ark, &stored)).with_store(StoreBody {
                     manifest_url,
                     mode: ingest_projections::layout::store_mode(mode, self.node_id, &ark),
@@ -570,6 +571,63 @@ impl TargetWork {
             }
         }
         Ok(None)
+    }
+}
+
+/// The `file://` URL of the storage manifest (`system/mrt-manifest.txt`)
+/// as stored in `version` of `ark` (the head when `None`) in the first
+/// storage target: the content file the OCFL inventory names for it, so
+/// the URL stays valid after Notify removes the working directory (and
+/// names the earlier version's file when OCFL deduplicated it).
+///
+/// # Errors
+/// No storage target, an object or version that cannot be read, or a
+/// version without the manifest.
+pub async fn stored_manifest_url(
+    targets: &[Arc<OcflTarget>],
+    ark: &str,
+    version: Option<u32>,
+) -> Result<String, String> {
+    let target = Arc::clone(
+        targets
+            .first()
+            .ok_or_else(|| "no storage target is configured".to_string())?,
+    );
+    let ark = ark.to_string();
+    tokio::task::spawn_blocking(move || {
+        let content = target
+            .version_content(&ark, version)
+            .map_err(|e| format!("reading the stored version of {ark}: {e}"))?;
+        let logical = format!("system/{MANIFEST_FILE}");
+        let file = content
+            .files
+            .iter()
+            .find(|f| f.logical_path == logical)
+            .ok_or_else(|| format!("{ark} v{} holds no {logical}", content.version))?;
+        file_url(&file.path)
+    })
+    .await
+    .map_err(|e| format!("finding the stored manifest failed: {e}"))?
+}
+
+/// The OCFL `user.address` of a version stored for `profile`: `mailto:` the
+/// profile's first report recipient, else `--ocfl-user-address`, else
+/// `mailto:` the `--mail-from` sender (OCFL validators warn, W008, about a
+/// user without an address).
+pub fn version_user_address(config: &RealConfig, profile: &str) -> String {
+    let recipient = config.profiles.get(profile).and_then(|p| {
+        p.notification
+            .emails
+            .iter()
+            .map(|e| e.trim())
+            .find(|e| !e.is_empty())
+    });
+    if let Some(email) = recipient {
+        return format!("mailto:{email}");
+    }
+    match config.args.ocfl_user_address.as_deref().map(str::trim) {
+        Some(address) if !address.is_empty() => address.to_string(),
+        _ => format!("mailto:{}", config.args.mail_from.trim()),
     }
 }
 
