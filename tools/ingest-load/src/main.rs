@@ -188,9 +188,9 @@ struct Args {
     #[arg(long, default_value_t = 1, value_name = "SEED")]
     seed: u64,
     /// Real mode: tasks of batch_pending and batch_reporting in the worker
-    /// (one, as in simulate mode; each object is a batch of its own, so one
-    /// task expands them one at a time).
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    /// (each object is a batch of its own: N tasks expand and acquire N
+    /// batches at once; 1 acquires them one at a time).
+    #[arg(long, default_value_t = 4, value_name = "N")]
     batch_tasks: u32,
     /// Real mode: the curl program.
     #[arg(long, default_value = "curl", value_name = "PATH")]
