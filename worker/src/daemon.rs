@@ -1054,25 +1054,24 @@ async fn session_ended(client: &zk::Client) {
     }
 }
 
-/// Deletes the lock node this session made, in one request: a delete at
-/// the version it was created with, by this session.
-///
-/// While this session lives, no other session can have replaced its
-/// ephemeral node, unless someone deleted it by hand; then another
-/// worker's lock at the same version would be deleted too. That costs
-/// liveness, never safety: every report is fenced by the secret in the lock
-/// node, so the other worker's reports are refused and its job is taken
-/// again. Reading the node first (its creation zxid and owner) cost one more
-/// request on every release.
+/// Deletes the lock node only while it is still the one this session made:
+/// a lock removed under this worker may since be another worker's.
 async fn release(client: &zk::Client, lock: &str, created: &zk::Stat) {
-    match client.delete(lock, Some(created.version)).await {
-        // Gone already (the session ended, or someone removed it).
-        Ok(()) | Err(zk::Error::NoNode) => {}
-        Err(zk::Error::BadVersion) => {
-            tracing::debug!(%lock, "the lock is another worker's now; left alone");
+    // The version alone does not tell two lock nodes apart (both are at
+    // version 0): the creation zxid and the owner do.
+    match client.check_stat(lock).await {
+        Ok(Some(now))
+            if now.czxid == created.czxid && now.ephemeral_owner == client.session_id().0 =>
+        {
+            match client.delete(lock, Some(now.version)).await {
+                Ok(()) | Err(zk::Error::NoNode) => {}
+                Err(e) => tracing::debug!(%lock, error = %e, "cannot release the lock"),
+            }
         }
+        Ok(Some(_)) => tracing::debug!(%lock, "the lock is another worker's now; left alone"),
+        Ok(None) => {}
         // The session is gone or unreachable: its ephemeral node goes with it.
-        Err(e) => tracing::debug!(%lock, error = %e, "cannot release the lock"),
+        Err(e) => tracing::debug!(%lock, error = %e, "cannot check the lock"),
     }
 }
 
