@@ -192,6 +192,13 @@ struct Args {
     /// batches at once; 1 acquires them one at a time).
     #[arg(long, default_value_t = 4, value_name = "N")]
     batch_tasks: u32,
+    /// Real mode: tasks of the worker's job_pending daemon [default:
+    /// --tasks]. A worker that runs every daemon carries each job from
+    /// Pending to Completed in the task that took it from Pending (steps
+    /// chained under one lock), so these tasks bound how many jobs are in
+    /// the pipeline at once.
+    #[arg(long, value_name = "N")]
+    pending_tasks: Option<u32>,
     /// Simulate mode: before each round is measured, submit this many
     /// batches of one job and wait until they are Completed, so that the
     /// round runs with that many finished batches in the tree (batch
