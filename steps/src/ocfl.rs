@@ -285,6 +285,19 @@ pub enum StorageError {
         /// Staged paths absent from the source.
         unexpected: Vec<String>,
     },
+    /// A staged file's SHA-512 is not the one the caller expected (the
+    /// bytes on disk are not the bytes it hashed), or a file is missing or
+    /// unexpected; nothing was committed.
+    ///
+    /// ### Handling
+    /// Not recoverable: the working copy changed since it was hashed.
+    #[error("the fixity check of {ark} failed before commit: {}", problems.join("; "))]
+    DigestMismatch {
+        /// The object's ark.
+        ark: String,
+        /// One line per file.
+        problems: Vec<String>,
+    },
     /// A disk operation failed.
     ///
     /// ### Handling
@@ -433,6 +446,45 @@ impl OcflTarget {
         source_dir: &Path,
         meta: &VersionMeta,
     ) -> Result<StoredVersion, StorageError> {
+        self.store_from(ark, source_dir, meta, false, None)
+    }
+
+    /// [`OcflTarget::store_version`], with the SHA-512 every file must
+    /// have (`expected_sha512`, by logical path) checked before the version
+    /// is committed: rocfl reads each file once for its inventory's
+    /// SHA-512, and a file that differs (or is missing or unexpected)
+    /// fails the store with [`StorageError::DigestMismatch`], committing
+    /// nothing.
+    ///
+    /// With `moving`, the files of `source_dir` are *moved* into the object
+    /// (a rename: no byte is copied) when `source_dir` is on the storage
+    /// root's file system and the object's digest algorithm is SHA-512;
+    /// otherwise they are copied. After a move (successful or not) the
+    /// files of `source_dir` may be gone, so a retry needs a fresh one.
+    ///
+    /// # Errors
+    ///
+    /// As [`OcflTarget::store_version`], and
+    /// [`StorageError::DigestMismatch`].
+    pub fn store_checked(
+        &self,
+        ark: &str,
+        source_dir: &Path,
+        meta: &VersionMeta,
+        moving: bool,
+        expected_sha512: &BTreeMap<String, String>,
+    ) -> Result<StoredVersion, StorageError> {
+        self.store_from(ark, source_dir, meta, moving, Some(expected_sha512))
+    }
+
+    fn store_from(
+        &self,
+        ark: &str,
+        source_dir: &Path,
+        meta: &VersionMeta,
+        moving: bool,
+        expected_sha512: Option<&BTreeMap<String, String>>,
+    ) -> Result<StoredVersion, StorageError> {
         check_ark(ark)?;
         let sources = list_source(source_dir)?;
         self.claim_staging()?;
@@ -441,10 +493,15 @@ impl OcflTarget {
         let _shared = staging::lock_ark(&parent, ark).map_err(|e| io_error(&parent, e))?;
         self.discard_staged(ark)?;
         let current = self.head(ark)?;
+        let moving = moving && same_file_system(source_dir, &self.root);
         let staged = self
-            .stage(ark, source_dir, &sources, current.is_some())
+            .stage(ark, source_dir, &sources, current.is_some(), moving)
             .and_then(|()| self.staged_files(ark, source_dir, &sources));
-        let files = match staged {
+        let checked = staged.and_then(|files| match expected_sha512 {
+            Some(expected) => check_digests(ark, expected, &files).map(|()| files),
+            None => Ok(files),
+        });
+        let files = match checked {
             Ok(files) => files,
             Err(e) => return Err(self.discard_after(ark, e)),
         };
@@ -465,13 +522,29 @@ impl OcflTarget {
     /// [`StorageError::NotFound`] when the object does not exist; a
     /// damaged object is not an error but a report with `ok: false`.
     pub fn verify(&self, ark: &str) -> Result<FixityReport, StorageError> {
+        self.validate(ark, true)
+    }
+
+    /// Validates the object's structure and inventories without reading
+    /// its content files: for a version whose content digests the caller
+    /// has just compared with digests of its own
+    /// ([`OcflTarget::store_checked`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`OcflTarget::verify`].
+    pub fn verify_structure(&self, ark: &str) -> Result<FixityReport, StorageError> {
+        self.validate(ark, false)
+    }
+
+    fn validate(&self, ark: &str, fixity: bool) -> Result<FixityReport, StorageError> {
         check_ark(ark)?;
         if self.head(ark)?.is_none() {
             return Err(not_found(ark));
         }
         let result = self
             .repo
-            .validate_object(ark, true)
+            .validate_object(ark, fixity)
             .map_err(|e| rocfl_error(ark, e))?;
         let problems: Vec<String> = result
             .errors()
@@ -735,13 +808,16 @@ impl OcflTarget {
     }
 
     /// Builds the new version in staging: a new object, or the head version
-    /// emptied, then every source file copied in.
+    /// emptied, then every source file copied in (moved, when `moving` and
+    /// the object's digests are SHA-512, so that [`Self::staged_files`]
+    /// never needs the source again).
     fn stage(
         &self,
         ark: &str,
         source_dir: &Path,
         sources: &[SourceFile],
         exists: bool,
+        moving: bool,
     ) -> Result<(), StorageError> {
         let started = if exists {
             self.repo.remove_files(ark, &["*"], true)
@@ -750,12 +826,24 @@ impl OcflTarget {
                 .create_object(ark, None, DigestAlgorithm::Sha512, "content", 0)
         };
         started.map_err(|e| rocfl_error(ark, e))?;
+        let moving = moving
+            && (!exists
+                || self
+                    .repo
+                    .get_staged_object(ark)
+                    .map_err(|e| rocfl_error(ark, e))?
+                    .digest_algorithm
+                    == DigestAlgorithm::Sha512);
         // rocfl maps each top-level entry to a logical path relative to its
         // parent when the destination is the root directory (which always
         // exists), so `source_dir` itself never appears in the paths.
-        self.repo
-            .copy_files_external(ark, &top_level(source_dir, sources), "/", true)
-            .map_err(|e| rocfl_error(ark, e))
+        let tops = top_level(source_dir, sources);
+        let added = if moving {
+            self.repo.move_files_external(ark, &tops, "/")
+        } else {
+            self.repo.copy_files_external(ark, &tops, "/", true)
+        };
+        added.map_err(|e| rocfl_error(ark, e))
     }
 
     /// The staged state as stored files, checked to be exactly `sources`.
@@ -911,6 +999,46 @@ fn check_same_paths(
         missing,
         unexpected,
     })
+}
+
+/// Compares the staged files' SHA-512 with `expected` (by logical path).
+fn check_digests(
+    ark: &str,
+    expected: &BTreeMap<String, String>,
+    staged: &[StoredFile],
+) -> Result<(), StorageError> {
+    let mut problems = Vec::new();
+    for file in staged {
+        match expected.get(&file.logical_path) {
+            Some(want) if want.eq_ignore_ascii_case(&file.sha512) => {}
+            Some(want) => problems.push(format!(
+                "{} has SHA-512 {} on disk, not {want}",
+                file.logical_path, file.sha512
+            )),
+            None => problems.push(format!("{} was not expected", file.logical_path)),
+        }
+    }
+    let staged: HashSet<&str> = staged.iter().map(|f| f.logical_path.as_str()).collect();
+    for path in expected.keys().filter(|p| !staged.contains(p.as_str())) {
+        problems.push(format!("{path} is missing"));
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(StorageError::DigestMismatch {
+        ark: ark.to_string(),
+        problems,
+    })
+}
+
+/// Whether `a` and `b` are on one file system (so a rename moves a file
+/// from one to the other); `false` when either cannot be read.
+fn same_file_system(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (fs::metadata(a), fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev(),
+        _ => false,
+    }
 }
 
 fn sha512_file(path: &Path) -> Result<String, StorageError> {

@@ -64,6 +64,13 @@ fn expected_listing(files: &[(&str, &str)]) -> Vec<(String, u64, String)> {
     listing
 }
 
+fn expected_sha512(files: &[(&str, &str)]) -> BTreeMap<String, String> {
+    files
+        .iter()
+        .map(|(p, c)| (p.to_string(), sha512(c)))
+        .collect()
+}
+
 fn read(target: &OcflTarget, ark: &str, version: Option<u32>, path: &str) -> String {
     let content = target
         .read_file(ark, version, path)
@@ -143,6 +150,86 @@ fn v1_stores_nested_files_reads_back_and_verifies() {
     let report = target.verify(ARK).unwrap();
     assert!(report.ok, "{report:?}");
     assert_eq!(report.problems, Vec::<String>::new());
+}
+
+#[test]
+fn a_moved_version_is_the_source_files_renamed_not_copies() {
+    use std::os::unix::fs::MetadataExt;
+    let (root, target) = target();
+    // On the root's file system, so the files can be renamed.
+    let src = root.path().join("v1");
+    write_tree(&src, V1);
+    let inode = |path: &Path| fs::metadata(path).expect("metadata").ino();
+    let before: BTreeMap<&str, u64> = V1.iter().map(|(p, _)| (*p, inode(&src.join(p)))).collect();
+
+    let stored = target
+        .store_checked(ARK, &src, &meta("v1"), true, &expected_sha512(V1))
+        .unwrap();
+
+    assert_eq!(stored.version, 1);
+    assert_eq!(listing(&stored), expected_listing(V1));
+    for (path, ino) in &before {
+        let content = stored.object_root.join("v1/content").join(path);
+        assert_eq!(inode(&content), *ino, "{path} was copied, not moved");
+        assert!(!src.join(path).exists(), "{path} is still in the source");
+    }
+    assert!(target.verify_structure(ARK).unwrap().ok);
+    assert!(target.verify(ARK).unwrap().ok);
+
+    // A second version moves too, and the first stays readable.
+    const V2: &[(&str, &str)] = &[("readme.txt", "hello again"), ("producer/new.txt", "new")];
+    let src2 = root.path().join("v2");
+    write_tree(&src2, V2);
+    let readme = inode(&src2.join(V2[0].0));
+    let stored = target
+        .store_checked(ARK, &src2, &meta("v2"), true, &expected_sha512(V2))
+        .unwrap();
+    assert_eq!(stored.version, 2);
+    assert_eq!(listing(&stored), expected_listing(V2));
+    let moved = stored.object_root.join("v2/content").join(V2[0].0);
+    assert_eq!(inode(&moved), readme, "v2 was copied, not moved");
+    assert_eq!(read(&target, ARK, Some(1), "readme.txt"), "hello");
+    assert!(target.verify(ARK).unwrap().ok);
+}
+
+#[test]
+fn a_file_whose_digest_is_not_the_expected_one_is_not_committed() {
+    for moving in [false, true] {
+        let (root, target) = target();
+        let src = root.path().join("src");
+        write_tree(&src, V1);
+        let mut expected = expected_sha512(V1);
+        expected.insert("producer/data/a.txt".into(), sha512("alpha, as downloaded"));
+        expected.insert("gone.txt".into(), sha512("gone"));
+        let err = target
+            .store_checked(ARK, &src, &meta("v1"), moving, &expected)
+            .expect_err("a digest differs");
+        let text = err.to_string();
+        assert!(matches!(err, StorageError::DigestMismatch { .. }), "{text}");
+        assert!(!err.is_recoverable());
+        assert!(text.contains("producer/data/a.txt has SHA-512"), "{text}");
+        assert!(text.contains("gone.txt is missing"), "{text}");
+        assert!(!text.contains("readme.txt"), "{text}");
+        assert!(matches!(
+            target.versions(ARK),
+            Err(StorageError::NotFound { .. })
+        ));
+        assert_eq!(
+            staged_objects(target.root()),
+            0,
+            "the staged version is discarded"
+        );
+    }
+}
+
+#[test]
+fn verify_structure_does_not_read_the_content_but_verify_does() {
+    let (_root, target) = target();
+    let src = source(V1);
+    let stored = target.store_version(ARK, src.path(), &meta("v1")).unwrap();
+    fs::write(stored.object_root.join("v1/content/readme.txt"), "HELLO").unwrap();
+    assert!(target.verify_structure(ARK).unwrap().ok);
+    assert!(!target.verify(ARK).unwrap().ok);
 }
 
 #[test]

@@ -21,7 +21,10 @@
 //! so that no worker takes the item again from a projection that lags.
 //!
 //! **Batches.** Pending batches are taken oldest first, past any that
-//! cannot be taken now (a held collection, a refusal). Batches to report
+//! cannot be taken now (a held collection, a refusal); several
+//! batch-pending tasks expand and acquire batches at once (`batch_pending=N`).
+//! The lister reads a batch's nodes only until it has seen it pending or
+//! acquired, so a burst of N batches does not cost N reads per listing. Batches to report
 //! come from the engine's answers (a report that finished a batch's last
 //! job names the batch) and from a slow sweep of `/batches` for batches
 //! that entered Reporting any other way.
@@ -133,6 +136,10 @@ pub struct Shared {
     /// never returns to Pending once acquired, so the batch-pending lister
     /// skips these without reading ZooKeeper again.
     acquired: Mutex<HashSet<String>>,
+    /// Batches a listing saw pending (a status, no `states`) and not yet
+    /// acquired: later listings keep them without reading ZooKeeper again
+    /// (a task re-checks a batch before acquiring it).
+    pending: Mutex<HashSet<String>>,
     /// Why each waiting job waits, so the reason is logged at INFO once
     /// when it changes rather than on every look.
     waiting: Mutex<HashMap<String, String>>,
@@ -187,6 +194,7 @@ impl Shared {
                 })
                 .collect(),
             acquired: Mutex::default(),
+            pending: Mutex::default(),
             waiting: Mutex::default(),
             claims: Mutex::default(),
             to_report: Mutex::default(),
@@ -239,7 +247,18 @@ impl Shared {
             Target::Jobs(_) => SPREAD,
             _ => 1,
         };
+        let acquired = match target {
+            // A batch a task of this worker acquired stays in the listing
+            // until the next one: never a candidate again.
+            Target::PendingBatches => {
+                Some(self.acquired.lock().unwrap_or_else(PoisonError::into_inner))
+            }
+            _ => None,
+        };
         for item in items {
+            if acquired.as_ref().is_some_and(|a| a.contains(&item.id)) {
+                continue;
+            }
             match claims.get(&item.id) {
                 None => {}
                 Some(Claim::InHand { .. }) => continue,
@@ -590,20 +609,34 @@ async fn list(
                 Err(e) => return Err(e.into()),
             };
             bids.sort();
-            let unknown: Vec<String> = {
+            let (unknown, known_pending): (Vec<String>, HashSet<String>) = {
                 let mut acquired = shared
                     .acquired
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner);
-                // Forget batches cleanup removed, so the set stays bounded.
+                let mut pending = shared
+                    .pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                // Forget batches cleanup removed, so the sets stay bounded.
                 let listed: HashSet<&String> = bids.iter().collect();
                 acquired.retain(|b| listed.contains(b));
-                bids.into_iter().filter(|b| !acquired.contains(b)).collect()
+                pending.retain(|b| listed.contains(b) && !acquired.contains(b));
+                let unknown = bids.into_iter().filter(|b| !acquired.contains(b)).collect();
+                (unknown, pending.clone())
             };
             // Every pending batch, oldest first: a task passes over those
-            // it cannot take now (held, refused) to the next.
+            // it cannot take now (held, refused) to the next. Only batches
+            // this worker has not seen pending yet are read.
             let mut items = Vec::new();
             for bid in unknown {
+                if known_pending.contains(&bid) {
+                    items.push(Item {
+                        id: bid,
+                        priority: 0,
+                    });
+                    continue;
+                }
                 if client
                     .check_stat(&format!("/batches/{bid}/states"))
                     .await?
@@ -621,6 +654,11 @@ async fn list(
                     .await?
                     .is_some()
                 {
+                    shared
+                        .pending
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(bid.clone());
                     items.push(Item {
                         id: bid,
                         priority: 0,
@@ -810,6 +848,17 @@ async fn locked(
     match target {
         Target::PendingBatches => {
             if !batch_matches(client, target, &item.id).await? {
+                // Acquired by another worker, or gone: never pending again.
+                shared
+                    .pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&item.id);
+                shared
+                    .acquired
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(item.id.clone());
                 return Ok(Tried::Skipped);
             }
             let mut body = AcquireBody {
@@ -1129,6 +1178,34 @@ mod tests {
                 priority: 5,
             })
             .collect()
+    }
+
+    /// Several batch-pending tasks: a batch one of them acquired is still
+    /// in the listing until the lister reads `/batches` again, and must
+    /// not cost another task a lock, a read and a release.
+    #[test]
+    fn a_batch_acquired_here_is_not_picked_again_from_a_stale_listing() {
+        let shared = shared("http://127.0.0.1:1");
+        let queue = items(&["bid1", "bid2"]);
+        let first = shared.pick(Target::PendingBatches, &queue).expect("bid1");
+        assert_eq!(first.id, "bid1");
+        // What `locked` does when the acquire was accepted.
+        shared
+            .acquired
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(first.id.clone());
+        shared.settle("bid1", Tried::Done);
+        let next = shared.pick(Target::PendingBatches, &queue).expect("bid2");
+        assert_eq!(next.id, "bid2", "bid1 is acquired");
+        shared.settle("bid2", Tried::Done);
+        assert!(shared
+            .pick(Target::PendingBatches, &items(&["bid1"]))
+            .is_err());
+        // Job queues are not filtered by batches.
+        assert!(shared
+            .pick(Target::Jobs(JobState::Pending), &items(&["bid1"]))
+            .is_ok());
     }
 
     /// Regression: the batch-pending daemon stopped at the first batch it

@@ -49,6 +49,15 @@ pub(crate) fn timings(
     Ok((submitted, jobs))
 }
 
+/// When batch `bid` reached Completed (its BatchCompleted event), if it did.
+pub(crate) fn batch_completed(bid: &str, rows: &[HistoryRow]) -> Result<Option<DateTime<Utc>>> {
+    rows.iter()
+        .filter(|row| row.stream == bid && row.event == "BatchCompleted")
+        .map(|row| event_time(bid, row))
+        .next_back()
+        .transpose()
+}
+
 /// When an event of batch `bid`'s history happened.
 pub(crate) fn event_time(bid: &str, row: &HistoryRow) -> Result<DateTime<Utc>> {
     Ok(DateTime::parse_from_rfc3339(&row.time)

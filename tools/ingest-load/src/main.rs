@@ -131,7 +131,7 @@ struct Args {
         value_name = "LIST"
     )]
     workers: Vec<usize>,
-    /// Tasks per job daemon in each worker (batch daemons run one task). With
+    /// Tasks per job daemon in each worker (batch daemons: --batch-tasks). With
     /// zero-duration steps a task spends its time on its report's round trip
     /// and on waiting, lock held, for the projection to show the job's new
     /// state, so one task per daemon leaves the engine idle; on 2 cores one
@@ -187,11 +187,25 @@ struct Args {
     /// Real mode: the seed of the generated files' bytes.
     #[arg(long, default_value_t = 1, value_name = "SEED")]
     seed: u64,
-    /// Real mode: tasks of batch_pending and batch_reporting in the worker
-    /// (one, as in simulate mode; each object is a batch of its own, so one
-    /// task expands them one at a time).
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    /// Tasks of batch_pending and batch_reporting in each worker (in real
+    /// mode each object is a batch of its own: N tasks expand and acquire N
+    /// batches at once; 1 acquires them one at a time).
+    #[arg(long, default_value_t = 4, value_name = "N")]
     batch_tasks: u32,
+    /// Real mode: tasks of the worker's job_pending daemon [default:
+    /// --tasks]. A worker that runs every daemon carries each job from
+    /// Pending to Completed in the task that took it from Pending (steps
+    /// chained under one lock), so these tasks bound how many jobs are in
+    /// the pipeline at once.
+    #[arg(long, value_name = "N")]
+    pending_tasks: Option<u32>,
+    /// Simulate mode: before each round is measured, submit this many
+    /// batches of one job and wait until they are Completed, so that the
+    /// round runs with that many finished batches in the tree (batch
+    /// reporting must not slow down with them; the notes give the time
+    /// from a batch's last job Completed to the batch Completed).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    prefill_batches: usize,
     /// Real mode: the curl program.
     #[arg(long, default_value = "curl", value_name = "PATH")]
     curl: PathBuf,

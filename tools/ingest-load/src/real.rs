@@ -479,7 +479,11 @@ pub(crate) async fn real_round(
     };
     let daemons: Vec<String> = JOB_DAEMONS
         .iter()
-        .map(|d| format!("{d}={}", args.tasks))
+        .map(|d| match (*d, args.pending_tasks) {
+            // A chain runs in the task that took the job from Pending.
+            ("job_pending", Some(n)) => format!("{d}={n}"),
+            _ => format!("{d}={}", args.tasks),
+        })
         .chain(
             BATCH_DAEMONS
                 .iter()

@@ -64,6 +64,13 @@ pub(crate) struct Round {
     pub(crate) log_samples: Vec<String>,
     /// Jobs/s against the baseline round of the same run.
     pub(crate) ratio: f64,
+    /// Finished batches in the tree before the round (--prefill-batches).
+    pub(crate) prefilled_batches: usize,
+    /// From a batch's last job reaching Completed to the batch's
+    /// BatchCompleted event (the log's timestamps), over the round's batches.
+    pub(crate) report_p50_ms: f64,
+    pub(crate) report_p99_ms: f64,
+    pub(crate) report_max_ms: f64,
 }
 
 pub(crate) async fn run(args: Args) -> Result<()> {
@@ -79,12 +86,14 @@ pub(crate) async fn run(args: Args) -> Result<()> {
     let (ingest, work) = binary_and_work_dir(&args)?;
     let tokens = Arc::new(Tokens::new());
     eprintln!(
-        "ingest-load: {} batches x {} jobs, workers {:?}, {} tasks per job daemon, steps of {} ms; logs in {}",
+        "ingest-load: {} batches x {} jobs, workers {:?}, {} tasks per job daemon, {} per batch daemon, steps of {} ms, {} finished batches first; logs in {}",
         args.batches,
         args.jobs,
         args.workers,
         args.tasks,
+        args.batch_tasks,
         args.step_ms,
+        args.prefill_batches,
         work.display()
     );
 
@@ -122,6 +131,8 @@ pub(crate) async fn run(args: Args) -> Result<()> {
             "jobs_per_batch": args.jobs,
             "tasks_per_job_daemon": args.tasks,
             "step_ms": args.step_ms,
+            "batch_tasks": args.batch_tasks,
+            "prefill_batches": args.prefill_batches,
             "baseline": base_label,
             "rounds": rounds,
         });
@@ -180,6 +191,11 @@ pub(crate) fn notes(rounds: &[Round]) -> String {
             r.warn_lines,
             r.error_lines
         );
+        let _ = writeln!(
+            s,
+            "    batch reporting (last job Completed -> batch Completed) p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms, with {} finished batches in the tree before the round",
+            r.report_p50_ms, r.report_p99_ms, r.report_max_ms, r.prefilled_batches
+        );
         for l in &r.log_samples {
             let _ = writeln!(s, "    e.g. {l}");
         }
@@ -214,7 +230,11 @@ pub(crate) async fn run_round(
     let daemons: Vec<String> = JOB_DAEMONS
         .iter()
         .map(|d| format!("{d}={}", args.tasks))
-        .chain(BATCH_DAEMONS.iter().map(|d| format!("{d}=1")))
+        .chain(
+            BATCH_DAEMONS
+                .iter()
+                .map(|d| format!("{d}={}", args.batch_tasks)),
+        )
         .collect();
     for i in 1..=workers {
         let name = format!("worker-{i}");
@@ -257,37 +277,24 @@ pub(crate) async fn drive(
     workers: usize,
 ) -> Result<Round> {
     let total = args.batches * args.jobs;
+    let prefilled = prefill(args, api, procs, workers).await?;
     let cpu_before = procs.cpu(args.zk_pid);
     let zk_before = zk_packets_received(&args.zk).await;
     let started = Instant::now();
 
-    // Submit every batch, up to SUBMIT_CONCURRENCY at once.
-    let gate = Arc::new(Semaphore::new(SUBMIT_CONCURRENCY));
-    let mut set = JoinSet::new();
-    for b in 0..args.batches {
-        let api = Arc::clone(api);
-        let gate = Arc::clone(&gate);
-        let jobs = args.jobs;
-        set.spawn(async move {
-            let _permit = gate.acquire().await.context("the submission gate closed")?;
-            api.submit(b, jobs).await.map(|bid| (b, bid))
-        });
-    }
-    let mut bids = vec![String::new(); args.batches];
-    while let Some(joined) = set.join_next().await {
-        let (b, bid) = joined.context("a submission task failed")??;
-        bids[b] = bid;
-    }
+    let bids = submit_all(api, 0..args.batches, args.jobs).await?;
     let submit_seconds = started.elapsed().as_secs_f64();
 
-    // Wait for every job and batch to be Completed.
+    // Wait for every job and batch to be Completed (the prefilled ones are
+    // already).
     let deadline = started + Duration::from_secs(args.timeout);
+    let everything: Vec<String> = prefilled.iter().chain(&bids).cloned().collect();
     let (status, mut max_behind) = wait_all(
         args,
         api,
         procs,
-        &bids,
-        total,
+        &everything,
+        total + prefilled.len(),
         &format!("{workers} worker(s)"),
         ", which zero-duration simulated steps never do",
         deadline,
@@ -310,9 +317,14 @@ pub(crate) async fn drive(
     let mut last_completed: Option<DateTime<Utc>> = None;
     let mut walks = Vec::with_capacity(total);
     let mut latencies = Vec::with_capacity(total);
+    let mut reporting = Vec::with_capacity(bids.len());
     for bid in &bids {
         let history = api.history(bid).await?;
         let (submitted, jobs) = timings(bid, &history)?;
+        let last_job = jobs.values().filter_map(|j| j.completed).max();
+        if let (Some(last), Some(done)) = (last_job, batch_completed(bid, &history)?) {
+            reporting.push(ms(done - last));
+        }
         let completed: Vec<(Option<DateTime<Utc>>, DateTime<Utc>)> = jobs
             .values()
             .filter_map(|j| j.completed.map(|c| (j.started, c)))
@@ -339,6 +351,7 @@ pub(crate) async fn drive(
     let seconds = (last - first).num_microseconds().unwrap_or(0) as f64 / 1e6;
     latencies.sort_by(f64::total_cmp);
     walks.sort_by(f64::total_cmp);
+    reporting.sort_by(f64::total_cmp);
     Ok(Round {
         workers,
         tasks: args.tasks,
@@ -373,7 +386,71 @@ pub(crate) async fn drive(
         error_lines: 0,
         log_samples: Vec::new(),
         ratio: 0.0,
+        prefilled_batches: prefilled.len(),
+        report_p50_ms: nearest_rank(&reporting, 50.0),
+        report_p99_ms: nearest_rank(&reporting, 99.0),
+        report_max_ms: reporting.last().copied().unwrap_or(0.0),
     })
+}
+
+/// Submits the batches numbered `numbers` of `jobs` jobs each, up to
+/// SUBMIT_CONCURRENCY at once; their bids in that order.
+async fn submit_all(
+    api: &Arc<Api>,
+    numbers: std::ops::Range<usize>,
+    jobs: usize,
+) -> Result<Vec<String>> {
+    let first = numbers.start;
+    let gate = Arc::new(Semaphore::new(SUBMIT_CONCURRENCY));
+    let mut set = JoinSet::new();
+    for b in numbers.clone() {
+        let api = Arc::clone(api);
+        let gate = Arc::clone(&gate);
+        set.spawn(async move {
+            let _permit = gate.acquire().await.context("the submission gate closed")?;
+            api.submit(b, jobs).await.map(|bid| (b, bid))
+        });
+    }
+    let mut bids = vec![String::new(); numbers.len()];
+    while let Some(joined) = set.join_next().await {
+        let (b, bid) = joined.context("a submission task failed")??;
+        bids[b - first] = bid;
+    }
+    Ok(bids)
+}
+
+/// `--prefill-batches N`: N batches of one job through the normal path
+/// (submission, acquisition, every step, reporting), waited for until
+/// Completed before the round is measured; their bids.
+async fn prefill(
+    args: &Args,
+    api: &Arc<Api>,
+    procs: &mut RoundProcs,
+    workers: usize,
+) -> Result<Vec<String>> {
+    let n = args.prefill_batches;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let started = Instant::now();
+    // Numbered after the measured batches, so local ids never repeat.
+    let bids = submit_all(api, args.batches..args.batches + n, 1).await?;
+    wait_all(
+        args,
+        api,
+        procs,
+        &bids,
+        n,
+        &format!("{workers} worker(s), prefill"),
+        ", which zero-duration simulated steps never do",
+        started + Duration::from_secs(args.timeout),
+    )
+    .await?;
+    eprintln!(
+        "prefill: {n} finished batches in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(bids)
 }
 
 /// Polls `GET /status` until `jobs` jobs and every batch of `bids` are

@@ -1,8 +1,8 @@
 //! Downloading: every file of the object into `<job>/producer/`.
 //!
 //! The files are those [`estimate::object_files`] lists. Each is streamed
-//! to disk with its digests computed on the way (always sha256, plus the
-//! algorithm of any digest the depositor supplied), with retries of
+//! to disk with its digests computed on the way (always sha256 and sha512,
+//! plus the algorithm of any digest the depositor supplied), with retries of
 //! recoverable errors recorded as events; at most `transfers_per_job` run
 //! at once for a job and `transfers` for the whole worker. A supplied
 //! digest that does not match fails the job at once. A container is
@@ -62,7 +62,8 @@ pub struct DownloadedFile {
     /// Its size in bytes, as measured.
     pub size: u64,
     /// Its digests in lower-case hexadecimal by algorithm name (`sha256`
-    /// always, plus the algorithm of a supplied digest).
+    /// and `sha512` always, plus the algorithm of a supplied digest). The
+    /// storing step checks the stored copy against `sha512`.
     pub digests: BTreeMap<String, String>,
     /// The MIME type the depositor's manifest gave (`mrt:mimeType`), when
     /// well-formed; `None` for none (the storage manifest detects one).
@@ -408,9 +409,11 @@ struct TransferCtx {
 
 impl Transfer {
     fn new(index: usize, file: &FileSpec, dest: PathBuf, expected: Option<Expected>) -> Transfer {
-        let mut algorithms = vec![Algorithm::Sha256];
+        // SHA-512 is OCFL's digest: the storing step compares it with what
+        // OCFL reads, so the bytes are hashed for it once, as they arrive.
+        let mut algorithms = vec![Algorithm::Sha256, Algorithm::Sha512];
         if let Some(e) = &expected {
-            if e.algorithm != Algorithm::Sha256 {
+            if !algorithms.contains(&e.algorithm) {
                 algorithms.push(e.algorithm);
             }
         }
@@ -533,8 +536,9 @@ fn unpack(
         .map_err(|e| format!("cannot remove {}: {e}", container.display()))?;
     let mut files = Vec::with_capacity(extracted.len());
     for entry in extracted {
-        let (size, digests) = digest::digest_file(&entry.path, &[Algorithm::Sha256])
-            .map_err(|e| format!("cannot read {}: {e}", entry.path.display()))?;
+        let (size, digests) =
+            digest::digest_file(&entry.path, &[Algorithm::Sha256, Algorithm::Sha512])
+                .map_err(|e| format!("cannot read {}: {e}", entry.path.display()))?;
         files.push(DownloadedFile {
             name: entry.name,
             url: url.to_owned(),
@@ -779,6 +783,11 @@ mod tests {
             report.files[1].digests["sha256"],
             hex(Algorithm::Sha256, TWO)
         );
+        // OCFL's digest, computed on the way for the storing step's check.
+        assert_eq!(
+            report.files[0].digests["sha512"],
+            hex(Algorithm::Sha512, ONE)
+        );
         let producer = s.job_dir().join("producer");
         assert_eq!(
             std::fs::read(producer.join("dir/one.txt")).expect("one"),
@@ -832,7 +841,7 @@ mod tests {
             .download(&files, ObjectKind::Files, Some(right))
             .await
             .expect("match");
-        assert_eq!(ok.files[0].digests.len(), 2);
+        assert_eq!(ok.files[0].digests.len(), 3, "sha1, sha256 and sha512");
     }
 
     #[tokio::test]

@@ -3,9 +3,21 @@
 //! parallel, each target a task with its own retries; the object's fixity is
 //! verified after writing.
 //!
-//! The version's files are staged in `<job>/object/` (hard links, or copies
-//! where linking fails) so that nothing else in the working directory, such
-//! as a downloaded container, ends up in the object.
+//! The version's files are staged in `<job>/object-<target>/` (hard links,
+//! or copies where linking fails) so that nothing else in the working
+//! directory, such as a downloaded container, ends up in the object.
+//!
+//! For the first target the staged links are *moved* into the object
+//! ([`OcflTarget::move_version`]), so no byte is copied when the working
+//! storage and that target share a file system (the stored file is then
+//! the downloaded file itself until the job's directory is removed); the
+//! other targets get copies, so that no two targets share a file. rocfl
+//! reads each file once for its inventory's SHA-512, which is compared with
+//! the SHA-512 the download step computed from the bytes as they arrived
+//! (`system/files.json`). When every one matches, a moved version's
+//! structure is validated without reading its content again (the rename
+//! wrote nothing); a copied version, or one adopted from an earlier run,
+//! gets the full fixity check, which reads it back.
 //!
 //! A requeued job never stores its version twice. After a target has stored
 //! and verified the version, a marker `<job>/stored-<target>.json` records
@@ -19,13 +31,14 @@
 //! exactly this job's files: an `add` is not merged with the previous
 //! version's files.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use chrono::Utc;
 use ingest_protocol::api::StoreBody;
+use ingest_steps::digest::{digest_file, Algorithm};
 use ingest_steps::ocfl::{OcflTarget, StorageError, VersionMeta};
 use serde::{Deserialize, Serialize};
 
@@ -322,6 +335,7 @@ pub async fn store_object(
             job_dir: job_dir.to_path_buf(),
             prepared: Arc::clone(&prepared),
             meta: meta.clone(),
+            moving: index == 0,
         };
         let job = job.cloned();
         tasks.spawn(async move { (index, work.run(policy, job.as_ref()).await) });
@@ -337,15 +351,6 @@ pub async fn store_object(
             Err(e) => return Err(format!("a storage task failed: {e}")),
         }
     }
-    let staging = prepared.source.clone();
-    // The staged links are not needed any more; a leftover is rebuilt by
-    // the next run, so a failure to remove it is only logged.
-    let _ = tokio::task::spawn_blocking(move || {
-        if let Err(e) = std::fs::remove_dir_all(&staging) {
-            tracing::warn!(dir = %staging.display(), error = %e, "cannot remove the staged object");
-        }
-    })
-    .await;
     let mut stored = Vec::with_capacity(targets.len());
     let mut failures = Vec::new();
     for (target, result) in targets.iter().zip(results) {
@@ -401,15 +406,17 @@ pub fn parse_spec(spec: &str) -> anyhow::Result<(&str, &str)> {
     Ok((name, dir))
 }
 
-/// The staged source and the manifest it holds.
+/// The manifest, and the SHA-512 every stored file must have.
 struct Prepared {
-    source: PathBuf,
     manifest: Vec<u8>,
     manifest_sha256: String,
+    /// SHA-512 by logical path (`producer/…`, `system/…`): the download
+    /// step's for producer files (computed here when it has none), computed
+    /// here for the small generated files.
+    sha512: BTreeMap<String, String>,
 }
 
-/// Reads the manifest and stages `producer/` and `system/` in
-/// `<job>/object/`.
+/// Reads the manifest and the digests the stored files must have.
 fn prepare(job_dir: &Path) -> Result<Prepared, String> {
     let manifest_path = job_dir.join("system").join(MANIFEST_FILE);
     let manifest = std::fs::read(&manifest_path).map_err(|e| {
@@ -419,12 +426,37 @@ fn prepare(job_dir: &Path) -> Result<Prepared, String> {
         )
     })?;
     let (_, manifest_sha256) = process::sha256_of(&manifest_path)?;
-    let source = job_dir.join("object");
-    match std::fs::remove_dir_all(&source) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("cannot clear {}: {e}", source.display())),
+    let downloaded: BTreeMap<String, String> = process::producer_files(job_dir)?
+        .into_iter()
+        .filter_map(|f| {
+            Some((
+                format!("producer/{}", f.name),
+                f.digests.get("sha512")?.clone(),
+            ))
+        })
+        .collect();
+    let mut sha512 = BTreeMap::new();
+    for part in ["producer", "system"] {
+        for (name, path) in process::walk(&job_dir.join(part))? {
+            let logical = format!("{part}/{name}");
+            let digest = match downloaded.get(&logical) {
+                Some(d) => d.clone(),
+                None => sha512_of(&path)?,
+            };
+            sha512.insert(logical, digest);
+        }
     }
+    Ok(Prepared {
+        manifest,
+        manifest_sha256,
+        sha512,
+    })
+}
+
+/// Stages `producer/` and `system/` of `job_dir` as hard links (copies
+/// where linking fails) in `source`, cleared first.
+fn stage(job_dir: &Path, source: &Path) -> Result<(), String> {
+    remove_staged(source)?;
     for part in ["producer", "system"] {
         for (name, path) in process::walk(&job_dir.join(part))? {
             let to = source.join(part).join(&name);
@@ -439,11 +471,33 @@ fn prepare(job_dir: &Path) -> Result<Prepared, String> {
             }
         }
     }
-    Ok(Prepared {
-        source,
-        manifest,
-        manifest_sha256,
-    })
+    Ok(())
+}
+
+/// Removes a staging directory, if present.
+fn remove_staged(source: &Path) -> Result<(), String> {
+    match std::fs::remove_dir_all(source) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("cannot clear {}: {e}", source.display())),
+    }
+}
+
+/// The SHA-512 of a file, lower-case hex.
+fn sha512_of(path: &Path) -> Result<String, String> {
+    let (_, digests) = digest_file(path, &[Algorithm::Sha512])
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    digests
+        .into_iter()
+        .find(|(a, _)| *a == Algorithm::Sha512)
+        .map(|(_, hex)| hex)
+        .ok_or_else(|| format!("no SHA-512 of {}", path.display()))
+}
+
+/// Where a target's share of the object is staged, under the job's
+/// directory.
+fn staging_dir(job_dir: &Path, target: &str) -> PathBuf {
+    job_dir.join(format!("object-{target}"))
 }
 
 /// One target's share of a store.
@@ -453,6 +507,8 @@ struct TargetWork {
     job_dir: PathBuf,
     prepared: Arc<Prepared>,
     meta: VersionMeta,
+    /// Whether the staged files are moved (else copied) into the target.
+    moving: bool,
 }
 
 /// Why a target's store stopped.
@@ -522,18 +578,38 @@ impl TargetWork {
                 return Ok(m.version);
             }
         }
-        let version = match self.earlier_version()? {
+        let (version, report) = match self.earlier_version()? {
             Some(v) => {
                 tracing::info!(target_name = name, ark = %self.ark, version = v, "adopting a version stored by an earlier run");
-                v
+                (v, self.target.verify(&self.ark)?)
             }
             None => {
-                self.target
-                    .store_version(&self.ark, &self.prepared.source, &self.meta)?
-                    .version
+                let source = staging_dir(&self.job_dir, name);
+                stage(&self.job_dir, &source).map_err(Failure::Recoverable)?;
+                // Nothing is committed unless every file's SHA-512, as
+                // rocfl reads it, is the one computed at download.
+                let stored = self.target.store_checked(
+                    &self.ark,
+                    &source,
+                    &self.meta,
+                    self.moving,
+                    &self.prepared.sha512,
+                );
+                // What a failed move left is rebuilt by the next attempt.
+                if let Err(e) = remove_staged(&source) {
+                    tracing::warn!(error = %e, "cannot remove the staged object");
+                }
+                let stored = stored?;
+                let report = if self.moving {
+                    // Every content digest was just read from disk and
+                    // matched, and the rename wrote nothing.
+                    self.target.verify_structure(&self.ark)?
+                } else {
+                    self.target.verify(&self.ark)?
+                };
+                (stored.version, report)
             }
         };
-        let report = self.target.verify(&self.ark)?;
         if !report.ok {
             return Err(Failure::Permanent(format!(
                 "the fixity check of {} v{version} failed: {}",
@@ -679,6 +755,34 @@ mod tests {
         .expect("targets")
     }
 
+    /// A job's directory whose object is stored in both targets.
+    async fn stored_once() -> (tempfile::TempDir, PathBuf, Vec<Arc<OcflTarget>>) {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = job_dir(root.path());
+        let targets = targets(root.path());
+        store_object(
+            &targets,
+            "ark:/99999/fk4store",
+            &dir,
+            &meta(),
+            policy(),
+            None,
+        )
+        .await
+        .expect("stored");
+        (root, dir, targets)
+    }
+
+    /// The content file of `logical` (the only version) in an OCFL root.
+    fn content_file(ocfl: &Path, logical: &str) -> PathBuf {
+        process::walk(ocfl)
+            .expect("walk")
+            .into_iter()
+            .find(|(name, _)| name.ends_with(&format!("/content/{logical}")))
+            .map(|(_, path)| path)
+            .expect("content file")
+    }
+
     #[tokio::test]
     async fn every_target_gets_the_object_once() {
         let root = tempfile::tempdir().expect("tempdir");
@@ -705,7 +809,9 @@ mod tests {
         }
         let marker = read_marker(&dir, "two").expect("read").expect("marker");
         assert_eq!(marker.version, 1);
-        assert!(!dir.join("object").exists(), "the staging is removed");
+        for t in ["one", "two"] {
+            assert!(!staging_dir(&dir, t).exists(), "the staging is removed");
+        }
 
         // A second run with the same content is skipped by the marker.
         let again = store_object(&targets, ark, &dir, &meta(), policy(), None)
@@ -757,19 +863,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_fixity_problem_names_the_target() {
-        let root = tempfile::tempdir().expect("tempdir");
-        let dir = job_dir(root.path());
-        let targets = targets(root.path());
+        let (root, dir, targets) = stored_once().await;
         let ark = "ark:/99999/fk4store";
-        store_object(&targets, ark, &dir, &meta(), policy(), None)
-            .await
-            .expect("stored");
-        let content = process::walk(&root.path().join("ocfl1"))
-            .expect("walk")
-            .into_iter()
-            .find(|(name, _)| name.ends_with("/content/producer/a.txt"))
-            .map(|(_, path)| path)
-            .expect("content file");
+        let content = content_file(&root.path().join("ocfl1"), "producer/a.txt");
         std::fs::write(&content, b"abd").expect("corrupt");
         std::fs::remove_file(marker_path(&dir, "one")).expect("rm");
         let err = store_object(&targets, ark, &dir, &meta(), policy(), None)
@@ -780,6 +876,70 @@ mod tests {
             "{err}"
         );
         assert!(!err.contains("target two"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn the_first_target_gets_the_downloaded_file_itself_the_others_a_copy() {
+        use std::os::unix::fs::MetadataExt;
+        let (root, dir, _targets) = stored_once().await;
+        let inode = |p: &Path| std::fs::metadata(p).expect("metadata").ino();
+        let downloaded = inode(&dir.join("producer/sub/b.txt"));
+        let stored =
+            |ocfl: &str| inode(&content_file(&root.path().join(ocfl), "producer/sub/b.txt"));
+        assert_eq!(stored("ocfl1"), downloaded, "moved, not copied");
+        assert_ne!(
+            stored("ocfl2"),
+            downloaded,
+            "the second target has its own copy"
+        );
+        assert_eq!(
+            std::fs::read(dir.join("producer/sub/b.txt")).expect("read"),
+            b"bee",
+            "the working files stay for the later steps"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_file_that_changed_after_its_download_fails_the_store_naming_it() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = job_dir(root.path());
+        // What the download step recorded of the bytes it received.
+        let mut listed = Vec::new();
+        for name in ["a.txt", "sub/b.txt"] {
+            let path = dir.join("producer").join(name);
+            let (size, sha256) = process::sha256_of(&path).expect("sha256");
+            let sha512 = sha512_of(&path).expect("sha512");
+            listed.push(serde_json::json!({
+                "name": name, "url": "http://x/", "size": size,
+                "digests": {"sha256": sha256, "sha512": sha512},
+            }));
+        }
+        std::fs::write(
+            dir.join("system/files.json"),
+            serde_json::to_vec(&listed).expect("json"),
+        )
+        .expect("files.json");
+        // The bytes on disk change afterwards (same size).
+        std::fs::write(dir.join("producer/a.txt"), b"abd").expect("corrupt");
+        let targets = targets(root.path());
+        let ark = "ark:/99999/fk4store";
+        let err = store_object(&targets, ark, &dir, &meta(), policy(), None)
+            .await
+            .expect_err("the digests differ");
+        for target in ["one", "two"] {
+            assert!(
+                err.contains(&format!(
+                    "target {target}: the fixity check of {ark} failed before commit"
+                )),
+                "{err}"
+            );
+        }
+        assert!(err.contains("producer/a.txt has SHA-512"), "{err}");
+        assert!(!err.contains("sub/b.txt"), "{err}");
+        assert!(read_marker(&dir, "one").expect("marker").is_none());
+        for t in &targets {
+            assert!(t.versions(ark).is_err(), "nothing was committed");
+        }
     }
 
     #[test]
