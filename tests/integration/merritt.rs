@@ -3,7 +3,8 @@
 //!
 //! - Every scenario of `tests/data/merritt/*.yaml` (the batch happy path, a
 //!   failure, recovery with UpdateReporting, deletes and cleanup,
-//!   lowest-priority-first, a collection hold, a queue pause) runs through
+//!   lowest-priority-first, a collection hold, a queue pause, the access
+//!   queue's happy and fail paths) runs through
 //!   the engine and is projected into a real ZooKeeper; the live tree,
 //!   normalised as mrt-zk's harness compares trees (ids numbered in order of
 //!   appearance, timestamps and uuids replaced), must equal the reviewed
@@ -32,7 +33,7 @@ fn scenarios() -> Vec<PathBuf> {
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .collect();
     files.sort();
-    assert!(files.len() >= 7, "{files:?}");
+    assert!(files.len() >= 9, "{files:?}");
     files
 }
 
@@ -50,8 +51,8 @@ async fn project(path: &Path, server: &ZkServer) -> (String, ZkConfig) {
     (root, zk)
 }
 
-/// The tree as text, normalised: `bidNNNNNNNNNN`/`jidNNNNNNNNNN` become
-/// `bid-1`, `jid-1`, … in order of first appearance; timestamps and uuids
+/// The tree as text, normalised: `bidNNNNNNNNNN`/`jidNNNNNNNNNN`/`qidNNNNNNNNNN` become
+/// `bid-1`, `jid-1`, `qid-1`, … in order of first appearance; timestamps and uuids
 /// become `<time>` and `<uuid>`.
 fn normalise(text: &str) -> String {
     let mut ids: BTreeMap<String, String> = BTreeMap::new();
@@ -61,7 +62,7 @@ fn normalise(text: &str) -> String {
     let mut i = 0;
     while i < bytes.len() {
         let rest = &bytes[i..];
-        let id_prefix = ["bid", "jid"].into_iter().find(|p| {
+        let id_prefix = ["bid", "jid", "qid"].into_iter().find(|p| {
             rest.starts_with(p.as_bytes())
                 && rest.len() >= 13
                 && rest[3..13].iter().all(u8::is_ascii_digit)
