@@ -253,6 +253,26 @@ async fn an_independent_merritt_reader_reads_every_projected_node() {
             );
             assert!(summary["locked"].is_string(), "{summary}");
         }
+        // The access queues, as mrt-store's consumer takes them.
+        if path.ends_with("access-happy-path.yaml") {
+            assert_eq!(
+                summary["access_metrics"]["num_assemblies_completed"], 2,
+                "{summary}"
+            );
+            assert_eq!(summary["access"]["large"].as_array().map(Vec::len), Some(1));
+            assert!(summary["access_locked"]["small"].is_string(), "{summary}");
+        }
+        if path.ends_with("access-fail-path.yaml") {
+            assert_eq!(summary["access_paused"]["large"], true, "{summary}");
+            assert!(
+                summary["access_locked"].get("large").is_none(),
+                "a paused queue is not taken: {summary}"
+            );
+            assert_eq!(
+                summary["access_metrics"]["num_assemblies_processing"], 1,
+                "{summary}"
+            );
+        }
     }
     assert!(profiles_seen > 0, "no job's profile was found");
 }
