@@ -105,3 +105,40 @@ pub struct AccessOutcomeBody {
     #[serde(default)]
     pub message: String,
 }
+
+impl From<&ingest_events::state::AccessRequest> for AccessView {
+    fn from(a: &ingest_events::state::AccessRequest) -> AccessView {
+        AccessView {
+            qid: a.qid.to_string(),
+            queue: a.queue.name().to_string(),
+            path: format!("/access/{}/{}", a.queue.name(), a.qid),
+            status: a.status.to_string(),
+            message: a.message.clone(),
+            token: a.token.token.clone(),
+            ark: a.token.ark.clone(),
+            version: a.token.version,
+            format: a.token.format.clone(),
+            size: a.token.size,
+            delivery_node: a.token.delivery_node,
+            retry_count: a.retry_count,
+            created: a.created,
+            last_modified: a.last_modified,
+        }
+    }
+}
+
+impl AccessList {
+    /// Every request of `state`, small queue first, each by id.
+    pub fn of(state: &ingest_events::State) -> AccessList {
+        let mut items: Vec<&ingest_events::state::AccessRequest> = state.access.values().collect();
+        items.sort_by_key(|a| (a.queue, a.qid));
+        AccessList {
+            items: items.into_iter().map(AccessView::from).collect(),
+            paused: state
+                .paused_access
+                .iter()
+                .map(|q| q.name().to_string())
+                .collect(),
+        }
+    }
+}

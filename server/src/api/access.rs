@@ -7,7 +7,6 @@ use axum::http::StatusCode;
 use axum::Json;
 use ingest_events::command::{Command, Item};
 use ingest_events::event::{AccessQueue, AccessToken};
-use ingest_events::state::AccessRequest;
 use ingest_events::{Actor, Qid, Recorded};
 use ingest_protocol::access::{
     AccessList, AccessMoved, AccessOutcomeBody, AccessRequestBody, AccessView,
@@ -25,26 +24,6 @@ pub fn access_lock_path(queue: AccessQueue, qid: Qid) -> String {
     format!("/access/{}/{qid}/lock", queue.name())
 }
 
-/// A request as the API shows it.
-pub(crate) fn view(a: &AccessRequest) -> AccessView {
-    AccessView {
-        qid: a.qid.to_string(),
-        queue: a.queue.name().to_string(),
-        path: format!("/access/{}/{}", a.queue.name(), a.qid),
-        status: a.status.to_string(),
-        message: a.message.clone(),
-        token: a.token.token.clone(),
-        ark: a.token.ark.clone(),
-        version: a.token.version,
-        format: a.token.format.clone(),
-        size: a.token.size,
-        delivery_node: a.token.delivery_node,
-        retry_count: a.retry_count,
-        created: a.created,
-        last_modified: a.last_modified,
-    }
-}
-
 fn moved(app: &AppState, qid: Qid, records: &[Recorded]) -> Result<AccessMoved, ApiError> {
     let state = app.inner.handle.state();
     let a = state
@@ -52,7 +31,7 @@ fn moved(app: &AppState, qid: Qid, records: &[Recorded]) -> Result<AccessMoved, 
         .get(&qid)
         .ok_or_else(|| ApiError::not_found(Item::Access(qid)))?;
     Ok(AccessMoved {
-        request: view(a),
+        request: AccessView::from(a),
         events: rows(records),
     })
 }
@@ -98,17 +77,7 @@ pub(crate) async fn request(
 
 /// `GET /access`: every request, small queue first, each by id.
 pub(crate) async fn list(State(app): State<AppState>) -> Json<AccessList> {
-    let state = app.inner.handle.state();
-    let mut items: Vec<&AccessRequest> = state.access.values().collect();
-    items.sort_by_key(|a| (a.queue, a.qid));
-    Json(AccessList {
-        items: items.into_iter().map(view).collect(),
-        paused: state
-            .paused_access
-            .iter()
-            .map(|q| q.name().to_string())
-            .collect(),
-    })
+    Json(AccessList::of(&app.inner.handle.state()))
 }
 
 /// `GET /access/{qid}`.
@@ -120,7 +89,7 @@ pub(crate) async fn show(
     state
         .access
         .get(&qid)
-        .map(|a| Json(view(a)))
+        .map(|a| Json(AccessView::from(a)))
         .ok_or_else(|| ApiError::not_found(Item::Access(qid)))
 }
 
