@@ -180,7 +180,7 @@ fn local_inner(local: &mut Local, action: AccessAction) -> Result<i32> {
                 .context("the request appended nothing")?;
             emit(&AccessView::from(a), format)?;
         }
-        AccessAction::List { format } => emit(&AccessList::of(&local.engine.state()), format)?,
+        AccessAction::List { format } => emit(&AccessList::of(local.engine.state()), format)?,
         AccessAction::Show { qid, format } => {
             let state = local.engine.state();
             let a = state
