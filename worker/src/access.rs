@@ -32,7 +32,7 @@ use crate::daemon::{fresh_secret, release, Shared};
 pub const SIMULATED_FAILURE_PREFIX: &str = "simulate-failure";
 
 /// How long the loop waits before looking again at an idle or paused queue.
-const IDLE: Duration = Duration::from_millis(100);
+const IDLE: Duration = Duration::from_millis(200);
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

@@ -250,3 +250,65 @@ pub(super) fn resume_access_queue(
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Event;
+
+    fn token(t: &str, ark: &str, format: &str, size: u64) -> AccessToken {
+        AccessToken {
+            token: t.into(),
+            ark: ark.into(),
+            version: 0,
+            format: format.into(),
+            size,
+            delivery_node: 9501,
+        }
+    }
+
+    fn request(t: AccessToken) -> Result<Decision, Rejection> {
+        let cmd = Command::RequestAccess {
+            token: t,
+            size_limit: AccessQueue::DEFAULT_SIZE_LIMIT,
+        };
+        decide(&State::new(), &Lifecycle::builtin(), &cmd)
+    }
+
+    #[test]
+    fn the_queue_is_chosen_by_size_as_mrt_store_chooses_it() {
+        for (size, queue) in [
+            (0, AccessQueue::Small),
+            (500_000_000, AccessQueue::Small),
+            (500_000_001, AccessQueue::Large),
+        ] {
+            let d = request(token("t", "ark:/1/2", "zip", size)).expect("accepted");
+            match &d.events[0].event {
+                Event::AccessRequested(e) => assert_eq!(e.queue, queue, "{size}"),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn hostile_requests_are_refused_naming_the_field() {
+        let long = "a".repeat(MAX_ACCESS_FIELD_BYTES + 1);
+        for (t, field) in [
+            (token("", "ark:/1/2", "zip", 1), "token"),
+            (token("a\nb", "ark:/1/2", "zip", 1), "token"),
+            (token(&long, "ark:/1/2", "zip", 1), "token"),
+            (token("t", "http://x", "zip", 1), "ark"),
+            (token("t", "ark:/", "zip", 1), "ark"),
+            (token("t", &format!("ark:/{long}"), "zip", 1), "ark"),
+            (token("t", "ark:/1/2", "rar", 1), "format"),
+        ] {
+            match request(t) {
+                Err(Rejection::Invalid { field: f, reason }) => {
+                    assert_eq!(f, field);
+                    assert!(reason.len() < 2 * MAX_ACCESS_FIELD_BYTES, "{reason}");
+                }
+                other => panic!("{field}: {other:?}"),
+            }
+        }
+    }
+}
