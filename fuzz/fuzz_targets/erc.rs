@@ -4,7 +4,8 @@
 //! and local ids, which are hostile input. Whatever they hold, the ANVL
 //! text stays one record of labelled elements (no blank line, no stray
 //! label, continuation lines start with a space) and the XML stays
-//! well-formed element text (no raw `<`, every `&` an entity).
+//! well-formed element text (no raw `<` or `>`, every `&` an entity; line
+//! feeds are text, as XML allows).
 #![no_main]
 
 use ingest_steps::erc::{write_dublin_core, write_erc, ErcFields};
@@ -46,24 +47,29 @@ fuzz_target!(|data: &[u8]| {
         .strip_prefix("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<dc xmlns:dc=\"http://purl.org/dc/elements/1.1/\">\n")
         .and_then(|b| b.strip_suffix("</dc>\n"))
         .unwrap_or_else(|| panic!("the frame: {dc:?}"));
-    for line in body.lines() {
-        let inner = line.trim_start();
-        let open_end = inner.find('>').unwrap_or_else(|| panic!("{line:?}"));
+    // Element by element: text may hold line feeds (XML allows them), but
+    // never a raw `<` or `>`, and every `&` starts an entity.
+    let mut rest = body;
+    while !rest.trim().is_empty() {
+        let inner = rest.trim_start();
+        assert!(inner.starts_with("<dc:"), "{inner:?}");
+        let open_end = inner.find('>').unwrap_or_else(|| panic!("{inner:?}"));
         let tag = &inner[1..open_end];
-        assert!(inner.starts_with("<dc:"), "{line:?}");
+        let after = &inner[open_end + 1..];
         let close = format!("</{tag}>");
-        let text = inner[open_end + 1..]
-            .strip_suffix(&close)
-            .unwrap_or_else(|| panic!("unclosed {tag}: {line:?}"));
-        assert!(!text.contains('<') && !text.contains('>'), "raw markup: {text:?}");
+        let text_end = after.find('<').unwrap_or_else(|| panic!("unclosed {tag}: {inner:?}"));
+        let text = &after[..text_end];
+        assert!(after[text_end..].starts_with(&close), "unclosed {tag}: {inner:?}");
+        assert!(!text.contains('>'), "raw markup: {text:?}");
         for (i, _) in text.match_indices('&') {
-            let rest = &text[i..];
+            let tail = &text[i..];
             assert!(
                 ["&amp;", "&lt;", "&gt;", "&quot;", "&apos;", "&#xD;"]
                     .iter()
-                    .any(|e| rest.starts_with(e)),
+                    .any(|e| tail.starts_with(e)),
                 "a bare &: {text:?}"
             );
         }
+        rest = &after[text_end + close.len()..];
     }
 });
