@@ -511,4 +511,35 @@ impl Client {
     pub async fn cleanup(&self, body: &CleanupBody) -> Result<CleanedUp, ClientError> {
         self.send(Method::POST, "/cleanup", Some(body)).await
     }
+
+    /// `POST /access`: queues an assembly request.
+    ///
+    /// # Errors
+    /// As [`Client::send`]; 422 names the field.
+    pub async fn request_access(
+        &self,
+        body: &ingest_protocol::access::AccessRequestBody,
+    ) -> Result<ingest_protocol::access::AccessMoved, ClientError> {
+        self.send(Method::POST, "/access", Some(body)).await
+    }
+
+    /// `GET /access`.
+    ///
+    /// # Errors
+    /// As [`Client::send`].
+    pub async fn access_list(&self) -> Result<ingest_protocol::access::AccessList, ClientError> {
+        self.send::<(), _>(Method::GET, "/access", None).await
+    }
+
+    /// `GET /access/{qid}`.
+    ///
+    /// # Errors
+    /// As [`Client::send`].
+    pub async fn access(
+        &self,
+        qid: ingest_events::Qid,
+    ) -> Result<ingest_protocol::access::AccessView, ClientError> {
+        self.send::<(), _>(Method::GET, &format!("/access/{qid}"), None)
+            .await
+    }
 }

@@ -37,11 +37,15 @@ pub enum DaemonKind {
     Recording,
     /// The Notify step.
     Notify,
+    /// Takes assembly requests of the small access queue (`/access/small`).
+    AccessSmall,
+    /// Takes assembly requests of the large access queue (`/access/large`).
+    AccessLarge,
 }
 
 impl DaemonKind {
     /// Every daemon.
-    pub const ALL: [DaemonKind; 11] = [
+    pub const ALL: [DaemonKind; 13] = [
         DaemonKind::BatchPending,
         DaemonKind::BatchReporting,
         DaemonKind::BatchUpdateReporting,
@@ -53,6 +57,8 @@ impl DaemonKind {
         DaemonKind::Storing,
         DaemonKind::Recording,
         DaemonKind::Notify,
+        DaemonKind::AccessSmall,
+        DaemonKind::AccessLarge,
     ];
 
     /// The name used in the file, in `--daemon` and in `INGEST_DAEMONS`.
@@ -69,6 +75,8 @@ impl DaemonKind {
             DaemonKind::Storing => "storing",
             DaemonKind::Recording => "recording",
             DaemonKind::Notify => "notify",
+            DaemonKind::AccessSmall => "access_small",
+            DaemonKind::AccessLarge => "access_large",
         }
     }
 

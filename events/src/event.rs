@@ -11,8 +11,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::ids::{Bid, Jid};
-use crate::lifecycle::JobState;
+use crate::ids::{Bid, Jid, Qid};
+use crate::lifecycle::{AccessState, JobState};
 
 /// The stream an event belongs to: one batch, one job, or the system stream
 /// (queue pauses, collection holds, repairs).
@@ -24,6 +24,8 @@ pub enum StreamId {
     Batch(Bid),
     /// One job.
     Job(Jid),
+    /// One access (assembly) request.
+    Access(Qid),
 }
 
 impl StreamId {
@@ -34,6 +36,7 @@ impl StreamId {
             StreamId::System => (b's', 0),
             StreamId::Batch(b) => (b'b', b.0),
             StreamId::Job(j) => (b'j', j.0),
+            StreamId::Access(q) => (b'q', q.0),
         };
         let mut k = [0u8; 9];
         k[0] = tag;
@@ -48,6 +51,7 @@ impl fmt::Display for StreamId {
             StreamId::System => f.write_str("system"),
             StreamId::Batch(b) => b.fmt(f),
             StreamId::Job(j) => j.fmt(f),
+            StreamId::Access(q) => q.fmt(f),
         }
     }
 }
@@ -342,6 +346,83 @@ pub struct InventoryParams {
     pub mode: String,
 }
 
+/// The two access (assembly) queues of mrt-zk, `/access/small` and
+/// `/access/large`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum AccessQueue {
+    /// `/access/small`.
+    Small,
+    /// `/access/large`.
+    Large,
+}
+
+impl AccessQueue {
+    /// Both queues, small first.
+    pub const ALL: [AccessQueue; 2] = [AccessQueue::Small, AccessQueue::Large];
+
+    /// Merritt's default `QueueSizeLimit` (mrt-store's `storeConfig.yml`):
+    /// a request for more bytes than this goes to the large queue.
+    pub const DEFAULT_SIZE_LIMIT: u64 = 500_000_000;
+
+    /// The queue mrt-store's `QueueUtil.queueAccessRequest` chooses: large
+    /// when `cloud-content-byte` exceeds the limit, small otherwise.
+    pub fn for_size(bytes: u64, limit: u64) -> AccessQueue {
+        if bytes > limit {
+            AccessQueue::Large
+        } else {
+            AccessQueue::Small
+        }
+    }
+
+    /// `small` or `large`, as in the ZooKeeper path.
+    pub fn name(self) -> &'static str {
+        match self {
+            AccessQueue::Small => "small",
+            AccessQueue::Large => "large",
+        }
+    }
+}
+
+impl fmt::Display for AccessQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for AccessQueue {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "small" => Ok(AccessQueue::Small),
+            "large" => Ok(AccessQueue::Large),
+            _ => Err(format!(
+                "{:?} is not an access queue (small or large)",
+                s.chars().take(40).collect::<String>()
+            )),
+        }
+    }
+}
+
+/// What an assembly request asks for: the data of mrt-zk's
+/// `/access/<queue>/qid…/token` node (mrt-store's request JSON: `token`,
+/// `cloud-content-byte`, `delivery-node`) and the object version it
+/// assembles.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessToken {
+    /// The token the requester polls with (mrt-store: a uuid).
+    pub token: String,
+    /// The object's ark.
+    pub ark: String,
+    /// The version to assemble (0 for the latest).
+    pub version: u32,
+    /// The container format (`zip`, `tar`, `targz`).
+    pub format: String,
+    /// The bytes to assemble (`cloud-content-byte`); chooses the queue.
+    pub size: u64,
+    /// The storage node the object is read from (`delivery-node`).
+    pub delivery_node: u32,
+}
+
 macro_rules! events {
     ($($(#[$doc:meta])* $kind:ident $body:tt)+) => {
         $(
@@ -489,6 +570,22 @@ events! {
     FaultFired { pub state: JobState, pub jid: Jid }
     /// An admin disarmed every fault (`disarmed` of them).
     FaultsCleared { pub disarmed: u32 }
+    /// An assembly request was queued on the access queue its size chose
+    /// (→ Pending).
+    AccessRequested { pub queue: AccessQueue, pub token: AccessToken }
+    /// An assembly request moved from one state to another (a worker
+    /// started it or reported its outcome; an admin requeued or deleted it).
+    AccessStatusChanged {
+        pub from: AccessState,
+        pub to: AccessState,
+        pub message: String,
+        /// An admin requeue (Failed → Pending, as Merritt's admin tool does).
+        pub requeue: bool,
+    }
+    /// An admin paused one access queue: no request of it starts.
+    AccessQueuePaused { pub queue: AccessQueue, pub reason: String }
+    /// An admin resumed one access queue.
+    AccessQueueResumed { pub queue: AccessQueue, pub reason: String }
 }
 
 /// The domain separator that starts every signed tree head.
@@ -589,6 +686,26 @@ impl Event {
             }
             Event::FaultFired(e) => format!("a fault of {} fired on {}", e.state, e.jid),
             Event::FaultsCleared(e) => format!("{} armed fault(s) cleared", e.disarmed),
+            Event::AccessRequested(e) => format!(
+                "assembly of {} v{} as {} ({} bytes) queued on {}",
+                e.token.ark, e.token.version, e.token.format, e.token.size, e.queue
+            ),
+            Event::AccessStatusChanged(e) => {
+                let mut s = format!("{} -> {}", e.from, e.to);
+                if e.requeue {
+                    s.push_str(" (requeue)");
+                }
+                if !e.message.is_empty() {
+                    s.push_str(&format!(": {}", e.message));
+                }
+                s
+            }
+            Event::AccessQueuePaused(e) => {
+                format!("access queue {} paused ({})", e.queue, e.reason)
+            }
+            Event::AccessQueueResumed(e) => {
+                format!("access queue {} resumed ({})", e.queue, e.reason)
+            }
         }
     }
 }

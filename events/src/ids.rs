@@ -77,6 +77,14 @@ id_type!(
     "jid",
     "job"
 );
+id_type!(
+    /// An access (assembly) request id, e.g. `qid0000000001`: mrt-zk's
+    /// `qid` prefix of `/access/{small,large}/qid…`, allocated from the log
+    /// like the others.
+    Qid,
+    "qid",
+    "access request"
+);
 
 #[cfg(test)]
 mod tests {

@@ -76,8 +76,8 @@ pub use append::AppendRequest;
 pub use codec::{Envelope, Hash, Recorded};
 pub use command::{decide, Command, Decision, Rejection};
 pub use event::{Actor, Event, StreamId};
-pub use ids::{Bid, Jid};
-pub use lifecycle::{BatchState, JobState, Lifecycle};
+pub use ids::{Bid, Jid, Qid};
+pub use lifecycle::{AccessState, BatchState, JobState, Lifecycle};
 #[cfg(feature = "log")]
 pub use log::{Log, LogConfig, LogError};
 pub use state::State;

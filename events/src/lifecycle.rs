@@ -97,6 +97,23 @@ state_enum!(
     [Pending, Held, Processing, Reporting, UpdateReporting, Completed, Failed, Deleted]
 );
 
+state_enum!(
+    /// The five states of an access (assembly) request, mrt-zk's
+    /// `access_states`.
+    AccessState,
+    "access_states",
+    "access request",
+    [Pending, Processing, Completed, Deleted, Failed]
+);
+
+impl AccessState {
+    /// Whether Merritt's admin tool offers delete in this state (its
+    /// "Queue Del" button: Completed and Failed).
+    pub fn is_deletable(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed)
+    }
+}
+
 impl JobState {
     /// The lower-case name used in `/jobs/states/<state>` queue paths.
     pub fn queue_name(self) -> String {
@@ -201,6 +218,10 @@ pub struct Lifecycle {
     pub jobs: Machine<JobState>,
     /// Batch transitions.
     pub batches: Machine<BatchState>,
+    /// Access (assembly) request transitions, from `access_states`; a file
+    /// without that section (written before the access queue) gets the
+    /// built-in table.
+    pub access: Machine<AccessState>,
     /// Where the table came from (`built-in` or a path), for messages.
     pub source: String,
 }
@@ -310,12 +331,19 @@ impl Lifecycle {
         }
         let jobs = build_machine::<JobState>(raw.get(JobState::SECTION), &mut problems);
         let batches = build_machine::<BatchState>(raw.get(BatchState::SECTION), &mut problems);
+        let access = match raw.get(AccessState::SECTION) {
+            Some(table) => build_machine::<AccessState>(Some(table), &mut problems),
+            // The built-in file has the section, so this does not recurse.
+            None if source != "built-in" => Some(Lifecycle::builtin().access),
+            None => build_machine::<AccessState>(None, &mut problems),
+        };
         problems.sort_by_key(|p| p.line);
         problems.dedup();
-        match (jobs, batches) {
-            (Some(jobs), Some(batches)) if problems.is_empty() => Ok(Lifecycle {
+        match (jobs, batches, access) {
+            (Some(jobs), Some(batches), Some(access)) if problems.is_empty() => Ok(Lifecycle {
                 jobs,
                 batches,
+                access,
                 source: source.to_string(),
             }),
             _ => Err(invalid(problems)),
@@ -328,6 +356,8 @@ impl Lifecycle {
         render_table(&mut out, "Jobs", &self.jobs);
         out.push('\n');
         render_table(&mut out, "Batches", &self.batches);
+        out.push('\n');
+        render_table(&mut out, "Access requests", &self.access);
         out
     }
 
@@ -337,6 +367,8 @@ impl Lifecycle {
         render_mermaid(&mut out, "Job", &self.jobs);
         out.push('\n');
         render_mermaid(&mut out, "Batch", &self.batches);
+        out.push('\n');
+        render_mermaid(&mut out, "Access request", &self.access);
         out
     }
 }
@@ -812,6 +844,37 @@ mod tests {
         assert!(!l.jobs.is_terminal(JobState::Failed));
         assert!(l.jobs.can(JobState::Failed, JobState::Storing));
         assert!(!l.jobs.can(JobState::Completed, JobState::Deleted));
+    }
+
+    #[test]
+    fn access_states_are_loaded_and_checked() {
+        let l = Lifecycle::builtin();
+        assert_eq!(AccessState::ALL.len(), 5);
+        assert_eq!(
+            l.access.success(AccessState::Processing),
+            Some(AccessState::Completed)
+        );
+        assert_eq!(
+            l.access.fail(AccessState::Processing),
+            Some(AccessState::Failed)
+        );
+        assert!(l.access.can(AccessState::Failed, AccessState::Deleted));
+        assert!(l.access.is_terminal(AccessState::Completed));
+        // A typo in access_states is reported with its line, like the others.
+        let text = BUILTIN_STATES_YML.replace(
+            "access_states:\n  Pending:\n    Processing:",
+            "access_states:\n  Pending:\n    Procesing:",
+        );
+        assert_ne!(text, BUILTIN_STATES_YML, "the built-in file changed shape");
+        let err = Lifecycle::from_yaml_str(&text, "t.yml").expect_err("a typo");
+        assert!(err.to_string().contains("Procesing"), "{err}");
+        // A file written before the access queue keeps working.
+        let cut = BUILTIN_STATES_YML
+            .split("access_states:")
+            .next()
+            .expect("a prefix");
+        let old = Lifecycle::from_yaml_str(cut, "old.yml").expect("no access section");
+        assert_eq!(old.access, l.access);
     }
 
     #[test]

@@ -12,10 +12,11 @@ use uuid::Uuid;
 
 use crate::codec::{Hash, Recorded, GENESIS_HASH};
 use crate::event::{
-    Erc, Event, Identifiers, InventoryParams, JobConfiguration, StoreParams, StreamId, Submission,
+    AccessQueue, AccessToken, Erc, Event, Identifiers, InventoryParams, JobConfiguration,
+    StoreParams, StreamId, Submission,
 };
-use crate::ids::{Bid, Jid};
-use crate::lifecycle::{BatchState, JobState};
+use crate::ids::{Bid, Jid, Qid};
+use crate::lifecycle::{AccessState, BatchState, JobState};
 
 /// A batch as the log says it is now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,6 +102,29 @@ pub struct Job {
     pub version: u64,
 }
 
+/// An access (assembly) request as the log says it is now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessRequest {
+    /// Its id.
+    pub qid: Qid,
+    /// The queue its size chose.
+    pub queue: AccessQueue,
+    /// What it asks for (`/access/<queue>/QID/token`).
+    pub token: AccessToken,
+    /// Current state.
+    pub status: AccessState,
+    /// The message of the last move.
+    pub message: String,
+    /// Admin requeues so far.
+    pub retry_count: u32,
+    /// When it was requested.
+    pub created: DateTime<Utc>,
+    /// When its status last changed.
+    pub last_modified: DateTime<Utc>,
+    /// Its stream version.
+    pub version: u64,
+}
+
 /// Everything the log says, folded.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct State {
@@ -123,6 +147,12 @@ pub struct State {
     /// Faults armed by admins, oldest first per step state.
     #[serde(default)]
     pub faults: BTreeMap<JobState, Vec<ArmedFault>>,
+    /// Every access (assembly) request ever made.
+    #[serde(default)]
+    pub access: BTreeMap<Qid, AccessRequest>,
+    /// The access queues that are paused.
+    #[serde(default)]
+    pub paused_access: BTreeSet<AccessQueue>,
 }
 
 /// Faults armed by one admin action, of which `remaining` are still to fire.
@@ -194,12 +224,18 @@ impl State {
         self.jobs.keys().next_back().map_or(Jid(1), |j| j.next())
     }
 
+    /// The id the next access request gets.
+    pub fn next_qid(&self) -> Qid {
+        self.access.keys().next_back().map_or(Qid(1), |q| q.next())
+    }
+
     /// The version of a stream.
     pub fn stream_version(&self, stream: StreamId) -> u64 {
         match stream {
             StreamId::System => self.system_version,
             StreamId::Batch(b) => self.batches.get(&b).map_or(0, |b| b.version),
             StreamId::Job(j) => self.jobs.get(&j).map_or(0, |j| j.version),
+            StreamId::Access(q) => self.access.get(&q).map_or(0, |a| a.version),
         }
     }
 
@@ -379,6 +415,53 @@ impl State {
                     }
                 }
             }
+            (Event::AccessRequested(e), StreamId::Access(qid)) => {
+                if self.access.contains_key(&qid) {
+                    return Err(err("access request already exists".into()));
+                }
+                self.access.insert(
+                    qid,
+                    AccessRequest {
+                        qid,
+                        queue: e.queue,
+                        token: e.token.clone(),
+                        status: AccessState::Pending,
+                        message: String::new(),
+                        retry_count: 0,
+                        created: at,
+                        last_modified: at,
+                        version: 0,
+                    },
+                );
+            }
+            (event, StreamId::Access(qid)) => {
+                let a = self
+                    .access
+                    .get_mut(&qid)
+                    .ok_or_else(|| err("unknown access request".into()))?;
+                match event {
+                    Event::AccessStatusChanged(e) => {
+                        if a.status != e.from {
+                            return Err(err(format!(
+                                "access request is {}, event moves it from {}",
+                                a.status, e.from
+                            )));
+                        }
+                        if e.requeue {
+                            a.retry_count += 1;
+                        }
+                        a.status = e.to;
+                        a.message = e.message.clone();
+                        a.last_modified = at;
+                    }
+                    other => {
+                        return Err(err(format!(
+                            "{} does not belong on an access stream",
+                            other.kind()
+                        )))
+                    }
+                }
+            }
             (event, StreamId::System) => match event {
                 Event::CollectionHeld(e) => {
                     self.held_collections.insert(e.profile.clone());
@@ -415,6 +498,12 @@ impl State {
                     }
                 }
                 Event::FaultsCleared(_) => self.faults.clear(),
+                Event::AccessQueuePaused(e) => {
+                    self.paused_access.insert(e.queue);
+                }
+                Event::AccessQueueResumed(e) => {
+                    self.paused_access.remove(&e.queue);
+                }
                 other => {
                     return Err(err(format!(
                         "{} does not belong on the system stream",
@@ -424,6 +513,11 @@ impl State {
             },
         }
         match env.stream {
+            StreamId::Access(q) => {
+                if let Some(a) = self.access.get_mut(&q) {
+                    a.version = env.version;
+                }
+            }
             StreamId::System => self.system_version = env.version,
             StreamId::Batch(b) => {
                 if let Some(b) = self.batches.get_mut(&b) {

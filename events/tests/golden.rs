@@ -42,8 +42,8 @@ use ingest_events::event::{
     self, Actor, Digest, Erc, Event, Identifiers, InventoryParams, JobConfiguration, PayloadType,
     StoreParams, StreamId, Submission, SubmissionMode,
 };
-use ingest_events::lifecycle::JobState;
-use ingest_events::{Bid, Jid, Recorded};
+use ingest_events::lifecycle::{AccessState, JobState};
+use ingest_events::{Bid, Jid, Qid, Recorded};
 use uuid::Uuid;
 
 /// One fixture: a file name under `fixtures/v2/` and the record it holds.
@@ -489,6 +489,55 @@ fn cases() -> Vec<Case> {
             sys,
             admin(),
             event::FaultsCleared { disarmed: 1 }.into(),
+        ),
+        (
+            "AccessRequested",
+            StreamId::Access(Qid(42)),
+            depositor(),
+            event::AccessRequested {
+                queue: event::AccessQueue::Large,
+                token: event::AccessToken {
+                    token: "bf6ef133-9b05-4fd8-a4d1-845c40125315".into(),
+                    ark: "ark:/99999/fk4ü".into(),
+                    version: 3,
+                    format: "zip".into(),
+                    size: 600_000_000,
+                    delivery_node: 7001,
+                },
+            }
+            .into(),
+        ),
+        (
+            "AccessStatusChanged",
+            StreamId::Access(Qid(42)),
+            admin(),
+            event::AccessStatusChanged {
+                from: AccessState::Failed,
+                to: AccessState::Pending,
+                message: "storage node back".into(),
+                requeue: true,
+            }
+            .into(),
+        ),
+        (
+            "AccessQueuePaused",
+            sys,
+            admin(),
+            event::AccessQueuePaused {
+                queue: event::AccessQueue::Small,
+                reason: "maintenance".into(),
+            }
+            .into(),
+        ),
+        (
+            "AccessQueueResumed",
+            sys,
+            admin(),
+            event::AccessQueueResumed {
+                queue: event::AccessQueue::Large,
+                reason: "done".into(),
+            }
+            .into(),
         ),
     ];
     list.into_iter()

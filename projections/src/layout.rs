@@ -24,14 +24,16 @@ use std::fmt::Display;
 use chrono::{DateTime, Utc};
 use ingest_events::command::is_reserved_submission_key;
 use ingest_events::event::{
-    Digest, Erc, Identifiers, InventoryParams, JobConfiguration, StoreParams, Submission,
+    AccessQueue, AccessToken, Digest, Erc, Identifiers, InventoryParams, JobConfiguration,
+    StoreParams, Submission,
 };
 use ingest_events::lifecycle::{BatchState, JobState, StateKind};
-use ingest_events::state::{Job, Report};
-use ingest_events::{Bid, Jid};
+use ingest_events::state::{AccessRequest, Job, Report};
+use ingest_events::{Bid, Jid, Qid};
 use ingest_protocol::node::{
-    payload_file_name, BatchStatusNode, ConfigurationNode, IdentifiersNode, InventoryNode,
-    JobStatusNode, MerrittKeys, MetadataNode, StatusReportNode, StoreNode, SubmissionNode,
+    payload_file_name, AccessStatusNode, AccessTokenNode, BatchStatusNode, ConfigurationNode,
+    IdentifiersNode, InventoryNode, JobStatusNode, MerrittKeys, MetadataNode, StatusReportNode,
+    StoreNode, SubmissionNode,
 };
 
 /// Parent of every batch.
@@ -57,16 +59,76 @@ pub const LOCKS_STORAGE: &str = "/locks/storage";
 /// Parent of the object inventory locks (`/locks/inventory/ark_a_b`).
 pub const LOCKS_INVENTORY: &str = "/locks/inventory";
 
-/// The base nodes, parents first: what mrt-zk's `initNodes` creates, plus
-/// the lock parents its `MerrittLocks.initLocks` creates.
+/// Parent of the access (assembly) queues.
+pub const ACCESS: &str = "/access";
+
+/// The base nodes, parents first: what mrt-zk's `initNodes` (and
+/// `Access.initNodes`: `/access`, `/access/small`, `/access/large`) creates,
+/// plus the lock parents its `MerrittLocks.initLocks` creates.
 pub fn base_paths() -> Vec<String> {
     let mut out: Vec<String> = [BATCHES, BATCH_UUIDS, JOBS, JOB_STATES]
         .iter()
         .map(|s| s.to_string())
         .collect();
     out.extend(JobState::ALL.iter().map(|s| queue(*s)));
+    out.push(ACCESS.to_string());
+    out.extend(AccessQueue::ALL.iter().map(|q| access_queue(*q)));
     out.extend(LOCK_PARENTS.iter().map(|s| s.to_string()));
     out
+}
+
+/// `/access/small` or `/access/large`: one access queue; its children are
+/// the requests, `qid` + 10 digits, which sort in request order (mrt-zk's
+/// `acquirePendingAssembly` takes the first Pending one).
+pub fn access_queue(queue: AccessQueue) -> String {
+    format!("{ACCESS}/{}", queue.name())
+}
+
+/// `/access/<queue>/QID`.
+pub fn access(queue: AccessQueue, qid: Qid) -> String {
+    format!("{}/{qid}", access_queue(queue))
+}
+
+/// `/access/<queue>/QID/token` ([`AccessTokenNode`]).
+pub fn access_token(queue: AccessQueue, qid: Qid) -> String {
+    format!("{}/token", access(queue, qid))
+}
+
+/// `/access/<queue>/QID/status` ([`AccessStatusNode`]).
+pub fn access_status(queue: AccessQueue, qid: Qid) -> String {
+    format!("{}/status", access(queue, qid))
+}
+
+/// `/locks/queue/accessSmall` or `/locks/queue/accessLarge`: present while
+/// that access queue is paused (mrt-zk's `MerrittLocks`).
+pub fn access_queue_lock(queue: AccessQueue) -> String {
+    match queue {
+        AccessQueue::Small => format!("{LOCKS_QUEUE}/accessSmall"),
+        AccessQueue::Large => format!("{LOCKS_QUEUE}/accessLarge"),
+    }
+}
+
+/// `/access/<queue>/QID/token` ([`AccessTokenNode`]): `status` 201 as
+/// mrt-store queues a request.
+pub fn access_token_json(t: &AccessToken) -> String {
+    json(&AccessTokenNode {
+        status: 201,
+        token: t.token.clone(),
+        cloud_content_byte: t.size,
+        delivery_node: u64::from(t.delivery_node),
+        ark: t.ark.clone(),
+        version: u64::from(t.version),
+        format: t.format.clone(),
+    })
+}
+
+/// `/access/<queue>/QID/status` ([`AccessStatusNode`]).
+pub fn access_status_json(a: &AccessRequest) -> String {
+    json(&AccessStatusNode {
+        status: a.status.name().to_string(),
+        last_modified: timestamp(a.last_modified),
+        message: a.message.clone(),
+    })
 }
 
 /// Every node mrt-zk's `MerrittLocks.initLocks` creates, parents first. The
@@ -306,12 +368,12 @@ pub fn is_owned(path: &str) -> bool {
     }
     let mut parts = path.trim_start_matches('/').split('/');
     match parts.next() {
-        Some("batches" | "batch-uuids" | "jobs") => true,
+        Some("batches" | "batch-uuids" | "jobs" | "access") => true,
         Some("locks") => matches!(
             (parts.next(), parts.next(), parts.next()),
             (None, _, _)
                 | (Some("queue"), None, _)
-                | (Some("queue"), Some("ingest"), None)
+                | (Some("queue"), Some("ingest" | "accessSmall" | "accessLarge"), None)
                 | (Some("collections"), _, None)
                 // The object lock parents (created with the base nodes);
                 // the locks under them are their holders'.
@@ -322,13 +384,15 @@ pub fn is_owned(path: &str) -> bool {
 }
 
 /// Whether `path` is a worker's ephemeral lock (`/batches/BID/lock`,
-/// `/jobs/JID/lock`), which the projection never writes and diffs ignore.
+/// `/jobs/JID/lock`, `/access/<queue>/QID/lock`), which the projection never
+/// writes and diffs ignore.
 pub fn is_ephemeral_lock(path: &str) -> bool {
-    let mut parts = path.split('/');
-    matches!(
-        (parts.next(), parts.next(), parts.next(), parts.next(), parts.next()),
-        (Some(""), Some("batches" | "jobs"), Some(id), Some("lock"), None) if !id.is_empty() && id != "states"
-    )
+    let parts: Vec<&str> = path.splitn(7, '/').collect();
+    match parts.as_slice() {
+        ["", "batches" | "jobs", id, "lock"] => !id.is_empty() && *id != "states",
+        ["", "access", "small" | "large", id, "lock"] => !id.is_empty(),
+        _ => false,
+    }
 }
 
 /// A timestamp as mrt-zk writes `last_modified` (`2024-05-16 10:11:12 +0000`).
@@ -563,6 +627,11 @@ mod tests {
             "/locks/storage",
             "/locks/inventory",
             "/locks/localid",
+            "/locks/queue/accessSmall",
+            "/locks/queue/accessLarge",
+            "/access",
+            "/access/small",
+            "/access/large/qid0000000001/status",
         ] {
             assert!(is_owned(owned), "{owned}");
         }
@@ -575,8 +644,8 @@ mod tests {
             "/locks/storage/ark_99999_fk4x",
             "/locks/inventory/ark_99999_fk4x",
             "/locks/localid/loc_owner",
-            "/locks/queue/accessSmall",
-            "/access/small",
+            "/locks/queue/other",
+            "/access/small/qid0000000001/lock",
             "/zookeeper",
         ] {
             assert!(!is_owned(foreign), "{foreign}");

@@ -333,6 +333,36 @@ fn project_event(
         (Event::QueueResumed(_), StreamId::System) => {
             tx.delete(layout::QUEUE_LOCK)?;
         }
+        (Event::AccessRequested(e), StreamId::Access(qid)) => {
+            let Some(a) = state.access.get(&qid) else {
+                return Ok(());
+            };
+            // mrt-zk's `createAssembly`: the token, then the status.
+            tx.create(&layout::access(e.queue, qid), "")?;
+            tx.create(
+                &layout::access_token(e.queue, qid),
+                layout::access_token_json(&e.token),
+            )?;
+            tx.create(
+                &layout::access_status(e.queue, qid),
+                layout::access_status_json(a),
+            )?;
+        }
+        (Event::AccessStatusChanged(_), StreamId::Access(qid)) => {
+            let Some(a) = state.access.get(&qid) else {
+                return Ok(());
+            };
+            tx.upsert(
+                &layout::access_status(a.queue, qid),
+                layout::access_status_json(a),
+            )?;
+        }
+        (Event::AccessQueuePaused(e), StreamId::System) => {
+            tx.create(&layout::access_queue_lock(e.queue), "")?;
+        }
+        (Event::AccessQueueResumed(e), StreamId::System) => {
+            tx.delete(&layout::access_queue_lock(e.queue))?;
+        }
         // Recorded for history and reports; nothing in the tree changes.
         (Event::JobStepRetried(_) | Event::TreeRepaired(_) | Event::ConsistencyRepaired(_), _) => {}
         // A signed checkpoint is audit evidence only.

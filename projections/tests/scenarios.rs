@@ -43,4 +43,5 @@ scenarios! {
     reporting => "reporting.yaml",
     cleanup => "cleanup.yaml",
     job_data => "job-data.yaml",
+    access => "access.yaml",
 }

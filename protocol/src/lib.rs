@@ -27,6 +27,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod access;
 pub mod api;
 pub mod callback;
 pub mod consistency;

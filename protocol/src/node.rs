@@ -120,6 +120,58 @@ fn count<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     }
 }
 
+/// A non-negative number of bytes or an id from a number or its text (`0`
+/// when absent).
+fn number<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    use serde::de::Error;
+    match serde_json::Value::deserialize(d)? {
+        serde_json::Value::Null => Ok(0),
+        serde_json::Value::Number(n) => n
+            .as_u64()
+            .ok_or_else(|| D::Error::custom("expected a non-negative number")),
+        serde_json::Value::String(s) => s
+            .trim()
+            .parse()
+            .map_err(|_| D::Error::custom("expected a non-negative number")),
+        _ => Err(D::Error::custom("expected a non-negative number")),
+    }
+}
+
+/// `/access/{small,large}/QID/token`: an assembly request, as mrt-store
+/// queues it (`QueueUtil.queueAccessRequest`) and mrt-zk's `Access` reads it
+/// (`token`, `cloud-content-byte`, `delivery-node`, `status`), then the
+/// object version `ingest` assembles (`ark`, `version`, `format`), which
+/// Merritt's readers ignore.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AccessTokenNode {
+    /// The HTTP status mrt-store answered the request with (201, queued).
+    #[serde(deserialize_with = "number")]
+    pub status: u64,
+    /// The token the requester polls with.
+    #[serde(deserialize_with = "text")]
+    pub token: String,
+    /// The bytes to assemble.
+    #[serde(rename = "cloud-content-byte", deserialize_with = "number")]
+    pub cloud_content_byte: u64,
+    /// The storage node the object is read from.
+    #[serde(rename = "delivery-node", deserialize_with = "number")]
+    pub delivery_node: u64,
+    /// The object's ark.
+    #[serde(deserialize_with = "text")]
+    pub ark: String,
+    /// The version (0 for the latest).
+    #[serde(deserialize_with = "number")]
+    pub version: u64,
+    /// The container format (`zip`, `tar`, `targz`).
+    #[serde(deserialize_with = "text")]
+    pub format: String,
+}
+
+/// `/access/{small,large}/QID/status`: the same three keys as a batch's
+/// status (mrt-zk's `QueueItem.set_status`), with an access state's name.
+pub type AccessStatusNode = BatchStatusNode;
+
 /// `/batches/BID/submission`: the submission as given, with its uuid
 /// (mrt-zk's `Batch` loader, the admin tool's batch columns).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -440,6 +492,40 @@ mod tests {
         assert!(text.contains("/jobs/JID/status"), "{text}");
         assert!(!text.contains("secret-value-1234"), "{text}");
         assert!(decode::<JobStatusNode>("/jobs/JID/status", b"not json").is_err());
+    }
+
+    /// The token node keeps mrt-store's keys and order, and reads what
+    /// Merritt's admin tool writes (`fake_access`).
+    #[test]
+    fn access_tokens_read_merritts_keys() {
+        let node = AccessTokenNode {
+            status: 201,
+            token: "t".into(),
+            cloud_content_byte: 17_079,
+            delivery_node: 7777,
+            ark: "ark:/1/2".into(),
+            version: 0,
+            format: "zip".into(),
+        };
+        let text = serde_json::to_string(&node).expect("encode");
+        assert_eq!(
+            text,
+            r#"{"status":201,"token":"t","cloud-content-byte":17079,"delivery-node":7777,"ark":"ark:/1/2","version":0,"format":"zip"}"#
+        );
+        let merritt: AccessTokenNode = decode(
+            "/access/small/QID/token",
+            br#"{"cloud-content-byte":17079,"delivery-node":"7777","status":201,"token":"aaaa"}"#,
+        )
+        .expect("Merritt's own node");
+        assert_eq!(
+            (
+                merritt.cloud_content_byte,
+                merritt.delivery_node,
+                merritt.token.as_str()
+            ),
+            (17_079, 7777, "aaaa")
+        );
+        assert!(decode::<AccessTokenNode>("t", br#"{"cloud-content-byte":-1}"#).is_err());
     }
 
     #[test]

@@ -133,6 +133,12 @@ pub enum Cmd {
         #[command(subcommand)]
         action: CollectionAction,
     },
+    /// The access (assembly) queue: request, list, show, requeue, delete, pause, resume.
+    Access {
+        /// The action.
+        #[command(subcommand)]
+        action: super::access::AccessAction,
+    },
     /// Pause or resume the ingest queue.
     Queue {
         /// The action.

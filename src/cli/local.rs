@@ -27,6 +27,7 @@ pub(super) fn local_only(local: &mut Local, command: Cmd) -> Result<i32> {
         | Cmd::Export { .. }
         | Cmd::Completions { .. }
         | Cmd::Man => Ok(0),
+        Cmd::Access { action } => super::access::local(local, action),
         Cmd::Inventory {
             ark,
             collection,

@@ -26,6 +26,7 @@ use ingest_protocol::history::table;
 
 use backend::{Backend, Local, Refused, Remote};
 
+mod access;
 mod admin;
 pub mod args;
 mod audit;

@@ -37,6 +37,7 @@ fn run_inner(remote: &Remote, command: Cmd) -> Result<i32> {
         | Cmd::Export { .. }
         | Cmd::Completions { .. }
         | Cmd::Man => Ok(0),
+        Cmd::Access { action } => super::access::remote(remote, action),
         Cmd::Inventory {
             ark,
             collection,

@@ -1,6 +1,7 @@
 //! Integration tests of the `ingest` binary and services. One test target
 //! with shared helpers in `util`, as ripgrep keeps `tests/util.rs`.
 
+mod access;
 mod api;
 mod audit;
 mod cli;

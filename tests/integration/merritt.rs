@@ -3,7 +3,8 @@
 //!
 //! - Every scenario of `tests/data/merritt/*.yaml` (the batch happy path, a
 //!   failure, recovery with UpdateReporting, deletes and cleanup,
-//!   lowest-priority-first, a collection hold, a queue pause) runs through
+//!   lowest-priority-first, a collection hold, a queue pause, the access
+//!   queue's happy and fail paths) runs through
 //!   the engine and is projected into a real ZooKeeper; the live tree,
 //!   normalised as mrt-zk's harness compares trees (ids numbered in order of
 //!   appearance, timestamps and uuids replaced), must equal the reviewed
@@ -32,7 +33,7 @@ fn scenarios() -> Vec<PathBuf> {
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .collect();
     files.sort();
-    assert!(files.len() >= 7, "{files:?}");
+    assert!(files.len() >= 9, "{files:?}");
     files
 }
 
@@ -50,8 +51,8 @@ async fn project(path: &Path, server: &ZkServer) -> (String, ZkConfig) {
     (root, zk)
 }
 
-/// The tree as text, normalised: `bidNNNNNNNNNN`/`jidNNNNNNNNNN` become
-/// `bid-1`, `jid-1`, … in order of first appearance; timestamps and uuids
+/// The tree as text, normalised: `bidNNNNNNNNNN`/`jidNNNNNNNNNN`/`qidNNNNNNNNNN` become
+/// `bid-1`, `jid-1`, `qid-1`, … in order of first appearance; timestamps and uuids
 /// become `<time>` and `<uuid>`.
 fn normalise(text: &str) -> String {
     let mut ids: BTreeMap<String, String> = BTreeMap::new();
@@ -61,7 +62,7 @@ fn normalise(text: &str) -> String {
     let mut i = 0;
     while i < bytes.len() {
         let rest = &bytes[i..];
-        let id_prefix = ["bid", "jid"].into_iter().find(|p| {
+        let id_prefix = ["bid", "jid", "qid"].into_iter().find(|p| {
             rest.starts_with(p.as_bytes())
                 && rest.len() >= 13
                 && rest[3..13].iter().all(u8::is_ascii_digit)
@@ -212,6 +213,26 @@ async fn an_independent_merritt_reader_reads_every_projected_node() {
                 "lowest number first: {pending:?}"
             );
             assert!(summary["locked"].is_string(), "{summary}");
+        }
+        // The access queues, as mrt-store's consumer takes them.
+        if path.ends_with("access-happy-path.yaml") {
+            assert_eq!(
+                summary["access_metrics"]["num_assemblies_completed"], 2,
+                "{summary}"
+            );
+            assert_eq!(summary["access"]["large"].as_array().map(Vec::len), Some(1));
+            assert!(summary["access_locked"]["small"].is_string(), "{summary}");
+        }
+        if path.ends_with("access-fail-path.yaml") {
+            assert_eq!(summary["access_paused"]["large"], true, "{summary}");
+            assert!(
+                summary["access_locked"].get("large").is_none(),
+                "a paused queue is not taken: {summary}"
+            );
+            assert_eq!(
+                summary["access_metrics"]["num_assemblies_processing"], 1,
+                "{summary}"
+            );
         }
     }
     assert!(profiles_seen > 0, "no job's profile was found");

@@ -17,7 +17,15 @@ a JSON summary on stdout, or 1 naming every problem on stderr:
   /batches/BID/submission, where the admin tool groups batches;
 - `mode` of /jobs/JID/store parses as mrt-store's StoreConsumer parses it
   (`action/nodeID/urlencoded-ark`, nodeID an int) and `delete` is text;
-- the lock parents mrt-zk's MerrittLocks.initLocks creates exist.
+- the lock parents mrt-zk's MerrittLocks.initLocks creates exist;
+- the access (assembly) queues /access/small and /access/large (mrt-zk's
+  Access.initNodes) list `qid…` children in sorted order; each has a
+  `token` node as mrt-store's QueueUtil writes it (`token` text,
+  `cloud-content-byte` and `delivery-node` integers; a request larger than
+  the QueueSizeLimit, 500000000 bytes, on the large queue) and a `status`
+  node with one of mrt-zk's access states; the first Pending request of a
+  queue that is not paused (/locks/queue/accessSmall|accessLarge) is locked
+  as mrt-zk's acquirePendingAssembly does; the counts are Access.metrics'.
 """
 
 import json
@@ -38,6 +46,10 @@ LOCK_PARENTS = [
     "/locks/inventory", "/locks/collections",
 ]
 QUEUE_CHILD = re.compile(r"^(\d\d)-(jid\d+)$")
+ACCESS_CHILD = re.compile(r"^qid\d{10}$")
+ACCESS_STATES = {"Pending", "Processing", "Completed", "Deleted", "Failed"}
+ACCESS_PAUSE = {"small": "/locks/queue/accessSmall", "large": "/locks/queue/accessLarge"}
+QUEUE_SIZE_LIMIT = 500000000
 
 
 def main(hosts, root):
@@ -79,6 +91,8 @@ def main(hosts, root):
             except NodeExistsError:
                 problems.append(f"{lock} is already held")
 
+        read_access(zk, problems, summary)
+
         # Every node, parsed as Merritt's readers parse it.
         stack = ["/batches", "/jobs", "/batch-uuids", "/locks"]
         while stack:
@@ -117,6 +131,84 @@ def main(hosts, root):
         return 1
     print(json.dumps(summary, sort_keys=True))
     return 0
+
+
+def read_access(zk, problems, summary):
+    """The access queues as mrt-store's consumer and mrt-zk's Access read them."""
+    summary["access"] = {}
+    summary["access_locked"] = {}
+    metrics = {"num_assemblies_completed": 0, "num_assemblies_failed": 0,
+               "num_assemblies_processing": 0}
+    for queue in ("small", "large"):
+        qdir = f"/access/{queue}"
+        if zk.exists(qdir) is None:
+            problems.append(f"{qdir} is missing (Access.initNodes creates it)")
+            continue
+        ordered = sorted(zk.get_children(qdir))
+        summary["access"][queue] = []
+        first_pending = None
+        for qid in ordered:
+            path = f"{qdir}/{qid}"
+            if not ACCESS_CHILD.match(qid):
+                problems.append(f"{path} is not qid + 10 digits")
+                continue
+            token = load_json(zk, f"{path}/token", problems)
+            status = load_json(zk, f"{path}/status", problems)
+            if token is None or status is None:
+                continue
+            summary["nodes"] += 2
+            summary["json_nodes"] += 2
+            if not isinstance(token.get("token"), str) or not token["token"]:
+                problems.append(f"{path}/token has no token text")
+            size = token.get("cloud-content-byte")
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                problems.append(f"{path}/token: cloud-content-byte is not a byte count")
+            elif (size > QUEUE_SIZE_LIMIT) != (queue == "large"):
+                problems.append(f"{path}: {size} bytes on the {queue} queue")
+            if not isinstance(token.get("delivery-node"), int):
+                problems.append(f"{path}/token: delivery-node is not an int")
+            name = status.get("status")
+            if name not in ACCESS_STATES:
+                problems.append(f"{path}/status: {name!r} is not an access state")
+                continue
+            if not isinstance(status.get("last_modified"), str):
+                problems.append(f"{path}/status has no last_modified")
+            summary["access"][queue].append(f"{qid}:{name}")
+            if name == "Completed":
+                metrics["num_assemblies_completed"] += 1
+            elif name == "Failed":
+                metrics["num_assemblies_failed"] += 1
+            elif name != "Deleted":
+                metrics["num_assemblies_processing"] += 1
+            if name == "Pending" and first_pending is None:
+                first_pending = qid
+        paused = zk.exists(ACCESS_PAUSE[queue]) is not None
+        summary.setdefault("access_paused", {})[queue] = paused
+        if first_pending and not paused:
+            lock = f"{qdir}/{first_pending}/lock"
+            try:
+                zk.create(lock, b"", ephemeral=True)
+                summary["access_locked"][queue] = first_pending
+                zk.delete(lock)
+            except NodeExistsError:
+                problems.append(f"{lock} is already held")
+    summary["access_metrics"] = metrics
+
+
+def load_json(zk, path, problems):
+    if zk.exists(path) is None:
+        problems.append(f"{path} is missing")
+        return None
+    data, _ = zk.get(path)
+    try:
+        node = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        problems.append(f"{path} is not JSON: {e}")
+        return None
+    if not isinstance(node, dict):
+        problems.append(f"{path} is not a JSON object")
+        return None
+    return node
 
 
 def check(path, name, item, node, problems, summary):

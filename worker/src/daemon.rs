@@ -174,7 +174,7 @@ impl Shared {
         let runs = daemons
             .iter()
             .filter_map(|k| match Target::of(*k) {
-                Target::Jobs(state) => Some(state),
+                Some(Target::Jobs(state)) => Some(state),
                 _ => None,
             })
             .collect();
@@ -189,7 +189,7 @@ impl Shared {
             reports: daemons
                 .iter()
                 .filter_map(|k| match Target::of(*k) {
-                    Target::ReportingBatches(status) => Some(status),
+                    Some(Target::ReportingBatches(status)) => Some(status),
                     _ => None,
                 })
                 .collect(),
@@ -348,9 +348,11 @@ pub enum Target {
 }
 
 impl Target {
-    /// The target of a daemon.
-    pub fn of(kind: DaemonKind) -> Target {
-        match kind {
+    /// The target of a daemon; `None` for the access daemons, which run
+    /// their own loop (`crate::access`).
+    pub fn of(kind: DaemonKind) -> Option<Target> {
+        Some(match kind {
+            DaemonKind::AccessSmall | DaemonKind::AccessLarge => return None,
             DaemonKind::BatchPending => Target::PendingBatches,
             DaemonKind::BatchReporting => Target::ReportingBatches("Reporting"),
             DaemonKind::BatchUpdateReporting => Target::ReportingBatches("UpdateReporting"),
@@ -362,7 +364,7 @@ impl Target {
             DaemonKind::Storing => Target::Jobs(JobState::Storing),
             DaemonKind::Recording => Target::Jobs(JobState::Recording),
             DaemonKind::Notify => Target::Jobs(JobState::Notify),
-        }
+        })
     }
 }
 
@@ -483,7 +485,9 @@ pub async fn run_task(
     mut listing: Listing,
     stop: CancellationToken,
 ) {
-    let target = Target::of(kind);
+    let Some(target) = Target::of(kind) else {
+        return;
+    };
     tracing::debug!(daemon = %kind, task, "daemon task started");
     while !stop.is_cancelled() {
         let client = match shared.session.client().await {
@@ -771,7 +775,7 @@ fn lock_path(target: Target, id: &str) -> String {
 }
 
 /// A fresh secret from the operating system's generator.
-fn fresh_secret() -> Result<FenceSecret, BoxError> {
+pub(crate) fn fresh_secret() -> Result<FenceSecret, BoxError> {
     let mut bytes = [0u8; 32];
     getrandom::getrandom(&mut bytes)
         .map_err(|e| anyhow::anyhow!("cannot draw a lock secret: {e}"))?;
@@ -1056,7 +1060,7 @@ async fn session_ended(client: &zk::Client) {
 
 /// Deletes the lock node only while it is still the one this session made:
 /// a lock removed under this worker may since be another worker's.
-async fn release(client: &zk::Client, lock: &str, created: &zk::Stat) {
+pub(crate) async fn release(client: &zk::Client, lock: &str, created: &zk::Stat) {
     // The version alone does not tell two lock nodes apart (both are at
     // version 0): the creation zxid and the owner do.
     match client.check_stat(lock).await {
@@ -1136,10 +1140,13 @@ mod tests {
 
     #[test]
     fn daemons_map_to_their_queues() {
-        assert_eq!(Target::of(DaemonKind::BatchPending), Target::PendingBatches);
+        assert_eq!(
+            Target::of(DaemonKind::BatchPending),
+            Some(Target::PendingBatches)
+        );
         assert_eq!(
             Target::of(DaemonKind::Downloading),
-            Target::Jobs(JobState::Downloading)
+            Some(Target::Jobs(JobState::Downloading))
         );
         assert_eq!(
             lock_path(Target::PendingBatches, "bid1"),

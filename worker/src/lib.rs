@@ -33,6 +33,7 @@
 //! the HTTP API (`ingest-client`); it depends on neither `ingest-engine` nor
 //! `ingest-server`.
 
+pub mod access;
 pub mod daemon;
 pub mod metrics;
 pub mod real;
@@ -120,7 +121,19 @@ impl Workers {
         let mut listings: std::collections::HashMap<Target, daemon::Listing> =
             std::collections::HashMap::new();
         for (kind, n) in options.daemons {
-            let target = Target::of(kind);
+            let Some(target) = Target::of(kind) else {
+                // The access queues: one loop per task, each listing its queue.
+                let queue = access::queue_of(kind);
+                for task in 0..n.max(1) {
+                    tasks.push(tokio::spawn(access::run(
+                        Arc::clone(&shared),
+                        queue,
+                        task,
+                        stop.child_token(),
+                    )));
+                }
+                continue;
+            };
             let listing = match listings.get(&target) {
                 Some(l) => l.clone(),
                 None => {

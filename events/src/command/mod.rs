@@ -12,13 +12,14 @@ use uuid::Uuid;
 
 use crate::append::{ExpectedVersion, Proposed};
 use crate::event::{
-    Digest, Erc, Event, Identifiers, InventoryParams, PayloadType, StoreParams, StreamId,
-    Submission,
+    AccessQueue, AccessToken, Digest, Erc, Event, Identifiers, InventoryParams, PayloadType,
+    StoreParams, StreamId, Submission,
 };
-use crate::ids::{Bid, Jid};
+use crate::ids::{Bid, Jid, Qid};
 use crate::lifecycle::{JobState, Lifecycle};
 use crate::state::State;
 
+mod access;
 mod admin;
 pub use admin::MAX_FAULTS;
 mod batch;
@@ -26,6 +27,7 @@ mod job;
 mod rules;
 mod validate;
 
+pub use access::MAX_ACCESS_FIELD_BYTES;
 pub use rules::requeue_target;
 pub use validate::{
     is_reserved_submission_key, validate_spec, DIGEST_ALGORITHMS, MAX_JOB_FIELD_BYTES,
@@ -306,6 +308,59 @@ pub enum Command {
         /// Only batches last changed before this time.
         before: Option<DateTime<Utc>>,
     },
+    /// A requester asks for an object to be assembled: queued Pending on the
+    /// small or the large access queue, chosen by `token.size` against
+    /// `size_limit` as mrt-store chooses (large when the size exceeds it).
+    RequestAccess {
+        /// What to assemble.
+        token: AccessToken,
+        /// Bytes above which a request goes to the large queue.
+        size_limit: u64,
+    },
+    /// A worker takes a pending access request (Pending → Processing).
+    /// Refused while its queue is paused.
+    StartAccess {
+        /// The request.
+        qid: Qid,
+    },
+    /// A worker reports an assembly's outcome (Processing → Completed or
+    /// Failed, by the lifecycle's success and fail marks).
+    AccessOutcome {
+        /// The request.
+        qid: Qid,
+        /// Whether the assembly succeeded.
+        success: bool,
+        /// The error of a failure.
+        message: String,
+    },
+    /// An admin requeues a failed access request (Failed → Pending).
+    RequeueAccess {
+        /// The request.
+        qid: Qid,
+        /// Why.
+        reason: String,
+    },
+    /// An admin deletes a Completed or Failed access request (soft).
+    DeleteAccess {
+        /// The request.
+        qid: Qid,
+        /// Why.
+        reason: String,
+    },
+    /// An admin pauses one access queue.
+    PauseAccessQueue {
+        /// Which.
+        queue: AccessQueue,
+        /// Why.
+        reason: String,
+    },
+    /// An admin resumes one access queue.
+    ResumeAccessQueue {
+        /// Which.
+        queue: AccessQueue,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// A queue item named in a rejection.
@@ -315,6 +370,8 @@ pub enum Item {
     Batch(Bid),
     /// A job.
     Job(Jid),
+    /// An access (assembly) request.
+    Access(Qid),
 }
 
 impl fmt::Display for Item {
@@ -322,6 +379,7 @@ impl fmt::Display for Item {
         match self {
             Item::Batch(b) => write!(f, "batch {b}"),
             Item::Job(j) => write!(f, "job {j}"),
+            Item::Access(q) => write!(f, "access request {q}"),
         }
     }
 }
@@ -360,6 +418,14 @@ pub enum Rejection {
     QueuePaused {
         /// The job that was to start.
         item: Item,
+    },
+    /// The access queue of the request is paused. (HTTP 409)
+    #[error("the {queue} access queue is paused; {item} stays Pending until an admin resumes it")]
+    AccessQueuePaused {
+        /// The request that was to start.
+        item: Item,
+        /// Its queue.
+        queue: AccessQueue,
     },
     /// The command would change nothing. (HTTP 409)
     #[error("{0}")]
@@ -578,6 +644,27 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
             },
         )?,
         Command::Cleanup { before } => admin::cleanup(state, lc, &mut d, before)?,
+        Command::RequestAccess { token, size_limit } => {
+            access::request_access(state, lc, &mut d, token, *size_limit)?
+        }
+        Command::StartAccess { qid } => access::start_access(state, lc, &mut d, qid)?,
+        Command::AccessOutcome {
+            qid,
+            success,
+            message,
+        } => access::access_outcome(state, lc, &mut d, qid, *success, message)?,
+        Command::RequeueAccess { qid, reason } => {
+            access::requeue_access(state, lc, &mut d, qid, reason)?
+        }
+        Command::DeleteAccess { qid, reason } => {
+            access::delete_access(state, lc, &mut d, qid, reason)?
+        }
+        Command::PauseAccessQueue { queue, reason } => {
+            access::pause_access_queue(state, lc, &mut d, *queue, reason)?
+        }
+        Command::ResumeAccessQueue { queue, reason } => {
+            access::resume_access_queue(state, lc, &mut d, *queue, reason)?
+        }
     }
     Ok(d)
 }

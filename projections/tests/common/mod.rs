@@ -17,7 +17,7 @@ use ingest_events::event::{
 use ingest_events::lifecycle::{JobState, Lifecycle, StateKind};
 use ingest_events::log::{AppendRequest, Log, LogConfig};
 use ingest_events::state::State;
-use ingest_events::{Bid, Jid, Recorded};
+use ingest_events::{Bid, Jid, Qid, Recorded};
 use ingest_projections::{EventOps, Projector, Tree};
 use serde::Deserialize;
 
@@ -108,6 +108,7 @@ pub struct Harness {
     /// Steps taken (including rejected ones).
     pub steps: u64,
     submissions: u128,
+    access_requests: u128,
 }
 
 impl Harness {
@@ -128,6 +129,7 @@ impl Harness {
             lifecycle: Lifecycle::builtin(),
             steps: 0,
             submissions: 0,
+            access_requests: 0,
         }
     }
 
@@ -407,6 +409,42 @@ pub fn expected_tree(state: &State, acquired: &BTreeSet<Bid>) -> BTreeMap<String
     }
     if state.paused {
         put("/locks/queue/ingest".into(), vec![]);
+    }
+    // The access queues (mrt-zk's Access.initNodes) and their requests, as
+    // mrt-store queues them.
+    for p in ["/access", "/access/small", "/access/large"] {
+        put(p.into(), vec![]);
+    }
+    for q in &state.paused_access {
+        let lock = match q.name() {
+            "small" => "accessSmall",
+            _ => "accessLarge",
+        };
+        put(format!("/locks/queue/{lock}"), vec![]);
+    }
+    for a in state.access.values() {
+        let root = format!("/access/{}/{}", a.queue.name(), a.qid);
+        put(root.clone(), vec![]);
+        put(
+            format!("{root}/token"),
+            text(&json!({
+                "status": 201,
+                "token": a.token.token,
+                "cloud-content-byte": a.token.size,
+                "delivery-node": a.token.delivery_node,
+                "ark": a.token.ark,
+                "version": a.token.version,
+                "format": a.token.format,
+            })),
+        );
+        put(
+            format!("{root}/status"),
+            text(&json!({
+                "status": a.status.to_string(),
+                "last_modified": a.last_modified.format("%Y-%m-%d %H:%M:%S +0000").to_string(),
+                "message": a.message,
+            })),
+        );
     }
     for p in &state.held_collections {
         put(format!("/locks/collections/{p}"), vec![]);
@@ -865,6 +903,51 @@ pub enum Step {
     Reject(Box<Step>),
     /// `check: {prefix: dump}`: the tree at this point.
     Check(BTreeMap<String, String>),
+    /// `request_access: {bytes, ark, version, format}`: an assembly request.
+    RequestAccess(AccessArgs),
+    /// `start_access: QID`.
+    StartAccess(u64),
+    /// `access_success: QID`.
+    AccessSuccess(u64),
+    /// `access_fail: {access, message}` or `access_fail: QID`.
+    AccessFail(AccessFailArg),
+    /// `requeue_access: QID`.
+    RequeueAccess(u64),
+    /// `delete_access: QID`.
+    DeleteAccess(u64),
+    /// `pause_access: small|large`.
+    PauseAccess(String),
+    /// `resume_access: small|large`.
+    ResumeAccess(String),
+}
+
+/// Arguments of `request_access`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessArgs {
+    #[serde(default)]
+    bytes: u64,
+    #[serde(default)]
+    ark: Option<String>,
+    #[serde(default)]
+    version: u32,
+    #[serde(default)]
+    format: Option<String>,
+}
+
+/// An access request, bare or with a failure message.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum AccessFailArg {
+    /// `QID`.
+    Id(u64),
+    /// `{access, message}`.
+    With {
+        /// The request.
+        access: u64,
+        /// The failure.
+        message: String,
+    },
 }
 
 /// Arguments of `submit`.
@@ -1240,6 +1323,56 @@ impl Harness {
             Step::Pause => Command::PauseQueue { reason: reason() },
             Step::Resume => Command::ResumeQueue { reason: reason() },
             Step::Cleanup => Command::Cleanup { before: None },
+            Step::RequestAccess(a) => {
+                self.access_requests += 1;
+                Command::RequestAccess {
+                    token: ingest_events::event::AccessToken {
+                        token: submission_uuid(0x00ac_0000 | self.access_requests).to_string(),
+                        ark: a
+                            .ark
+                            .clone()
+                            .unwrap_or_else(|| "ark:/99999/fk4access".into()),
+                        version: a.version,
+                        format: a.format.clone().unwrap_or_else(|| "zip".into()),
+                        size: a.bytes,
+                        delivery_node: 9501,
+                    },
+                    size_limit: ingest_events::event::AccessQueue::DEFAULT_SIZE_LIMIT,
+                }
+            }
+            Step::StartAccess(q) => Command::StartAccess { qid: Qid(*q) },
+            Step::AccessSuccess(q) => Command::AccessOutcome {
+                qid: Qid(*q),
+                success: true,
+                message: String::new(),
+            },
+            Step::AccessFail(a) => {
+                let (qid, message) = match a {
+                    AccessFailArg::Id(q) => (Qid(*q), "assembly failed".to_string()),
+                    AccessFailArg::With { access, message } => (Qid(*access), message.clone()),
+                };
+                Command::AccessOutcome {
+                    qid,
+                    success: false,
+                    message,
+                }
+            }
+            Step::RequeueAccess(q) => Command::RequeueAccess {
+                qid: Qid(*q),
+                reason: reason(),
+            },
+            Step::DeleteAccess(q) => Command::DeleteAccess {
+                qid: Qid(*q),
+                reason: reason(),
+            },
+            Step::PauseAccess(q) => Command::PauseAccessQueue {
+                queue: q.parse().expect("small or large"),
+                reason: reason(),
+            },
+            Step::ResumeAccess(q) => Command::ResumeAccessQueue {
+                queue: q.parse().expect("small or large"),
+                reason: reason(),
+            },
             Step::Reject(_) | Step::Check(_) => return None,
         })
     }

@@ -79,7 +79,7 @@ pub(crate) fn check_reason(reason: &str) -> Result<String, ApiError> {
 }
 
 /// Runs the command `make` builds from the checked reason.
-async fn act(
+pub(crate) async fn act(
     app: AppState,
     cid: CorrelationId,
     who: AdminName,

@@ -132,6 +132,7 @@ fn item_parts(item: Item) -> (&'static str, String) {
     match item {
         Item::Batch(b) => ("batch", b.to_string()),
         Item::Job(j) => ("job", j.to_string()),
+        Item::Access(q) => ("access", q.to_string()),
     }
 }
 
@@ -178,6 +179,13 @@ impl From<Rejection> for ApiError {
                 ApiError::conflict("queue_paused", message)
                     .with("item", kind)
                     .with("id", id)
+            }
+            Rejection::AccessQueuePaused { item, queue } => {
+                let (kind, id) = item_parts(item);
+                ApiError::conflict("queue_paused", message)
+                    .with("item", kind)
+                    .with("id", id)
+                    .with("queue", queue.name())
             }
             Rejection::NoChange(_) => ApiError::conflict("no_change", message),
             Rejection::ActiveJobs { item, jobs } => {

@@ -45,6 +45,7 @@
 //! # }
 //! ```
 
+mod access;
 pub(crate) mod admin;
 mod auth;
 pub(crate) mod consistency;
@@ -160,6 +161,9 @@ pub(crate) struct Inner {
     pub(crate) storage_targets: Vec<ingest_engine::consistency::TargetSpec>,
     pub(crate) minter: Option<ingest_engine::ezid::ArkMinter>,
     pub(crate) outbound: ingest_protocol::outbound::OutboundPolicy,
+    /// Bytes above which an assembly request goes to the large access
+    /// queue (Merritt's default `QueueSizeLimit`).
+    pub(crate) access_size_limit: u64,
     /// The reporting views, folded up to the durable position on demand.
     views: Arc<Mutex<Views>>,
 }
@@ -300,6 +304,26 @@ fn table() -> Vec<Entry> {
         entry(M::GET, "/faults", Admin, ops::faults),
         entry(M::POST, "/faults", Admin, ops::arm_fault),
         entry(M::DELETE, "/faults", Admin, ops::clear_faults),
+        // The access (assembly) queue.
+        entry(M::POST, "/access", Depositor, access::request),
+        entry(M::GET, "/access", Depositor, access::list),
+        entry(M::GET, "/access/{qid}", Depositor, access::show),
+        entry(M::POST, "/access/{qid}/start", Worker, access::start),
+        entry(M::POST, "/access/{qid}/outcome", Worker, access::outcome),
+        entry(M::POST, "/access/{qid}/requeue", Admin, access::requeue),
+        entry(M::DELETE, "/access/{qid}", Admin, access::delete),
+        entry(
+            M::POST,
+            "/access-queues/{queue}/pause",
+            Admin,
+            access::pause,
+        ),
+        entry(
+            M::POST,
+            "/access-queues/{queue}/resume",
+            Admin,
+            access::resume,
+        ),
         // Operations.
         entry(M::GET, "/metrics", Metrics, metrics),
         entry(M::GET, "/openapi.yaml", Public, openapi),
@@ -332,6 +356,7 @@ pub fn router(config: ApiConfig) -> Router {
             storage_targets: config.storage_targets,
             minter: config.minter,
             outbound: config.outbound,
+            access_size_limit: ingest_events::event::AccessQueue::DEFAULT_SIZE_LIMIT,
             views: Arc::new(Mutex::new(views)),
         }),
     };

@@ -1,0 +1,219 @@
+//! The access (assembly) queue's routes (issue 12): requests, their
+//! listing, the worker's fenced start and outcome, and the admin's requeue,
+//! delete and per-queue pause.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use ingest_events::command::{Command, Item};
+use ingest_events::event::{AccessQueue, AccessToken};
+use ingest_events::{Actor, Qid, Recorded};
+use ingest_protocol::access::{
+    AccessList, AccessMoved, AccessOutcomeBody, AccessRequestBody, AccessView,
+};
+use ingest_protocol::api::{AdminBody, Appended, OutcomeKind, WorkerRef};
+use uuid::Uuid;
+
+use super::admin::act;
+use super::auth::AdminName;
+use super::worker::{fence, worker_actor, Fence};
+use super::{rows, ApiError, ApiJson, ApiPath, AppState, CorrelationId};
+
+/// The lock a worker holds on a request while it assembles it (mrt-zk's
+/// `Access.lock`: an ephemeral `lock` child of the request).
+pub fn access_lock_path(queue: AccessQueue, qid: Qid) -> String {
+    format!("/access/{}/{qid}/lock", queue.name())
+}
+
+fn moved(app: &AppState, qid: Qid, records: &[Recorded]) -> Result<AccessMoved, ApiError> {
+    let state = app.inner.handle.state();
+    let a = state
+        .access
+        .get(&qid)
+        .ok_or_else(|| ApiError::not_found(Item::Access(qid)))?;
+    Ok(AccessMoved {
+        request: AccessView::from(a),
+        events: rows(records),
+    })
+}
+
+/// `POST /access`: queue an assembly request (201); the queue is chosen by
+/// its size as mrt-store chooses it.
+pub(crate) async fn request(
+    State(app): State<AppState>,
+    cid: CorrelationId,
+    ApiJson(body): ApiJson<AccessRequestBody>,
+) -> Result<(StatusCode, Json<AccessMoved>), ApiError> {
+    let token = AccessToken {
+        token: body.token.unwrap_or_else(|| Uuid::new_v4().to_string()),
+        ark: body.ark,
+        version: body.version,
+        format: body.format,
+        size: body.size,
+        delivery_node: body.delivery_node,
+    };
+    let outcome = app
+        .execute(
+            Actor::depositor("access"),
+            cid,
+            Command::RequestAccess {
+                token,
+                size_limit: app.inner.access_size_limit,
+            },
+        )
+        .await?;
+    let qid = outcome
+        .records
+        .iter()
+        .find_map(|r| match r.envelope.stream {
+            ingest_events::StreamId::Access(q) => Some(q),
+            _ => None,
+        })
+        .ok_or_else(|| ApiError::internal("the request appended no access event"))?;
+    Ok((
+        StatusCode::CREATED,
+        Json(moved(&app, qid, &outcome.records)?),
+    ))
+}
+
+/// `GET /access`: every request, small queue first, each by id.
+pub(crate) async fn list(State(app): State<AppState>) -> Json<AccessList> {
+    Json(AccessList::of(&app.inner.handle.state()))
+}
+
+/// `GET /access/{qid}`.
+pub(crate) async fn show(
+    State(app): State<AppState>,
+    ApiPath(qid): ApiPath<Qid>,
+) -> Result<Json<AccessView>, ApiError> {
+    let state = app.inner.handle.state();
+    state
+        .access
+        .get(&qid)
+        .map(|a| Json(AccessView::from(a)))
+        .ok_or_else(|| ApiError::not_found(Item::Access(qid)))
+}
+
+fn queue_of(app: &AppState, qid: Qid) -> Result<AccessQueue, ApiError> {
+    let state = app.inner.handle.state();
+    state
+        .access
+        .get(&qid)
+        .map(|a| a.queue)
+        .ok_or_else(|| ApiError::not_found(Item::Access(qid)))
+}
+
+/// `POST /access/{qid}/start`: a worker holding the request's lock takes it
+/// (Pending → Processing; 409 while its queue is paused).
+pub(crate) async fn start(
+    State(app): State<AppState>,
+    fenced: Fence,
+    cid: CorrelationId,
+    ApiPath(qid): ApiPath<Qid>,
+    ApiJson(body): ApiJson<WorkerRef>,
+) -> Result<Json<AccessMoved>, ApiError> {
+    let actor = worker_actor(&body.worker)?;
+    let queue = queue_of(&app, qid)?;
+    fence(
+        &app,
+        &access_lock_path(queue, qid),
+        body.session_id,
+        &fenced,
+    )
+    .await?;
+    let outcome = app
+        .execute(actor, cid, Command::StartAccess { qid })
+        .await?;
+    Ok(Json(moved(&app, qid, &outcome.records)?))
+}
+
+/// `POST /access/{qid}/outcome`: the assembly's outcome, fenced.
+pub(crate) async fn outcome(
+    State(app): State<AppState>,
+    fenced: Fence,
+    cid: CorrelationId,
+    ApiPath(qid): ApiPath<Qid>,
+    ApiJson(body): ApiJson<AccessOutcomeBody>,
+) -> Result<Json<AccessMoved>, ApiError> {
+    let actor = worker_actor(&body.worker)?;
+    let queue = queue_of(&app, qid)?;
+    fence(
+        &app,
+        &access_lock_path(queue, qid),
+        body.session_id,
+        &fenced,
+    )
+    .await?;
+    let outcome = app
+        .execute(
+            actor,
+            cid,
+            Command::AccessOutcome {
+                qid,
+                success: body.outcome == OutcomeKind::Success,
+                message: body.message,
+            },
+        )
+        .await?;
+    Ok(Json(moved(&app, qid, &outcome.records)?))
+}
+
+/// `POST /access/{qid}/requeue`: a failed request goes back to Pending.
+pub(crate) async fn requeue(
+    State(app): State<AppState>,
+    cid: CorrelationId,
+    who: AdminName,
+    ApiPath(qid): ApiPath<Qid>,
+    ApiJson(body): ApiJson<AdminBody>,
+) -> Result<Json<Appended>, ApiError> {
+    act(app, cid, who, body, |reason| Command::RequeueAccess {
+        qid,
+        reason,
+    })
+    .await
+}
+
+/// `DELETE /access/{qid}`: a Completed or Failed request is marked Deleted.
+pub(crate) async fn delete(
+    State(app): State<AppState>,
+    cid: CorrelationId,
+    who: AdminName,
+    ApiPath(qid): ApiPath<Qid>,
+    ApiJson(body): ApiJson<AdminBody>,
+) -> Result<Json<Appended>, ApiError> {
+    act(app, cid, who, body, |reason| Command::DeleteAccess {
+        qid,
+        reason,
+    })
+    .await
+}
+
+/// `POST /access-queues/{queue}/pause`.
+pub(crate) async fn pause(
+    State(app): State<AppState>,
+    cid: CorrelationId,
+    who: AdminName,
+    ApiPath(queue): ApiPath<AccessQueue>,
+    ApiJson(body): ApiJson<AdminBody>,
+) -> Result<Json<Appended>, ApiError> {
+    act(app, cid, who, body, |reason| Command::PauseAccessQueue {
+        queue,
+        reason,
+    })
+    .await
+}
+
+/// `POST /access-queues/{queue}/resume`.
+pub(crate) async fn resume(
+    State(app): State<AppState>,
+    cid: CorrelationId,
+    who: AdminName,
+    ApiPath(queue): ApiPath<AccessQueue>,
+    ApiJson(body): ApiJson<AdminBody>,
+) -> Result<Json<Appended>, ApiError> {
+    act(app, cid, who, body, |reason| Command::ResumeAccessQueue {
+        queue,
+        reason,
+    })
+    .await
+}

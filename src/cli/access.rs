@@ -1,0 +1,241 @@
+//! `ingest access …`: the access (assembly) queue (issue 12), on the data
+//! directory or through a server (`--engine`), with one output shape.
+
+use anyhow::{Context, Result};
+use clap::Subcommand;
+use ingest_events::command::Command;
+use ingest_events::event::{AccessQueue, AccessToken};
+use ingest_events::{Actor, Qid};
+use ingest_protocol::access::{AccessList, AccessRequestBody, AccessView};
+use ingest_protocol::api::AdminBody;
+use reqwest::Method;
+
+use super::args::{Format, Reason};
+use super::backend::Refused;
+use super::backend::{Local, Remote};
+use super::output::{emit, print_rows};
+
+/// Actions on the access (assembly) queue.
+#[derive(Debug, Subcommand)]
+pub enum AccessAction {
+    /// Queue an assembly request: the small or the large queue by --size
+    /// (large above 500000000 bytes, Merritt's QueueSizeLimit).
+    Request {
+        /// The object's ark (ark:/NAAN/name).
+        #[arg(long)]
+        ark: String,
+        /// The version (0 for the latest).
+        #[arg(long, default_value_t = 0)]
+        version: u32,
+        /// zip, tar or targz.
+        #[arg(long = "container", default_value = "zip")]
+        container: String,
+        /// Bytes to assemble (chooses the queue).
+        #[arg(long)]
+        size: u64,
+        /// The token the requester polls with (a new uuid when absent).
+        #[arg(long)]
+        token: Option<String>,
+        /// The storage node the object is read from.
+        #[arg(long, default_value_t = 0)]
+        delivery_node: u32,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Yaml)]
+        format: Format,
+    },
+    /// Every request, small queue first, and the paused queues.
+    List {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Yaml)]
+        format: Format,
+    },
+    /// One request.
+    Show {
+        /// The request (qid + 10 digits).
+        qid: Qid,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Yaml)]
+        format: Format,
+    },
+    /// Requeue a failed request (Failed -> Pending, as Merritt's admin tool does).
+    Requeue {
+        /// The request.
+        qid: Qid,
+        #[command(flatten)]
+        reason: Reason,
+    },
+    /// Delete a Completed or Failed request (soft: status Deleted).
+    Delete {
+        /// The request.
+        qid: Qid,
+        #[command(flatten)]
+        reason: Reason,
+    },
+    /// Pause one access queue (/locks/queue/accessSmall or accessLarge).
+    Pause {
+        /// small or large.
+        queue: AccessQueue,
+        #[command(flatten)]
+        reason: Reason,
+    },
+    /// Resume one access queue.
+    Resume {
+        /// small or large.
+        queue: AccessQueue,
+        #[command(flatten)]
+        reason: Reason,
+    },
+}
+
+/// An admin action: the engine's command and the API's route.
+fn admin(action: &AccessAction) -> Option<(Command, Method, String, String)> {
+    Some(match action {
+        AccessAction::Requeue { qid, reason } => (
+            Command::RequeueAccess {
+                qid: *qid,
+                reason: reason.reason.clone(),
+            },
+            Method::POST,
+            format!("/access/{qid}/requeue"),
+            reason.reason.clone(),
+        ),
+        AccessAction::Delete { qid, reason } => (
+            Command::DeleteAccess {
+                qid: *qid,
+                reason: reason.reason.clone(),
+            },
+            Method::DELETE,
+            format!("/access/{qid}"),
+            reason.reason.clone(),
+        ),
+        AccessAction::Pause { queue, reason } => (
+            Command::PauseAccessQueue {
+                queue: *queue,
+                reason: reason.reason.clone(),
+            },
+            Method::POST,
+            format!("/access-queues/{queue}/pause"),
+            reason.reason.clone(),
+        ),
+        AccessAction::Resume { queue, reason } => (
+            Command::ResumeAccessQueue {
+                queue: *queue,
+                reason: reason.reason.clone(),
+            },
+            Method::POST,
+            format!("/access-queues/{queue}/resume"),
+            reason.reason.clone(),
+        ),
+        _ => return None,
+    })
+}
+
+/// Runs `action` on the data directory; a refusal is exit code 1.
+pub(super) fn local(local: &mut Local, action: AccessAction) -> Result<i32> {
+    local_inner(local, action).or_else(super::refused_or)
+}
+
+/// Runs `action` through the server; a refusal is exit code 1.
+pub(super) fn remote(remote: &Remote, action: AccessAction) -> Result<i32> {
+    remote_inner(remote, action).or_else(super::refused_or)
+}
+
+fn local_inner(local: &mut Local, action: AccessAction) -> Result<i32> {
+    if let Some((command, ..)) = admin(&action) {
+        let actor = local.actor.clone();
+        let rows = local.execute(&actor, &command)?;
+        print_rows(&rows);
+        return Ok(0);
+    }
+    match action {
+        AccessAction::Request {
+            ark,
+            version,
+            container,
+            size,
+            token,
+            delivery_node,
+            format,
+        } => {
+            let token = AccessToken {
+                token: token.unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+                ark,
+                version,
+                format: container,
+                size,
+                delivery_node,
+            };
+            let next = local.engine.state().next_qid();
+            local.execute(
+                &Actor::depositor("access"),
+                &Command::RequestAccess {
+                    token,
+                    size_limit: AccessQueue::DEFAULT_SIZE_LIMIT,
+                },
+            )?;
+            let state = local.engine.state();
+            let a = state
+                .access
+                .get(&next)
+                .context("the request appended nothing")?;
+            emit(&AccessView::from(a), format)?;
+        }
+        AccessAction::List { format } => emit(&AccessList::of(local.engine.state()), format)?,
+        AccessAction::Show { qid, format } => {
+            let state = local.engine.state();
+            let a = state
+                .access
+                .get(&qid)
+                .ok_or_else(|| Refused(format!("access request {qid} does not exist")))?;
+            emit(&AccessView::from(a), format)?;
+        }
+        _ => {}
+    }
+    Ok(0)
+}
+
+fn remote_inner(remote: &Remote, action: AccessAction) -> Result<i32> {
+    if let Some((_, method, path, reason)) = admin(&action) {
+        let body = AdminBody {
+            actor: Some(remote.admin_name.clone()),
+            reason,
+        };
+        let client = remote.admin_api()?;
+        let appended = remote.run(client.admin(method, &path, &body))?;
+        print_rows(&appended.events);
+        return Ok(0);
+    }
+    match action {
+        AccessAction::Request {
+            ark,
+            version,
+            container,
+            size,
+            token,
+            delivery_node,
+            format,
+        } => {
+            let body = AccessRequestBody {
+                token,
+                ark,
+                version,
+                format: container,
+                size,
+                delivery_node,
+            };
+            let client = remote.reader_api()?;
+            let moved = remote.run(client.request_access(&body))?;
+            emit(&moved.request, format)?;
+        }
+        AccessAction::List { format } => {
+            let client = remote.reader_api()?;
+            emit(&remote.run(client.access_list())?, format)?;
+        }
+        AccessAction::Show { qid, format } => {
+            let client = remote.reader_api()?;
+            emit(&remote.run(client.access(qid))?, format)?;
+        }
+        _ => {}
+    }
+    Ok(0)
+}

@@ -1,0 +1,193 @@
+//! The access (assembly) daemons: one loop per task over `/access/small` or
+//! `/access/large`, as mrt-store's consumer takes requests
+//! (`Access.acquirePendingAssembly`): the children in sorted order, the
+//! first Pending one whose ephemeral `lock` this session can create. While
+//! `/locks/queue/accessSmall` (or `accessLarge`) exists the queue is paused
+//! and nothing is taken.
+//!
+//! The lock holds a [`LockNode`] with the digest of a fresh secret, and the
+//! start and outcome reports carry the secret, so the engine accepts them
+//! only from the holder (as for jobs). The assembly itself is simulated
+//! (the real one, reading the object from storage and building the
+//! container, is left to a later issue): it succeeds, unless the request's
+//! token begins with [`SIMULATED_FAILURE_PREFIX`], which asks for a
+//! failure.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ingest_client::Reply;
+use ingest_config::DaemonKind;
+use ingest_events::event::AccessQueue;
+use ingest_protocol::access::{AccessMoved, AccessOutcomeBody};
+use ingest_protocol::api::{OutcomeKind, SessionId, WorkerRef};
+use ingest_protocol::fence::{FenceSecret, LockNode};
+use ingest_protocol::node::{decode, AccessStatusNode, AccessTokenNode};
+use tokio_util::sync::CancellationToken;
+use zookeeper_client as zk;
+
+use crate::daemon::{fresh_secret, release, Shared};
+
+/// A token beginning with this asks the simulated assembly to fail.
+pub const SIMULATED_FAILURE_PREFIX: &str = "simulate-failure";
+
+/// How long the loop waits before looking again at an idle or paused queue.
+const IDLE: Duration = Duration::from_millis(200);
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The queue an access daemon consumes (the small one for any other kind).
+pub fn queue_of(kind: DaemonKind) -> AccessQueue {
+    match kind {
+        DaemonKind::AccessLarge => AccessQueue::Large,
+        _ => AccessQueue::Small,
+    }
+}
+
+fn queue_dir(queue: AccessQueue) -> String {
+    format!("/access/{}", queue.name())
+}
+
+fn pause_lock(queue: AccessQueue) -> &'static str {
+    match queue {
+        AccessQueue::Small => "/locks/queue/accessSmall",
+        AccessQueue::Large => "/locks/queue/accessLarge",
+    }
+}
+
+/// Runs one task of the access daemon of `queue` until `stop`.
+pub async fn run(shared: Arc<Shared>, queue: AccessQueue, task: u32, stop: CancellationToken) {
+    tracing::debug!(queue = %queue, task, "access daemon task started");
+    while !stop.is_cancelled() {
+        let took = match shared.session.client().await {
+            Ok(client) => match take_one(&shared, &client, queue).await {
+                Ok(took) => took,
+                Err(e) => {
+                    tracing::warn!(queue = %queue, error = %e, "the access queue could not be read; trying again");
+                    false
+                }
+            },
+            Err(e) => {
+                tracing::debug!(error = %e, "no ZooKeeper session yet");
+                false
+            }
+        };
+        if !took {
+            tokio::select! {
+                () = tokio::time::sleep(IDLE) => {}
+                () = stop.cancelled() => {}
+            }
+        }
+    }
+}
+
+/// Takes, assembles and reports the first Pending request this session
+/// can lock; whether it took one.
+async fn take_one(
+    shared: &Shared,
+    client: &zk::Client,
+    queue: AccessQueue,
+) -> Result<bool, BoxError> {
+    if client.check_stat(pause_lock(queue)).await?.is_some() {
+        return Ok(false);
+    }
+    let dir = queue_dir(queue);
+    let mut children = match client.list_children(&dir).await {
+        Ok(c) => c,
+        Err(zk::Error::NoNode) => return Ok(false),
+        Err(e) => return Err(e.into()),
+    };
+    children.sort();
+    for qid in children {
+        let path = format!("{dir}/{qid}");
+        if status(client, &path).await.as_deref() != Some("Pending") {
+            continue;
+        }
+        let fence = fresh_secret()?;
+        let data = LockNode::new(&shared.name, &fence).to_bytes();
+        let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+        let lock = format!("{path}/lock");
+        let created = match client.create(&lock, &data, &ephemeral).await {
+            Ok((stat, _)) => stat,
+            Err(zk::Error::NodeExists | zk::Error::NoNode) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let result = assemble(shared, client, &qid, &path, &fence).await;
+        release(client, &lock, &created).await;
+        result?;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// The request's status, or `None` when its node is missing or unreadable
+/// (a node written by someone else is skipped, not fatal).
+async fn status(client: &zk::Client, path: &str) -> Option<String> {
+    let (data, _) = client.get_data(&format!("{path}/status")).await.ok()?;
+    decode::<AccessStatusNode>("/access/QUEUE/QID/status", &data)
+        .ok()
+        .map(|n| n.status)
+}
+
+async fn assemble(
+    shared: &Shared,
+    client: &zk::Client,
+    qid: &str,
+    path: &str,
+    fence: &FenceSecret,
+) -> Result<(), BoxError> {
+    // Re-checked under the lock: another worker may have taken it between
+    // the listing and the lock.
+    if status(client, path).await.as_deref() != Some("Pending") {
+        return Ok(());
+    }
+    let session_id = SessionId(client.session_id().0);
+    let who = WorkerRef {
+        worker: shared.name.clone(),
+        session_id,
+    };
+    let started = shared
+        .engine
+        .report::<_, AccessMoved>(&format!("/access/{qid}/start"), fence, &who)
+        .await?;
+    if let Reply::Refused { code, message } = started {
+        tracing::info!(%qid, %code, %message, "the access request was not started");
+        return Ok(());
+    }
+    let token = match client.get_data(&format!("{path}/token")).await {
+        Ok((data, _)) => decode::<AccessTokenNode>("/access/QUEUE/QID/token", &data).ok(),
+        Err(_) => None,
+    };
+    // The simulated assembly.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let (outcome, message) = match &token {
+        None => (
+            OutcomeKind::Failure,
+            "the request's token node is missing or unreadable".to_string(),
+        ),
+        Some(t) if t.token.starts_with(SIMULATED_FAILURE_PREFIX) => (
+            OutcomeKind::Failure,
+            "simulated assembly failure (asked for by the token)".to_string(),
+        ),
+        Some(_) => (OutcomeKind::Success, String::new()),
+    };
+    let body = AccessOutcomeBody {
+        worker: shared.name.clone(),
+        session_id,
+        outcome,
+        message,
+    };
+    match shared
+        .engine
+        .report::<_, AccessMoved>(&format!("/access/{qid}/outcome"), fence, &body)
+        .await?
+    {
+        Reply::Done(moved) => {
+            tracing::info!(%qid, status = %moved.request.status, "assembly reported");
+        }
+        Reply::Refused { code, message } => {
+            tracing::warn!(%qid, %code, %message, "the assembly's outcome was refused");
+        }
+    }
+    Ok(())
+}
