@@ -96,9 +96,31 @@ fn main() {
 // Events and logs
 // ---------------------------------------------------------------------------
 
+/// The log's configuration: the default, or sled's storage settings from
+/// `INGEST_BENCH_LOG_SEGMENT` (bytes) and `INGEST_BENCH_LOG_ZSTD` (a level,
+/// or `off`) to compare them.
+fn log_config() -> LogConfig {
+    let mut config = LogConfig::default();
+    if let Ok(v) = std::env::var("INGEST_BENCH_LOG_SEGMENT") {
+        config.segment_size = v
+            .parse()
+            .unwrap_or_else(|e| panic!("INGEST_BENCH_LOG_SEGMENT={v:?}: {e}"));
+    }
+    if let Ok(v) = std::env::var("INGEST_BENCH_LOG_ZSTD") {
+        config.compression = match v.as_str() {
+            "off" => None,
+            level => Some(
+                level
+                    .parse()
+                    .unwrap_or_else(|e| panic!("INGEST_BENCH_LOG_ZSTD={v:?}: {e}")),
+            ),
+        };
+    }
+    config
+}
+
 fn open(dir: &Path) -> Log {
-    Log::open(dir, &LogConfig::default())
-        .unwrap_or_else(|e| panic!("open log at {}: {e}", dir.display()))
+    Log::open(dir, &log_config()).unwrap_or_else(|e| panic!("open log at {}: {e}", dir.display()))
 }
 
 fn tempdir() -> tempfile::TempDir {

@@ -61,6 +61,8 @@
 #![deny(missing_docs)]
 
 pub mod append;
+#[cfg(feature = "log")]
+pub mod audit_index;
 pub mod codec;
 pub mod command;
 pub mod event;

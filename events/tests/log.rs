@@ -41,6 +41,7 @@ fn config() -> LogConfig {
     // Small cache: many tests run in parallel.
     LogConfig {
         cache_capacity: 8 * 1024 * 1024,
+        ..LogConfig::default()
     }
 }
 
