@@ -101,9 +101,9 @@ pub enum Cmd {
         #[arg(long, value_parser = ingest_protocol::listing::parse_time)]
         until: Option<chrono::DateTime<chrono::Utc>>,
         /// Only events caused by this actor: admin:NAME, worker:NAME,
-        /// depositor:NAME or engine.
-        #[arg(long)]
-        actor: Option<ingest_events::Actor>,
+        /// depositor:NAME or engine (`--actor` names who runs a command).
+        #[arg(long, value_name = "ACTOR")]
+        by: Option<ingest_events::Actor>,
         /// Only events of the batches and jobs of this collection (profile).
         #[arg(long)]
         collection: Option<String>,

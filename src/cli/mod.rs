@@ -190,7 +190,7 @@ fn common(backend: &mut dyn Backend, command: Cmd, actor: Option<Actor>) -> Resu
             job,
             since,
             until,
-            actor,
+            by,
             collection,
             limit,
             format,
@@ -200,7 +200,7 @@ fn common(backend: &mut dyn Backend, command: Cmd, actor: Option<Actor>) -> Resu
                 job,
                 since,
                 until,
-                actor,
+                actor: by,
                 collection,
                 limit,
             };
