@@ -125,7 +125,7 @@ fn build(log: &Log, ops: &[Op]) -> Built {
     let mut b = Built::default();
     let mut time = t0();
     let mut group = log.begin_group();
-    for (i, op) in ops.iter().enumerate() {
+    for op in ops {
         time += Duration::seconds(i64::from(op.seconds));
         let events: Vec<Proposed> = match op.kind {
             0 => {

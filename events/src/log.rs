@@ -155,13 +155,15 @@ impl Default for LogConfig {
 /// The segment size of a new log (see [`LogConfig::segment_size`]).
 pub const SEGMENT_SIZE: usize = 512 * 1024;
 /// The compression of a new log (see [`LogConfig::compression`]).
-pub const COMPRESSION: Option<i32> = None;
+pub const COMPRESSION: Option<i32> = Some(3);
 
 /// The storage parameters sled persisted when it created the log in `dir`
 /// (`conf`: `segment_size` and `use_compression`), which a re-open must
 /// repeat; `None` for a new directory.
 fn persisted_storage(dir: &Path) -> Option<(usize, bool)> {
-    let text = std::fs::read_to_string(dir.join("conf")).ok()?;
+    // The settings text is followed by a 4-byte CRC, so read it lossily.
+    let bytes = std::fs::read(dir.join("conf")).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
     let mut segment = None;
     let mut compression = None;
     for line in text.lines() {
