@@ -63,6 +63,8 @@
 pub mod append;
 #[cfg(feature = "log")]
 pub mod audit_index;
+#[cfg(feature = "log")]
+mod audit_keys;
 pub mod codec;
 pub mod command;
 pub mod event;

@@ -5,7 +5,7 @@
 //! - `e` + position (u64 big-endian) → the encoded record ([`crate::codec`]);
 //! - `i` + stream key ([`StreamId::key`]) + version (u64 big-endian) → position.
 //!
-//! and the audit-read indexes (see [`crate::audit_index`] for their layout):
+//! and the audit-read indexes (see [`crate::audit_keys`] for their layout):
 //! - `a` + actor hash + first position → last position: runs of consecutive
 //!   positions written by one actor;
 //! - `c` + collection hash + stream key → the collection's name: the batch and
@@ -49,7 +49,7 @@ use crate::event::StreamId;
 
 const EVENT: u8 = b'e';
 const INDEX: u8 = b'i';
-use crate::audit_index::{self as ai, ActorRun};
+use crate::audit_keys::{self as ai, ActorRun};
 /// How many records at the tail [`Log::open`] re-checks.
 const TAIL_CHECK: u64 = 64;
 
@@ -511,7 +511,10 @@ impl Log {
         };
         log.check_tail(&mut writer)?;
         *log.writer.get_mut().unwrap_or_else(|e| e.into_inner()) = writer;
-        ai::build_if_missing(&log)?;
+        {
+            let head = log.head().0;
+            ai::build_if_missing(&log.tree, head, log.read_range(1, head).map(Result::ok))?;
+        }
         Ok(log)
     }
 
