@@ -65,6 +65,11 @@ fn measuring() -> bool {
     std::env::args().any(|a| a == "--bench")
 }
 const JOBS_PER_BATCH: u64 = 10;
+/// Jobs per batch in the archive-scale log (the issue's "one batch's full
+/// history (20 jobs)").
+const REBUILD_JOBS_PER_BATCH: u64 = 20;
+/// The collections batches are spread over.
+const COLLECTIONS: [&str; 4] = ["demo_content", "ucb_lib", "cdl_dryad", "ucla_dl"];
 
 fn fold_jobs() -> u64 {
     if measuring() {
@@ -96,9 +101,31 @@ fn main() {
 // Events and logs
 // ---------------------------------------------------------------------------
 
+/// The log's configuration: the default, or sled's storage settings from
+/// `INGEST_BENCH_LOG_SEGMENT` (bytes) and `INGEST_BENCH_LOG_ZSTD` (a level,
+/// or `off`) to compare them.
+fn log_config() -> LogConfig {
+    let mut config = LogConfig::default();
+    if let Ok(v) = std::env::var("INGEST_BENCH_LOG_SEGMENT") {
+        config.segment_size = v
+            .parse()
+            .unwrap_or_else(|e| panic!("INGEST_BENCH_LOG_SEGMENT={v:?}: {e}"));
+    }
+    if let Ok(v) = std::env::var("INGEST_BENCH_LOG_ZSTD") {
+        config.compression = match v.as_str() {
+            "off" => None,
+            level => Some(
+                level
+                    .parse()
+                    .unwrap_or_else(|e| panic!("INGEST_BENCH_LOG_ZSTD={v:?}: {e}")),
+            ),
+        };
+    }
+    config
+}
+
 fn open(dir: &Path) -> Log {
-    Log::open(dir, &LogConfig::default())
-        .unwrap_or_else(|e| panic!("open log at {}: {e}", dir.display()))
+    Log::open(dir, &log_config()).unwrap_or_else(|e| panic!("open log at {}: {e}", dir.display()))
 }
 
 fn tempdir() -> tempfile::TempDir {
@@ -390,10 +417,19 @@ struct Staging<'a, 'g> {
 
 impl Staging<'_, '_> {
     fn run(&mut self, command: Command) {
+        // Several actors and collections, as a repository has, so the
+        // audit indexes have something to tell apart.
+        let actor = match &command {
+            Command::SubmitBatch { .. } => Actor::depositor("alice"),
+            Command::StartJob { jid } | Command::SetJobStatus { jid, .. } => {
+                Actor::worker(format!("w{}", jid.0 % 4))
+            }
+            _ => Actor::worker("bench"),
+        };
         let decision = decide(self.state, self.lifecycle, &command)
             .unwrap_or_else(|r| panic!("{command:?} rejected: {r}"));
         let appended = match self.group.stage(&AppendRequest {
-            actor: Actor::worker("bench"),
+            actor,
             correlation_id: Uuid::new_v4(),
             timestamp: Utc::now(),
             expectations: decision.expectations,
@@ -430,7 +466,7 @@ impl Staging<'_, '_> {
         self.run(Command::SubmitBatch {
             uuid: Uuid::new_v4(),
             submission: Submission {
-                profile_name: "demo_content".into(),
+                profile_name: COLLECTIONS[bid.0 as usize % COLLECTIONS.len()].into(),
                 submitter: "alice".into(),
                 payload_url: format!("https://example.org/{bid}/manifest.checkm"),
                 payload_type: PayloadType::ContainerBatchManifest,
@@ -517,13 +553,26 @@ impl Staging<'_, '_> {
 /// Builds a log of `jobs` jobs (rounded up to whole batches) in `dir`;
 /// returns the state the builder folded along the way.
 fn build_log(dir: &Path, jobs: u64) -> State {
+    build_log_in(dir, jobs, JOBS_PER_BATCH)
+}
+
+/// As [`build_log`], `per_batch` jobs in each batch.
+fn build_log_in(dir: &Path, jobs: u64, per_batch: u64) -> State {
     let mut b = Builder {
         log: open(dir),
         state: State::new(),
         lifecycle: Lifecycle::builtin(),
     };
-    for _ in 0..jobs.div_ceil(JOBS_PER_BATCH) {
-        b.batch(JOBS_PER_BATCH);
+    let started = Instant::now();
+    for n in 1..=jobs.div_ceil(per_batch) {
+        b.batch(per_batch);
+        if n % 5_000 == 0 {
+            eprintln!(
+                "  built {} events in {:.0} s",
+                b.log.head().0,
+                started.elapsed().as_secs_f64()
+            );
+        }
     }
     let head = b.log.head().0;
     b.log.wait_durable(head).expect("final flush");
@@ -614,12 +663,13 @@ fn dir_size(dir: &Path) -> u64 {
 
 /// Times what the engine does at start-up: open the log and fold all of it.
 fn rebuild(events: u64) {
-    // A batch of 10 jobs writes 10 * 13 + 5 events.
-    let per_job = (JOBS_PER_BATCH * 13 + 5) as f64 / JOBS_PER_BATCH as f64;
+    // A batch of n jobs writes n * 13 + 5 events.
+    let per_batch = REBUILD_JOBS_PER_BATCH;
+    let per_job = (per_batch * 13 + 5) as f64 / per_batch as f64;
     let jobs = (events as f64 / per_job).ceil() as u64;
     let dir = tempdir();
     let started = Instant::now();
-    let built = build_log(dir.path(), jobs);
+    let built = build_log_in(dir.path(), jobs, per_batch);
     let build_time = started.elapsed();
     eprintln!(
         "rebuild: built {} events ({} jobs) in {:.1} s; {:.0} MiB on disk",
@@ -658,6 +708,23 @@ fn archive_figures(log_dir: &Path, built: &State) {
             .map(|kv| kv.expect("read").1.len() as u64)
             .sum()
     };
+    {
+        // Where the bytes go: the log's keys and values by kind.
+        let log = open(log_dir);
+        let mut kinds: std::collections::BTreeMap<char, (u64, u64)> = Default::default();
+        for kv in log.raw_tree().iter() {
+            let (k, v) = kv.expect("read");
+            let e = kinds.entry(k[0] as char).or_default();
+            e.0 += 1;
+            e.1 += (k.len() + v.len()) as u64;
+        }
+        for (kind, (n, bytes)) in kinds {
+            eprintln!(
+                "space: key kind {kind:?}: {n} entries, {:.1} bytes/event of keys and values",
+                bytes as f64 / events as f64
+            );
+        }
+    }
     let disk = dir_size(log_dir);
     eprintln!(
         "space: {disk} bytes on disk for {events} events = {:.0} bytes/event ({:.0} bytes/event of encoded records)",
@@ -726,6 +793,7 @@ fn archive_figures(log_dir: &Path, built: &State) {
         scan.as_secs_f64(),
         scan.as_secs_f64() / indexed.as_secs_f64()
     );
+    audit_queries(engine.log());
     let started = Instant::now();
     let chain = engine.log().verify(|_| {}).expect("verify");
     let chain_time = started.elapsed();
@@ -743,4 +811,81 @@ fn archive_figures(log_dir: &Path, built: &State) {
         chain_time.as_secs_f64(),
         events as f64 / chain_time.as_secs_f64()
     );
+}
+
+/// History by actor, collection and time window through the indexes,
+/// against one scan of the log filtering the same (the baseline).
+fn audit_queries(log: &Log) {
+    use ingest_engine::history::{query, HistoryQuery, Scope};
+    let head = log.durable_position();
+    let at = |p: u64| log.read_one(p).expect("read").envelope.timestamp;
+    // A window of about 1,000 events in the middle of the log.
+    let since = at(head / 2);
+    let until = at((head / 2 + 1_000).min(head));
+    let queries = [
+        (
+            "--by worker:w1 in a ~1,000-event window",
+            HistoryQuery {
+                since: Some(since),
+                until: Some(until),
+                actor: Some(Actor::worker("w1")),
+                ..HistoryQuery::default()
+            },
+        ),
+        (
+            "--collection ucb_lib in a ~1,000-event window",
+            HistoryQuery {
+                since: Some(since),
+                until: Some(until),
+                collection: Some("ucb_lib".into()),
+                ..HistoryQuery::default()
+            },
+        ),
+        (
+            "--by depositor:alice (every submission, whole log)",
+            HistoryQuery {
+                actor: Some(Actor::depositor("alice")),
+                limit: Some(1_000_000),
+                ..HistoryQuery::default()
+            },
+        ),
+    ];
+    for (name, q) in queries {
+        let started = Instant::now();
+        let (rows, _) = query(log, &Scope::Log, &q).expect("query");
+        let indexed = started.elapsed();
+        let started = Instant::now();
+        let mut collections: std::collections::HashMap<StreamId, String> = Default::default();
+        let scanned = log
+            .read_range(1, head)
+            .map(|r| r.expect("read"))
+            .filter(|r| {
+                match &r.event {
+                    Event::BatchSubmitted(e) => {
+                        collections.insert(r.envelope.stream, e.submission.profile_name.clone());
+                    }
+                    Event::JobCreated(e) => {
+                        collections.insert(r.envelope.stream, e.configuration.profile_name.clone());
+                    }
+                    _ => {}
+                }
+                let e = &r.envelope;
+                q.since.is_none_or(|t| e.timestamp >= t)
+                    && q.until.is_none_or(|t| e.timestamp < t)
+                    && q.actor.as_ref().is_none_or(|a| *a == e.actor)
+                    && q.collection
+                        .as_ref()
+                        .is_none_or(|c| collections.get(&e.stream) == Some(c))
+            })
+            .count();
+        let scan = started.elapsed();
+        assert_eq!(rows.len(), scanned, "{name}");
+        eprintln!(
+            "history {name}: {} events in {:.2} ms through the indexes, {:.2} s scanning the log (baseline) = {:.0}x",
+            rows.len(),
+            indexed.as_secs_f64() * 1e3,
+            scan.as_secs_f64(),
+            scan.as_secs_f64() / indexed.as_secs_f64()
+        );
+    }
 }

@@ -466,6 +466,20 @@ impl Client {
             .await
     }
 
+    /// `GET /history?…`: the events `query` asks for (a batch, a job or the
+    /// whole log, by time, actor and collection).
+    ///
+    /// # Errors
+    /// As [`Client::send`]; 400 `invalid_query` names the parameter.
+    pub async fn history(
+        &self,
+        query: &ingest_protocol::history::HistoryQuery,
+    ) -> Result<History, ClientError> {
+        let q = ingest_protocol::listing::encode_query(&query.to_pairs());
+        self.send::<(), _>(Method::GET, &format!("/history?{q}"), None)
+            .await
+    }
+
     /// `GET /status`.
     ///
     /// # Errors

@@ -61,6 +61,10 @@
 #![deny(missing_docs)]
 
 pub mod append;
+#[cfg(feature = "log")]
+pub mod audit_index;
+#[cfg(feature = "log")]
+mod audit_keys;
 pub mod codec;
 pub mod command;
 pub mod event;

@@ -5,6 +5,17 @@
 //! - `e` + position (u64 big-endian) → the encoded record ([`crate::codec`]);
 //! - `i` + stream key ([`StreamId::key`]) + version (u64 big-endian) → position.
 //!
+//! and the audit-read indexes (see [`crate::audit_keys`] for their layout):
+//! - `a` + actor hash + first position → last position: runs of consecutive
+//!   positions written by one actor;
+//! - `c` + collection hash + stream key → the collection's name: the batch and
+//!   job streams of each collection;
+//! - `x` + `audit-index-v1` → empty: the audit indexes cover the whole log.
+//!
+//! Reads by time need no index: the log never lets time go backwards (an
+//! append's timestamp is raised to the head's), so timestamps are sorted by
+//! position and a binary search over positions finds any instant.
+//!
 //! An append writes all of a command's records and their index entries in one
 //! `sled::Batch`, which sled applies atomically: after a crash a command's
 //! events are all there or none are.
@@ -38,6 +49,7 @@ use crate::event::StreamId;
 
 const EVENT: u8 = b'e';
 const INDEX: u8 = b'i';
+use crate::audit_keys::{self as ai, ActorRun};
 /// How many records at the tail [`Log::open`] re-checks.
 const TAIL_CHECK: u64 = 64;
 
@@ -131,14 +143,46 @@ pub enum LogError {
 pub struct LogConfig {
     /// sled's page cache, in bytes.
     pub cache_capacity: u64,
+    /// sled's segment size in bytes (a power of two, 256 B to 16 MiB), for a
+    /// new log; an existing log keeps the size it was created with.
+    pub segment_size: usize,
+    /// zstd level (1-22) of sled's page compression for a new log, or `None`
+    /// for none; an existing log keeps what it was created with.
+    pub compression: Option<i32>,
 }
 
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
             cache_capacity: 256 * 1024 * 1024,
+            segment_size: SEGMENT_SIZE,
+            compression: COMPRESSION,
         }
     }
+}
+
+/// The segment size of a new log (see [`LogConfig::segment_size`]).
+pub const SEGMENT_SIZE: usize = 512 * 1024;
+/// The compression of a new log (see [`LogConfig::compression`]).
+pub const COMPRESSION: Option<i32> = Some(3);
+
+/// The storage parameters sled persisted when it created the log in `dir`
+/// (`conf`: `segment_size` and `use_compression`), which a re-open must
+/// repeat; `None` for a new directory.
+fn persisted_storage(dir: &Path) -> Option<(usize, bool)> {
+    // The settings text is followed by a 4-byte CRC, so read it lossily.
+    let bytes = std::fs::read(dir.join("conf")).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let mut segment = None;
+    let mut compression = None;
+    for line in text.lines() {
+        match line.split_once(": ") {
+            Some(("segment_size", v)) => segment = v.trim().parse().ok(),
+            Some(("use_compression", v)) => compression = v.trim().parse().ok(),
+            _ => {}
+        }
+    }
+    Some((segment?, compression?))
 }
 
 /// What `verify` found.
@@ -180,6 +224,7 @@ pub struct Group<'a> {
     head_time: DateTime<Utc>,
     versions: std::collections::HashMap<StreamId, u64>,
     staged: usize,
+    actor_run: Option<ActorRun>,
 }
 
 impl Group<'_> {
@@ -284,8 +329,18 @@ impl Group<'_> {
             self.batch
                 .insert(&index_key(stream, version), &pos.to_be_bytes());
         }
-        self.versions.extend(versions);
         let first = self.head + 1;
+        // The audit indexes, in the same batch as the records they index.
+        self.actor_run = Some(ai::stage_actor(
+            &mut self.batch,
+            self.actor_run,
+            &request.actor,
+            first..=pos,
+        ));
+        for p in &request.events {
+            ai::stage_collection(&mut self.batch, p.stream, &p.event);
+        }
+        self.versions.extend(versions);
         self.head = pos;
         self.head_hash = prev_hash;
         self.head_time = timestamp;
@@ -309,6 +364,7 @@ impl Group<'_> {
         self.writer.head = self.head;
         self.writer.head_hash = self.head_hash;
         self.writer.head_time = self.head_time;
+        self.writer.actor_run = self.actor_run;
         Ok(Some(self.head))
     }
 }
@@ -344,6 +400,9 @@ struct Writer {
     head_hash: Hash,
     head_time: DateTime<Utc>,
     needs_repair: Option<(u64, String)>,
+    /// The actor run the last append extended or started (`None` after an
+    /// open or a repair: the next append starts a new run).
+    actor_run: Option<ActorRun>,
 }
 
 struct Durable {
@@ -460,10 +519,20 @@ impl Log {
         // threads let go of the file late, spacejam/sled#1289), so a reopen in
         // the same process may briefly see the lock: retry for a short grace.
         let deadline = Instant::now() + Duration::from_millis(500);
+        let (segment_size, compression) = match persisted_storage(dir) {
+            Some((segment, compressed)) => (
+                segment,
+                compressed.then_some(config.compression.unwrap_or(3)),
+            ),
+            None => (config.segment_size, config.compression),
+        };
         let db = loop {
             let opened = sled::Config::new()
                 .path(dir)
                 .cache_capacity(config.cache_capacity)
+                .segment_size(segment_size)
+                .use_compression(compression.is_some())
+                .compression_factor(compression.unwrap_or(3))
                 .flush_every_ms(None)
                 .open();
             match opened {
@@ -487,6 +556,7 @@ impl Log {
             head_hash: GENESIS_HASH,
             head_time: DateTime::<Utc>::MIN_UTC,
             needs_repair: None,
+            actor_run: None,
         };
         if let Some((k, _)) = tree.scan_prefix([EVENT]).next_back().transpose()? {
             writer.head = be_u64(&k[1..]).unwrap_or(0);
@@ -500,6 +570,7 @@ impl Log {
                 head_hash: GENESIS_HASH,
                 head_time: writer.head_time,
                 needs_repair: None,
+                actor_run: None,
             }),
             durable: Mutex::new(Durable {
                 position: writer.head,
@@ -513,6 +584,10 @@ impl Log {
         };
         log.check_tail(&mut writer)?;
         *log.writer.get_mut().unwrap_or_else(|e| e.into_inner()) = writer;
+        {
+            let head = log.head().0;
+            ai::build_if_missing(&log.tree, head, log.read_range(1, head).map(Result::ok))?;
+        }
         Ok(log)
     }
 
@@ -712,6 +787,7 @@ impl Log {
             head: w.head,
             head_hash: w.head_hash,
             head_time: w.head_time,
+            actor_run: w.actor_run,
             writer: w,
             batch: sled::Batch::default(),
             versions: std::collections::HashMap::new(),
@@ -1048,6 +1124,7 @@ impl Log {
                 batch.remove(k);
             }
         }
+        ai::stage_truncation(&self.tree, &mut batch, first_bad)?;
         self.tree.apply_batch(batch)?;
         self.db.flush()?;
         let mut fresh = Writer {
@@ -1055,6 +1132,7 @@ impl Log {
             head_hash: GENESIS_HASH,
             head_time: DateTime::<Utc>::MIN_UTC,
             needs_repair: None,
+            actor_run: None,
         };
         self.check_tail(&mut fresh)?;
         if let Some((p, reason)) = &fresh.needs_repair {

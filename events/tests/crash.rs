@@ -66,6 +66,7 @@ fn acknowledged_appends_survive_random_kills() {
 fn config() -> LogConfig {
     LogConfig {
         cache_capacity: 16 * 1024 * 1024,
+        ..LogConfig::default()
     }
 }
 
@@ -287,6 +288,14 @@ fn check_recovery(
     let report = log.verify(|_| {}).map_err(|e| format!("verify: {e}"))?;
     if !report.problems.is_empty() {
         return Err(format!("verify: {:?}", report.problems));
+    }
+    // The audit indexes (actor runs, collections) are written in the same
+    // batch as the records: a kill never leaves a record without them.
+    let missing = log
+        .audit_index_problems()
+        .map_err(|e| format!("audit indexes: {e}"))?;
+    if !missing.is_empty() {
+        return Err(format!("audit indexes: {missing:?}"));
     }
     let (head, head_hash) = log.head();
     if report.events_checked != head || report.head_hash != head_hash {

@@ -41,6 +41,7 @@ fn config() -> LogConfig {
     // Small cache: many tests run in parallel.
     LogConfig {
         cache_capacity: 8 * 1024 * 1024,
+        ..LogConfig::default()
     }
 }
 
@@ -1284,4 +1285,35 @@ fn verify_sees_no_problem_in_a_healthy_log_while_writes_go_on() {
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     writer.join().expect("writer");
     assert!(log.verify(|_| {}).expect("verify").problems.is_empty());
+}
+
+#[test]
+fn a_log_reopens_with_the_storage_settings_it_was_created_with() {
+    // Created uncompressed with a small segment, re-opened with the
+    // (compressed) defaults: sled refuses changed settings, so the log must
+    // repeat the persisted ones.
+    let dir = tempdir();
+    let first = LogConfig {
+        compression: None,
+        segment_size: 256 * 1024,
+        ..config()
+    };
+    {
+        let log = Log::open(dir.path(), &first).expect("open");
+        append_notes(&log, 1);
+    }
+    let log = Log::open(dir.path(), &config()).expect("re-open with other settings");
+    assert_eq!(log.head().0, 1);
+    drop(log);
+    let compressed = tempdir();
+    {
+        let log = Log::open(compressed.path(), &config()).expect("open");
+        append_notes(&log, 1);
+    }
+    let plain = LogConfig {
+        compression: None,
+        ..config()
+    };
+    let log = Log::open(compressed.path(), &plain).expect("re-open a compressed log");
+    assert_eq!(log.read_one(1).expect("read").envelope.position, 1);
 }

@@ -230,10 +230,13 @@ pub struct Submitted {
 /// The history.
 #[derive(Debug, PartialEq, Clone, Serialize, Deserialize)]
 pub struct History {
-    /// The batch or job.
+    /// The batch or job (`log` for a query of the whole log).
     pub id: String,
     /// Every event, by position.
     pub events: Vec<HistoryRow>,
+    /// More events matched than the query's limit: `events` holds the first.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
 }
 
 /// The uuid lookup.

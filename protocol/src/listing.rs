@@ -62,7 +62,7 @@ pub struct QueryError {
 }
 
 impl QueryError {
-    fn new(param: &str, reason: impl Into<String>) -> QueryError {
+    pub(crate) fn new(param: &str, reason: impl Into<String>) -> QueryError {
         QueryError {
             param: cut(param, QUOTED_BYTES).into_owned(),
             reason: reason.into(),
@@ -211,7 +211,7 @@ impl Filters {
     }
 }
 
-fn text_filter(key: &str, value: &str) -> Result<String, QueryError> {
+pub(crate) fn text_filter(key: &str, value: &str) -> Result<String, QueryError> {
     if value.trim().is_empty() {
         return Err(QueryError::new(key, "is empty (leave it out to match all)"));
     }
@@ -227,7 +227,7 @@ fn text_filter(key: &str, value: &str) -> Result<String, QueryError> {
     Ok(value.to_string())
 }
 
-fn time_param(key: &str, value: &str) -> Result<DateTime<Utc>, QueryError> {
+pub(crate) fn time_param(key: &str, value: &str) -> Result<DateTime<Utc>, QueryError> {
     parse_time(value).map_err(|reason| QueryError::new(key, reason))
 }
 

@@ -83,14 +83,34 @@ pub enum Cmd {
         #[arg(long, global = true, value_enum, default_value_t = Format::Yaml)]
         format: Format,
     },
-    /// Every event of a batch and its jobs (or of one job), in log order.
+    /// Events in log order: of a batch and its jobs, of one job, or of the
+    /// whole log; filtered by time, actor and collection (combined with AND).
+    /// Answered from the log's indexes, never by scanning it.
     History {
-        /// The batch.
-        #[arg(long, conflicts_with = "job", required_unless_present = "job")]
+        /// The batch (with its jobs).
+        #[arg(long, conflicts_with = "job")]
         batch: Option<Bid>,
         /// The job.
         #[arg(long)]
         job: Option<Jid>,
+        /// Only events at or after this time: RFC 3339 (2026-11-24T08:00:00Z)
+        /// or a date (2026-11-24, midnight UTC).
+        #[arg(long, value_parser = ingest_protocol::listing::parse_time)]
+        since: Option<chrono::DateTime<chrono::Utc>>,
+        /// Only events before this time (RFC 3339 or a date).
+        #[arg(long, value_parser = ingest_protocol::listing::parse_time)]
+        until: Option<chrono::DateTime<chrono::Utc>>,
+        /// Only events caused by this actor: admin:NAME, worker:NAME,
+        /// depositor:NAME or engine (`--actor` names who runs a command).
+        #[arg(long, value_name = "ACTOR")]
+        by: Option<ingest_events::Actor>,
+        /// Only events of the batches and jobs of this collection (profile).
+        #[arg(long)]
+        collection: Option<String>,
+        /// At most this many events (default 100000, at most 1000000); a
+        /// note on stderr says when more matched.
+        #[arg(long)]
+        limit: Option<usize>,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,

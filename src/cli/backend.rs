@@ -12,7 +12,7 @@ use ingest_events::command::Command;
 use ingest_events::{Actor, Bid, Jid};
 use ingest_projections::Views;
 use ingest_protocol::api::{AdminBody, ProblemView, Submitted, Verified};
-use ingest_protocol::history::HistoryRow;
+use ingest_protocol::history::{HistoryQuery, HistoryRow};
 use ingest_protocol::listing::{BatchPage, BatchQuery, JobPage, JobQuery};
 use ingest_protocol::report::BatchView;
 use ingest_protocol::submission::SubmissionInput;
@@ -47,6 +47,8 @@ pub trait Backend {
     fn batch_history(&mut self, bid: Bid) -> Result<Vec<HistoryRow>>;
     /// A job's history.
     fn job_history(&mut self, jid: Jid) -> Result<Vec<HistoryRow>>;
+    /// The events a history query asks for, and whether more matched than its limit.
+    fn history(&mut self, query: &HistoryQuery) -> Result<(Vec<HistoryRow>, bool)>;
     /// Queue-wide figures.
     fn status(&mut self) -> Result<StatusView>;
     /// The hash chain and stream index, checked.
@@ -132,6 +134,30 @@ impl Backend for Local {
             return Err(Refused(format!("job {jid} does not exist")).into());
         }
         ingest_engine::history::job_history(self.engine.log(), self.engine.state(), jid)
+    }
+
+    fn history(&mut self, query: &HistoryQuery) -> Result<(Vec<HistoryRow>, bool)> {
+        use ingest_engine::history::Scope;
+        let state = self.engine.state();
+        let scope = match (query.batch, query.job) {
+            (Some(bid), _) => Scope::Batch(
+                bid,
+                state
+                    .batches
+                    .get(&bid)
+                    .ok_or_else(|| Refused(format!("batch {bid} does not exist")))?
+                    .jobs
+                    .clone(),
+            ),
+            (None, Some(jid)) => {
+                if !state.jobs.contains_key(&jid) {
+                    return Err(Refused(format!("job {jid} does not exist")).into());
+                }
+                Scope::Job(jid)
+            }
+            (None, None) => Scope::Log,
+        };
+        ingest_engine::history::query(self.engine.log(), &scope, query)
     }
 
     fn status(&mut self) -> Result<StatusView> {
@@ -335,6 +361,12 @@ impl Backend for Remote {
     fn job_history(&mut self, jid: Jid) -> Result<Vec<HistoryRow>> {
         let client = self.reader()?;
         Ok(self.run(client.job_history(jid))?.events)
+    }
+
+    fn history(&mut self, query: &HistoryQuery) -> Result<(Vec<HistoryRow>, bool)> {
+        let client = self.reader()?;
+        let h = self.run(client.history(query))?;
+        Ok((h.events, h.truncated))
     }
 
     fn status(&mut self) -> Result<StatusView> {

@@ -18,7 +18,7 @@
 //! - `zk.rs`: `project`, `tree`, `rebuild`, `diff`;
 //! - `output.rs`: YAML, JSON, tables; a closed pipe ends quietly.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use ingest_events::{Actor, Lifecycle};
 
 use ingest_engine::{Engine, EngineConfig, EngineError};
@@ -207,13 +207,37 @@ fn common(backend: &mut dyn Backend, command: Cmd, actor: Option<Actor>) -> Resu
             ShowWhat::Batch { bid } => backend.batch(bid).and_then(|v| emit(&v, format)),
             ShowWhat::Job { jid } => backend.job(jid).and_then(|v| emit(&v, format)),
         },
-        Cmd::History { batch, job, format } => {
-            let rows = match (batch, job) {
-                (Some(bid), _) => backend.batch_history(bid),
-                (None, Some(jid)) => backend.job_history(jid),
-                (None, None) => bail!("give --batch BID or --job JID"),
+        Cmd::History {
+            batch,
+            job,
+            since,
+            until,
+            by,
+            collection,
+            limit,
+            format,
+        } => {
+            let query = ingest_protocol::history::HistoryQuery {
+                batch,
+                job,
+                since,
+                until,
+                actor: by,
+                collection,
+                limit,
             };
-            rows.and_then(|rows| print_history(&rows, format))
+            match query.validate() {
+                Err(e) => Err(Refused(e.to_string()).into()),
+                Ok(()) => backend.history(&query).and_then(|(rows, truncated)| {
+                    if truncated {
+                        eprintln!(
+                            "more events matched than the limit of {}: narrow the query (--since/--until) or raise --limit",
+                            query.row_limit()
+                        );
+                    }
+                    print_history(&rows, format)
+                }),
+            }
         }
         // `NOUN ID VERB` forms of show and history.
         Cmd::Batch {

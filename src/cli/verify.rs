@@ -74,6 +74,28 @@ pub fn run(data_dir: &Path, args: &VerifyArgs) -> Result<i32> {
     .with_context(|| format!("cannot verify the data directory {}", data_dir.display()))?;
     bar.finish_and_clear();
     let mut verified = super::backend::verified(full);
+    // The audit-read indexes (history by actor and collection): checked
+    // here, where the log is opened alone, not by `GET /verify`, whose
+    // appends go on while it reads.
+    let index_problems = log
+        .audit_index_problems()
+        .with_context(|| format!("cannot verify the data directory {}", data_dir.display()))?;
+    let shown = index_problems.len().min(20);
+    for message in &index_problems[..shown] {
+        verified.problems.push(ingest_protocol::api::ProblemView {
+            position: 0,
+            message: format!("audit index: {}", ingest_protocol::cut(message, 400)),
+        });
+    }
+    if index_problems.len() > shown {
+        verified.problems.push(ingest_protocol::api::ProblemView {
+            position: 0,
+            message: format!(
+                "audit index: {} more problem(s) not shown",
+                index_problems.len() - shown
+            ),
+        });
+    }
     if args.zk.zk.is_some() {
         compare_with_zookeeper(&log, &args.zk, &mut verified);
     }

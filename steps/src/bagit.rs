@@ -321,7 +321,8 @@ fn one_line(value: &str) -> String {
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
-    ingest_protocol::cut(cleaned.trim(), 1000).into_owned()
+    // 960 bytes of value leave room for `cut`'s marker within 1000.
+    ingest_protocol::cut(cleaned.trim(), 960).into_owned()
 }
 
 /// A manifest path as RFC 8493 §2.1.3 wants it: `%`, CR and LF

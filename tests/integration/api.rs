@@ -456,6 +456,61 @@ async fn a_batch_walks_to_completed_through_the_api() {
         ])),
         "{actors:?}"
     );
+    // Filtered history, answered from the log's indexes, equals the full
+    // history filtered here.
+    let positions = |v: &serde_json::Value| -> Vec<u64> {
+        v["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .map(|e| e["position"].as_u64().expect("position"))
+            .collect()
+    };
+    let of = |pred: &dyn Fn(&serde_json::Value) -> bool| -> Vec<u64> {
+        events
+            .iter()
+            .filter(|e| pred(e))
+            .map(|e| e["position"].as_u64().expect("position"))
+            .collect()
+    };
+    let stepper = s
+        .get("/history?actor=worker:stepper", DEPOSITOR)
+        .await
+        .expect(200);
+    assert_eq!(stepper["id"], "log");
+    let want = of(&|e| e["actor"] == "worker:stepper");
+    assert!(!want.is_empty());
+    assert_eq!(positions(&stepper), want);
+    let middle = events[events.len() / 2]["time"].as_str().expect("time");
+    let since = s
+        .get(
+            &format!("/batches/bid0000000001/history?since={middle}&collection=demo"),
+            DEPOSITOR,
+        )
+        .await
+        .expect(200);
+    let want = of(&|e| e["time"].as_str().expect("time") >= middle);
+    assert!(!want.is_empty() && want.len() < events.len());
+    assert_eq!(positions(&since), want);
+    let limited = s.get("/history?limit=3", DEPOSITOR).await.expect(200);
+    assert_eq!(positions(&limited), of(&|_| true)[..3].to_vec());
+    assert_eq!(limited["truncated"], true);
+    let other = s
+        .get("/history?collection=no_such_collection", DEPOSITOR)
+        .await
+        .expect(200);
+    assert_eq!(positions(&other), Vec::<u64>::new());
+    for (bad, param) in [
+        ("/history?since=yesterday", "since"),
+        ("/history?actor=nobody", "actor"),
+        ("/history?limit=0", "limit"),
+        ("/history?colection=x", "colection"),
+        ("/batches/bid0000000001/history?job=jid0000000001", "job"),
+    ] {
+        let e = s.get(bad, DEPOSITOR).await.error(400, "invalid_query");
+        assert_eq!(e["param"], param, "{bad}: {e}");
+    }
+    assert_eq!(s.head(), events.len() as u64, "queries append nothing");
     let job_history = s
         .get("/jobs/jid0000000002/history", DEPOSITOR)
         .await

@@ -73,6 +73,27 @@ fn a_batch_walks_through_every_state_to_completed() {
     assert_eq!(history.lines().count() - 1, 1 + 1 + 3 + 24 + 3, "{history}");
     assert!(history.contains("Notify -> Completed"));
     assert!(history.contains("admin:tester"));
+    // The same history by actor, time and collection, from the indexes.
+    let by = |args: &[&str]| ing.run(args).ok().stdout.lines().count() - 1;
+    assert_eq!(
+        by(&[
+            "history",
+            "--by",
+            "admin:tester",
+            "--collection",
+            "demo_content"
+        ]),
+        history
+            .lines()
+            .filter(|l| l.contains("admin:tester"))
+            .count()
+    );
+    assert_eq!(by(&["history", "--collection", "other_collection"]), 0);
+    assert_eq!(by(&["history", "--since", "2999-01-01"]), 0);
+    assert_eq!(by(&["history", "--until", "2000-01-01"]), 0);
+    assert_eq!(by(&["history", "--since", "2000-01-01", "--limit", "5"]), 5);
+    let bad = ing.run(&["history", "--since", "yesterday"]).failed();
+    assert!(bad.stderr.contains("not a time"), "{}", bad.stderr);
 
     let yaml = ing
         .run(&["history", "--job", "jid0000000003", "--format", "yaml"])

@@ -1799,6 +1799,69 @@ async fn an_object_whose_record_is_too_large_is_refused_before_storing() {
         .await;
 }
 
+/// Issue 11 finding 5: an object of 20,000 files (within
+/// `--max-object-files`) is stored and recorded. Its inventory record is
+/// several MiB, far over the API's body limit (256 KiB here), and goes
+/// through the record route's own limit (`--max-record-bytes`). Before,
+/// Recording failed with 413 and the version stayed in OCFL unrecorded; at
+/// 100,000 files the error was "error sending request", retried for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_twenty_thousand_file_object_is_stored_and_recorded() {
+    const FILES: usize = 20_000;
+    let rig = rig(
+        "many-files",
+        &["--max-body-bytes".to_string(), "262144".to_string()],
+    )
+    .await;
+    let names: Vec<String> = (0..FILES)
+        .map(|i| format!("part{:02}/file-{i:05}.txt", i % 50))
+        .collect();
+    let entries: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), n.as_bytes())).collect();
+    add(&rig.depot, "many.zip", &zip(&entries));
+    let bid = rig
+        .submit(
+            json!({"profile": "demo", "submitter": "alice", "type": "container",
+            "payload_url": format!("{}/files/many.zip", rig.base), "erc_where": "loc-many"}),
+        )
+        .await;
+    let batch = eventually(&format!("batch {bid} finished"), 600, async || {
+        let b = rig.server.get(&format!("/batches/{bid}")).await;
+        matches!(b["status"].as_str(), Some("Completed" | "Failed")).then_some(b)
+    })
+    .await;
+    let jid = Rig::jobs(&batch)[0].clone();
+    let job = rig.job(&jid).await;
+    assert_eq!(job["status"], "Completed", "{job}");
+    let ark = job["primary_id"].as_str().expect("ark").to_string();
+    let (versions, object) = rig.versions(&ark).await;
+    assert_eq!(versions, [1], "{ark}");
+    let files = object["versions"][0]["files"].as_array().expect("files");
+    let producer: Vec<&str> = files
+        .iter()
+        .filter_map(|f| f["path"].as_str())
+        .filter(|p| p.starts_with("producer/"))
+        .collect();
+    assert_eq!(
+        producer.len(),
+        FILES,
+        "every file is in the inventory record"
+    );
+    assert!(producer.contains(&"producer/part07/file-19957.txt"));
+    let record_bytes = serde_json::to_vec(&object).expect("json").len();
+    assert!(
+        record_bytes > 262_144,
+        "the record ({record_bytes} bytes) should be over the body limit for this test to mean anything"
+    );
+    let target =
+        ingest_steps::ocfl::OcflTarget::open_existing("check", &rig.storage).expect("open storage");
+    let report = target.verify(&ark).expect("verify");
+    assert!(report.ok, "fixity of {ark}: {:?}", report.problems);
+    let bytes = target
+        .read_file(&ark, None, "producer/part07/file-19957.txt")
+        .expect("read back");
+    assert_eq!(bytes, b"part07/file-19957.txt");
+}
+
 /// Issue 13, what depositors and curators receive: the depositor's MIME
 /// types in the stored manifest (and detected ones where none was given),
 /// the OCFL version's user name and address (from the profile), reports

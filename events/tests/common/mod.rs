@@ -34,6 +34,7 @@ pub fn base_time() -> DateTime<Utc> {
 pub fn test_log_config() -> LogConfig {
     LogConfig {
         cache_capacity: 4 * 1024 * 1024,
+        ..LogConfig::default()
     }
 }
 

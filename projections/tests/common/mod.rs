@@ -119,6 +119,7 @@ impl Harness {
             dir.path(),
             &LogConfig {
                 cache_capacity: 8 * 1024 * 1024,
+                ..LogConfig::default()
             },
         )
         .expect("open log");

@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use super::error::{form_rejection, is_json, json_rejection, media_type};
 use super::{ApiError, ApiPath, AppState, CorrelationId};
-use ingest_engine::history::{self, HistoryRow};
+use ingest_engine::history::{self, HistoryQuery};
 use ingest_events::command::JobSpec;
 use ingest_projections::views::{BatchTimings, BatchView, ReportView, Retries};
 use ingest_protocol::outbound::{OutboundPolicy, UrlError};
@@ -334,60 +334,88 @@ pub(crate) async fn batch_report(
     }))
 }
 
-/// `GET /batches/{bid}/history`: every event of the batch and its jobs.
+/// `GET /batches/{bid}/history`: every event of the batch and its jobs
+/// (filtered by `since`, `until`, `actor`, `collection`, `limit` as `GET /history`).
 pub(crate) async fn batch_history(
     State(app): State<AppState>,
     ApiPath(bid): ApiPath<Bid>,
+    uri: axum::http::Uri,
 ) -> Result<Json<History>, ApiError> {
-    let jobs = app
-        .inner
-        .handle
-        .state()
-        .batches
-        .get(&bid)
-        .map(|b| b.jobs.clone())
-        .ok_or_else(|| ApiError::not_found(Item::Batch(bid)))?;
-    let events = durable_rows(&app, move |log| history::batch_rows(log, bid, &jobs)).await?;
-    Ok(Json(History {
-        id: bid.to_string(),
-        events,
-    }))
+    let mut q = path_scoped_query(&uri)?;
+    q.batch = Some(bid);
+    history_of(&app, q).await
 }
 
-/// `GET /jobs/{jid}/history`: every event of one job.
+/// `GET /jobs/{jid}/history`: every event of one job (filtered as
+/// `GET /history`).
 pub(crate) async fn job_history(
     State(app): State<AppState>,
     ApiPath(jid): ApiPath<Jid>,
+    uri: axum::http::Uri,
 ) -> Result<Json<History>, ApiError> {
-    if !app.inner.handle.state().jobs.contains_key(&jid) {
-        return Err(ApiError::not_found(Item::Job(jid)));
-    }
-    let events = durable_rows(&app, move |log| history::job_rows(log, jid)).await?;
-    Ok(Json(History {
-        id: jid.to_string(),
-        events,
-    }))
+    let mut q = path_scoped_query(&uri)?;
+    q.job = Some(jid);
+    history_of(&app, q).await
 }
 
-/// Reads history rows off the async runtime (the log is read synchronously)
-/// and keeps only durable events, so a reader never sees one that a crash
-/// could still take back.
-async fn durable_rows(
-    app: &AppState,
-    read: impl FnOnce(&ingest_events::Log) -> anyhow::Result<Vec<HistoryRow>> + Send + 'static,
-) -> Result<Vec<HistoryRow>, ApiError> {
+/// `GET /history?batch=&job=&since=&until=&actor=&collection=&limit=`: the
+/// events of a batch, a job or the whole log, answered from the log's
+/// indexes ([`history::query`]).
+pub(crate) async fn history(
+    State(app): State<AppState>,
+    uri: axum::http::Uri,
+) -> Result<Json<History>, ApiError> {
+    let q = HistoryQuery::from_pairs(super::listing::query_pairs(&uri)?)
+        .map_err(super::listing::query_error)?;
+    history_of(&app, q).await
+}
+
+/// The query of a per-batch or per-job route: the scope is in the path.
+fn path_scoped_query(uri: &axum::http::Uri) -> Result<HistoryQuery, ApiError> {
+    let q = HistoryQuery::from_pairs(super::listing::query_pairs(uri)?)
+        .map_err(super::listing::query_error)?;
+    if q.batch.is_some() || q.job.is_some() {
+        return Err(super::listing::query_error(
+            ingest_protocol::listing::QueryError {
+                param: if q.batch.is_some() { "batch" } else { "job" }.into(),
+                reason: "is given in the path here; use GET /history to choose".into(),
+            },
+        ));
+    }
+    Ok(q)
+}
+
+async fn history_of(app: &AppState, q: HistoryQuery) -> Result<Json<History>, ApiError> {
+    let (scope, id) = match (q.batch, q.job) {
+        (Some(bid), _) => {
+            let jobs = app
+                .inner
+                .handle
+                .state()
+                .batches
+                .get(&bid)
+                .map(|b| b.jobs.clone())
+                .ok_or_else(|| ApiError::not_found(Item::Batch(bid)))?;
+            (history::Scope::Batch(bid, jobs), bid.to_string())
+        }
+        (None, Some(jid)) => {
+            if !app.inner.handle.state().jobs.contains_key(&jid) {
+                return Err(ApiError::not_found(Item::Job(jid)));
+            }
+            (history::Scope::Job(jid), jid.to_string())
+        }
+        (None, None) => (history::Scope::Log, "log".to_string()),
+    };
     let log = std::sync::Arc::clone(app.inner.handle.log());
-    tokio::task::spawn_blocking(move || {
-        let durable = log.durable_position();
-        read(&log).map(|rows| {
-            rows.into_iter()
-                .filter(|r| r.position <= durable)
-                .collect::<Vec<_>>()
-        })
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("the history task failed: {e}")))?
-    .map_err(|e| ApiError::internal(format!("cannot read the history: {e:#}")))
+    let (events, truncated) = tokio::task::spawn_blocking(move || history::query(&log, &scope, &q))
+        .await
+        .map_err(|e| ApiError::internal(format!("the history task failed: {e}")))?
+        .map_err(|e| ApiError::internal(format!("cannot read the history: {e:#}")))?;
+    Ok(Json(History {
+        id,
+        events,
+        truncated,
+    }))
 }
 
 /// `GET /jobs/{jid}`.

@@ -16,11 +16,13 @@ use super::{ApiError, AppState};
 /// The longest query string read, in bytes.
 const MAX_QUERY_BYTES: usize = 8 * 1024;
 
-fn query_error(e: QueryError) -> ApiError {
+/// A refused query parameter as 400 `invalid_query` naming it.
+pub(crate) fn query_error(e: QueryError) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e.to_string()).with("param", e.param)
 }
 
-fn pairs(uri: &Uri) -> Result<Vec<(String, String)>, ApiError> {
+/// The URL query pairs of a request, bounded in size.
+pub(crate) fn query_pairs(uri: &Uri) -> Result<Vec<(String, String)>, ApiError> {
     let raw = uri.query().unwrap_or("");
     if raw.len() > MAX_QUERY_BYTES {
         return Err(ApiError::new(
@@ -45,7 +47,7 @@ pub(crate) async fn batches(
     State(app): State<AppState>,
     uri: Uri,
 ) -> Result<Json<BatchPage>, ApiError> {
-    let q = BatchQuery::from_pairs(pairs(&uri)?).map_err(query_error)?;
+    let q = BatchQuery::from_pairs(query_pairs(&uri)?).map_err(query_error)?;
     let state = app.inner.handle.state();
     ingest_engine::listing::batches(&state, &q)
         .map(Json)
@@ -54,7 +56,7 @@ pub(crate) async fn batches(
 
 /// `GET /jobs`.
 pub(crate) async fn jobs(State(app): State<AppState>, uri: Uri) -> Result<Json<JobPage>, ApiError> {
-    let q = JobQuery::from_pairs(pairs(&uri)?).map_err(query_error)?;
+    let q = JobQuery::from_pairs(query_pairs(&uri)?).map_err(query_error)?;
     let state = app.inner.handle.state();
     ingest_engine::listing::jobs(&state, &q)
         .map(Json)

@@ -231,6 +231,7 @@ fn table() -> Vec<Entry> {
             Depositor,
             depositor::job_history,
         ),
+        entry(M::GET, "/history", Depositor, depositor::history),
         // Workers.
         entry(
             M::POST,

@@ -352,7 +352,12 @@ pub(crate) async fn batch(State(ui): State<Ui>, admin: Admin, Path(bid): Path<St
         Err(e) => return api_error(&admin, &e),
     };
     let report = crate::api::depositor::batch_report(State(app.clone()), ApiPath(bid)).await;
-    let hist = crate::api::depositor::batch_history(State(app.clone()), ApiPath(bid)).await;
+    let hist = crate::api::depositor::batch_history(
+        State(app.clone()),
+        ApiPath(bid),
+        axum::http::Uri::from_static("/"),
+    )
+    .await;
     let jobs = JobQuery::from_pairs(vec![
         ("batch".to_string(), bid.to_string()),
         ("limit".to_string(), "1000".to_string()),
@@ -406,7 +411,12 @@ pub(crate) async fn job(State(ui): State<Ui>, admin: Admin, Path(jid): Path<Stri
         Ok(Json(v)) => v,
         Err(e) => return api_error(&admin, &e),
     };
-    let hist = crate::api::depositor::job_history(State(app.clone()), ApiPath(jid)).await;
+    let hist = crate::api::depositor::job_history(
+        State(app.clone()),
+        ApiPath(jid),
+        axum::http::Uri::from_static("/"),
+    )
+    .await;
     let status = app.inner.handle.state().jobs.get(&jid).map(|j| j.status);
     let lc = app.inner.handle.lifecycle();
     let allowed = |action: &str| -> bool {
