@@ -62,6 +62,10 @@ const RELIST_EVERY: Duration = Duration::from_secs(5);
 const REPORTING_SWEEP: Duration = Duration::from_secs(10);
 /// The first wait before an item that could not be taken is tried again.
 pub const ITEM_BACKOFF_MIN: Duration = Duration::from_millis(250);
+/// How long a job whose chain just ended here is no candidate for this
+/// worker's tasks (see `Shared::linger`): longer than a listing takes to
+/// follow the projection.
+pub const LISTING_GRACE: Duration = Duration::from_millis(500);
 /// The longest wait before an item that could not be taken is tried again.
 pub const ITEM_BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// How many of the eligible head items a job task picks among at random,
@@ -319,6 +323,25 @@ impl Shared {
         }
     }
 
+    /// After a job's chain ended here, its queue entries may still be in
+    /// listings published a moment ago (each intermediate state's queue
+    /// held it briefly): the job is no candidate for [`LISTING_GRACE`], so
+    /// no task locks it again only to find it moved on (a lock create, a
+    /// status read and a release for nothing).
+    fn linger(&self, id: &str) {
+        let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        if claims.len() >= MAX_CLAIMS {
+            claims.retain(|_, c| matches!(c, Claim::InHand { .. }));
+        }
+        claims.insert(
+            id.to_string(),
+            Claim::Backoff {
+                until: Instant::now() + LISTING_GRACE,
+                tries: 0,
+            },
+        );
+    }
+
     /// Notes that batch `bid` waits in `status` (from an engine answer).
     fn note_reporting(&self, bid: &str, status: &str) {
         if !self.reports.contains(status) || bid.is_empty() {
@@ -541,6 +564,9 @@ pub async fn run_task(
                     }
                 };
                 shared.settle(&item.id, tried);
+                if tried == Tried::Done && matches!(target, Target::Jobs(_)) {
+                    shared.linger(&item.id);
+                }
             }
             Err(next) => {
                 let wait = next.map_or(ITEM_BACKOFF_MAX, |n| {
@@ -1190,6 +1216,22 @@ mod tests {
     /// Several batch-pending tasks: a batch one of them acquired is still
     /// in the listing until the lister reads `/batches` again, and must
     /// not cost another task a lock, a read and a release.
+    #[test]
+    fn a_job_whose_chain_ended_here_is_not_locked_again_from_a_stale_listing() {
+        let shared = shared("http://127.0.0.1:1");
+        let target = Target::Jobs(JobState::Estimating);
+        let queue = items(&["jid1"]);
+        let first = shared.pick(target, &queue).expect("jid1");
+        shared.settle(&first.id, Tried::Done);
+        shared.linger(&first.id);
+        // The estimating queue's last listing still shows jid1, which the
+        // chain has carried on to Completed.
+        assert!(shared.pick(target, &queue).is_err());
+        assert!(shared
+            .pick(target, &items(&["jid1", "jid2"]))
+            .is_ok_and(|i| i.id == "jid2"));
+    }
+
     #[test]
     fn a_batch_acquired_here_is_not_picked_again_from_a_stale_listing() {
         let shared = shared("http://127.0.0.1:1");
