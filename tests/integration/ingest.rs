@@ -646,27 +646,42 @@ async fn a_corrupt_manifest_fails_the_batch_naming_the_line() {
     assert!(text.contains("../../outside.txt"), "{text}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_failed_in_storing_resumes_there_without_a_second_ark() {
-    let rig = rig("requeue", &[]).await;
-    add(&rig.depot, "r.txt", b"requeue me");
-    let (status, body) = rig
+/// A rig whose one job (file `file` with `body`, local id `local_id`) was
+/// stored and then failed in Storing, by a fault armed with `reason`: the
+/// rig, the job and the job's view.
+async fn failed_in_storing(
+    name: &str,
+    file: &str,
+    body: &[u8],
+    reason: &str,
+    local_id: &str,
+) -> (Rig, String, Value) {
+    let rig = rig(name, &[]).await;
+    add(&rig.depot, file, body);
+    let (status, answer) = rig
         .server
         .call(
             Method::POST,
             "/faults",
             ADMIN,
-            Some(json!({"state": "Storing", "reason": "storage drill"})),
+            Some(json!({"state": "Storing", "reason": reason})),
         )
         .await;
-    assert_eq!(status, 201, "{body}");
+    assert_eq!(status, 201, "{answer}");
     let bid = rig
-        .submit(json!({"profile": "demo", "submitter": "alice", "type": "file", "payload_url": format!("{}/files/r.txt", rig.base), "erc_where": "loc-r"}))
+        .submit(json!({"profile": "demo", "submitter": "alice", "type": "file", "payload_url": format!("{}/files/{file}", rig.base), "erc_where": local_id}))
         .await;
     let batch = rig.finished(&bid).await;
     let jid = Rig::jobs(&batch)[0].clone();
     let job = rig.job(&jid).await;
     assert_eq!(job["status"], "Failed", "{job}");
+    (rig, jid, job)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_failed_in_storing_resumes_there_without_a_second_ark() {
+    let (rig, jid, job) =
+        failed_in_storing("requeue", "r.txt", b"requeue me", "storage drill", "loc-r").await;
     assert_eq!(job["last_successful_status"], "Processing", "{job}");
     let ark = job["primary_id"]
         .as_str()
@@ -1346,25 +1361,14 @@ async fn sizes_that_differ_from_the_manifest_or_content_length_fail_the_file() {
 /// repair again is refused (404 `no_such_finding`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_stored_but_never_recorded_is_found_and_recorded_by_repair() {
-    let rig = rig("unrecorded", &[]).await;
-    add(&rig.depot, "u.txt", b"stored, never recorded");
-    let (status, body) = rig
-        .server
-        .call(
-            Method::POST,
-            "/faults",
-            ADMIN,
-            Some(json!({"state": "Storing", "reason": "fail after the store"})),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
-    let bid = rig
-        .submit(json!({"profile": "demo", "submitter": "alice", "type": "file", "payload_url": format!("{}/files/u.txt", rig.base), "erc_where": "loc-u"}))
-        .await;
-    let batch = rig.finished(&bid).await;
-    let jid = Rig::jobs(&batch)[0].clone();
-    let job = rig.job(&jid).await;
-    assert_eq!(job["status"], "Failed", "{job}");
+    let (rig, jid, job) = failed_in_storing(
+        "unrecorded",
+        "u.txt",
+        b"stored, never recorded",
+        "fail after the store",
+        "loc-u",
+    )
+    .await;
     let ark = job["primary_id"].as_str().expect("ark").to_string();
     let (status, _) = rig
         .server
