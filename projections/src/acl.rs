@@ -9,6 +9,7 @@
 //! - the engine's identity (`digest:user:base64(sha1(user:password))`) `ALL`,
 //! - `world:anyone READ` (Merritt's readers and admin views keep reading),
 //! - on the parents of lock nodes only (`/jobs/JID`, `/batches/BID`,
+//!   `/access/{small,large}/QID`,
 //!   `/locks/localid`, `/locks/storage`, `/locks/inventory`), the workers'
 //!   identity `CREATE|DELETE`, so a worker can take and release its
 //!   ephemeral locks and nothing else. ZooKeeper checks both rights on the
@@ -196,6 +197,8 @@ pub fn is_lock_parent(path: &str) -> bool {
         || match path.split('/').collect::<Vec<_>>().as_slice() {
             ["", "jobs", id] => *id != "states" && !id.is_empty(),
             ["", "batches", id] => !id.is_empty(),
+            // An assembly request: its daemons lock `/access/<q>/QID/lock`.
+            ["", "access", "small" | "large", id] => !id.is_empty(),
             _ => false,
         }
 }
@@ -302,6 +305,8 @@ mod tests {
         for p in [
             "/jobs/jid0000000001",
             "/batches/bid0000000001",
+            "/access/small/qid0000000001",
+            "/access/large/qid0000000002",
             "/locks/localid",
             "/locks/storage",
             "/locks/inventory",
@@ -314,6 +319,8 @@ mod tests {
             "/jobs/states",
             "/jobs/jid0000000001/status",
             "/batches/bid0000000001/states",
+            "/access/small",
+            "/access/small/qid0000000001/status",
             "/locks/queue",
             "/ingest-engine/checkpoint",
         ] {

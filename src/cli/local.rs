@@ -310,17 +310,10 @@ pub(super) fn export(what: &ExportWhat) -> Result<i32> {
     } = what;
     let mut specs = Vec::new();
     for spec in storage_targets {
-        let Some((name, root)) = spec.split_once('=') else {
-            return Err(super::exit::Usage(format!(
-                "--storage-target {:?} is not NAME=DIR",
-                ingest_protocol::cut(spec, 200)
-            ))
-            .into());
-        };
-        specs.push((
-            name.trim().to_string(),
-            std::path::PathBuf::from(root.trim()),
-        ));
+        // The one parser of NAME=DIR, as serve and the workers read it.
+        let (name, root) = ingest_worker::real::store::parse_spec(spec)
+            .map_err(|e| super::exit::Usage(format!("--storage-target: {e}")))?;
+        specs.push((name.to_string(), std::path::PathBuf::from(root)));
     }
     let (name, root) = match target {
         Some(t) => specs.iter().find(|(n, _)| n == t).ok_or_else(|| {

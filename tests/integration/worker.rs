@@ -285,7 +285,7 @@ async fn a_worker_whose_lock_is_removed_mid_step_is_refused_and_another_complete
 
 /// Every daemon, for a worker process that does all the work.
 pub(crate) const ALL_DAEMONS: &str =
-    "batch_pending,batch_reporting,batch_update_reporting,job_pending,estimating,provisioning,downloading,processing,storing,recording,notify";
+    "batch_pending,batch_reporting,batch_update_reporting,job_pending,estimating,provisioning,downloading,processing,storing,recording,notify,access_small,access_large";
 
 /// The second walk: the server runs no daemons; two separate
 /// `ingest worker` processes share the work over ZooKeeper locks, and every

@@ -339,6 +339,36 @@ async fn a_worker_process_with_the_worker_credentials_does_whole_jobs() {
         !actors.is_empty() && actors.iter().all(|a| a.contains("authed")),
         "{actors:?}"
     );
+    // The access queue's daemons lock `/access/<q>/QID/lock`: the worker
+    // identity may, the anonymous worker may not.
+    let (code, answer) = s
+        .call(
+            reqwest::Method::POST,
+            "/access",
+            crate::server::DEPOSITOR,
+            Some(serde_json::json!({"ark": "ark:/99999/fk4acl", "size": 10})),
+        )
+        .await;
+    assert_eq!(code, 201, "{answer}");
+    let qid = answer["request"]["qid"].as_str().expect("qid").to_string();
+    crate::server::eventually("the assembly request to complete", 60, async || {
+        let r = s.get(&format!("/access/{qid}")).await;
+        (r["status"] == "Completed").then_some(())
+    })
+    .await;
+    let history = s.get("/history").await;
+    let assemblers: Vec<String> = history["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|r| r.to_string().contains(&qid))
+        .filter_map(|r| r["actor"].as_str().filter(|a| a.starts_with("worker:")))
+        .map(str::to_string)
+        .collect();
+    assert!(
+        !assemblers.is_empty() && assemblers.iter().all(|a| a.contains("authed")),
+        "{qid} assembled by {assemblers:?}"
+    );
     for w in [&mut anonymous, &mut worker] {
         let _ = w.kill();
         let _ = w.wait();

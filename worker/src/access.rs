@@ -105,7 +105,7 @@ async fn take_one(
         }
         let fence = fresh_secret()?;
         let data = LockNode::new(&shared.name, &fence).to_bytes();
-        let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+        let ephemeral = ingest_projections::acl::lock_options();
         let lock = format!("{path}/lock");
         let created = match client.create(&lock, &data, &ephemeral).await {
             Ok((stat, _)) => stat,

@@ -11,7 +11,7 @@ use ingest_events::{Actor, Qid, Recorded};
 use ingest_protocol::access::{
     AccessList, AccessMoved, AccessOutcomeBody, AccessRequestBody, AccessView,
 };
-use ingest_protocol::api::{AdminBody, Appended, OutcomeKind, WorkerRef};
+use ingest_protocol::api::{AdminBody, Appended, OutcomeKind, SessionId, WorkerRef};
 use uuid::Uuid;
 
 use super::admin::act;
@@ -103,59 +103,51 @@ fn queue_of(app: &AppState, qid: Qid) -> Result<AccessQueue, ApiError> {
         .ok_or_else(|| ApiError::not_found(Item::Access(qid)))
 }
 
+/// Runs a worker's `command` on request `qid` once the caller is shown to
+/// hold the request's lock (`fence`): the one path of both worker routes.
+async fn fenced(
+    app: &AppState,
+    proof: &Fence,
+    cid: CorrelationId,
+    qid: Qid,
+    (worker, session): (&str, SessionId),
+    command: Command,
+) -> Result<Json<AccessMoved>, ApiError> {
+    let actor = worker_actor(worker)?;
+    let queue = queue_of(app, qid)?;
+    fence(app, &access_lock_path(queue, qid), session, proof).await?;
+    let outcome = app.execute(actor, cid, command).await?;
+    Ok(Json(moved(app, qid, &outcome.records)?))
+}
+
 /// `POST /access/{qid}/start`: a worker holding the request's lock takes it
 /// (Pending → Processing; 409 while its queue is paused).
 pub(crate) async fn start(
     State(app): State<AppState>,
-    fenced: Fence,
+    proof: Fence,
     cid: CorrelationId,
     ApiPath(qid): ApiPath<Qid>,
     ApiJson(body): ApiJson<WorkerRef>,
 ) -> Result<Json<AccessMoved>, ApiError> {
-    let actor = worker_actor(&body.worker)?;
-    let queue = queue_of(&app, qid)?;
-    fence(
-        &app,
-        &access_lock_path(queue, qid),
-        body.session_id,
-        &fenced,
-    )
-    .await?;
-    let outcome = app
-        .execute(actor, cid, Command::StartAccess { qid })
-        .await?;
-    Ok(Json(moved(&app, qid, &outcome.records)?))
+    let who = (body.worker.as_str(), body.session_id);
+    fenced(&app, &proof, cid, qid, who, Command::StartAccess { qid }).await
 }
 
 /// `POST /access/{qid}/outcome`: the assembly's outcome, fenced.
 pub(crate) async fn outcome(
     State(app): State<AppState>,
-    fenced: Fence,
+    proof: Fence,
     cid: CorrelationId,
     ApiPath(qid): ApiPath<Qid>,
     ApiJson(body): ApiJson<AccessOutcomeBody>,
 ) -> Result<Json<AccessMoved>, ApiError> {
-    let actor = worker_actor(&body.worker)?;
-    let queue = queue_of(&app, qid)?;
-    fence(
-        &app,
-        &access_lock_path(queue, qid),
-        body.session_id,
-        &fenced,
-    )
-    .await?;
-    let outcome = app
-        .execute(
-            actor,
-            cid,
-            Command::AccessOutcome {
-                qid,
-                success: body.outcome == OutcomeKind::Success,
-                message: body.message,
-            },
-        )
-        .await?;
-    Ok(Json(moved(&app, qid, &outcome.records)?))
+    let command = Command::AccessOutcome {
+        qid,
+        success: body.outcome == OutcomeKind::Success,
+        message: body.message,
+    };
+    let who = (body.worker.as_str(), body.session_id);
+    fenced(&app, &proof, cid, qid, who, command).await
 }
 
 /// `POST /access/{qid}/requeue`: a failed request goes back to Pending.

@@ -386,12 +386,14 @@ fn stored_message(ark: &str, stored: &[(String, u32)]) -> String {
 /// A spec without `=`, or an empty or unusable name; the message names the
 /// spec.
 pub fn parse_spec(spec: &str) -> anyhow::Result<(&str, &str)> {
+    // An operator's argument, but quoted bounded like any input.
+    let shown = ingest_protocol::cut(spec, 200);
     let Some((name, dir)) = spec.split_once('=') else {
-        bail!("storage target {spec:?} is not NAME=DIR");
+        bail!("storage target {shown:?} is not NAME=DIR");
     };
     let (name, dir) = (name.trim(), dir.trim());
     if name.is_empty() {
-        bail!("storage target {spec:?} has an empty name");
+        bail!("storage target {shown:?} has an empty name");
     }
     if !name
         .chars()
