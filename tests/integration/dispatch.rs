@@ -4,6 +4,8 @@
 //!
 //! - one worker running every daemon chains a job from Pending to Completed
 //!   under ONE job lock, and the history still shows every transition;
+//! - a chained step runs in a task of its own state's daemon, so a worker
+//!   with one job_pending task still has several jobs in its later steps;
 //! - a batch of a held collection at the head of the queue does not keep a
 //!   later batch of another collection Pending;
 //! - a report with the lock's session but without its secret is refused
@@ -11,6 +13,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ingest_config::DaemonKind;
 use ingest_projections::ZkConfig;
@@ -53,14 +56,30 @@ async fn batch_in(s: &Server, bid: &str, status: &str, secs: u64) -> Value {
 
 /// A worker running every daemon with one task each.
 fn every_daemon(s: &Server, hosts: &str, root: &str, dir: &std::path::Path) -> Workers {
+    daemons_with(s, hosts, root, dir, |_| 1, Duration::ZERO)
+}
+
+/// A worker running every daemon with `tasks(daemon)` tasks, its simulated
+/// steps taking `step` each.
+fn daemons_with(
+    s: &Server,
+    hosts: &str,
+    root: &str,
+    dir: &std::path::Path,
+    tasks: impl Fn(DaemonKind) -> u32,
+    step: Duration,
+) -> Workers {
     Workers::start(WorkerOptions {
         engine: s.base.clone(),
         token: WORKER.into(),
         zk: ZkConfig::new(hosts).with_root(root),
         name: "chain".into(),
-        daemons: DaemonKind::ALL.iter().map(|k| (*k, 1)).collect(),
+        daemons: DaemonKind::ALL.iter().map(|k| (*k, tasks(*k))).collect(),
         steps: Steps::simulated(
-            SimSettings::default(),
+            SimSettings {
+                duration: step,
+                ..SimSettings::default()
+            },
             Some(5),
             Arc::new(FixedProbe::new(0.0)),
             70.0,
@@ -95,6 +114,13 @@ async fn one_worker_takes_a_job_from_pending_to_completed_under_one_lock() {
         "job locks taken"
     );
     assert_eq!(stats.chained.load(Ordering::Relaxed), 7, "steps chained");
+    // Each chained step ran in a task of its own state's daemon (their
+    // inboxes were empty).
+    assert_eq!(
+        stats.handoffs.load(Ordering::Relaxed),
+        7,
+        "steps handed off"
+    );
     // The batch was reported because the answer to its last job's report
     // said it entered Reporting, not found by scanning every batch.
     assert_eq!(
@@ -102,6 +128,50 @@ async fn one_worker_takes_a_job_from_pending_to_completed_under_one_lock() {
         1,
         "batches reported from answers"
     );
+}
+
+/// Regression: a chain ran wholly in the job_pending task that took the
+/// job, so a worker's job_pending tasks bounded the jobs in its whole
+/// pipeline (real ingest reached 0.16 of curl with 4). Now each chained
+/// step is handed to a task of its state's daemon: with ONE job_pending
+/// task and four of every other daemon, several jobs are in later steps
+/// at once, and each job still takes one lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_chain_goes_on_in_the_next_daemons_tasks_not_in_the_pending_task() {
+    let zk_server = shared();
+    let hosts = zk_server.hosts();
+    let root = unique_root("dispatch-handoff");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = start(dir.path(), &hosts, &root, None);
+    let jobs = 8;
+    let bid = submit_to(&s, "demo", jobs).await;
+    let workers = daemons_with(
+        &s,
+        &hosts,
+        &root,
+        dir.path(),
+        |k| if k == DaemonKind::JobPending { 1 } else { 4 },
+        Duration::from_millis(150),
+    );
+    let batch = batch_in(&s, &bid, "Completed", 120).await;
+    assert_eq!(
+        batch["successful_jobs"].as_array().map(Vec::len),
+        Some(jobs),
+        "{batch}"
+    );
+    let stats = workers.stats();
+    workers.shutdown().await;
+    let peak = stats.peak_in_flight.load(Ordering::Relaxed);
+    assert!(
+        peak > 1,
+        "one job_pending task kept one job at a time in the steps (peak {peak})"
+    );
+    assert_eq!(
+        stats.job_locks.load(Ordering::Relaxed),
+        u64::try_from(jobs).expect("jobs"),
+        "one lock per job"
+    );
+    assert!(stats.handoffs.load(Ordering::Relaxed) > 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -14,9 +14,18 @@
 //!
 //! **Chaining.** After an accepted report the engine's answer gives the
 //! job's new state. When this worker runs the daemon of that state, the
-//! task keeps the lock and goes on with the next step at once: every step
+//! lock is kept and the job goes on with the next step at once: every step
 //! is still its own reported, projected transition, but one lock carries a
-//! job through every state this worker serves. When the chain ends, the
+//! job through every state this worker serves. The next step runs in a
+//! task of the next state's daemon: the job is *handed off* through that
+//! daemon's inbox (a bounded channel the daemon's tasks read before their
+//! queue), and the task that ran the step goes back to its own queue. So
+//! each daemon's `tasks` bound the jobs in *its* step, as they would
+//! without chaining, and a worker's job_pending tasks no longer bound the
+//! jobs in its whole pipeline. When the next daemon's inbox is full (its
+//! tasks are all busy and one job already waits), the task runs the next
+//! step itself rather than wait; a hand-off never blocks, so no cycle of
+//! full inboxes can stall a worker. When the chain ends, the
 //! lock is kept until the projection shows the job's new state (bounded),
 //! so that no worker takes the item again from a projection that lags.
 //!
@@ -96,10 +105,15 @@ pub struct Stats {
     pub lock_busy: AtomicU64,
     /// Steps run while holding a lock taken for an earlier step.
     pub chained: AtomicU64,
+    /// Chained steps handed to a task of the next step's daemon (the rest
+    /// of the chained steps ran in the task of the step before).
+    pub handoffs: AtomicU64,
     /// Queue listings.
     pub listings: AtomicU64,
     /// Job steps running now.
     pub in_flight: std::sync::atomic::AtomicI64,
+    /// The most job steps that ran at once.
+    pub peak_in_flight: std::sync::atomic::AtomicI64,
     /// Jobs a step asked to wait, as last noted.
     pub waiting: std::sync::atomic::AtomicI64,
     /// Batches taken for reporting because an engine answer named them
@@ -159,6 +173,34 @@ pub struct Shared {
     sweeps: AtomicU64,
     /// Wakes the reporting tasks when `to_report` grows.
     report_wake: tokio::sync::Notify,
+    /// Each served job state's inbox of chained jobs (see [`Chain`]).
+    inboxes: HashMap<JobState, Inbox>,
+}
+
+/// The jobs handed to one state's daemon, lock held, by tasks that ran
+/// the step before.
+struct Inbox {
+    tx: async_channel::Sender<Box<Chain>>,
+    rx: async_channel::Receiver<Box<Chain>>,
+}
+
+/// A job whose lock this worker's session holds, between two of its
+/// steps.
+struct Chain {
+    item: Item,
+    /// The client of the session that holds the lock.
+    client: zk::Client,
+    held: Held,
+    /// The state whose step runs next.
+    state: JobState,
+    /// The state the last accepted step moved the job out of (the first
+    /// state before any): the projection shows the job past it once it
+    /// caught up.
+    left: JobState,
+    /// Steps accepted under this lock so far.
+    steps: u32,
+    /// What a step reported of the job's size, for the next.
+    space_needed: Option<u64>,
 }
 
 /// The most waiting jobs whose reasons are remembered; past it the memory
@@ -166,22 +208,27 @@ pub struct Shared {
 const MAX_WAITING_REMEMBERED: usize = 10_000;
 
 impl Shared {
-    /// The shared state of a worker's tasks.
+    /// The shared state of a worker's tasks; `daemons` are the daemons it
+    /// runs, each with its number of tasks.
     pub fn new(
         name: String,
         session: Arc<Session>,
         engine: EngineClient,
         steps: Steps,
-        daemons: &[DaemonKind],
+        daemons: &[(DaemonKind, u32)],
         rng: Rng,
     ) -> Shared {
-        let runs = daemons
-            .iter()
-            .filter_map(|k| match Target::of(*k) {
-                Some(Target::Jobs(state)) => Some(state),
-                _ => None,
-            })
-            .collect();
+        let mut inboxes = HashMap::new();
+        for (kind, tasks) in daemons {
+            if let Some(Target::Jobs(state)) = Target::of(*kind) {
+                // As many waiting jobs as the daemon has tasks: enough to
+                // keep them busy, few enough that a worker does not hold
+                // locks on jobs it cannot start soon.
+                let (tx, rx) = async_channel::bounded((*tasks).max(1) as usize);
+                inboxes.insert(state, Inbox { tx, rx });
+            }
+        }
+        let runs = inboxes.keys().copied().collect();
         Shared {
             stats: Arc::new(Stats::default()),
             name,
@@ -192,7 +239,7 @@ impl Shared {
             runs,
             reports: daemons
                 .iter()
-                .filter_map(|k| match Target::of(*k) {
+                .filter_map(|(k, _)| match Target::of(*k) {
                     Some(Target::ReportingBatches(status)) => Some(status),
                     _ => None,
                 })
@@ -205,6 +252,24 @@ impl Shared {
             settled: Mutex::default(),
             sweeps: AtomicU64::new(0),
             report_wake: tokio::sync::Notify::new(),
+            inboxes,
+        }
+    }
+
+    /// Hands `chain` to a task of its state's daemon; gives it back when
+    /// that daemon's inbox is full (or this worker does not run it).
+    fn hand_off(&self, chain: Box<Chain>) -> Result<(), Box<Chain>> {
+        let Some(inbox) = self.inboxes.get(&chain.state) else {
+            return Err(chain);
+        };
+        match inbox.tx.try_send(chain) {
+            Ok(()) => {
+                self.stats.handoffs.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(async_channel::TrySendError::Full(c) | async_channel::TrySendError::Closed(c)) => {
+                Err(c)
+            }
         }
     }
 
@@ -512,7 +577,17 @@ pub async fn run_task(
         return;
     };
     tracing::debug!(daemon = %kind, task, "daemon task started");
+    let inbox = match target {
+        Target::Jobs(state) => shared.inboxes.get(&state).map(|i| i.rx.clone()),
+        _ => None,
+    };
     while !stop.is_cancelled() {
+        // A job handed on by the task that ran its step before comes
+        // before the queue: its lock is held already.
+        if let Some(chain) = inbox.as_ref().and_then(|rx| rx.try_recv().ok()) {
+            run_chain(&shared, chain, &stop).await;
+            continue;
+        }
         let client = match shared.session.client().await {
             Ok(c) if connected(&c) => c,
             Ok(_) | Err(_) => {
@@ -557,14 +632,17 @@ pub async fn run_task(
                     }
                 }
                 let tried = match try_item(&shared, &client, target, &item, &stop).await {
-                    Ok(t) => t,
+                    Ok(Some(t)) => t,
+                    // The chain goes on in a task of the next daemon,
+                    // which settles the claim when it ends.
+                    Ok(None) => continue,
                     Err(e) => {
                         tracing::warn!(daemon = %kind, task, item = %item.id, error = %format!("{e:#}"), "daemon try failed");
                         Tried::Failed
                     }
                 };
                 shared.settle(&item.id, tried);
-                if tried == Tried::Done && matches!(target, Target::Jobs(_)) {
+                if tried == Tried::Done && !matches!(target, Target::PendingBatches) {
                     shared.linger(&item.id);
                 }
             }
@@ -572,6 +650,12 @@ pub async fn run_task(
                 let wait = next.map_or(ITEM_BACKOFF_MAX, |n| {
                     n.saturating_duration_since(Instant::now())
                 });
+                let handed = async {
+                    match &inbox {
+                        Some(rx) => rx.recv().await.ok(),
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     r = listing.changed() => {
                         if r.is_err() {
@@ -579,11 +663,19 @@ pub async fn run_task(
                             break;
                         }
                     }
+                    Some(chain) = handed => run_chain(&shared, chain, &stop).await,
                     () = shared.report_wake.notified(), if matches!(target, Target::ReportingBatches(_)) => {}
                     () = tokio::time::sleep(wait) => {}
                     () = stop.cancelled() => {}
                 }
             }
+        }
+    }
+    // Jobs handed here that no task will run now: their locks go back.
+    if let Some(rx) = &inbox {
+        while let Ok(chain) = rx.try_recv() {
+            release(&chain.client, &chain.held.path, &chain.held.created).await;
+            shared.settle(&chain.item.id, Tried::Skipped);
         }
     }
     tracing::debug!(daemon = %kind, task, "daemon task stopped");
@@ -815,13 +907,15 @@ struct Held {
     fence: FenceSecret,
 }
 
+/// Tries `item`: `None` when it was handed, lock held, to a task of the
+/// next step's daemon.
 async fn try_item(
     shared: &Shared,
     client: &zk::Client,
     target: Target,
     item: &Item,
     stop: &CancellationToken,
-) -> Result<Tried, BoxError> {
+) -> Result<Option<Tried>, BoxError> {
     let path = lock_path(target, &item.id);
     let fence = fresh_secret()?;
     let data = LockNode::new(&shared.name, &fence).to_bytes();
@@ -832,33 +926,207 @@ async fn try_item(
             if matches!(target, Target::Jobs(_)) {
                 shared.stats.lock_busy.fetch_add(1, Ordering::Relaxed);
             }
-            return Ok(Tried::Skipped);
+            return Ok(Some(Tried::Skipped));
         }
-        Err(zk::Error::NoNode) => return Ok(Tried::Skipped),
+        Err(zk::Error::NoNode) => return Ok(Some(Tried::Skipped)),
         Err(e) => return Err(e.into()),
     };
-    if matches!(target, Target::Jobs(_)) {
-        shared.stats.job_locks.fetch_add(1, Ordering::Relaxed);
-    }
     let held = Held {
         path,
         created,
         fence,
     };
-    let result = locked(shared, client, target, item, &held, stop).await;
-    release(client, &held.path, &held.created).await;
-    result
+    if let Target::Jobs(first) = target {
+        shared.stats.job_locks.fetch_add(1, Ordering::Relaxed);
+        let status_path = format!("/jobs/{}/status", item.id);
+        match read_status(client, &status_path).await {
+            Ok(s) if s.as_deref() == Some(first.to_string().as_str()) => {}
+            other => {
+                release(client, &held.path, &held.created).await;
+                return other.map(|_| Some(Tried::Skipped));
+            }
+        }
+        let chain = Box::new(Chain {
+            item: item.clone(),
+            client: client.clone(),
+            held,
+            state: first,
+            left: first,
+            steps: 0,
+            space_needed: None,
+        });
+        return match chain_steps(shared, chain, stop).await {
+            ChainEnd::HandedOff => Ok(None),
+            ChainEnd::Ended(chain, result, until) => {
+                let_go(&chain.client, &chain.held, until).await;
+                result.map(Some)
+            }
+        };
+    }
+    match locked(shared, client, target, item, &held).await {
+        Ok((tried, until)) => {
+            let_go(client, &held, until).await;
+            Ok(Some(tried))
+        }
+        Err(e) => {
+            release(client, &held.path, &held.created).await;
+            Err(e)
+        }
+    }
 }
 
-/// Works on an item whose lock this session holds.
+/// What the projection is to show before a lock is released, so that no
+/// worker takes the item again from a projection that lags.
+enum Until {
+    /// Nothing: release now.
+    Now,
+    /// The status node at `path` no longer says `old`.
+    Status { path: String, old: String },
+    /// The node at this path exists.
+    Exists(String),
+}
+
+/// Releases `held` when the projection shows what `until` says (bounded by
+/// [`PROJECTION_WAIT`]). The wait runs in a task of its own, so the task
+/// that did the work goes on with the next item at once.
+async fn let_go(client: &zk::Client, held: &Held, until: Until) {
+    if matches!(until, Until::Now) {
+        release(client, &held.path, &held.created).await;
+        return;
+    }
+    let client = client.clone();
+    let lock = held.path.clone();
+    let created = held.created;
+    tokio::spawn(async move {
+        match until {
+            Until::Now => {}
+            Until::Status { path, old } => await_status(&client, &path, &old).await,
+            Until::Exists(path) => await_projection(&client, &path, |stat| stat.is_some()).await,
+        }
+        release(&client, &lock, &created).await;
+    });
+}
+
+/// How a chain of steps ended in one task.
+enum ChainEnd {
+    /// Handed to a task of the next step's daemon, lock held.
+    HandedOff,
+    /// Ended here: the lock is to be released once the projection shows
+    /// what the `Until` says.
+    Ended(Box<Chain>, Result<Tried, BoxError>, Until),
+}
+
+/// Runs a chain handed to this task, and releases and settles it when it
+/// ends here.
+async fn run_chain(shared: &Shared, chain: Box<Chain>, stop: &CancellationToken) {
+    let id = chain.item.id.clone();
+    let ChainEnd::Ended(chain, result, until) = chain_steps(shared, chain, stop).await else {
+        return;
+    };
+    let_go(&chain.client, &chain.held, until).await;
+    let tried = result.unwrap_or_else(|e| {
+        tracing::warn!(jid = %id, state = %chain.state, error = %format!("{e:#}"), "a chained step failed");
+        Tried::Failed
+    });
+    // Whatever came of the last step, the earlier ones were done.
+    let tried = match tried {
+        Tried::Waited => Tried::Waited,
+        _ => Tried::Done,
+    };
+    shared.settle(&id, tried);
+    if tried == Tried::Done {
+        shared.linger(&id);
+    }
+}
+
+/// Runs `chain`'s steps while the engine's answers move the job into
+/// states this worker serves; hands the job on to the next state's daemon
+/// when its inbox has room.
+async fn chain_steps(shared: &Shared, mut chain: Box<Chain>, stop: &CancellationToken) -> ChainEnd {
+    let status_path = format!("/jobs/{}/status", chain.item.id);
+    loop {
+        let session_id = chain.client.session_id().0;
+        let who = WorkerRef {
+            worker: shared.name.clone(),
+            session_id: SessionId(session_id),
+        };
+        let api = ApiCtx {
+            engine: shared.engine.clone(),
+            worker: shared.name.clone(),
+            session_id,
+            fence: chain.held.fence.clone(),
+        };
+        let stepped = step_once(
+            shared,
+            &chain.client,
+            &chain.item,
+            chain.state,
+            &who,
+            &api,
+            &mut chain.space_needed,
+        )
+        .await;
+        let (tried, moved) = match stepped {
+            Ok(r) => r,
+            Err(e) => return ChainEnd::Ended(chain, Err(e), Until::Now),
+        };
+        let Some(moved) = moved.filter(|_| tried == Tried::Done) else {
+            if chain.steps > 0 {
+                // The chain stops here: the earlier steps were done. The
+                // lock is kept until the projection shows the state they
+                // left the job in.
+                let until = Until::Status {
+                    path: status_path,
+                    old: chain.left.to_string(),
+                };
+                let tried = match tried {
+                    Tried::Waited => Tried::Waited,
+                    _ => Tried::Done,
+                };
+                return ChainEnd::Ended(chain, Ok(tried), until);
+            }
+            return ChainEnd::Ended(chain, Ok(tried), Until::Now);
+        };
+        chain.steps += 1;
+        chain.left = chain.state;
+        shared.note_reporting(&moved.bid, &moved.batch_status);
+        match moved.status.parse::<JobState>().ok() {
+            // Go on with the next step under the same lock.
+            Some(next)
+                if next != chain.state
+                    && shared.runs.contains(&next)
+                    && shared.steps.get(next).is_some()
+                    && !stop.is_cancelled()
+                    && connected(&chain.client) =>
+            {
+                shared.stats.chained.fetch_add(1, Ordering::Relaxed);
+                chain.state = next;
+                match shared.hand_off(chain) {
+                    Ok(()) => return ChainEnd::HandedOff,
+                    // That daemon is busy: run its step here.
+                    Err(c) => chain = c,
+                }
+            }
+            _ => {
+                let until = Until::Status {
+                    path: status_path,
+                    old: chain.state.to_string(),
+                };
+                return ChainEnd::Ended(chain, Ok(Tried::Done), until);
+            }
+        }
+    }
+}
+
+/// Works on a batch whose lock this session holds; what to wait for
+/// before the lock is released.
 async fn locked(
     shared: &Shared,
     client: &zk::Client,
     target: Target,
     item: &Item,
     held: &Held,
-    stop: &CancellationToken,
-) -> Result<Tried, BoxError> {
+) -> Result<(Tried, Until), BoxError> {
     let session_id = client.session_id().0;
     let who = WorkerRef {
         worker: shared.name.clone(),
@@ -889,7 +1157,7 @@ async fn locked(
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .insert(item.id.clone());
-                return Ok(Tried::Skipped);
+                return Ok((Tried::Skipped, Until::Now));
             }
             let mut body = AcquireBody {
                 worker: who.worker,
@@ -901,7 +1169,7 @@ async fn locked(
                 let ctx = batch_ctx();
                 let expansion = tokio::select! {
                     e = work.expand(&ctx) => e,
-                    () = session_ended(client) => return Ok(Tried::Refused),
+                    () = session_ended(client) => return Ok((Tried::Refused, Until::Now)),
                 };
                 match expansion {
                     super::step::Expansion::Jobs(jobs) => body.jobs = Some(jobs),
@@ -917,13 +1185,13 @@ async fn locked(
                     .unwrap_or_else(PoisonError::into_inner)
                     .insert(item.id.clone());
                 let states = format!("/batches/{}/states", item.id);
-                await_projection(client, &states, |stat| stat.is_some()).await;
+                return Ok((tried, Until::Exists(states)));
             }
-            Ok(tried)
+            Ok((tried, Until::Now))
         }
         Target::ReportingBatches(status) => {
             if !batch_matches(client, target, &item.id).await? {
-                return Ok(Tried::Skipped);
+                return Ok((Tried::Skipped, Until::Now));
             }
             let mut body = ReportBody {
                 worker: who.worker,
@@ -934,62 +1202,23 @@ async fn locked(
                 let ctx = batch_ctx();
                 let sent = tokio::select! {
                     e = work.report(&ctx) => e,
-                    () = session_ended(client) => return Ok(Tried::Refused),
+                    () = session_ended(client) => return Ok((Tried::Refused, Until::Now)),
                 };
                 body.notification_error = sent;
             }
             let path = format!("/batches/{}/report", item.id);
             let (tried, _) = report::<Reported>(shared, &path, &held.fence, &body).await?;
             if tried == Tried::Done {
-                await_status(client, &format!("/batches/{}/status", item.id), status).await;
-            }
-            Ok(tried)
-        }
-        Target::Jobs(first) => {
-            let status_path = format!("/jobs/{}/status", item.id);
-            if read_status(client, &status_path).await?.as_deref() != Some(&first.to_string()) {
-                return Ok(Tried::Skipped);
-            }
-            let mut state = first;
-            let mut steps = 0u32;
-            // What a chained step reported of the job's size, for the next.
-            let mut space_needed = None;
-            loop {
-                let (tried, moved) =
-                    step_once(shared, client, item, state, &who, &api, &mut space_needed).await?;
-                let Some(moved) = moved.filter(|_| tried == Tried::Done) else {
-                    if steps > 0 {
-                        // The chain stops here: the earlier steps were done.
-                        await_status(client, &status_path, &state.to_string()).await;
-                        return Ok(match tried {
-                            Tried::Waited => Tried::Waited,
-                            _ => Tried::Done,
-                        });
-                    }
-                    return Ok(tried);
+                let until = Until::Status {
+                    path: format!("/batches/{}/status", item.id),
+                    old: status.to_string(),
                 };
-                steps += 1;
-                shared.note_reporting(&moved.bid, &moved.batch_status);
-                let next = moved.status.parse::<JobState>().ok();
-                match next {
-                    // Go on with the next step under the same lock.
-                    Some(next)
-                        if next != state
-                            && shared.runs.contains(&next)
-                            && shared.steps.get(next).is_some()
-                            && !stop.is_cancelled()
-                            && connected(client) =>
-                    {
-                        shared.stats.chained.fetch_add(1, Ordering::Relaxed);
-                        state = next;
-                    }
-                    _ => {
-                        await_status(client, &status_path, &state.to_string()).await;
-                        return Ok(Tried::Done);
-                    }
-                }
+                return Ok((tried, until));
             }
+            Ok((tried, Until::Now))
         }
+        // Jobs go through `chain_steps`.
+        Target::Jobs(_) => Ok((Tried::Skipped, Until::Now)),
     }
 }
 
@@ -1022,7 +1251,11 @@ async fn step_once(
     let began = Instant::now();
     // The step is dropped as soon as the session ends: its lock is gone, so
     // its result could only be refused.
-    shared.stats.in_flight.fetch_add(1, Ordering::Relaxed);
+    let now = shared.stats.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+    shared
+        .stats
+        .peak_in_flight
+        .fetch_max(now, Ordering::Relaxed);
     let _in_flight = InFlight(&shared.stats);
     let result = tokio::select! {
         r = step.run(&ctx) => r,
@@ -1199,7 +1432,7 @@ mod tests {
                 90.0,
                 "/".into(),
             ),
-            &[DaemonKind::JobPending, DaemonKind::Estimating],
+            &[(DaemonKind::JobPending, 1), (DaemonKind::Estimating, 1)],
             Rng::new(1),
         )
     }

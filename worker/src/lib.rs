@@ -105,7 +105,11 @@ impl Workers {
             engine = engine.observed(Arc::clone(m) as Arc<dyn ingest_client::Observer>);
         }
         let faults = options.steps.faults.clone();
-        let kinds: Vec<DaemonKind> = options.daemons.iter().map(|(k, _)| *k).collect();
+        let kinds: Vec<(DaemonKind, u32)> = options
+            .daemons
+            .iter()
+            .map(|(k, n)| (*k, (*n).max(1)))
+            .collect();
         let shared = Arc::new(Shared::new(
             options.name,
             Arc::new(Session::new(options.zk)),
@@ -197,6 +201,7 @@ impl Workers {
             refused = n(&s.refused),
             job_locks = n(&s.job_locks),
             chained = n(&s.chained),
+            handoffs = n(&s.handoffs),
             lock_busy = n(&s.lock_busy),
             listings = n(&s.listings),
             "worker daemons stopped"

@@ -93,6 +93,7 @@ pub struct WorkerMetrics {
     job_locks: Counter,
     lock_busy: Counter,
     chained: Counter,
+    handoffs: Counter,
 }
 
 /// Why `/metrics` could not be served.
@@ -150,6 +151,7 @@ impl WorkerMetrics {
             job_locks: Counter::default(),
             lock_busy: Counter::default(),
             chained: Counter::default(),
+            handoffs: Counter::default(),
         };
         let mut r = Registry::default();
         r.register(
@@ -217,6 +219,11 @@ impl WorkerMetrics {
             "Steps run under the lock taken for an earlier step of the same job",
             m.chained.clone(),
         );
+        r.register(
+            "ingest_worker_steps_handed_off",
+            "Chained steps handed, lock held, to a task of the next step's daemon",
+            m.handoffs.clone(),
+        );
         let build: Family<BuildLabels, Gauge> = Family::default();
         build
             .get_or_create(&BuildLabels {
@@ -256,6 +263,7 @@ impl WorkerMetrics {
             (&self.job_locks, s.job_locks.load(Relaxed)),
             (&self.lock_busy, s.lock_busy.load(Relaxed)),
             (&self.chained, s.chained.load(Relaxed)),
+            (&self.handoffs, s.handoffs.load(Relaxed)),
         ] {
             let shown = counter.get();
             if now > shown {
@@ -477,12 +485,14 @@ mod tests {
         stats.waiting.store(2, Relaxed);
         stats.job_locks.store(7, Relaxed);
         stats.chained.store(5, Relaxed);
+        stats.handoffs.store(4, Relaxed);
         let page = m.render().expect("render");
         for line in [
             "ingest_worker_steps_in_flight 3",
             "ingest_worker_jobs_waiting 2",
             "ingest_worker_job_locks_total 7",
             "ingest_worker_steps_chained_total 5",
+            "ingest_worker_steps_handed_off_total 4",
             "ingest_worker_lock_busy_total 0",
         ] {
             assert!(page.contains(line), "{line} not in\n{page}");
