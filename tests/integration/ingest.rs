@@ -771,6 +771,7 @@ async fn a_job_waits_in_provisioning_while_working_storage_is_over_the_threshold
         mail_from: "ingest@localhost".into(),
         // The depot listens on 127.0.0.1.
         allow_networks: vec!["127.0.0.1/32".into()],
+        content_url: Some(server.base.clone()),
         ..RealArgs::default()
     };
     let steps = real::steps(
@@ -2070,4 +2071,211 @@ async fn depositors_and_curators_receive_names_types_addresses_and_a_valid_bag()
         String::from_utf8_lossy(&validated.stdout).trim(),
         format!("{ark} Test Library ['sha256', 'sha512']")
     );
+}
+
+/// One line of a stored storage manifest: URL, SHA-256, size, file name.
+struct ManifestLine {
+    url: String,
+    sha256: String,
+    size: u64,
+    name: String,
+}
+
+/// The file lines of a checkm storage manifest (as `ingest` writes them:
+/// URL | sha256 | digest | size | modified | name | MIME type).
+fn manifest_lines(text: &str) -> Vec<ManifestLine> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let f: Vec<&str> = l.split(" | ").collect();
+            assert_eq!(f.len(), 7, "a manifest line of 7 fields: {l}");
+            assert_eq!(f[1], "sha256", "{l}");
+            ManifestLine {
+                url: f[0].to_string(),
+                sha256: f[2].to_string(),
+                size: f[3].parse().expect("size"),
+                name: f[5].to_string(),
+            }
+        })
+        .collect()
+}
+
+/// Follows every URL of the manifest stored in `version` of `ark`: each must
+/// answer (with a reader's token) the bytes the line describes. Returns the
+/// manifest's text.
+async fn follow_stored_manifest(rig: &Rig, ark: &str, version: u32) -> String {
+    let target =
+        ingest_steps::ocfl::OcflTarget::open_existing("check", &rig.storage).expect("storage");
+    let stored = target
+        .read_file(ark, Some(version), "system/mrt-manifest.txt")
+        .expect("the stored manifest");
+    let text = String::from_utf8(stored.clone()).expect("utf-8");
+    let lines = manifest_lines(&text);
+    assert!(lines.len() >= 3, "{text}");
+    let http = reqwest::Client::new();
+    let prefix = format!("{}/content/1/", rig.server.base);
+    for line in &lines {
+        assert!(
+            line.url.starts_with(&prefix),
+            "{} does not point into storage ({prefix}…)",
+            line.url
+        );
+        let file = ingest_steps::storage_manifest::encode_segment(&line.name);
+        assert!(
+            line.url.ends_with(&format!("/{version}/{file}")),
+            "{} names another version or file than {version}/{file}",
+            line.url
+        );
+        let reply = http
+            .get(&line.url)
+            .bearer_auth(DEPOSITOR)
+            .send()
+            .await
+            .expect("GET");
+        assert_eq!(reply.status(), 200, "{}", line.url);
+        let body = reply.bytes().await.expect("body");
+        assert_eq!(body.len() as u64, line.size, "{}", line.url);
+        assert_eq!(sha256(&body), line.sha256, "{}", line.url);
+    }
+    // The signature covers the manifest as stored.
+    let sig = target
+        .read_file(ark, Some(version), "system/mrt-manifest.txt.sig")
+        .expect("signature");
+    let public = target
+        .read_file(ark, Some(version), "system/mrt-signing-key.pub")
+        .expect("public key");
+    ingest_steps::signing::verify(
+        &String::from_utf8_lossy(&public),
+        &stored,
+        &String::from_utf8_lossy(&sig),
+    )
+    .expect("the stored manifest's signature verifies");
+    text
+}
+
+/// Issue 15 item 9: the storage manifest stored in the object
+/// (`system/mrt-manifest.txt`) named the job's working files (`file://…`),
+/// which Notify deletes. Its URLs are now Merritt's storage content URLs
+/// (`BASE/content/NODE/ARK/VERSION/FILE`) served by `ingest serve` from the
+/// storage target: every one answers the file's bytes after the job's
+/// working directory is gone, including a file OCFL deduplicated into an
+/// earlier version's content and one stored once for two names of a
+/// version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stored_manifest_names_stored_files_that_outlive_the_working_files() {
+    let keys = tempfile::tempdir().expect("tempdir");
+    let key = keys.path().join("signing.pem");
+    ingest_steps::signing::SigningKeyFile::generate(&key).expect("key");
+    let rig = rig(
+        "manifest-urls",
+        &["--signing-key".into(), key.display().to_string()],
+    )
+    .await;
+    let shared = b"the same bytes in both versions".to_vec();
+    add(&rig.depot, "shared.txt", &shared);
+    add(&rig.depot, "twin.txt", &shared);
+    add(&rig.depot, "first.txt", b"only in the first version");
+    add(&rig.depot, "second.txt", b"only in the second version");
+    let b = rig.base.clone();
+    let object = |name: &str, files: &[&str]| {
+        let lines: Vec<String> = files
+            .iter()
+            .map(|f| format!("{b}/files/{f} | | | | | {f} |"))
+            .collect();
+        add(
+            &rig.depot,
+            name,
+            &manifest("mrt-ingest-manifest", OBJECT_FIELDS, &lines),
+        );
+        json!({"profile": "demo", "submitter": "alice", "type": "object-manifest",
+               "payload_url": format!("{b}/files/{name}"), "erc_where": "loc-urls",
+               "submission_mode": if name == "v1.checkm" { "add" } else { "update" }})
+    };
+    let work = rig._dir.path().join("work");
+
+    let first = rig
+        .submit(object(
+            "v1.checkm",
+            &["shared.txt", "twin.txt", "first.txt"],
+        ))
+        .await;
+    let batch = rig.finished(&first).await;
+    assert_eq!(batch["status"], "Completed", "{batch}");
+    let jid1 = Rig::jobs(&batch)[0].clone();
+    let ark = rig
+        .assert_stored(&jid1, Some("loc-urls"), &["shared.txt", "twin.txt"])
+        .await;
+    let gone = |jid: &str| {
+        walk(&work)
+            .into_iter()
+            .filter(|p| p.to_string_lossy().contains(jid))
+            .collect::<Vec<_>>()
+    };
+    assert!(gone(&jid1).is_empty(), "Notify removed the working files");
+    let v1 = follow_stored_manifest(&rig, &ark, 1).await;
+    assert!(
+        v1.contains(&format!("\n# ingest job {jid1} of batch {first}\n")),
+        "the manifest names its job: {v1}"
+    );
+    assert!(!v1.contains("file://"), "{v1}");
+
+    let second = rig
+        .submit(object("v2.checkm", &["shared.txt", "second.txt"]))
+        .await;
+    let batch = rig.finished(&second).await;
+    assert_eq!(batch["status"], "Completed", "{batch}");
+    let jid2 = Rig::jobs(&batch)[0].clone();
+    assert!(gone(&jid2).is_empty(), "Notify removed the working files");
+    let target =
+        ingest_steps::ocfl::OcflTarget::open_existing("check", &rig.storage).expect("storage");
+    assert_eq!(target.versions(&ark).expect("versions"), [1, 2]);
+    // OCFL stored the shared file once: v2's names v1's content.
+    let v2_content = target.version_content(&ark, Some(2)).expect("v2");
+    let shared_path = v2_content
+        .files
+        .iter()
+        .find(|f| f.logical_path == "producer/shared.txt")
+        .map(|f| f.path.display().to_string())
+        .expect("shared.txt in v2");
+    assert!(
+        shared_path.contains("/v1/content/"),
+        "deduplicated into v1: {shared_path}"
+    );
+    follow_stored_manifest(&rig, &ark, 2).await;
+    // The first version's URLs still answer.
+    follow_stored_manifest(&rig, &ark, 1).await;
+
+    // What the content route refuses, with a reader's token.
+    let http = reqwest::Client::new();
+    let enc = ingest_steps::storage_manifest::encode_segment(&ark);
+    let base = &rig.server.base;
+    for (path, status) in [
+        (format!("/content/1/{enc}/2/producer%2Ffirst.txt"), 404),
+        (format!("/content/7/{enc}/1/producer%2Ffirst.txt"), 404),
+        (format!("/content/1/{enc}/3/producer%2Fshared.txt"), 404),
+        (format!("/content/1/{enc}/0/producer%2Fshared.txt"), 400),
+        (
+            format!("/content/1/{enc}/1/producer%2F..%2F..%2Finventory.json"),
+            400,
+        ),
+        (
+            format!("/content/1/ark%3A%2F99999%2Fnone/1/producer%2Fa.txt"),
+            404,
+        ),
+        (format!("/content/x/{enc}/1/producer%2Fshared.txt"), 400),
+    ] {
+        let reply = http
+            .get(format!("{base}{path}"))
+            .bearer_auth(DEPOSITOR)
+            .send()
+            .await
+            .expect("GET");
+        assert_eq!(reply.status(), status, "{path}");
+    }
+    let reply = http
+        .get(format!("{base}/content/1/{enc}/1/producer/first.txt"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(reply.status(), 401, "a token is needed");
 }

@@ -80,6 +80,20 @@ impl RealConfig {
     }
 }
 
+/// `args` with `--content-url` defaulted to `engine`, the server's URL
+/// the workers report to (which serves `GET /content/...`).
+pub fn with_content_url(args: &RealArgs, engine: &str) -> RealArgs {
+    let mut args = args.clone();
+    if args
+        .content_url
+        .as_deref()
+        .is_none_or(|u| u.trim().is_empty())
+    {
+        args.content_url = Some(engine.to_string());
+    }
+    args
+}
+
 /// A job's working directory under `work`.
 pub fn job_dir(work: &Path, bid: &str, jid: &str) -> PathBuf {
     work.join(bid).join(jid)
@@ -105,6 +119,7 @@ pub fn steps(
     let targets = store::open_targets(&config.args.storage_targets)?;
     let node_id =
         store::primary_node_id(&config.args.storage_targets, &config.args.storage_node_ids)?;
+    let content_url = store::content_base(config.args.content_url.as_deref())?;
     let key = match &config.args.signing_key {
         Some(path) => Some(Arc::new(
             ingest_steps::signing::SigningKeyFile::load(path)
@@ -147,14 +162,18 @@ pub fn steps(
         ),
         (
             JobState::Processing,
-            Arc::new(process::Process::new(Arc::clone(&config), key)),
+            Arc::new(process::Process::new(Arc::clone(&config), key.clone())),
         ),
         (
             JobState::Storing,
             Arc::new(store::Store::new(
                 targets.clone(),
                 Arc::clone(&config),
-                node_id,
+                store::ManifestSettings {
+                    node_id,
+                    content_url,
+                    key,
+                },
             )),
         ),
         (
