@@ -293,3 +293,60 @@ fn file_label(file: &ManifestFile) -> String {
         file.name.clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: &str) -> ManifestFile {
+        ManifestFile {
+            url: content_url("http://h:1/", 9501, "ark:/99999/fk4x", 2, name),
+            algorithm: Algorithm::Sha256,
+            digest: "ab".repeat(32),
+            size: 3,
+            last_modified: None,
+            name: name.into(),
+            mime_type: None,
+        }
+    }
+
+    #[test]
+    fn content_urls_are_merritts_form() {
+        assert_eq!(
+            content_url(
+                "http://h:1/",
+                9501,
+                "ark:/99999/fk4x",
+                2,
+                "producer/a b|c.txt"
+            ),
+            "http://h:1/content/9501/ark%3A%2F99999%2Ffk4x/2/producer%2Fa%20b%7Cc.txt"
+        );
+        assert_eq!(encode_segment("é~-._"), "%C3%A9~-._");
+    }
+
+    #[test]
+    fn a_comment_names_the_job_after_the_header() {
+        let text = render_with_comment(&[file("producer/a.txt")], "ingest job jid1 of batch bid1")
+            .expect("rendered");
+        assert!(text.starts_with(HEADER), "{text}");
+        assert_eq!(
+            &text[HEADER.len()..],
+            "# ingest job jid1 of batch bid1\nhttp://h:1/content/9501/ark%3A%2F99999%2Ffk4x/2/producer%2Fa.txt | sha256 | abababababababababababababababababababababababababababababababab | 3 |  | producer/a.txt | \n#%eof\n"
+        );
+        assert_eq!(comment_of(&text), Some("ingest job jid1 of batch bid1"));
+        assert_eq!(comment_of(&render(&[file("a")]).expect("plain")), None);
+        for bad in ["", "  ", "two\nlines", "tab\there"] {
+            assert!(
+                matches!(
+                    render_with_comment(&[file("a")], bad),
+                    Err(ManifestError::Unrepresentable {
+                        field: "comment",
+                        ..
+                    })
+                ),
+                "{bad:?}"
+            );
+        }
+    }
+}

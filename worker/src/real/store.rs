@@ -1231,6 +1231,142 @@ mod tests {
         }
     }
 
+    fn settings(base: &str) -> ManifestSettings {
+        ManifestSettings {
+            node_id: 9501,
+            content_url: base.to_string(),
+            key: None,
+        }
+    }
+
+    /// The manifest in the job's `system/`.
+    fn working_manifest(dir: &Path) -> String {
+        std::fs::read_to_string(dir.join("system").join(MANIFEST_FILE)).expect("manifest")
+    }
+
+    #[tokio::test]
+    async fn the_stored_manifest_names_the_stored_files_and_its_job() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = job_dir(root.path());
+        let targets = targets(root.path());
+        let ark = "ark:/99999/fk4store";
+        let base = "https://ingest.example.org/";
+        let version = settle_manifest(&targets[0], ark, &dir, "jid1", "bid1", &settings(base))
+            .expect("settled");
+        assert_eq!(version, 1);
+        let text = working_manifest(&dir);
+        assert!(
+            text.contains("\n# ingest job jid1 of batch bid1\n"),
+            "{text}"
+        );
+        assert!(!text.contains("file://"), "{text}");
+        assert!(
+            text.contains(
+                "\nhttps://ingest.example.org/content/9501/ark%3A%2F99999%2Ffk4store/1/producer%2Fsub%2Fb.txt | sha256 | "
+            ),
+            "{text}"
+        );
+        let stored = store_object(&targets, ark, &dir, &meta(), policy(), None)
+            .await
+            .expect("stored");
+        assert_eq!(stored[0].1, 1);
+        check_stored_manifest(&targets[0], ark, 1, 9501).expect("every URL names a stored file");
+        let err = check_stored_manifest(&targets[0], ark, 1, 7).expect_err("another node");
+        assert!(err.contains("not the stored file's URL"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_version_stored_by_an_earlier_run_of_the_job_is_recognised_by_its_comment() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = job_dir(root.path());
+        let targets = targets(root.path());
+        let ark = "ark:/99999/fk4store";
+        let first = settings("http://one.example");
+        assert_eq!(
+            settle_manifest(&targets[0], ark, &dir, "jid1", "bid1", &first).expect("v1"),
+            1
+        );
+        store_object(&targets, ark, &dir, &meta(), policy(), None)
+            .await
+            .expect("stored");
+        let stored = working_manifest(&dir);
+
+        // The run ended before writing its markers, and the content URL
+        // changed before the next run: the version is still this job's.
+        for t in ["one", "two"] {
+            std::fs::remove_file(marker_path(&dir, t)).expect("rm marker");
+        }
+        let moved = settings("http://two.example");
+        assert_eq!(
+            settle_manifest(&targets[0], ark, &dir, "jid1", "bid1", &moved).expect("again"),
+            1,
+            "adopted, not a second version"
+        );
+        assert_eq!(working_manifest(&dir), stored, "the stored bytes are kept");
+        let again = store_object(&targets, ark, &dir, &meta(), policy(), None)
+            .await
+            .expect("adopted");
+        assert_eq!(again, vec![("one".to_string(), 1), ("two".to_string(), 1)]);
+        for t in &targets {
+            assert_eq!(t.versions(ark).expect("versions"), vec![1]);
+        }
+
+        // Another job with the same files makes a version of its own.
+        assert_eq!(
+            settle_manifest(&targets[0], ark, &dir, "jid2", "bid1", &moved).expect("other job"),
+            2
+        );
+        assert!(working_manifest(&dir).contains("http://two.example/content/9501/"));
+        let v2 = store_object(&targets, ark, &dir, &meta(), policy(), None)
+            .await
+            .expect("v2");
+        assert_eq!(v2[0].1, 2);
+        check_stored_manifest(&targets[0], ark, 2, 9501).expect("v2's URLs");
+        check_stored_manifest(&targets[0], ark, 1, 9501).expect("v1's URLs");
+    }
+
+    #[tokio::test]
+    async fn a_manifest_naming_working_files_fails_the_check() {
+        // What Storing stored before: Processing's manifest, whose URLs are
+        // the job's working files (removed by Notify).
+        let (_root, _dir, targets) = stored_once().await;
+        let err = check_stored_manifest(&targets[0], "ark:/99999/fk4store", 1, 1)
+            .expect_err("file:// URLs");
+        assert!(err.contains("file:///"), "{err}");
+        assert!(err.contains("not the stored file's URL"), "{err}");
+    }
+
+    #[test]
+    fn the_content_url_is_checked() {
+        assert_eq!(
+            content_base(Some(" https://ingest.example.org/base/ ")).expect("ok"),
+            "https://ingest.example.org/base"
+        );
+        for bad in [
+            None,
+            Some(""),
+            Some("ftp://x/"),
+            Some("not a url"),
+            Some("http://x/?q=1"),
+            Some("http://x/#f"),
+        ] {
+            assert!(content_base(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn every_target_has_a_node_id_of_its_own() {
+        let targets = ["a=/a".to_string(), "b=/b".to_string(), "c=/c".to_string()];
+        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let got = target_node_ids(&targets, &ids(&["c=9501"])).expect("ids");
+        assert_eq!(
+            got,
+            vec![("a".into(), 1), ("b".into(), 2), ("c".into(), 9501)]
+        );
+        let err = target_node_ids(&targets, &ids(&["a=2"])).expect_err("twice");
+        assert!(err.to_string().contains("the same node id 2"), "{err}");
+    }
+
     #[test]
     fn the_store_hand_off_names_the_first_targets_node() {
         let targets = ["primary=/a".to_string(), "mirror=/b".to_string()];
