@@ -2259,7 +2259,7 @@ async fn the_stored_manifest_names_stored_files_that_outlive_the_working_files()
             400,
         ),
         (
-            format!("/content/1/ark%3A%2F99999%2Fnone/1/producer%2Fa.txt"),
+            "/content/1/ark%3A%2F99999%2Fnone/1/producer%2Fa.txt".to_string(),
             404,
         ),
         (format!("/content/x/{enc}/1/producer%2Fshared.txt"), 400),
