@@ -2271,6 +2271,21 @@ async fn the_stored_manifest_names_stored_files_that_outlive_the_working_files()
             .await
             .expect("GET");
         assert_eq!(reply.status(), status, "{path}");
+        let error: Value = reply.json().await.expect("a JSON error");
+        let code = if status == 404 {
+            "not_found"
+        } else {
+            "invalid_id"
+        };
+        assert_eq!(error["error"]["code"], code, "{path}: {error}");
+        if path.starts_with("/content/7/") {
+            assert!(
+                error["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("serves no storage node 7")),
+                "{error}"
+            );
+        }
     }
     let reply = http
         .get(format!("{base}/content/1/{enc}/1/producer/first.txt"))

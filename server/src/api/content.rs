@@ -11,6 +11,7 @@
 //! streamed; nothing is written.
 
 use axum::body::Body;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::Response;
@@ -32,16 +33,8 @@ pub struct ContentNode {
 /// The longest path value quoted in an error.
 const SHOWN: usize = 200;
 
-fn not_found(what: &str, value: &str) -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        "not_found",
-        format!(
-            "{what} {:?} is not stored here",
-            ingest_protocol::cut(value, SHOWN)
-        ),
-    )
-    .with("item", "content")
+fn not_found(message: String) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", message).with("item", "content")
 }
 
 fn invalid(field: &str, value: &str, why: &str) -> ApiError {
@@ -55,8 +48,10 @@ fn invalid(field: &str, value: &str, why: &str) -> ApiError {
 /// The handler.
 pub(crate) async fn content(
     State(app): State<AppState>,
-    Path((node, ark, version, file)): Path<(String, String, String, String)>,
+    path: Result<Path<(String, String, String, String)>, PathRejection>,
 ) -> Result<Response, ApiError> {
+    let Path((node, ark, version, file)) =
+        path.map_err(|e| ApiError::bad_request("invalid_id", e.body_text()))?;
     let node: u32 = node
         .parse()
         .map_err(|_| invalid("node", &node, "is not a storage node id"))?;
@@ -83,7 +78,7 @@ pub(crate) async fn content(
         .iter()
         .find(|n| n.node_id == node)
         .map(|n| n.target.clone())
-        .ok_or_else(|| not_found("storage node", &node.to_string()))?;
+        .ok_or_else(|| not_found(format!("this server serves no storage node {node}")))?;
     let located = {
         let ark = ark.clone();
         let name = name.clone();
@@ -120,9 +115,11 @@ fn locate(
     let content = target
         .version_content(ark, Some(version))
         .map_err(|e| match e {
-            StorageError::NotFound { .. } => {
-                not_found("object version", &format!("{ark} v{version}"))
-            }
+            StorageError::NotFound { .. } => not_found(format!(
+                "storage target {} holds no {} v{version}",
+                spec.name,
+                ingest_protocol::cut(ark, SHOWN)
+            )),
             other => ApiError::internal(format!(
                 "{} v{version} in storage target {} cannot be read: {other}",
                 ingest_protocol::cut(ark, SHOWN),
@@ -134,5 +131,11 @@ fn locate(
         .into_iter()
         .find(|f| f.logical_path == name)
         .map(|f| f.path)
-        .ok_or_else(|| not_found("file", name))
+        .ok_or_else(|| {
+            not_found(format!(
+                "{} v{version} holds no file {:?}",
+                ingest_protocol::cut(ark, SHOWN),
+                ingest_protocol::cut(name, SHOWN)
+            ))
+        })
 }

@@ -225,7 +225,9 @@ mod tests {
         };
         for unset in [None, Some(""), Some("  ")] {
             assert_eq!(
-                with_content_url(&given(unset), engine).content_url.as_deref(),
+                with_content_url(&given(unset), engine)
+                    .content_url
+                    .as_deref(),
                 Some(engine)
             );
         }
