@@ -316,6 +316,24 @@ impl Rig {
         (versions, object)
     }
 
+    /// Requeues a failed job and waits until it is Completed.
+    async fn requeue_until_completed(&self, jid: &str) {
+        let (status, body) = self
+            .server
+            .call(
+                Method::POST,
+                &format!("/jobs/{jid}/requeue"),
+                ADMIN,
+                Some(json!({"reason": "drill over"})),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        eventually("the requeued job completed", 60, async || {
+            (self.job(jid).await["status"] == "Completed").then_some(())
+        })
+        .await;
+    }
+
     fn callbacks_for(&self, jid: &str) -> usize {
         self.depot
             .lock()
@@ -688,20 +706,7 @@ async fn a_job_failed_in_storing_resumes_there_without_a_second_ark() {
         .expect("ark minted in Processing")
         .to_string();
 
-    let (status, body) = rig
-        .server
-        .call(
-            Method::POST,
-            &format!("/jobs/{jid}/requeue"),
-            ADMIN,
-            Some(json!({"reason": "drill over"})),
-        )
-        .await;
-    assert_eq!(status, 200, "{body}");
-    eventually("the requeued job completed", 60, async || {
-        (rig.job(&jid).await["status"] == "Completed").then_some(())
-    })
-    .await;
+    rig.requeue_until_completed(&jid).await;
     let job = rig.job(&jid).await;
     assert_eq!(job["primary_id"], ark.as_str(), "a second ark was minted");
     assert_eq!(job["retry_count"], 1);
@@ -746,20 +751,7 @@ async fn a_version_committed_without_its_marker_is_adopted_by_the_requeued_job()
         .join(&jid)
         .join("stored-primary.json");
     std::fs::remove_file(&marker).expect("the version was stored: its marker exists");
-    let (status, body) = rig
-        .server
-        .call(
-            Method::POST,
-            &format!("/jobs/{jid}/requeue"),
-            ADMIN,
-            Some(json!({"reason": "drill over"})),
-        )
-        .await;
-    assert_eq!(status, 200, "{body}");
-    eventually("the requeued job completed", 60, async || {
-        (rig.job(&jid).await["status"] == "Completed").then_some(())
-    })
-    .await;
+    rig.requeue_until_completed(&jid).await;
     let ark = rig.assert_stored(&jid, Some("loc-m"), &["m.txt"]).await;
     let target =
         ingest_steps::ocfl::OcflTarget::open_existing("check", &rig.storage).expect("storage");
