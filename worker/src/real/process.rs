@@ -8,7 +8,10 @@
 //! 3. Into `<job>/system/`: `mrt-erc.txt`, `mrt-dc.xml`, the storage manifest
 //!    `mrt-manifest.txt` (checkm, one line per producer file and per
 //!    metadata file, sha256) and, when a key is configured, its signature
-//!    `mrt-manifest.txt.sig` and the public key `mrt-signing-key.pub`.
+//!    `mrt-manifest.txt.sig` and the public key `mrt-signing-key.pub`. The
+//!    manifest's URLs are the job's working files (`file://`): Storing
+//!    rewrites it with the stored files' URLs ([`ManifestUrls::Stored`])
+//!    before it stores it.
 //!
 //! The helpers shared with [`super::store`] and [`super::record`] live here:
 //! the producer file list (`system/files.json`), `file://` URLs, and the

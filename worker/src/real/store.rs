@@ -24,8 +24,18 @@
 //! the ark, the version number and the SHA-256 of the storage manifest; a
 //! target whose marker matches the current manifest is skipped. A version
 //! committed by a run that ended before writing its marker is recognised by
-//! its `system/mrt-manifest.txt` (which names this job's working files, so
-//! no other job's version has the same one) and adopted.
+//! its `system/mrt-manifest.txt` and adopted: in the first target by the
+//! manifest's comment naming the job and its file lines without their URLs
+//! ([`settle_manifest`]), which copies that manifest back into the job's
+//! `system/`; in the others by those bytes.
+//!
+//! The manifest stored is not Processing's (whose URLs are the job's
+//! working files, removed by Notify): [`settle_manifest`] rewrites it, under
+//! the object's storage lock, with Merritt's storage content URLs of the
+//! version being stored (`BASE/content/NODE/ARK/VERSION/FILE`, served by
+//! `ingest serve`'s `GET /content/…`), names the job in a comment and signs
+//! it again; after the store, [`check_stored_manifest`] checks every URL
+//! against the version's files.
 //!
 //! `submission_mode` `update` and `add` both store a version whose state is
 //! exactly this job's files: an `add` is not merged with the previous
