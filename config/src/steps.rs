@@ -103,6 +103,9 @@ pub struct RealArgs {
         value_name = "NAME=NUMBER"
     )]
     pub storage_node_ids: Vec<String>,
+    /// The base URL of the URLs in stored storage manifests: each file of a stored version is named `URL/content/NODE/ARK/VERSION/FILE` (Merritt's storage form, served by `ingest serve`'s `GET /content/...` from its storage targets), so the manifest stays usable after Notify removes the working files [default: the server's own URL: `http://LISTEN` for serve, --engine for worker].
+    #[arg(long, env = "INGEST_CONTENT_URL", value_name = "URL")]
+    pub content_url: Option<String>,
     /// A host whose addresses payload and callback URLs may reach although the outbound policy refuses their class (loopback, private, link-local, ...): NAME, or *.DOMAIN for every name under DOMAIN; repeat for several.
     #[arg(
         long = "allow-host",

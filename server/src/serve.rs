@@ -149,6 +149,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
             .context("the outbound policy (--allow-host, --allow-network)")?,
         pages: Some(crate::ui::pages(config.ui.clone())),
         storage_targets: target_specs(&config.real.storage_targets)?,
+        content_nodes: content_nodes(&config.real)?,
     });
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -327,6 +328,21 @@ impl LockChecker for ZkLocks {
     fn holder<'a>(&'a self, path: &'a str) -> LockFuture<'a> {
         Box::pin(self.holder_of(path))
     }
+}
+
+/// The storage targets of `--storage-target` with their node ids
+/// (`--storage-node-id`), which `GET /content/{node}/…` serves.
+///
+/// # Errors
+/// A malformed target or node id spec, naming it.
+pub fn content_nodes(real: &ingest_config::RealArgs) -> Result<Vec<api::ContentNode>> {
+    let ids =
+        ingest_worker::real::store::target_node_ids(&real.storage_targets, &real.storage_node_ids)?;
+    Ok(target_specs(&real.storage_targets)?
+        .into_iter()
+        .zip(ids)
+        .map(|(target, (_, node_id))| api::ContentNode { node_id, target })
+        .collect())
 }
 
 /// The `NAME=DIR` storage targets, as the consistency report reads them.

@@ -128,6 +128,59 @@ pub enum ManifestError {
 /// # Errors
 /// See [`ManifestError`]; nothing is written for a list with an error.
 pub fn render(files: &[ManifestFile]) -> Result<String, ManifestError> {
+    render_inner(files, None)
+}
+
+/// [`render`], with one comment line (`# COMMENT`, which checkm readers
+/// skip) after the header: `ingest` names the job that stored a version
+/// there, so a version committed by an earlier run of the same job is
+/// recognised whatever its URLs.
+///
+/// # Errors
+/// See [`ManifestError`]; a comment that is empty, has a line break or
+/// another control character is [`ManifestError::Unrepresentable`].
+pub fn render_with_comment(files: &[ManifestFile], comment: &str) -> Result<String, ManifestError> {
+    render_inner(files, Some(comment))
+}
+
+/// The comment line of a manifest made by [`render_with_comment`] (without
+/// `# `), if it has one: the first `#` line after the header that is not
+/// a `#%` directive.
+pub fn comment_of(text: &str) -> Option<&str> {
+    text.lines()
+        .take_while(|l| !l.starts_with(EOF_LINE.trim_end()))
+        .find(|l| l.starts_with("# "))
+        .map(|l| &l[2..])
+}
+
+/// The URL of a stored file in Merritt's storage form,
+/// `BASE/content/NODE/ARK/VERSION/FILE` (mrt-store's `content` route), with
+/// the ark and the file name percent-encoded as one path segment each
+/// (`ark%3A%2F99999%2Ffk4x`, `producer%2Fa.txt`). `base` is used without
+/// a trailing `/`.
+pub fn content_url(base: &str, node: u32, ark: &str, version: u32, name: &str) -> String {
+    format!(
+        "{}/content/{node}/{}/{version}/{}",
+        base.trim_end_matches('/'),
+        encode_segment(ark),
+        encode_segment(name)
+    )
+}
+
+/// Percent-encodes every byte but RFC 3986's unreserved characters.
+pub fn encode_segment(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn render_inner(files: &[ManifestFile], comment: Option<&str>) -> Result<String, ManifestError> {
     let mut sorted: Vec<&ManifestFile> = files.iter().collect();
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
     let duplicate = sorted.windows(2).find_map(|pair| match pair {
@@ -138,6 +191,26 @@ pub fn render(files: &[ManifestFile]) -> Result<String, ManifestError> {
         return Err(ManifestError::DuplicateName { name });
     }
     let mut out = String::from(HEADER);
+    if let Some(comment) = comment {
+        let reason = if comment.trim().is_empty() {
+            Some("it is empty")
+        } else if comment.chars().any(char::is_control) {
+            Some("it contains a line break or another control character")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(ManifestError::Unrepresentable {
+                file: "(comment)".into(),
+                field: "comment",
+                value: ingest_protocol::cut(comment, 200).to_string(),
+                reason,
+            });
+        }
+        out.push_str("# ");
+        out.push_str(comment);
+        out.push('\n');
+    }
     for file in sorted {
         out.push_str(&line(file)?);
         out.push('\n');
@@ -218,5 +291,62 @@ fn file_label(file: &ManifestFile) -> String {
         file.url.clone()
     } else {
         file.name.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: &str) -> ManifestFile {
+        ManifestFile {
+            url: content_url("http://h:1/", 9501, "ark:/99999/fk4x", 2, name),
+            algorithm: Algorithm::Sha256,
+            digest: "ab".repeat(32),
+            size: 3,
+            last_modified: None,
+            name: name.into(),
+            mime_type: None,
+        }
+    }
+
+    #[test]
+    fn content_urls_are_merritts_form() {
+        assert_eq!(
+            content_url(
+                "http://h:1/",
+                9501,
+                "ark:/99999/fk4x",
+                2,
+                "producer/a b|c.txt"
+            ),
+            "http://h:1/content/9501/ark%3A%2F99999%2Ffk4x/2/producer%2Fa%20b%7Cc.txt"
+        );
+        assert_eq!(encode_segment("é~-._"), "%C3%A9~-._");
+    }
+
+    #[test]
+    fn a_comment_names_the_job_after_the_header() {
+        let text = render_with_comment(&[file("producer/a.txt")], "ingest job jid1 of batch bid1")
+            .expect("rendered");
+        assert!(text.starts_with(HEADER), "{text}");
+        assert_eq!(
+            &text[HEADER.len()..],
+            "# ingest job jid1 of batch bid1\nhttp://h:1/content/9501/ark%3A%2F99999%2Ffk4x/2/producer%2Fa.txt | sha256 | abababababababababababababababababababababababababababababababab | 3 |  | producer/a.txt | \n#%eof\n"
+        );
+        assert_eq!(comment_of(&text), Some("ingest job jid1 of batch bid1"));
+        assert_eq!(comment_of(&render(&[file("a")]).expect("plain")), None);
+        for bad in ["", "  ", "two\nlines", "tab\there"] {
+            assert!(
+                matches!(
+                    render_with_comment(&[file("a")], bad),
+                    Err(ManifestError::Unrepresentable {
+                        field: "comment",
+                        ..
+                    })
+                ),
+                "{bad:?}"
+            );
+        }
     }
 }

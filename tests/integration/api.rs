@@ -172,6 +172,7 @@ impl Server {
             .expect("policy"),
             pages: None,
             storage_targets: Vec::new(),
+            content_nodes: Vec::new(),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

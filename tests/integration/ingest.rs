@@ -316,6 +316,24 @@ impl Rig {
         (versions, object)
     }
 
+    /// Requeues a failed job and waits until it is Completed.
+    async fn requeue_until_completed(&self, jid: &str) {
+        let (status, body) = self
+            .server
+            .call(
+                Method::POST,
+                &format!("/jobs/{jid}/requeue"),
+                ADMIN,
+                Some(json!({"reason": "drill over"})),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        eventually("the requeued job completed", 60, async || {
+            (self.job(jid).await["status"] == "Completed").then_some(())
+        })
+        .await;
+    }
+
     fn callbacks_for(&self, jid: &str) -> usize {
         self.depot
             .lock()
@@ -688,20 +706,7 @@ async fn a_job_failed_in_storing_resumes_there_without_a_second_ark() {
         .expect("ark minted in Processing")
         .to_string();
 
-    let (status, body) = rig
-        .server
-        .call(
-            Method::POST,
-            &format!("/jobs/{jid}/requeue"),
-            ADMIN,
-            Some(json!({"reason": "drill over"})),
-        )
-        .await;
-    assert_eq!(status, 200, "{body}");
-    eventually("the requeued job completed", 60, async || {
-        (rig.job(&jid).await["status"] == "Completed").then_some(())
-    })
-    .await;
+    rig.requeue_until_completed(&jid).await;
     let job = rig.job(&jid).await;
     assert_eq!(job["primary_id"], ark.as_str(), "a second ark was minted");
     assert_eq!(job["retry_count"], 1);
@@ -725,6 +730,42 @@ async fn a_job_failed_in_storing_resumes_there_without_a_second_ark() {
         "{moves:?}"
     );
     rig.assert_stored(&jid, Some("loc-r"), &["r.txt"]).await;
+}
+
+/// Issue 15 item 9: the stored manifest names the version it is stored
+/// as, so a second run of Storing writes other bytes (the next version's
+/// URLs) than the run that committed. A run that committed its version but
+/// ended before writing its marker is still recognised, by the manifest's
+/// comment naming the job, and its version adopted rather than stored
+/// again as v2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_committed_without_its_marker_is_adopted_by_the_requeued_job() {
+    let (rig, jid, job) =
+        failed_in_storing("adopt", "m.txt", b"marker lost", "storage drill", "loc-m").await;
+    let bid = job["bid"].as_str().expect("bid").to_string();
+    let marker = rig
+        ._dir
+        .path()
+        .join("work")
+        .join(&bid)
+        .join(&jid)
+        .join("stored-primary.json");
+    std::fs::remove_file(&marker).expect("the version was stored: its marker exists");
+    rig.requeue_until_completed(&jid).await;
+    let ark = rig.assert_stored(&jid, Some("loc-m"), &["m.txt"]).await;
+    let target =
+        ingest_steps::ocfl::OcflTarget::open_existing("check", &rig.storage).expect("storage");
+    assert_eq!(
+        target.versions(&ark).expect("versions"),
+        [1],
+        "the committed version was stored again"
+    );
+    assert_eq!(rig.versions(&ark).await.0, [1]);
+    let text = follow_stored_manifest_unsigned(&rig, &ark, 1).await;
+    assert!(
+        text.contains(&format!("# ingest job {jid} of batch {bid}\n")),
+        "{text}"
+    );
 }
 
 /// A storage probe the test turns, counting how often it is read.
@@ -771,6 +812,7 @@ async fn a_job_waits_in_provisioning_while_working_storage_is_over_the_threshold
         mail_from: "ingest@localhost".into(),
         // The depot listens on 127.0.0.1.
         allow_networks: vec!["127.0.0.1/32".into()],
+        content_url: Some(server.base.clone()),
         ..RealArgs::default()
     };
     let steps = real::steps(
@@ -2070,4 +2112,233 @@ async fn depositors_and_curators_receive_names_types_addresses_and_a_valid_bag()
         String::from_utf8_lossy(&validated.stdout).trim(),
         format!("{ark} Test Library ['sha256', 'sha512']")
     );
+}
+
+/// One line of a stored storage manifest: URL, SHA-256, size, file name.
+struct ManifestLine {
+    url: String,
+    sha256: String,
+    size: u64,
+    name: String,
+}
+
+/// The file lines of a checkm storage manifest (as `ingest` writes them:
+/// URL | sha256 | digest | size | modified | name | MIME type).
+fn manifest_lines(text: &str) -> Vec<ManifestLine> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let f: Vec<&str> = l.split(" | ").collect();
+            assert_eq!(f.len(), 7, "a manifest line of 7 fields: {l}");
+            assert_eq!(f[1], "sha256", "{l}");
+            ManifestLine {
+                url: f[0].to_string(),
+                sha256: f[2].to_string(),
+                size: f[3].parse().expect("size"),
+                name: f[5].to_string(),
+            }
+        })
+        .collect()
+}
+
+/// [`follow_stored_manifest`] and checks the manifest's signature.
+async fn follow_stored_manifest(rig: &Rig, ark: &str, version: u32) -> String {
+    let text = follow_stored_manifest_unsigned(rig, ark, version).await;
+    let target =
+        ingest_steps::ocfl::OcflTarget::open_existing("check", &rig.storage).expect("storage");
+    let sig = target
+        .read_file(ark, Some(version), "system/mrt-manifest.txt.sig")
+        .expect("signature");
+    let public = target
+        .read_file(ark, Some(version), "system/mrt-signing-key.pub")
+        .expect("public key");
+    ingest_steps::signing::verify(
+        &String::from_utf8_lossy(&public),
+        text.as_bytes(),
+        &String::from_utf8_lossy(&sig),
+    )
+    .expect("the stored manifest's signature verifies");
+    text
+}
+
+/// Follows every URL of the manifest stored in `version` of `ark`: each must
+/// answer (with a reader's token) the bytes the line describes. Returns the
+/// manifest's text.
+async fn follow_stored_manifest_unsigned(rig: &Rig, ark: &str, version: u32) -> String {
+    let target =
+        ingest_steps::ocfl::OcflTarget::open_existing("check", &rig.storage).expect("storage");
+    let stored = target
+        .read_file(ark, Some(version), "system/mrt-manifest.txt")
+        .expect("the stored manifest");
+    let text = String::from_utf8(stored.clone()).expect("utf-8");
+    let lines = manifest_lines(&text);
+    assert!(lines.len() >= 3, "{text}");
+    let http = reqwest::Client::new();
+    let prefix = format!("{}/content/1/", rig.server.base);
+    for line in &lines {
+        assert!(
+            line.url.starts_with(&prefix),
+            "{} does not point into storage ({prefix}…)",
+            line.url
+        );
+        let file = ingest_steps::storage_manifest::encode_segment(&line.name);
+        assert!(
+            line.url.ends_with(&format!("/{version}/{file}")),
+            "{} names another version or file than {version}/{file}",
+            line.url
+        );
+        let reply = http
+            .get(&line.url)
+            .bearer_auth(DEPOSITOR)
+            .send()
+            .await
+            .expect("GET");
+        assert_eq!(reply.status(), 200, "{}", line.url);
+        let body = reply.bytes().await.expect("body");
+        assert_eq!(body.len() as u64, line.size, "{}", line.url);
+        assert_eq!(sha256(&body), line.sha256, "{}", line.url);
+    }
+    text
+}
+
+/// Issue 15 item 9: the storage manifest stored in the object
+/// (`system/mrt-manifest.txt`) named the job's working files (`file://…`),
+/// which Notify deletes. Its URLs are now Merritt's storage content URLs
+/// (`BASE/content/NODE/ARK/VERSION/FILE`) served by `ingest serve` from the
+/// storage target: every one answers the file's bytes after the job's
+/// working directory is gone, including a file OCFL deduplicated into an
+/// earlier version's content and one stored once for two names of a
+/// version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stored_manifest_names_stored_files_that_outlive_the_working_files() {
+    let keys = tempfile::tempdir().expect("tempdir");
+    let key = keys.path().join("signing.pem");
+    ingest_steps::signing::SigningKeyFile::generate(&key).expect("key");
+    let rig = rig(
+        "manifest-urls",
+        &["--signing-key".into(), key.display().to_string()],
+    )
+    .await;
+    let shared = b"the same bytes in both versions".to_vec();
+    add(&rig.depot, "shared.txt", &shared);
+    add(&rig.depot, "twin.txt", &shared);
+    add(&rig.depot, "first.txt", b"only in the first version");
+    add(&rig.depot, "second.txt", b"only in the second version");
+    let b = rig.base.clone();
+    let object = |name: &str, files: &[&str]| {
+        let lines: Vec<String> = files
+            .iter()
+            .map(|f| format!("{b}/files/{f} | | | | | {f} |"))
+            .collect();
+        add(
+            &rig.depot,
+            name,
+            &manifest("mrt-ingest-manifest", OBJECT_FIELDS, &lines),
+        );
+        json!({"profile": "demo", "submitter": "alice", "type": "object-manifest",
+               "payload_url": format!("{b}/files/{name}"), "erc_where": "loc-urls",
+               "submission_mode": if name == "v1.checkm" { "add" } else { "update" }})
+    };
+    let work = rig._dir.path().join("work");
+
+    let first = rig
+        .submit(object(
+            "v1.checkm",
+            &["shared.txt", "twin.txt", "first.txt"],
+        ))
+        .await;
+    let batch = rig.finished(&first).await;
+    assert_eq!(batch["status"], "Completed", "{batch}");
+    let jid1 = Rig::jobs(&batch)[0].clone();
+    let ark = rig
+        .assert_stored(&jid1, Some("loc-urls"), &["shared.txt", "twin.txt"])
+        .await;
+    let gone = |jid: &str| {
+        walk(&work)
+            .into_iter()
+            .filter(|p| p.to_string_lossy().contains(jid))
+            .collect::<Vec<_>>()
+    };
+    assert!(gone(&jid1).is_empty(), "Notify removed the working files");
+    let v1 = follow_stored_manifest(&rig, &ark, 1).await;
+    assert!(
+        v1.contains(&format!("\n# ingest job {jid1} of batch {first}\n")),
+        "the manifest names its job: {v1}"
+    );
+    assert!(!v1.contains("file://"), "{v1}");
+
+    let second = rig
+        .submit(object("v2.checkm", &["shared.txt", "second.txt"]))
+        .await;
+    let batch = rig.finished(&second).await;
+    assert_eq!(batch["status"], "Completed", "{batch}");
+    let jid2 = Rig::jobs(&batch)[0].clone();
+    assert!(gone(&jid2).is_empty(), "Notify removed the working files");
+    let target =
+        ingest_steps::ocfl::OcflTarget::open_existing("check", &rig.storage).expect("storage");
+    assert_eq!(target.versions(&ark).expect("versions"), [1, 2]);
+    // OCFL stored the shared file once: v2's names v1's content.
+    let v2_content = target.version_content(&ark, Some(2)).expect("v2");
+    let shared_path = v2_content
+        .files
+        .iter()
+        .find(|f| f.logical_path == "producer/shared.txt")
+        .map(|f| f.path.display().to_string())
+        .expect("shared.txt in v2");
+    assert!(
+        shared_path.contains("/v1/content/"),
+        "deduplicated into v1: {shared_path}"
+    );
+    follow_stored_manifest(&rig, &ark, 2).await;
+    // The first version's URLs still answer.
+    follow_stored_manifest(&rig, &ark, 1).await;
+
+    // What the content route refuses, with a reader's token.
+    let http = reqwest::Client::new();
+    let enc = ingest_steps::storage_manifest::encode_segment(&ark);
+    let base = &rig.server.base;
+    for (path, status) in [
+        (format!("/content/1/{enc}/2/producer%2Ffirst.txt"), 404),
+        (format!("/content/7/{enc}/1/producer%2Ffirst.txt"), 404),
+        (format!("/content/1/{enc}/3/producer%2Fshared.txt"), 404),
+        (format!("/content/1/{enc}/0/producer%2Fshared.txt"), 400),
+        (
+            format!("/content/1/{enc}/1/producer%2F..%2F..%2Finventory.json"),
+            400,
+        ),
+        (
+            "/content/1/ark%3A%2F99999%2Fnone/1/producer%2Fa.txt".to_string(),
+            404,
+        ),
+        (format!("/content/x/{enc}/1/producer%2Fshared.txt"), 400),
+    ] {
+        let reply = http
+            .get(format!("{base}{path}"))
+            .bearer_auth(DEPOSITOR)
+            .send()
+            .await
+            .expect("GET");
+        assert_eq!(reply.status(), status, "{path}");
+        let error: Value = reply.json().await.expect("a JSON error");
+        let code = if status == 404 {
+            "not_found"
+        } else {
+            "invalid_id"
+        };
+        assert_eq!(error["error"]["code"], code, "{path}: {error}");
+        if path.starts_with("/content/7/") {
+            assert!(
+                error["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("serves no storage node 7")),
+                "{error}"
+            );
+        }
+    }
+    let reply = http
+        .get(format!("{base}/content/1/{enc}/1/producer/first.txt"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(reply.status(), 401, "a token is needed");
 }

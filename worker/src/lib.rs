@@ -265,7 +265,7 @@ impl InProcess {
             real::steps(
                 real::RealConfig {
                     work_dir: provisioning.working_storage.clone(),
-                    args: real.0.clone(),
+                    args: real::with_content_url(real.0, &engine),
                     profiles: real.1.clone(),
                 },
                 Arc::new(DfProbe),
@@ -326,7 +326,7 @@ pub fn run(args: WorkerArgs) -> Result<i32> {
             real::steps(
                 real::RealConfig {
                     work_dir: config.working_storage.clone(),
-                    args: config.real.clone(),
+                    args: real::with_content_url(&config.real, &config.engine),
                     profiles,
                 },
                 Arc::new(DfProbe),

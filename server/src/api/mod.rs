@@ -39,6 +39,7 @@
 //!     outbound: ingest_protocol::outbound::OutboundPolicy::default(),
 //!     pages: None,
 //!     storage_targets: Vec::new(),
+//!     content_nodes: Vec::new(),
 //! });
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:7878").await?;
 //! api::serve(listener, router, api::Limits::default(), async { let _ = tokio::signal::ctrl_c().await; }).await
@@ -49,6 +50,7 @@ mod access;
 pub(crate) mod admin;
 mod auth;
 pub(crate) mod consistency;
+mod content;
 pub(crate) mod depositor;
 mod error;
 mod listen;
@@ -81,6 +83,7 @@ use uuid::Uuid;
 
 pub(crate) use auth::{admin_by_token, AdminName};
 pub use auth::{Access, Role};
+pub use content::ContentNode;
 pub use error::{ApiError, ApiJson, ApiPath};
 pub use listen::{serve, Limits};
 pub use locks::{LockCheckError, LockChecker, LockFuture, LockHolder, NoLocks};
@@ -135,6 +138,9 @@ pub struct ApiConfig {
     /// The OCFL storage targets the consistency report compares with the
     /// inventory (empty: that rule is skipped).
     pub storage_targets: Vec<ingest_engine::consistency::TargetSpec>,
+    /// The storage targets `GET /content/{node}/…` serves files from, by
+    /// Merritt node id (empty: every content request is 404).
+    pub content_nodes: Vec<ContentNode>,
 }
 
 /// Routes mounted beside the API's own, made from the router's state (the
@@ -159,6 +165,7 @@ pub(crate) struct Inner {
     pub(crate) projector_gate: Option<ingest_projections::ProjectorGate>,
     pub(crate) inventory: Option<ingest_steps::inventory::Inventory>,
     pub(crate) storage_targets: Vec<ingest_engine::consistency::TargetSpec>,
+    pub(crate) content_nodes: Vec<ContentNode>,
     pub(crate) minter: Option<ingest_engine::ezid::ArkMinter>,
     pub(crate) outbound: ingest_protocol::outbound::OutboundPolicy,
     /// Bytes above which an assembly request goes to the large access
@@ -254,6 +261,12 @@ fn table() -> Vec<Entry> {
         // Objects (any token).
         entry(M::GET, "/objects", Reader, objects::by_local_id),
         entry(M::GET, "/objects/{*ark}", Reader, objects::object),
+        entry(
+            M::GET,
+            "/content/{node}/{ark}/{version}/{*file}",
+            Reader,
+            content::content,
+        ),
         // Admins.
         entry(M::POST, "/jobs/{jid}/hold", Admin, admin::hold_job),
         entry(M::POST, "/jobs/{jid}/release", Admin, admin::release_job),
@@ -355,6 +368,7 @@ pub fn router(config: ApiConfig) -> Router {
             projector_gate: config.projector_gate,
             inventory: config.inventory,
             storage_targets: config.storage_targets,
+            content_nodes: config.content_nodes,
             minter: config.minter,
             outbound: config.outbound,
             access_size_limit: ingest_events::event::AccessQueue::DEFAULT_SIZE_LIMIT,
@@ -743,6 +757,7 @@ mod tests {
             outbound: ingest_protocol::outbound::OutboundPolicy::default(),
             pages: None,
             storage_targets: Vec::new(),
+            content_nodes: Vec::new(),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

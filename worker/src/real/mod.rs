@@ -80,6 +80,31 @@ impl RealConfig {
     }
 }
 
+/// `args` with `--content-url` defaulted to `engine`, the server's URL
+/// the workers report to (which serves `GET /content/...`).
+pub fn with_content_url(args: &RealArgs, engine: &str) -> RealArgs {
+    let mut args = args.clone();
+    if args
+        .content_url
+        .as_deref()
+        .is_none_or(|u| u.trim().is_empty())
+    {
+        let local_only = reqwest::Url::parse(engine)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_string))
+            .and_then(|h| h.trim_matches(['[', ']']).parse::<std::net::IpAddr>().ok())
+            .is_some_and(|ip| ip.is_loopback() || ip.is_unspecified());
+        if local_only && !args.storage_targets.is_empty() {
+            tracing::warn!(
+                url = %ingest_protocol::cut(engine, 200),
+                "stored manifests will name their files at this URL, which other machines cannot reach: set --content-url to the server's lasting name"
+            );
+        }
+        args.content_url = Some(engine.to_string());
+    }
+    args
+}
+
 /// A job's working directory under `work`.
 pub fn job_dir(work: &Path, bid: &str, jid: &str) -> PathBuf {
     work.join(bid).join(jid)
@@ -105,6 +130,7 @@ pub fn steps(
     let targets = store::open_targets(&config.args.storage_targets)?;
     let node_id =
         store::primary_node_id(&config.args.storage_targets, &config.args.storage_node_ids)?;
+    let content_url = store::content_base(config.args.content_url.as_deref())?;
     let key = match &config.args.signing_key {
         Some(path) => Some(Arc::new(
             ingest_steps::signing::SigningKeyFile::load(path)
@@ -147,14 +173,18 @@ pub fn steps(
         ),
         (
             JobState::Processing,
-            Arc::new(process::Process::new(Arc::clone(&config), key)),
+            Arc::new(process::Process::new(Arc::clone(&config), key.clone())),
         ),
         (
             JobState::Storing,
             Arc::new(store::Store::new(
                 targets.clone(),
                 Arc::clone(&config),
-                node_id,
+                store::ManifestSettings {
+                    node_id,
+                    content_url,
+                    key,
+                },
             )),
         ),
         (
@@ -180,4 +210,32 @@ pub fn steps(
     steps.janitor = Some(Arc::new(sweeper));
     steps.batch = Some(Arc::new(batch::Batches::new(fetcher, config)?));
     Ok(steps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_content_url_defaults_to_the_servers() {
+        let engine = "http://127.0.0.1:7878";
+        let given = |url: Option<&str>| RealArgs {
+            content_url: url.map(str::to_string),
+            ..RealArgs::default()
+        };
+        for unset in [None, Some(""), Some("  ")] {
+            assert_eq!(
+                with_content_url(&given(unset), engine)
+                    .content_url
+                    .as_deref(),
+                Some(engine)
+            );
+        }
+        assert_eq!(
+            with_content_url(&given(Some("https://ingest.example.org")), engine)
+                .content_url
+                .as_deref(),
+            Some("https://ingest.example.org")
+        );
+    }
 }

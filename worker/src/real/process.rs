@@ -8,7 +8,10 @@
 //! 3. Into `<job>/system/`: `mrt-erc.txt`, `mrt-dc.xml`, the storage manifest
 //!    `mrt-manifest.txt` (checkm, one line per producer file and per
 //!    metadata file, sha256) and, when a key is configured, its signature
-//!    `mrt-manifest.txt.sig` and the public key `mrt-signing-key.pub`.
+//!    `mrt-manifest.txt.sig` and the public key `mrt-signing-key.pub`. The
+//!    manifest's URLs are the job's working files (`file://`): Storing
+//!    rewrites it with the stored files' URLs ([`ManifestUrls::Stored`])
+//!    before it stores it.
 //!
 //! The helpers shared with [`super::store`] and [`super::record`] live here:
 //! the producer file list (`system/files.json`), `file://` URLs, and the
@@ -27,7 +30,7 @@ use ingest_steps::digest::{digest_file, Algorithm};
 use ingest_steps::erc::{write_dublin_core, write_erc, ErcFields};
 use ingest_steps::mime::mime_type;
 use ingest_steps::signing::SigningKeyFile;
-use ingest_steps::storage_manifest::{render, ManifestFile};
+use ingest_steps::storage_manifest::{render, render_with_comment, ManifestFile};
 use serde::Deserialize;
 
 use super::fetch::RetryPolicy;
@@ -231,7 +234,8 @@ pub fn write_object_files(
 ) -> Result<Vec<ManifestFile>, String> {
     let job_dir = std::fs::canonicalize(job_dir)
         .map_err(|e| format!("the working directory {}: {e}", job_dir.display()))?;
-    let producer = producer_files(&job_dir)?;
+    // Fails early, before anything is written, when there is no file.
+    producer_files(&job_dir)?;
     let system = job_dir.join("system");
     std::fs::create_dir_all(&system)
         .map_err(|e| format!("cannot create {}: {e}", system.display()))?;
@@ -259,16 +263,76 @@ pub fn write_object_files(
         &system.join(DC_FILE),
         write_dublin_core(&fields).as_bytes(),
     )?;
+    write_manifest(&job_dir, &ManifestUrls::Working, None, key)
+}
+
+/// Where the URLs of a storage manifest point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ManifestUrls<'a> {
+    /// The job's working files (`file://`): the manifest Processing hands
+    /// to Storing. Notify removes them.
+    Working,
+    /// The stored version, in Merritt's storage form
+    /// `BASE/content/NODE/ARK/VERSION/FILE`
+    /// ([`ingest_steps::storage_manifest::content_url`]): the manifest
+    /// Storing stores, whose URLs stay valid after Notify.
+    Stored {
+        /// The server's base URL (`--content-url`).
+        base: &'a str,
+        /// The storage node (`--storage-node-id` of the first target).
+        node: u32,
+        /// The object.
+        ark: &'a str,
+        /// The version being stored.
+        version: u32,
+    },
+}
+
+impl ManifestUrls<'_> {
+    fn url(&self, job_dir: &Path, name: &str) -> Result<String, String> {
+        match *self {
+            ManifestUrls::Working => file_url(&job_dir.join(name)),
+            ManifestUrls::Stored {
+                base,
+                node,
+                ark,
+                version,
+            } => Ok(ingest_steps::storage_manifest::content_url(
+                base, node, ark, version, name,
+            )),
+        }
+    }
+}
+
+/// Writes the storage manifest `system/mrt-manifest.txt` of the job's
+/// producer files and its ERC and Dublin Core files (written before), with
+/// URLs per `urls` and, when given, `comment` as a `# ` line after the
+/// header; then (with `key`) its signature and the public key, or (without)
+/// removes a signature an earlier run left. Returns the manifest's files.
+///
+/// # Errors
+/// A missing or unreadable file, a name or URL that checkm cannot carry,
+/// or a write that fails; the message names the file.
+pub fn write_manifest(
+    job_dir: &Path,
+    urls: &ManifestUrls<'_>,
+    comment: Option<&str>,
+    key: Option<&SigningKeyFile>,
+) -> Result<Vec<ManifestFile>, String> {
+    let job_dir = std::fs::canonicalize(job_dir)
+        .map_err(|e| format!("the working directory {}: {e}", job_dir.display()))?;
+    let producer = producer_files(&job_dir)?;
+    let system = job_dir.join("system");
     let mut files = Vec::with_capacity(producer.len() + 2);
     for entry in &producer {
-        let path = job_dir.join("producer").join(&entry.name);
+        let name = format!("producer/{}", entry.name);
         files.push(ManifestFile {
-            url: file_url(&path)?,
+            url: urls.url(&job_dir, &name)?,
             algorithm: Algorithm::Sha256,
             digest: entry.sha256.clone(),
             size: entry.size,
             last_modified: None,
-            name: format!("producer/{}", entry.name),
+            name,
             mime_type: Some(mime_type(entry.mime_type.as_deref(), &entry.name)),
         });
     }
@@ -276,7 +340,7 @@ pub fn write_object_files(
         let path = system.join(name);
         let (size, sha256) = sha256_of(&path)?;
         files.push(ManifestFile {
-            url: file_url(&path)?,
+            url: urls.url(&job_dir, &format!("system/{name}"))?,
             algorithm: Algorithm::Sha256,
             digest: sha256,
             size,
@@ -285,7 +349,11 @@ pub fn write_object_files(
             mime_type: Some(mime_type(None, name)),
         });
     }
-    let manifest = render(&files).map_err(|e| format!("the storage manifest: {e}"))?;
+    let manifest = match comment {
+        Some(comment) => render_with_comment(&files, comment),
+        None => render(&files),
+    }
+    .map_err(|e| format!("the storage manifest: {e}"))?;
     write_atomically(&job_dir, &system.join(MANIFEST_FILE), manifest.as_bytes())?;
     match key {
         Some(key) => {

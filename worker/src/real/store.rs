@@ -24,8 +24,18 @@
 //! the ark, the version number and the SHA-256 of the storage manifest; a
 //! target whose marker matches the current manifest is skipped. A version
 //! committed by a run that ended before writing its marker is recognised by
-//! its `system/mrt-manifest.txt` (which names this job's working files, so
-//! no other job's version has the same one) and adopted.
+//! its `system/mrt-manifest.txt` and adopted: in the first target by the
+//! manifest's comment naming the job and its file lines without their URLs
+//! ([`settle_manifest`]), which copies that manifest back into the job's
+//! `system/`; in the others by those bytes.
+//!
+//! The manifest stored is not Processing's (whose URLs are the job's
+//! working files, removed by Notify): [`settle_manifest`] rewrites it, under
+//! the object's storage lock, with Merritt's storage content URLs of the
+//! version being stored (`BASE/content/NODE/ARK/VERSION/FILE`, served by
+//! `ingest serve`'s `GET /content/…`), names the job in a comment and signs
+//! it again; after the store, [`check_stored_manifest`] checks every URL
+//! against the version's files.
 //!
 //! `submission_mode` `update` and `add` both store a version whose state is
 //! exactly this job's files: an `add` is not merged with the previous
@@ -40,6 +50,7 @@ use chrono::Utc;
 use ingest_protocol::api::StoreBody;
 use ingest_steps::digest::{digest_file, Algorithm};
 use ingest_steps::ocfl::{OcflTarget, StorageError, VersionMeta};
+use ingest_steps::signing::SigningKeyFile;
 use serde::{Deserialize, Serialize};
 
 use super::fetch::RetryPolicy;
@@ -51,17 +62,32 @@ use crate::step::{JobCtx, JobData, Outcome, Step, StepFuture, StepResult};
 pub struct Store {
     targets: Vec<Arc<OcflTarget>>,
     config: Arc<RealConfig>,
-    node_id: u32,
+    manifest: Arc<ManifestSettings>,
+}
+
+/// How the storing step names the stored files in the manifest it stores.
+pub struct ManifestSettings {
+    /// The Merritt storage node of the first storage target (see
+    /// [`primary_node_id`]): the `NODE` of the manifest's URLs and of the
+    /// store hand-off's mode.
+    pub node_id: u32,
+    /// The base URL of the manifest's URLs (see [`content_base`]).
+    pub content_url: String,
+    /// The key that signs the manifest, if one is configured.
+    pub key: Option<Arc<SigningKeyFile>>,
 }
 
 impl Store {
-    /// The step over `targets`; `node_id` is the Merritt storage node the
-    /// store hand-off names (see [`primary_node_id`]).
-    pub fn new(targets: Vec<Arc<OcflTarget>>, config: Arc<RealConfig>, node_id: u32) -> Store {
+    /// The step over `targets`, writing the stored manifest per `manifest`.
+    pub fn new(
+        targets: Vec<Arc<OcflTarget>>,
+        config: Arc<RealConfig>,
+        manifest: ManifestSettings,
+    ) -> Store {
         Store {
             targets,
             config,
-            node_id,
+            manifest: Arc::new(manifest),
         }
     }
 
@@ -109,6 +135,31 @@ impl Store {
                 "no storage manifest system/{MANIFEST_FILE} in the job's working files ({e}): Processing did not write it"
             ));
         }
+        // The manifest stored names the files as stored (the version this
+        // store makes, or the one an earlier run of the job made).
+        let version = {
+            let Some(first) = self.targets.first().cloned() else {
+                return Outcome::failure("no storage target is configured");
+            };
+            let (ark, dir, jid, bid) = (
+                ark.clone(),
+                job_dir.clone(),
+                job.jid.clone(),
+                data.bid.clone(),
+            );
+            let settings = Arc::clone(&self.manifest);
+            let settled = tokio::task::spawn_blocking(move || {
+                settle_manifest(&first, &ark, &dir, &jid, &bid, &settings)
+            })
+            .await;
+            match settled {
+                Ok(Ok(version)) => version,
+                Ok(Err(e)) => return Outcome::failure(e),
+                Err(e) => {
+                    return Outcome::failure(format!("writing the stored manifest failed: {e}"))
+                }
+            }
+        };
         if let Err(refused) = self.check_record_size(job, &data, &ark, &job_dir).await {
             return Outcome::failure(refused);
         }
@@ -127,14 +178,17 @@ impl Store {
         match store_object(&self.targets, &ark, &job_dir, &meta, policy, Some(job)).await {
             Ok(stored) => {
                 tracing::info!(jid = %job.jid, state = %job.state, %ark, ?stored, "stored");
-                let version = stored.first().map(|(_, v)| *v);
-                let manifest_url = match stored_manifest_url(&self.targets, &ark, version).await {
-                    Ok(url) => url,
-                    Err(e) => return Outcome::failure(e),
-                };
+                if let Err(e) = self.check_stored(&ark, version, &stored).await {
+                    return Outcome::failure(e);
+                }
+                let manifest_url =
+                    match stored_manifest_url(&self.targets, &ark, Some(version)).await {
+                        Ok(url) => url,
+                        Err(e) => return Outcome::failure(e),
+                    };
                 Outcome::success(stored_message(&ark, &stored)).with_store(StoreBody {
                     manifest_url,
-                    mode: ingest_projections::layout::store_mode(mode, self.node_id, &ark),
+                    mode: ingest_projections::layout::store_mode(mode, self.manifest.node_id, &ark),
                     delete: false,
                 })
             }
@@ -144,6 +198,34 @@ impl Store {
 }
 
 impl Store {
+    /// Checks, after the store, that the first target holds the version as
+    /// `version`, the number its manifest's URLs name, and that every URL
+    /// of its stored manifest names a file of that version with the size
+    /// the manifest gives.
+    async fn check_stored(
+        &self,
+        ark: &str,
+        version: u32,
+        stored: &[(String, u32)],
+    ) -> Result<(), String> {
+        if let Some((name, v)) = stored.first().filter(|(_, v)| *v != version) {
+            return Err(format!(
+                "target {name} holds {ark} as v{v}, but the manifest stored with it names v{version}: another writer committed a version of {ark} meanwhile; requeue the job to store it again"
+            ));
+        }
+        let first = Arc::clone(
+            self.targets
+                .first()
+                .ok_or_else(|| "no storage target is configured".to_string())?,
+        );
+        let (ark, settings) = (ark.to_string(), Arc::clone(&self.manifest));
+        tokio::task::spawn_blocking(move || {
+            check_stored_manifest(&first, &ark, version, settings.node_id)
+        })
+        .await
+        .map_err(|e| format!("checking the stored manifest failed: {e}"))?
+    }
+
     /// Refuses, before anything is stored, an object whose inventory record
     /// the server would refuse at Recording (larger than its
     /// `--max-record-bytes`): stored but never recorded, it would be a
@@ -226,6 +308,21 @@ pub fn open_targets(specs: &[String]) -> anyhow::Result<Vec<Arc<OcflTarget>>> {
 /// (mrt-store reads it as a Java `int`), a name that is no storage target,
 /// or a name given twice; the message names the spec.
 pub fn primary_node_id(targets: &[String], node_ids: &[String]) -> anyhow::Result<u32> {
+    Ok(target_node_ids(targets, node_ids)?
+        .first()
+        .map_or(1, |(_, id)| *id))
+}
+
+/// The Merritt storage node id of every storage target, in order, from
+/// `NAME=NUMBER` specs; a target without one has its position, from 1.
+/// The content route (`GET /content/NODE/…`) finds a target by it.
+///
+/// # Errors
+/// As [`primary_node_id`], and two targets with one node id.
+pub fn target_node_ids(
+    targets: &[String],
+    node_ids: &[String],
+) -> anyhow::Result<Vec<(String, u32)>> {
     let names = target_names(targets);
     let mut given: std::collections::BTreeMap<&str, u32> = std::collections::BTreeMap::new();
     for spec in node_ids {
@@ -251,10 +348,210 @@ pub fn primary_node_id(targets: &[String], node_ids: &[String]) -> anyhow::Resul
             bail!("storage node id of {name:?} is given twice");
         }
     }
-    Ok(names
-        .first()
-        .and_then(|n| given.get(n.as_str()).copied())
-        .unwrap_or(1))
+    let mut out: Vec<(String, u32)> = Vec::with_capacity(names.len());
+    for (position, name) in names.iter().enumerate() {
+        let id = given
+            .get(name.as_str())
+            .copied()
+            .unwrap_or(u32::try_from(position + 1).unwrap_or(u32::MAX));
+        if let Some((other, _)) = out.iter().find(|(_, i)| *i == id) {
+            bail!("storage targets {other:?} and {name:?} have the same node id {id}; give each its own with --storage-node-id NAME=NUMBER");
+        }
+        out.push((name.clone(), id));
+    }
+    Ok(out)
+}
+
+/// The base URL of stored manifests' URLs, from `--content-url`: an
+/// `http` or `https` URL without query or fragment, returned without a
+/// trailing `/`.
+///
+/// # Errors
+/// No URL, or one that does not parse or has another scheme, a query or a
+/// fragment; the message names the option.
+pub fn content_base(url: Option<&str>) -> anyhow::Result<String> {
+    let Some(given) = url.map(str::trim).filter(|u| !u.is_empty()) else {
+        bail!("no --content-url: the base URL of the stored manifest's URLs is not set");
+    };
+    let shown = ingest_protocol::cut(given, 200);
+    let parsed = reqwest::Url::parse(given)
+        .with_context(|| format!("--content-url {shown:?} is not a URL"))?;
+    if !matches!(parsed.scheme(), "http" | "https")
+        || parsed.query().is_some()
+        || parsed.fragment().is_some()
+        || parsed.host_str().is_none()
+    {
+        bail!("--content-url {shown:?} must be an http or https URL without a query or fragment");
+    }
+    Ok(given.trim_end_matches('/').to_string())
+}
+
+/// Writes the manifest this job's version is stored with into the job's
+/// `system/` (and signs it), and returns the version number it names, in
+/// the first storage target `first` (whose node the URLs name):
+///
+/// - a version of the object whose stored manifest is this job's (its
+///   comment names the job and it lists the same files, digests and
+///   sizes, whatever its URLs): stored by an earlier run of the job, it is
+///   adopted, its manifest (and signature) copied back into `system/` so
+///   the storing step recognises it;
+/// - otherwise the next version, the manifest's URLs naming it.
+///
+/// Runs under the object's storage lock, so no other job of `ingest`
+/// commits a version of the ark in between.
+///
+/// # Errors
+/// An object that cannot be read, or a manifest that cannot be written.
+pub fn settle_manifest(
+    first: &OcflTarget,
+    ark: &str,
+    job_dir: &Path,
+    jid: &str,
+    bid: &str,
+    settings: &ManifestSettings,
+) -> Result<u32, String> {
+    let versions = match first.versions(ark) {
+        Ok(v) => v,
+        Err(StorageError::NotFound { .. }) => Vec::new(),
+        Err(e) => return Err(format!("reading {ark} in target {}: {e}", first.name())),
+    };
+    let next = versions.last().map_or(1, |v| v + 1);
+    let comment = job_comment(jid, bid);
+    let urls = process::ManifestUrls::Stored {
+        base: &settings.content_url,
+        node: settings.node_id,
+        ark,
+        version: next,
+    };
+    process::write_manifest(job_dir, &urls, Some(&comment), settings.key.as_deref())?;
+    let system = job_dir.join("system");
+    let written = std::fs::read(system.join(MANIFEST_FILE))
+        .map_err(|e| format!("cannot read the manifest just written: {e}"))?;
+    let wanted = manifest_identity(&written);
+    let logical = format!("system/{MANIFEST_FILE}");
+    for v in versions.into_iter().rev() {
+        let stored = match first.read_file(ark, Some(v), &logical) {
+            Ok(bytes) => bytes,
+            Err(StorageError::NotFound { .. }) => continue,
+            Err(e) => {
+                return Err(format!(
+                    "reading {ark} v{v} in target {}: {e}",
+                    first.name()
+                ))
+            }
+        };
+        if wanted.is_none() || manifest_identity(&stored) != wanted {
+            continue;
+        }
+        tracing::info!(%ark, version = v, jid, "the version stored by an earlier run of the job is kept");
+        process::write_atomically(job_dir, &system.join(MANIFEST_FILE), &stored)?;
+        for name in [process::SIGNATURE_FILE, process::PUBLIC_KEY_FILE] {
+            match first.read_file(ark, Some(v), &format!("system/{name}")) {
+                Ok(bytes) => process::write_atomically(job_dir, &system.join(name), &bytes)?,
+                Err(StorageError::NotFound { .. }) => match std::fs::remove_file(system.join(name))
+                {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(format!("cannot remove system/{name}: {e}")),
+                },
+                Err(e) => {
+                    return Err(format!(
+                        "reading {ark} v{v} in target {}: {e}",
+                        first.name()
+                    ))
+                }
+            }
+        }
+        return Ok(v);
+    }
+    Ok(next)
+}
+
+/// The comment line of the manifest a job stores: it names the job, so a
+/// version committed by an earlier run of the job is recognised (no other
+/// job's version has the same one).
+pub fn job_comment(jid: &str, bid: &str) -> String {
+    format!("ingest job {jid} of batch {bid}")
+}
+
+/// What identifies the version a manifest describes, whatever its URLs:
+/// its comment (the job) and every file line without its URL. `None` for a
+/// manifest without a comment (written before manifests named their job).
+fn manifest_identity(manifest: &[u8]) -> Option<(String, Vec<String>)> {
+    let text = std::str::from_utf8(manifest).ok()?;
+    let comment = ingest_steps::storage_manifest::comment_of(text)?.to_string();
+    let lines = file_lines(text).map(|(_, rest)| rest.to_string()).collect();
+    Some((comment, lines))
+}
+
+/// The file lines of a manifest this step wrote, each as (URL, the rest).
+fn file_lines(text: &str) -> impl Iterator<Item = (&str, &str)> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| l.split_once(" | ").unwrap_or((l, "")))
+}
+
+/// Checks that every URL of the manifest stored in `version` of `ark` in
+/// `target` is the content URL of a file of that version on `node`
+/// (`…/content/NODE/ARK/VERSION/FILE`) with the manifest's size.
+///
+/// # Errors
+/// The first URL that does not, named (bounded), or an unreadable version.
+pub fn check_stored_manifest(
+    target: &OcflTarget,
+    ark: &str,
+    version: u32,
+    node: u32,
+) -> Result<(), String> {
+    let read =
+        |e: StorageError| format!("reading {ark} v{version} in target {}: {e}", target.name());
+    let manifest = target
+        .read_file(ark, Some(version), &format!("system/{MANIFEST_FILE}"))
+        .map_err(read)?;
+    let info = target.version_info(ark, version).map_err(read)?;
+    let sizes: BTreeMap<&str, u64> = info
+        .files
+        .iter()
+        .map(|f| (f.logical_path.as_str(), f.size))
+        .collect();
+    let text = String::from_utf8_lossy(&manifest);
+    let mut count = 0usize;
+    for (url, rest) in file_lines(&text) {
+        count += 1;
+        let fields: Vec<&str> = rest.split(" | ").collect();
+        let (size, name) = match fields.as_slice() {
+            [_, _, size, _, name, ..] => (size.parse::<u64>().ok(), *name),
+            _ => (None, ""),
+        };
+        let shown = ingest_protocol::cut(url, 300);
+        // The base is not compared: a changed --content-url leaves the
+        // URLs of versions stored before it as they were.
+        let path = ingest_steps::storage_manifest::content_url("", node, ark, version, name);
+        if name.is_empty() || !url.ends_with(&path) || !url.starts_with("http") {
+            return Err(format!(
+                "the manifest stored in {ark} v{version} names {shown}, not the stored file's URL: nothing will find the file there"
+            ));
+        }
+        match (sizes.get(name), size) {
+            (Some(stored), Some(listed)) if *stored == listed => {}
+            (Some(stored), _) => {
+                return Err(format!(
+                    "the manifest stored in {ark} v{version} gives {shown} another size than the stored file's {stored} bytes"
+                ))
+            }
+            (None, _) => {
+                return Err(format!(
+                    "the manifest stored in {ark} v{version} names {shown}, which that version does not hold"
+                ))
+            }
+        }
+    }
+    if count == 0 {
+        return Err(format!(
+            "the manifest stored in {ark} v{version} lists no file"
+        ));
+    }
+    Ok(())
 }
 
 /// The names of the `NAME=DIR` specs, in order, skipping malformed ones
@@ -942,6 +1239,142 @@ mod tests {
         for t in &targets {
             assert!(t.versions(ark).is_err(), "nothing was committed");
         }
+    }
+
+    fn settings(base: &str) -> ManifestSettings {
+        ManifestSettings {
+            node_id: 9501,
+            content_url: base.to_string(),
+            key: None,
+        }
+    }
+
+    /// The manifest in the job's `system/`.
+    fn working_manifest(dir: &Path) -> String {
+        std::fs::read_to_string(dir.join("system").join(MANIFEST_FILE)).expect("manifest")
+    }
+
+    #[tokio::test]
+    async fn the_stored_manifest_names_the_stored_files_and_its_job() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = job_dir(root.path());
+        let targets = targets(root.path());
+        let ark = "ark:/99999/fk4store";
+        let base = "https://ingest.example.org/";
+        let version = settle_manifest(&targets[0], ark, &dir, "jid1", "bid1", &settings(base))
+            .expect("settled");
+        assert_eq!(version, 1);
+        let text = working_manifest(&dir);
+        assert!(
+            text.contains("\n# ingest job jid1 of batch bid1\n"),
+            "{text}"
+        );
+        assert!(!text.contains("file://"), "{text}");
+        assert!(
+            text.contains(
+                "\nhttps://ingest.example.org/content/9501/ark%3A%2F99999%2Ffk4store/1/producer%2Fsub%2Fb.txt | sha256 | "
+            ),
+            "{text}"
+        );
+        let stored = store_object(&targets, ark, &dir, &meta(), policy(), None)
+            .await
+            .expect("stored");
+        assert_eq!(stored[0].1, 1);
+        check_stored_manifest(&targets[0], ark, 1, 9501).expect("every URL names a stored file");
+        let err = check_stored_manifest(&targets[0], ark, 1, 7).expect_err("another node");
+        assert!(err.contains("not the stored file's URL"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_version_stored_by_an_earlier_run_of_the_job_is_recognised_by_its_comment() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = job_dir(root.path());
+        let targets = targets(root.path());
+        let ark = "ark:/99999/fk4store";
+        let first = settings("http://one.example");
+        assert_eq!(
+            settle_manifest(&targets[0], ark, &dir, "jid1", "bid1", &first).expect("v1"),
+            1
+        );
+        store_object(&targets, ark, &dir, &meta(), policy(), None)
+            .await
+            .expect("stored");
+        let stored = working_manifest(&dir);
+
+        // The run ended before writing its markers, and the content URL
+        // changed before the next run: the version is still this job's.
+        for t in ["one", "two"] {
+            std::fs::remove_file(marker_path(&dir, t)).expect("rm marker");
+        }
+        let moved = settings("http://two.example");
+        assert_eq!(
+            settle_manifest(&targets[0], ark, &dir, "jid1", "bid1", &moved).expect("again"),
+            1,
+            "adopted, not a second version"
+        );
+        assert_eq!(working_manifest(&dir), stored, "the stored bytes are kept");
+        let again = store_object(&targets, ark, &dir, &meta(), policy(), None)
+            .await
+            .expect("adopted");
+        assert_eq!(again, vec![("one".to_string(), 1), ("two".to_string(), 1)]);
+        for t in &targets {
+            assert_eq!(t.versions(ark).expect("versions"), vec![1]);
+        }
+
+        // Another job with the same files makes a version of its own.
+        assert_eq!(
+            settle_manifest(&targets[0], ark, &dir, "jid2", "bid1", &moved).expect("other job"),
+            2
+        );
+        assert!(working_manifest(&dir).contains("http://two.example/content/9501/"));
+        let v2 = store_object(&targets, ark, &dir, &meta(), policy(), None)
+            .await
+            .expect("v2");
+        assert_eq!(v2[0].1, 2);
+        check_stored_manifest(&targets[0], ark, 2, 9501).expect("v2's URLs");
+        check_stored_manifest(&targets[0], ark, 1, 9501).expect("v1's URLs");
+    }
+
+    #[tokio::test]
+    async fn a_manifest_naming_working_files_fails_the_check() {
+        // What Storing stored before: Processing's manifest, whose URLs are
+        // the job's working files (removed by Notify).
+        let (_root, _dir, targets) = stored_once().await;
+        let err = check_stored_manifest(&targets[0], "ark:/99999/fk4store", 1, 1)
+            .expect_err("file:// URLs");
+        assert!(err.contains("file:///"), "{err}");
+        assert!(err.contains("not the stored file's URL"), "{err}");
+    }
+
+    #[test]
+    fn the_content_url_is_checked() {
+        assert_eq!(
+            content_base(Some(" https://ingest.example.org/base/ ")).expect("ok"),
+            "https://ingest.example.org/base"
+        );
+        for bad in [
+            None,
+            Some(""),
+            Some("ftp://x/"),
+            Some("not a url"),
+            Some("http://x/?q=1"),
+            Some("http://x/#f"),
+        ] {
+            assert!(content_base(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn every_target_has_a_node_id_of_its_own() {
+        let targets = ["a=/a".to_string(), "b=/b".to_string(), "c=/c".to_string()];
+        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let got = target_node_ids(&targets, &ids(&["c=9501"])).expect("ids");
+        assert_eq!(
+            got,
+            vec![("a".into(), 1), ("b".into(), 2), ("c".into(), 9501)]
+        );
+        let err = target_node_ids(&targets, &ids(&["a=2"])).expect_err("twice");
+        assert!(err.to_string().contains("the same node id 2"), "{err}");
     }
 
     #[test]
