@@ -728,8 +728,11 @@ pub async fn run_task(
             }
         }
     }
-    // Jobs handed here that no task will run now: their locks go back.
+    // Jobs handed here that no task will run now: their locks go back. A
+    // closed inbox takes no more (a task that would hand a job on runs its
+    // step itself, and its chain ends at the stop).
     if let Some(rx) = &inbox {
+        rx.close();
         while let Ok(chain) = rx.try_recv() {
             release(&chain.client, &chain.held.path, &chain.held.created).await;
             shared.settle(&chain.item.id, Tried::Skipped);
