@@ -556,9 +556,11 @@ async fn run_lister(
             (items, watcher)
         });
         shared.stats.listings.fetch_add(1, Ordering::Relaxed);
-        let watcher = match listed {
+        // With how many items the listing came back.
+        let (watcher, backlog) = match listed {
             Ok((items, watcher)) => {
                 failures = 0;
+                let backlog = items.len();
                 tx.send_if_modified(|old| {
                     let changed = old.as_slice() != items.as_slice();
                     if changed {
@@ -566,7 +568,7 @@ async fn run_lister(
                     }
                     changed
                 });
-                watcher
+                (watcher, backlog)
             }
             Err(e) => {
                 failures = failures.saturating_add(1);
@@ -607,13 +609,29 @@ async fn run_lister(
         let debounce = match target {
             Target::Jobs(state) if state != JobState::Pending => CHAINED_RELIST_DEBOUNCE,
             _ => RELIST_DEBOUNCE,
-        };
+        } + backlog_delay(target, backlog);
         tokio::select! {
             () = tokio::time::sleep(debounce) => {}
             () = stop.cancelled() => {}
         }
     }
 }
+
+/// How much longer a job queue whose last listing held `backlog` items
+/// waits before it is listed again: its tasks have work in the listing they
+/// hold, and every listing of a long queue sends every name (with 4 workers
+/// and 1,000 jobs Pending, listing the Pending queue was most of
+/// ZooKeeper's CPU). One millisecond per item, at most [`MAX_BACKLOG_DELAY`].
+fn backlog_delay(target: Target, backlog: usize) -> Duration {
+    match target {
+        Target::Jobs(_) => Duration::from_millis(u64::try_from(backlog).unwrap_or(u64::MAX))
+            .min(MAX_BACKLOG_DELAY),
+        _ => Duration::ZERO,
+    }
+}
+
+/// The most [`backlog_delay`] adds to a listing's debounce.
+const MAX_BACKLOG_DELAY: Duration = Duration::from_millis(200);
 
 /// Runs one task of `kind` on the listing of its queue until `stop` is
 /// cancelled.
@@ -1662,6 +1680,17 @@ mod tests {
             assert_eq!(item.id, "jid1");
             shared.settle(&item.id, Tried::Done);
         }
+    }
+
+    /// A long job queue is listed less often; short ones and batches are not
+    /// delayed.
+    #[test]
+    fn a_long_queue_is_listed_less_often() {
+        let pending = Target::Jobs(JobState::Pending);
+        assert_eq!(backlog_delay(pending, 0), Duration::ZERO);
+        assert_eq!(backlog_delay(pending, 50), Duration::from_millis(50));
+        assert_eq!(backlog_delay(pending, 100_000), MAX_BACKLOG_DELAY);
+        assert_eq!(backlog_delay(Target::PendingBatches, 1000), Duration::ZERO);
     }
 
     /// Chaining goes on only through the states whose daemon runs here.
