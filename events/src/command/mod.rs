@@ -12,8 +12,8 @@ use uuid::Uuid;
 
 use crate::append::{ExpectedVersion, Proposed};
 use crate::event::{
-    AccessQueue, AccessToken, Digest, Erc, Event, Identifiers, InventoryParams, PayloadType,
-    StoreParams, StreamId, Submission,
+    AccessQueue, AccessToken, Digest, Erc, Event, FailureKind, Identifiers, InventoryParams,
+    PayloadType, StoreParams, StreamId, Submission,
 };
 use crate::ids::{Bid, Jid, Qid};
 use crate::lifecycle::{JobState, Lifecycle};
@@ -143,6 +143,10 @@ pub enum Command {
         store: Option<StoreParams>,
         /// Inventory parameters.
         inventory: Option<InventoryParams>,
+        /// The kind of a failure (only with `success: false`); recorded as
+        /// `JobFailureClassified` after the move to Failed. An
+        /// unrecoverable kind refuses every later requeue.
+        failure: Option<FailureKind>,
     },
     /// The estimating step records the space a job needs.
     RecordSpace {
@@ -460,6 +464,19 @@ pub enum Rejection {
         /// The item.
         item: Item,
     },
+    /// The job failed in a way no requeue can recover (a payload whose
+    /// digest does not match the depositor's): only a new submission can
+    /// ingest the object. (HTTP 409 `unrecoverable_failure`)
+    #[error(
+        "{item} failed with {kind} ({}); it cannot be requeued: a new submission is required (the job may be deleted)",
+        kind.explanation()
+    )]
+    UnrecoverableFailure {
+        /// The job.
+        item: Item,
+        /// The kind of its failure.
+        kind: FailureKind,
+    },
     /// A field is invalid. (HTTP 422)
     #[error("invalid {field}: {reason}")]
     Invalid {
@@ -537,7 +554,14 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
             identifiers,
             store,
             inventory,
+            failure,
         } => {
+            if *success && failure.is_some() {
+                return Err(Rejection::Invalid {
+                    field: "failure".into(),
+                    reason: "a kind of failure is given only with a failed outcome".into(),
+                });
+            }
             // An armed fault turns the step's success into a failure that
             // names the admin and the reason, in the same append.
             let fault = state
@@ -571,6 +595,7 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
                     identifiers,
                     store,
                     inventory,
+                    failure,
                 },
             )?
         }
@@ -818,6 +843,7 @@ mod tests {
             identifiers: None,
             store: None,
             inventory: None,
+            failure: None,
         };
         let events =
             run_command(&mut state, &lc, success(Jid(1)), &mut position, engine()).expect("report");
@@ -914,6 +940,7 @@ mod tests {
             identifiers: None,
             store: None,
             inventory: None,
+            failure: None,
         };
         let events = run(&mut state, outcome(JobState::Estimating)).unwrap();
         assert_eq!(
@@ -954,12 +981,187 @@ mod tests {
             identifiers: Some(ark),
             store: None,
             inventory: None,
+            failure: None,
         };
         let events = run(&mut state, restate).unwrap();
         assert_eq!(
             events.iter().map(Event::kind).collect::<Vec<_>>(),
             ["JobStatusChanged"]
         );
+    }
+
+    // The transitions document: a payload whose digest does not match the
+    // depositor's fails the job with no recovery. The kind is its own record
+    // after the move; every requeue of the job is refused and appends
+    // nothing; delete stays open; an ordinary failure still requeues.
+    #[test]
+    fn a_digest_mismatch_fails_the_job_for_good() {
+        let lc = Lifecycle::builtin();
+        let mut state = State::new();
+        let mut position = 0;
+        let mut run = |state: &mut State, cmd: Command| {
+            run_command(
+                state,
+                &lc,
+                cmd,
+                &mut position,
+                crate::event::Actor::engine(),
+            )
+        };
+        run(
+            &mut state,
+            Command::SubmitBatch {
+                uuid: Uuid::nil(),
+                submission: submission("demo"),
+            },
+        )
+        .unwrap();
+        let spec = file_job();
+        run(
+            &mut state,
+            Command::AcquireBatch {
+                bid: Bid(1),
+                jobs: vec![spec.clone(), spec],
+            },
+        )
+        .unwrap();
+        let report = |jid, reported, success, failure| Command::StepOutcome {
+            jid,
+            state: reported,
+            success,
+            message: "sha256 mismatch".into(),
+            priority: None,
+            space_needed: None,
+            identifiers: None,
+            store: None,
+            inventory: None,
+            failure,
+        };
+        for jid in [Jid(1), Jid(2)] {
+            run(&mut state, Command::StartJob { jid }).unwrap();
+            run(&mut state, report(jid, JobState::Estimating, true, None)).unwrap();
+            run(&mut state, report(jid, JobState::Provisioning, true, None)).unwrap();
+        }
+        // A kind with a success is refused.
+        let err = run(
+            &mut state,
+            report(
+                Jid(1),
+                JobState::Downloading,
+                true,
+                Some(FailureKind::DigestMismatch),
+            ),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, Rejection::Invalid { field, .. } if field == "failure"),
+            "{err:?}"
+        );
+        assert_eq!(state.jobs[&Jid(1)].status, JobState::Downloading);
+
+        let events = run(
+            &mut state,
+            report(
+                Jid(1),
+                JobState::Downloading,
+                false,
+                Some(FailureKind::DigestMismatch),
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            events.iter().map(Event::kind).collect::<Vec<_>>(),
+            ["JobStatusChanged", "JobFailureClassified"]
+        );
+        let j = &state.jobs[&Jid(1)];
+        assert_eq!(
+            (j.status, j.failure, j.failed_in),
+            (
+                JobState::Failed,
+                Some(FailureKind::DigestMismatch),
+                Some(JobState::Downloading)
+            )
+        );
+
+        // Refused: the requeue, and a forced move out of Failed.
+        let before = state.clone();
+        let requeue = Command::RequeueJob {
+            jid: Jid(1),
+            reason: "try again".into(),
+        };
+        let err = decide(&state, &lc, &requeue).unwrap_err();
+        assert_eq!(
+            err,
+            Rejection::UnrecoverableFailure {
+                item: Item::Job(Jid(1)),
+                kind: FailureKind::DigestMismatch
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "job jid0000000001 failed with digest_mismatch (the payload's digest does not \
+             match the digest the depositor supplied); it cannot be requeued: a new \
+             submission is required (the job may be deleted)"
+        );
+        let forced = Command::SetJobStatus {
+            jid: Jid(1),
+            target: Target::To(JobState::Downloading),
+            message: String::new(),
+            priority: None,
+        };
+        let err = decide(&state, &lc, &forced).unwrap_err();
+        let Rejection::IllegalTransition { allowed, .. } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(
+            allowed,
+            &["Deleted (it failed with digest_mismatch: it cannot be requeued: a new submission is required)"]
+        );
+        assert_eq!(state, before, "a refusal changes nothing");
+
+        // An ordinary failure of the other job still requeues.
+        let events = run(
+            &mut state,
+            report(Jid(2), JobState::Downloading, false, None),
+        )
+        .unwrap();
+        assert_eq!(
+            events.iter().map(Event::kind).collect::<Vec<_>>(),
+            ["JobStatusChanged", "BatchReportingStarted"]
+        );
+        assert_eq!(state.jobs[&Jid(2)].failure, None);
+
+        // The batch is reported with the job failed, and the requeue stays
+        // refused after the report.
+        let events = run(
+            &mut state,
+            Command::ReportBatch {
+                bid: Bid(1),
+                notification_error: None,
+            },
+        )
+        .unwrap();
+        let Event::BatchReported(reported) = &events[0] else {
+            panic!("{events:?}");
+        };
+        assert_eq!(reported.failed_jobs, [Jid(1), Jid(2)]);
+        let Event::BatchFailed(failed) = &events[1] else {
+            panic!("{events:?}");
+        };
+        assert_eq!(
+            failed.message,
+            "2 of 2 job(s) failed; 1 of them (jid0000000001) cannot be requeued: a new submission is required"
+        );
+        assert!(matches!(
+            decide(&state, &lc, &requeue),
+            Err(Rejection::UnrecoverableFailure { .. })
+        ));
+        let requeue_other = Command::RequeueJob {
+            jid: Jid(2),
+            reason: "server fixed".into(),
+        };
+        run(&mut state, requeue_other).unwrap();
+        assert_eq!(state.jobs[&Jid(2)].status, JobState::Downloading);
     }
 
     // An extra field named like a projected one was accepted and then dropped.
