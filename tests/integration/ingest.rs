@@ -609,6 +609,133 @@ async fn recoverable_errors_are_retried_and_bad_payloads_fail_with_the_reason() 
     .await;
 }
 
+/// The transitions document's "Job: Pending --> Failed": a payload whose
+/// digest does not match the depositor's fails the job with no recovery; a
+/// new submission is required. Here the real Downloading step finds it
+/// (the payload is first read there), the failure's kind is recorded, and
+/// every requeue (the API, the CLI through the server) is refused with 409
+/// `unrecoverable_failure` and appends nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_file_payload_whose_digest_differs_fails_for_good() {
+    let rig = rig("digest", &[]).await;
+    let b = rig.base.clone();
+    add(&rig.depot, "payload.txt", b"the bytes the server has");
+    let supplied = sha256(b"the bytes the depositor meant");
+    let bid = rig
+        .submit(
+            json!({"profile": "demo", "submitter": "alice", "type": "file",
+            "payload_url": format!("{b}/files/payload.txt"),
+            "digest": format!("sha256:{supplied}")}),
+        )
+        .await;
+    let (jid, job) = failed_job(&rig, &bid).await;
+    assert_eq!(job["failure"]["kind"], "digest_mismatch", "{job}");
+    assert_eq!(job["failure"]["recoverable"], false, "{job}");
+    let message = job["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("sha256 mismatch: expected {supplied}"))
+            && message.contains("a new submission is required"),
+        "{message}"
+    );
+    let history = rig.history(&jid).await;
+    let kinds: Vec<&str> = history.iter().filter_map(|r| r["event"].as_str()).collect();
+    assert_eq!(
+        kinds.last(),
+        Some(&"JobFailureClassified"),
+        "the kind is recorded after the move: {kinds:?}"
+    );
+
+    // The job's status node, as Merritt's readers and the batch reporter read it.
+    let zk = zookeeper_client::Client::connect(&rig.zk_at)
+        .await
+        .expect("zk");
+    let (node, _) = zk
+        .get_data(&format!("/jobs/{jid}/status"))
+        .await
+        .expect("status node");
+    let node: Value = serde_json::from_slice(&node).expect("status JSON");
+    assert_eq!(node["status"], "Failed", "{node}");
+    assert_eq!(node["failure"], "digest_mismatch", "{node}");
+
+    // The batch is reported with the job failed, saying why and what now.
+    let report = rig.server.get(&format!("/batches/{bid}/report")).await;
+    assert_eq!(report["failed_jobs"], json!([jid]), "{report}");
+    let batch = rig.server.get(&format!("/batches/{bid}")).await;
+    assert_eq!(batch["jobs"][0]["failure"], "digest_mismatch", "{batch}");
+    assert!(
+        batch
+            .to_string()
+            .contains("cannot be requeued: a new submission is required"),
+        "{batch}"
+    );
+    let callback = eventually("the batch's callback", 30, async || {
+        let depot = rig.depot.lock().expect("depot");
+        depot.callbacks.iter().find(|c| c["bid"] == bid).cloned()
+    })
+    .await;
+    assert_eq!(callback["failed"], 1, "{callback}");
+    assert_eq!(
+        callback["jobs"][0]["failure"], "digest_mismatch",
+        "{callback}"
+    );
+    let outbox = rig._dir.path().join("outbox");
+    let mail = eventually("the report e-mail", 30, async || {
+        std::fs::read_dir(&outbox)
+            .ok()?
+            .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+            .find(|m| m.contains(&format!("ingest batch {bid}: 0 completed, 1 failed")))
+    })
+    .await;
+    assert!(
+        mail.contains("failure: digest_mismatch") && mail.contains("a new submission is required"),
+        "{mail}"
+    );
+
+    // Every requeue is refused and appends nothing.
+    let head = || async {
+        rig.server.get("/status").await["head_position"]
+            .as_u64()
+            .expect("head_position")
+    };
+    let before = head().await;
+    let (status, body) = rig
+        .server
+        .call(
+            Method::POST,
+            &format!("/jobs/{jid}/requeue"),
+            ADMIN,
+            Some(json!({"reason": "try again"})),
+        )
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "unrecoverable_failure", "{body}");
+    assert_eq!(body["error"]["failure"], "digest_mismatch", "{body}");
+    assert_eq!(body["error"]["new_submission_required"], true, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("a new submission is required")),
+        "{body}"
+    );
+    let cli = tokio::task::block_in_place(|| {
+        std::process::Command::new(crate::util::ingest_bin())
+            .arg("--data-dir")
+            .arg(rig._dir.path().join("data"))
+            .args(["job", &jid, "requeue", "--reason", "try again"])
+            .env("INGEST_ENGINE", &rig.server.base)
+            .env("INGEST_ADMIN_TOKEN", ADMIN)
+            .env_remove("INGEST_ADMIN_TOKEN_FILE")
+            .env_remove("INGEST_DATA_DIR")
+            .output()
+            .expect("run ingest")
+    });
+    let stderr = String::from_utf8_lossy(&cli.stderr);
+    assert_eq!(cli.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("a new submission is required"), "{stderr}");
+    assert_eq!(head().await, before, "a refused requeue appended");
+    assert_eq!(rig.job(&jid).await["status"], "Failed");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_manifest_fails_the_batch_naming_the_line() {
     let rig = rig("corrupt", &[]).await;
