@@ -691,6 +691,52 @@ async fn a_single_file_payload_whose_digest_differs_fails_for_good() {
         "{mail}"
     );
 
+    // An object manifest is the payload too: its digest is first known in
+    // Estimating, which reads it, and the job fails there for good.
+    add(
+        &rig.depot,
+        "object.checkm",
+        &manifest(
+            "mrt-ingest-manifest",
+            OBJECT_FIELDS,
+            &[format!("{b}/files/payload.txt | | | | | payload.txt |")],
+        ),
+    );
+    let object = rig
+        .submit(
+            json!({"profile": "demo", "submitter": "alice", "type": "object-manifest",
+            "payload_url": format!("{b}/files/object.checkm"),
+            "digest": format!("sha256:{supplied}")}),
+        )
+        .await;
+    let (object_jid, object_job) = failed_job(&rig, &object).await;
+    assert_eq!(
+        object_job["failure"]["kind"], "digest_mismatch",
+        "{object_job}"
+    );
+    assert_eq!(
+        object_job["last_successful_status"], "Pending",
+        "{object_job}"
+    );
+    let moves: Vec<String> = rig
+        .history(&object_jid)
+        .await
+        .iter()
+        .filter(|r| r["event"] == "JobStatusChanged")
+        .filter_map(|r| r["detail"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        moves
+            .last()
+            .is_some_and(|m| m.starts_with("Estimating -> Failed")),
+        "{moves:?}"
+    );
+    assert_eq!(
+        rig.depot.lock().expect("depot").hits.get("payload.txt"),
+        Some(&1),
+        "the object manifest's job downloaded its file"
+    );
+
     // Every requeue is refused and appends nothing.
     let head = || async {
         rig.server.get("/status").await["head_position"]
@@ -698,25 +744,27 @@ async fn a_single_file_payload_whose_digest_differs_fails_for_good() {
             .expect("head_position")
     };
     let before = head().await;
-    let (status, body) = rig
-        .server
-        .call(
-            Method::POST,
-            &format!("/jobs/{jid}/requeue"),
-            ADMIN,
-            Some(json!({"reason": "try again"})),
-        )
-        .await;
-    assert_eq!(status, 409, "{body}");
-    assert_eq!(body["error"]["code"], "unrecoverable_failure", "{body}");
-    assert_eq!(body["error"]["failure"], "digest_mismatch", "{body}");
-    assert_eq!(body["error"]["new_submission_required"], true, "{body}");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("a new submission is required")),
-        "{body}"
-    );
+    for jid in [&jid, &object_jid] {
+        let (status, body) = rig
+            .server
+            .call(
+                Method::POST,
+                &format!("/jobs/{jid}/requeue"),
+                ADMIN,
+                Some(json!({"reason": "try again"})),
+            )
+            .await;
+        assert_eq!(status, 409, "{body}");
+        assert_eq!(body["error"]["code"], "unrecoverable_failure", "{body}");
+        assert_eq!(body["error"]["failure"], "digest_mismatch", "{body}");
+        assert_eq!(body["error"]["new_submission_required"], true, "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("a new submission is required")),
+            "{body}"
+        );
+    }
     let cli = tokio::task::block_in_place(|| {
         std::process::Command::new(crate::util::ingest_bin())
             .arg("--data-dir")
@@ -734,6 +782,17 @@ async fn a_single_file_payload_whose_digest_differs_fails_for_good() {
     assert!(stderr.contains("a new submission is required"), "{stderr}");
     assert_eq!(head().await, before, "a refused requeue appended");
     assert_eq!(rig.job(&jid).await["status"], "Failed");
+    // What remains to do with it: delete it.
+    let (status, body) = rig
+        .server
+        .call(
+            Method::DELETE,
+            &format!("/jobs/{jid}"),
+            ADMIN,
+            Some(json!({"reason": "resubmitted with the right file"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
