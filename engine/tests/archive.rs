@@ -446,21 +446,8 @@ fn an_unrecoverable_failure_is_refused_a_requeue_after_every_start_up() {
                 Some(FailureKind::DigestMismatch),
             ),
         ] {
-            run(
-                &mut engine,
-                Command::StepOutcome {
-                    jid,
-                    state,
-                    success,
-                    message: "sha256 mismatch".into(),
-                    priority: None,
-                    space_needed: None,
-                    identifiers: None,
-                    store: None,
-                    inventory: None,
-                    failure,
-                },
-            );
+            let outcome = Command::outcome(jid, state, success, "sha256 mismatch", failure);
+            run(&mut engine, outcome);
         }
         engine.snapshot_now().expect("snapshot");
         jid

@@ -244,6 +244,31 @@ impl Rig {
         self.server.get(&format!("/jobs/{jid}")).await
     }
 
+    /// The job's moves as its history describes them (`From -> To: …`).
+    async fn moves(&self, jid: &str) -> Vec<String> {
+        self.history(jid)
+            .await
+            .iter()
+            .filter(|r| r["event"] == "JobStatusChanged")
+            .filter_map(|r| r["detail"].as_str().map(str::to_string))
+            .collect()
+    }
+
+    /// An admin deletes the job, which must succeed.
+    async fn delete_job(&self, jid: &str, reason: &str) {
+        let (status, body) = self
+            .admin(Method::DELETE, &format!("/jobs/{jid}"), reason)
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+
+    /// An admin's `method` on `path` with `reason`: the status and body.
+    async fn admin(&self, method: Method, path: &str, reason: &str) -> (u16, Value) {
+        self.server
+            .call(method, path, ADMIN, Some(json!({ "reason": reason })))
+            .await
+    }
+
     async fn history(&self, jid: &str) -> Vec<Value> {
         self.server.get(&format!("/jobs/{jid}/history")).await["events"]
             .as_array()
@@ -593,16 +618,7 @@ async fn recoverable_errors_are_retried_and_bad_payloads_fail_with_the_reason() 
         dir.join("producer").exists(),
         "{dir:?} was removed while Failed"
     );
-    let (status, body) = rig
-        .server
-        .call(
-            Method::DELETE,
-            &format!("/jobs/{jid}"),
-            ADMIN,
-            Some(json!({"reason": "bad digest; resubmitted"})),
-        )
-        .await;
-    assert_eq!(status, 200, "{body}");
+    rig.delete_job(&jid, "bad digest; resubmitted").await;
     eventually("the deleted job's files removed", 30, async || {
         (!dir.exists()).then_some(())
     })
@@ -621,15 +637,21 @@ async fn a_single_file_payload_whose_digest_differs_fails_for_good() {
     let b = rig.base.clone();
     add(&rig.depot, "payload.txt", b"the bytes the server has");
     let supplied = sha256(b"the bytes the depositor meant");
-    let bid = rig
-        .submit(
-            json!({"profile": "demo", "submitter": "alice", "type": "file",
-            "payload_url": format!("{b}/files/payload.txt"),
-            "digest": format!("sha256:{supplied}")}),
-        )
-        .await;
-    let (jid, job) = failed_job(&rig, &bid).await;
-    assert_eq!(job["failure"]["kind"], "digest_mismatch", "{job}");
+    // One batch of `type` from `name` with the depositor's digest `supplied`:
+    // the batch and its failed job.
+    let submit = async |r#type: &str, name: &str| {
+        let bid = rig
+            .submit(
+                json!({"profile": "demo", "submitter": "alice", "type": r#type,
+                "payload_url": format!("{b}/files/{name}"),
+                "digest": format!("sha256:{supplied}")}),
+            )
+            .await;
+        let (jid, job) = failed_job(&rig, &bid).await;
+        assert_eq!(job["failure"]["kind"], "digest_mismatch", "{job}");
+        (bid, jid, job)
+    };
+    let (bid, jid, job) = submit("file", "payload.txt").await;
     assert_eq!(job["failure"]["recoverable"], false, "{job}");
     let message = job["message"].as_str().unwrap_or_default();
     assert!(
@@ -702,29 +724,12 @@ async fn a_single_file_payload_whose_digest_differs_fails_for_good() {
             &[format!("{b}/files/payload.txt | | | | | payload.txt |")],
         ),
     );
-    let object = rig
-        .submit(
-            json!({"profile": "demo", "submitter": "alice", "type": "object-manifest",
-            "payload_url": format!("{b}/files/object.checkm"),
-            "digest": format!("sha256:{supplied}")}),
-        )
-        .await;
-    let (object_jid, object_job) = failed_job(&rig, &object).await;
-    assert_eq!(
-        object_job["failure"]["kind"], "digest_mismatch",
-        "{object_job}"
-    );
+    let (_, object_jid, object_job) = submit("object-manifest", "object.checkm").await;
     assert_eq!(
         object_job["last_successful_status"], "Pending",
         "{object_job}"
     );
-    let moves: Vec<String> = rig
-        .history(&object_jid)
-        .await
-        .iter()
-        .filter(|r| r["event"] == "JobStatusChanged")
-        .filter_map(|r| r["detail"].as_str().map(str::to_string))
-        .collect();
+    let moves = rig.moves(&object_jid).await;
     assert!(
         moves
             .last()
@@ -746,13 +751,7 @@ async fn a_single_file_payload_whose_digest_differs_fails_for_good() {
     let before = head().await;
     for jid in [&jid, &object_jid] {
         let (status, body) = rig
-            .server
-            .call(
-                Method::POST,
-                &format!("/jobs/{jid}/requeue"),
-                ADMIN,
-                Some(json!({"reason": "try again"})),
-            )
+            .admin(Method::POST, &format!("/jobs/{jid}/requeue"), "try again")
             .await;
         assert_eq!(status, 409, "{body}");
         assert_eq!(body["error"]["code"], "unrecoverable_failure", "{body}");
@@ -783,16 +782,8 @@ async fn a_single_file_payload_whose_digest_differs_fails_for_good() {
     assert_eq!(head().await, before, "a refused requeue appended");
     assert_eq!(rig.job(&jid).await["status"], "Failed");
     // What remains to do with it: delete it.
-    let (status, body) = rig
-        .server
-        .call(
-            Method::DELETE,
-            &format!("/jobs/{jid}"),
-            ADMIN,
-            Some(json!({"reason": "resubmitted with the right file"})),
-        )
+    rig.delete_job(&jid, "resubmitted with the right file")
         .await;
-    assert_eq!(status, 200, "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -875,13 +866,7 @@ async fn a_job_failed_in_storing_resumes_there_without_a_second_ark() {
         .to_string();
 
     let (status, body) = rig
-        .server
-        .call(
-            Method::POST,
-            &format!("/jobs/{jid}/requeue"),
-            ADMIN,
-            Some(json!({"reason": "drill over"})),
-        )
+        .admin(Method::POST, &format!("/jobs/{jid}/requeue"), "drill over")
         .await;
     assert_eq!(status, 200, "{body}");
     eventually("the requeued job completed", 60, async || {
@@ -891,13 +876,7 @@ async fn a_job_failed_in_storing_resumes_there_without_a_second_ark() {
     let job = rig.job(&jid).await;
     assert_eq!(job["primary_id"], ark.as_str(), "a second ark was minted");
     assert_eq!(job["retry_count"], 1);
-    let moves: Vec<String> = rig
-        .history(&jid)
-        .await
-        .iter()
-        .filter(|r| r["event"] == "JobStatusChanged")
-        .filter_map(|r| r["detail"].as_str().map(str::to_string))
-        .collect();
+    let moves = rig.moves(&jid).await;
     assert!(
         moves.iter().any(|m| m.starts_with("Failed -> Storing")),
         "{moves:?}"

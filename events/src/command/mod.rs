@@ -367,6 +367,32 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// A worker's report of the step of `state` with no hand-offs: a
+    /// [`Command::StepOutcome`] whose data fields are `None`, with `failure`
+    /// the kind of a failure (only with `success: false`).
+    pub fn outcome(
+        jid: Jid,
+        state: JobState,
+        success: bool,
+        message: impl Into<String>,
+        failure: Option<FailureKind>,
+    ) -> Command {
+        Command::StepOutcome {
+            jid,
+            state,
+            success,
+            message: message.into(),
+            priority: None,
+            space_needed: None,
+            identifiers: None,
+            store: None,
+            inventory: None,
+            failure,
+        }
+    }
+}
+
 /// A queue item named in a rejection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Item {
@@ -760,6 +786,46 @@ mod tests {
 
     /// Decides `cmd` on `state` and applies its events as records of
     /// `actor` from `position` on; the events.
+    /// A state, its lifecycle and log position, with batch 1 of the demo
+    /// profile submitted and acquired with `jobs` file jobs (jid 1 …).
+    struct Fixture {
+        lc: Lifecycle,
+        state: State,
+        position: u64,
+    }
+
+    impl Fixture {
+        fn acquired(jobs: usize) -> Fixture {
+            let mut f = Fixture {
+                lc: Lifecycle::builtin(),
+                state: State::new(),
+                position: 0,
+            };
+            f.run(Command::SubmitBatch {
+                uuid: Uuid::nil(),
+                submission: submission("demo"),
+            })
+            .expect("submit");
+            f.run(Command::AcquireBatch {
+                bid: Bid(1),
+                jobs: vec![file_job(); jobs],
+            })
+            .expect("acquire");
+            f
+        }
+
+        /// Decides `cmd` and applies its events, as the engine does.
+        fn run(&mut self, cmd: Command) -> Result<Vec<Event>, Rejection> {
+            run_command(
+                &mut self.state,
+                &self.lc,
+                cmd,
+                &mut self.position,
+                crate::event::Actor::engine(),
+            )
+        }
+    }
+
     fn run_command(
         state: &mut State,
         lc: &Lifecycle,
@@ -900,36 +966,8 @@ mod tests {
     // left is stale.
     #[test]
     fn a_step_outcome_records_its_data_and_the_move_together() {
-        let lc = Lifecycle::builtin();
-        let mut state = State::new();
-        let mut position = 0;
-        let mut run = |state: &mut State, cmd: Command| {
-            run_command(
-                state,
-                &lc,
-                cmd,
-                &mut position,
-                crate::event::Actor::engine(),
-            )
-        };
-        run(
-            &mut state,
-            Command::SubmitBatch {
-                uuid: Uuid::nil(),
-                submission: submission("demo"),
-            },
-        )
-        .unwrap();
-        let spec = file_job();
-        run(
-            &mut state,
-            Command::AcquireBatch {
-                bid: Bid(1),
-                jobs: vec![spec],
-            },
-        )
-        .unwrap();
-        run(&mut state, Command::StartJob { jid: Jid(1) }).unwrap();
+        let mut f = Fixture::acquired(1);
+        f.run(Command::StartJob { jid: Jid(1) }).unwrap();
         let outcome = |reported: JobState| Command::StepOutcome {
             jid: Jid(1),
             state: reported,
@@ -942,18 +980,18 @@ mod tests {
             inventory: None,
             failure: None,
         };
-        let events = run(&mut state, outcome(JobState::Estimating)).unwrap();
+        let events = f.run(outcome(JobState::Estimating)).unwrap();
         assert_eq!(
             events.iter().map(Event::kind).collect::<Vec<_>>(),
             ["JobSpaceEstimated", "JobStatusChanged"]
         );
-        let j = &state.jobs[&Jid(1)];
+        let j = &f.state.jobs[&Jid(1)];
         assert_eq!(
             (j.status, j.space_needed, j.priority),
             (JobState::Provisioning, 4096, 12)
         );
         // The same report again is stale: the job has moved on.
-        let err = run(&mut state, outcome(JobState::Estimating)).unwrap_err();
+        let err = f.run(outcome(JobState::Estimating)).unwrap_err();
         assert!(matches!(err, Rejection::StaleReport { .. }), "{err:?}");
         assert_eq!(err.to_string(), "job jid0000000001 is Provisioning, not Estimating: the report is stale and was discarded");
 
@@ -963,13 +1001,10 @@ mod tests {
             primary_id: Some("ark:/99999/fk4x".into()),
             local_ids: vec!["l".into()],
         };
-        run(
-            &mut state,
-            Command::RecordIdentifiers {
-                jid: Jid(1),
-                identifiers: ark.clone(),
-            },
-        )
+        f.run(Command::RecordIdentifiers {
+            jid: Jid(1),
+            identifiers: ark.clone(),
+        })
         .unwrap();
         let restate = Command::StepOutcome {
             jid: Jid(1),
@@ -983,7 +1018,7 @@ mod tests {
             inventory: None,
             failure: None,
         };
-        let events = run(&mut state, restate).unwrap();
+        let events = f.run(restate).unwrap();
         assert_eq!(
             events.iter().map(Event::kind).collect::<Vec<_>>(),
             ["JobStatusChanged"]
@@ -996,84 +1031,45 @@ mod tests {
     // nothing; delete stays open; an ordinary failure still requeues.
     #[test]
     fn a_digest_mismatch_fails_the_job_for_good() {
-        let lc = Lifecycle::builtin();
-        let mut state = State::new();
-        let mut position = 0;
-        let mut run = |state: &mut State, cmd: Command| {
-            run_command(
-                state,
-                &lc,
-                cmd,
-                &mut position,
-                crate::event::Actor::engine(),
-            )
-        };
-        run(
-            &mut state,
-            Command::SubmitBatch {
-                uuid: Uuid::nil(),
-                submission: submission("demo"),
-            },
-        )
-        .unwrap();
-        let spec = file_job();
-        run(
-            &mut state,
-            Command::AcquireBatch {
-                bid: Bid(1),
-                jobs: vec![spec.clone(), spec],
-            },
-        )
-        .unwrap();
-        let report = |jid, reported, success, failure| Command::StepOutcome {
-            jid,
-            state: reported,
-            success,
-            message: "sha256 mismatch".into(),
-            priority: None,
-            space_needed: None,
-            identifiers: None,
-            store: None,
-            inventory: None,
-            failure,
+        let mut f = Fixture::acquired(2);
+        let report = |jid, reported, success, failure| {
+            Command::outcome(jid, reported, success, "sha256 mismatch", failure)
         };
         for jid in [Jid(1), Jid(2)] {
-            run(&mut state, Command::StartJob { jid }).unwrap();
-            run(&mut state, report(jid, JobState::Estimating, true, None)).unwrap();
-            run(&mut state, report(jid, JobState::Provisioning, true, None)).unwrap();
+            f.run(Command::StartJob { jid }).unwrap();
+            f.run(report(jid, JobState::Estimating, true, None))
+                .unwrap();
+            f.run(report(jid, JobState::Provisioning, true, None))
+                .unwrap();
         }
         // A kind with a success is refused.
-        let err = run(
-            &mut state,
-            report(
+        let err = f
+            .run(report(
                 Jid(1),
                 JobState::Downloading,
                 true,
                 Some(FailureKind::DigestMismatch),
-            ),
-        )
-        .unwrap_err();
+            ))
+            .unwrap_err();
         assert!(
             matches!(&err, Rejection::Invalid { field, .. } if field == "failure"),
             "{err:?}"
         );
-        assert_eq!(state.jobs[&Jid(1)].status, JobState::Downloading);
+        assert_eq!(f.state.jobs[&Jid(1)].status, JobState::Downloading);
 
-        let events = run(
-            &mut state,
-            report(
+        let events = f
+            .run(report(
                 Jid(1),
                 JobState::Downloading,
                 false,
                 Some(FailureKind::DigestMismatch),
-            ),
-        )
-        .unwrap();
+            ))
+            .unwrap();
         assert_eq!(
             events.iter().map(Event::kind).collect::<Vec<_>>(),
             ["JobStatusChanged", "JobFailureClassified"]
         );
-        let j = &state.jobs[&Jid(1)];
+        let j = &f.state.jobs[&Jid(1)];
         assert_eq!(
             (j.status, j.failure, j.failed_in),
             (
@@ -1084,12 +1080,12 @@ mod tests {
         );
 
         // Refused: the requeue, and a forced move out of Failed.
-        let before = state.clone();
+        let before = f.state.clone();
         let requeue = Command::RequeueJob {
             jid: Jid(1),
             reason: "try again".into(),
         };
-        let err = decide(&state, &lc, &requeue).unwrap_err();
+        let err = decide(&f.state, &f.lc, &requeue).unwrap_err();
         assert_eq!(
             err,
             Rejection::UnrecoverableFailure {
@@ -1109,7 +1105,7 @@ mod tests {
             message: String::new(),
             priority: None,
         };
-        let err = decide(&state, &lc, &forced).unwrap_err();
+        let err = decide(&f.state, &f.lc, &forced).unwrap_err();
         let Rejection::IllegalTransition { allowed, .. } = &err else {
             panic!("{err:?}");
         };
@@ -1117,30 +1113,26 @@ mod tests {
             allowed,
             &["Deleted (it failed with digest_mismatch: it cannot be requeued: a new submission is required)"]
         );
-        assert_eq!(state, before, "a refusal changes nothing");
+        assert_eq!(f.state, before, "a refusal changes nothing");
 
         // An ordinary failure of the other job still requeues.
-        let events = run(
-            &mut state,
-            report(Jid(2), JobState::Downloading, false, None),
-        )
-        .unwrap();
+        let events = f
+            .run(report(Jid(2), JobState::Downloading, false, None))
+            .unwrap();
         assert_eq!(
             events.iter().map(Event::kind).collect::<Vec<_>>(),
             ["JobStatusChanged", "BatchReportingStarted"]
         );
-        assert_eq!(state.jobs[&Jid(2)].failure, None);
+        assert_eq!(f.state.jobs[&Jid(2)].failure, None);
 
         // The batch is reported with the job failed, and the requeue stays
         // refused after the report.
-        let events = run(
-            &mut state,
-            Command::ReportBatch {
+        let events = f
+            .run(Command::ReportBatch {
                 bid: Bid(1),
                 notification_error: None,
-            },
-        )
-        .unwrap();
+            })
+            .unwrap();
         let Event::BatchReported(reported) = &events[0] else {
             panic!("{events:?}");
         };
@@ -1153,15 +1145,15 @@ mod tests {
             "2 of 2 job(s) failed; 1 of them (jid0000000001) cannot be requeued: a new submission is required"
         );
         assert!(matches!(
-            decide(&state, &lc, &requeue),
+            decide(&f.state, &f.lc, &requeue),
             Err(Rejection::UnrecoverableFailure { .. })
         ));
         let requeue_other = Command::RequeueJob {
             jid: Jid(2),
             reason: "server fixed".into(),
         };
-        run(&mut state, requeue_other).unwrap();
-        assert_eq!(state.jobs[&Jid(2)].status, JobState::Downloading);
+        f.run(requeue_other).unwrap();
+        assert_eq!(f.state.jobs[&Jid(2)].status, JobState::Downloading);
     }
 
     // An extra field named like a projected one was accepted and then dropped.
