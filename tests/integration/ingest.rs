@@ -678,6 +678,12 @@ async fn a_single_file_payload_whose_digest_differs_fails_for_good() {
     let node: Value = serde_json::from_slice(&node).expect("status JSON");
     assert_eq!(node["status"], "Failed", "{node}");
     assert_eq!(node["failure"], "digest_mismatch", "{node}");
+    // … and the tree the log projects has it too: no drift.
+    let (status, diff) = rig.server.call(Method::GET, "/diff", ADMIN, None).await;
+    assert_eq!(status, 200, "{diff}");
+    for key in ["missing", "unexpected", "differing"] {
+        assert_eq!(diff[key], json!([]), "{diff}");
+    }
 
     // The batch is reported with the job failed, saying why and what now.
     let report = rig.server.get(&format!("/batches/{bid}/report")).await;
