@@ -785,6 +785,35 @@ async fn a_single_file_payload_whose_digest_differs_fails_for_good() {
     let stderr = String::from_utf8_lossy(&cli.stderr);
     assert_eq!(cli.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("a new submission is required"), "{stderr}");
+    // The admin UI shows the kind and offers no requeue; a requeue posted
+    // anyway is refused by the API's own handler.
+    let session = crate::ui::login(&rig.server, ADMIN).await;
+    let cookie = crate::ui::cookie_of(&session).expect("a session cookie");
+    let job_page = format!("/ui/jobs/{jid}");
+    let (status, html) = crate::ui::page(&rig.server, &cookie, &job_page).await;
+    assert_eq!(status, 200, "{html}");
+    assert!(
+        html.contains("digest_mismatch") && html.contains("a new submission is required"),
+        "{html}"
+    );
+    let requeue_form = format!("{job_page}/requeue");
+    assert!(!html.contains(&requeue_form), "a Requeue button: {html}");
+    assert!(html.contains(&format!("{job_page}/delete")), "{html}");
+    let csrf = crate::ui::csrf_in(&html);
+    let posted = crate::ui::post(
+        &rig.server,
+        &cookie,
+        Some(&rig.server.base),
+        &requeue_form,
+        &[("csrf", &csrf), ("reason", "try again")],
+    )
+    .await;
+    assert_eq!(posted.status(), 303);
+    let (_, html) = crate::ui::page(&rig.server, &cookie, &job_page).await;
+    assert!(
+        html.contains("Refused: ") && html.contains("cannot be requeued"),
+        "{html}"
+    );
     assert_eq!(head().await, before, "a refused requeue appended");
     assert_eq!(rig.job(&jid).await["status"], "Failed");
     // What remains to do with it: delete it.
