@@ -690,6 +690,8 @@ async fn a_single_file_payload_whose_digest_differs_fails_for_good() {
     assert_eq!(report["failed_jobs"], json!([jid]), "{report}");
     let batch = rig.server.get(&format!("/batches/{bid}")).await;
     assert_eq!(batch["jobs"][0]["failure"], "digest_mismatch", "{batch}");
+    let listed = rig.server.get(&format!("/jobs?batch={bid}")).await;
+    assert_eq!(listed["jobs"][0]["failure"], "digest_mismatch", "{listed}");
     assert!(
         batch
             .to_string()

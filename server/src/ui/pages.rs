@@ -318,7 +318,10 @@ pub(crate) async fn jobs(State(ui): State<Ui>, admin: Admin, uri: Uri) -> Respon
                                 td { (cut(&j.profile)) }
                                 td { (cut(&j.submitter)) }
                                 td { (cut(&j.local_ids.join(", "))) }
-                                td { (cut(j.failed_in.as_deref().unwrap_or(""))) }
+                                td {
+                                    (cut(j.failed_in.as_deref().unwrap_or("")))
+                                    @if let Some(kind) = &j.failure { " (" (cut(kind)) ")" }
+                                }
                                 td.num { (j.retry_count) }
                                 td { (j.created.format("%Y-%m-%d %H:%M:%S")) }
                                 td { (ingest_protocol::cut(&j.message, 120)) }
