@@ -20,6 +20,12 @@ pub(super) fn start_job(
     jid: &Jid,
 ) -> Result<(), Rejection> {
     let j = live_job(state, *jid)?;
+    // The lifecycle lets Failed go to Estimating (a requeue's target), but
+    // a start is not a requeue: it would skip the retry count, and the
+    // refusal of a failure no requeue recovers.
+    if j.status == JobState::Failed {
+        return Err(refused_out_of_failed(lc, j, "a start"));
+    }
     job_move(lc, j, JobState::Estimating)?;
     let profile = &j.configuration.profile_name;
     if state.held_collections.contains(profile) {
@@ -76,24 +82,11 @@ pub(super) fn set_job_status(
     // Moves with rules of their own go through their own command, so
     // an explicit target cannot skip them.
     if j.status == JobState::Failed && to != JobState::Deleted {
-        return Err(Rejection::IllegalTransition {
-            item: Item::Job(*jid),
-            current: j.status.to_string(),
-            requested: format!("{to} by a status change"),
-            allowed: match j.failure.filter(|k| !k.recoverable()) {
-                Some(kind) => vec![format!(
-                    "Deleted (it failed with {kind}: {})",
-                    kind.remedy()
-                )],
-                None => vec![
-                    format!(
-                        "a requeue (resumes at {}, retry_count + 1)",
-                        requeue_target(lc, j)
-                    ),
-                    "Deleted".into(),
-                ],
-            },
-        });
+        return Err(refused_out_of_failed(
+            lc,
+            j,
+            &format!("{to} by a status change"),
+        ));
     }
     if j.status == JobState::Pending && to == JobState::Estimating {
         let profile = &j.configuration.profile_name;
@@ -135,6 +128,30 @@ pub(super) fn set_job_status(
     }
     finish_batch_if_done(state, d, j.bid, &[(*jid, to)]);
     Ok(())
+}
+
+/// The refusal of `requested`, a move of the Failed job `j` other than its
+/// requeue or delete: naming the requeue's target, or, for a failure no
+/// requeue recovers, only Deleted.
+fn refused_out_of_failed(lc: &Lifecycle, j: &crate::state::Job, requested: &str) -> Rejection {
+    Rejection::IllegalTransition {
+        item: Item::Job(j.jid),
+        current: j.status.to_string(),
+        requested: requested.to_string(),
+        allowed: match j.failure.filter(|k| !k.recoverable()) {
+            Some(kind) => vec![format!(
+                "Deleted (it failed with {kind}: {})",
+                kind.remedy()
+            )],
+            None => vec![
+                format!(
+                    "a requeue (resumes at {}, retry_count + 1)",
+                    requeue_target(lc, j)
+                ),
+                "Deleted".into(),
+            ],
+        },
+    }
 }
 
 /// What a step hands on with its outcome (`Command::StepOutcome`'s data).

@@ -1105,6 +1105,11 @@ mod tests {
             message: String::new(),
             priority: None,
         };
+        let start = Command::StartJob { jid: Jid(1) };
+        assert!(matches!(
+            decide(&f.state, &f.lc, &start),
+            Err(Rejection::IllegalTransition { .. })
+        ));
         let err = decide(&f.state, &f.lc, &forced).unwrap_err();
         let Rejection::IllegalTransition { allowed, .. } = &err else {
             panic!("{err:?}");
