@@ -7,7 +7,7 @@
 //! | bytes | what |
 //! | --- | --- |
 //! | 16 | magic `ingest-snapshot\n` |
-//! | 4 | format version, little-endian (1) |
+//! | 4 | format version, little-endian (2; 1 before jobs kept the kind of their failure) |
 //! | 8 | the position it folds up to, little-endian |
 //! | 32 | the hash of the record at that position |
 //! | 8 | body length, little-endian |
@@ -39,7 +39,9 @@ use serde::{Deserialize, Serialize};
 /// The snapshot directory's name inside the data directory.
 pub const SNAPSHOT_DIR: &str = "snapshots";
 const MAGIC: &[u8; 16] = b"ingest-snapshot\n";
-const FORMAT: u32 = 1;
+/// 2: `Job::failure` (the kind of a job's failure). A snapshot of another
+/// format is skipped with a WARN and the log folded instead.
+const FORMAT: u32 = 2;
 const HEADER_LEN: usize = 16 + 4 + 8 + 32 + 8 + 32;
 /// The largest snapshot body read back (a corrupt length must not allocate
 /// more): 4 GiB, far above the state of a 100-million-event log.

@@ -421,3 +421,80 @@ fn consistency_proofs_verify_and_fail_on_a_rewritten_log() {
         "{failures:?}"
     );
 }
+
+/// A job failed with an unrecoverable kind (a payload whose digest is not
+/// the depositor's) stays unrequeueable across restarts: from a snapshot
+/// (format 2 keeps the kind) and from the full fold of the log. Each refused
+/// requeue appends nothing.
+#[test]
+fn an_unrecoverable_failure_is_refused_a_requeue_after_every_start_up() {
+    use ingest_engine::engine::EngineError;
+    use ingest_events::command::{Item, Rejection};
+    use ingest_events::event::FailureKind;
+    use ingest_events::lifecycle::JobState;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let jid = {
+        let mut engine = open(dir.path(), None);
+        batch(&mut engine, 2, "d");
+        let jid = ingest_events::Jid(1);
+        for (state, success, failure) in [
+            (JobState::Provisioning, true, None),
+            (
+                JobState::Downloading,
+                false,
+                Some(FailureKind::DigestMismatch),
+            ),
+        ] {
+            let outcome = Command::outcome(jid, state, success, "sha256 mismatch", failure);
+            run(&mut engine, outcome);
+        }
+        engine.snapshot_now().expect("snapshot");
+        jid
+    };
+    let requeue = Command::RequeueJob {
+        jid,
+        reason: "try again".into(),
+    };
+    let refused = |engine: &mut Engine| {
+        let head = engine.state().position;
+        let err = engine
+            .execute(&Actor::admin("test"), &requeue)
+            .expect_err("an unrecoverable failure is requeued");
+        assert!(
+            matches!(
+                err,
+                EngineError::Rejected(Rejection::UnrecoverableFailure {
+                    item: Item::Job(j),
+                    kind: FailureKind::DigestMismatch,
+                }) if j == jid
+            ),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains("a new submission is required"),
+            "{err}"
+        );
+        assert_eq!(engine.state().position, head, "a refusal appended");
+        assert_eq!(engine.state().jobs[&jid].status, JobState::Failed);
+    };
+    let mut engine = open(dir.path(), None);
+    assert!(
+        engine.startup.snapshot.is_some(),
+        "started from the snapshot"
+    );
+    refused(&mut engine);
+    drop(engine);
+    std::fs::remove_dir_all(dir.path().join(snapshot::SNAPSHOT_DIR)).expect("remove snapshots");
+    let mut engine = open(dir.path(), None);
+    assert_eq!(engine.startup.snapshot, None, "folded the whole log");
+    refused(&mut engine);
+    // The job may still be deleted.
+    run(
+        &mut engine,
+        Command::DeleteJob {
+            jid,
+            reason: "resubmitted".into(),
+        },
+    );
+}

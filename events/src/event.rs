@@ -423,6 +423,81 @@ pub struct AccessToken {
     pub delivery_node: u32,
 }
 
+/// The kind of a job's failure, where the kind decides what may follow.
+/// A step's failure without a kind is an ordinary one, which an admin may
+/// requeue.
+///
+/// On the wire (the outcome body, views, the job's status node) a kind is its
+/// [`FailureKind::name`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// The payload's digest does not match the digest the depositor supplied
+    /// with it (the transitions document's "Job: Pending --> Failed":
+    /// "Recovery is not possible under these conditions. A new submission
+    /// will be required."). Unrecoverable.
+    DigestMismatch,
+}
+
+impl FailureKind {
+    /// Every kind.
+    pub const ALL: [FailureKind; 1] = [FailureKind::DigestMismatch];
+
+    /// Its name on the wire: `digest_mismatch`.
+    pub fn name(self) -> &'static str {
+        match self {
+            FailureKind::DigestMismatch => "digest_mismatch",
+        }
+    }
+
+    /// Whether a requeue may recover a job that failed this way.
+    pub fn recoverable(self) -> bool {
+        match self {
+            FailureKind::DigestMismatch => false,
+        }
+    }
+
+    /// What happened, for messages and reports.
+    pub fn explanation(self) -> &'static str {
+        match self {
+            FailureKind::DigestMismatch => {
+                "the payload's digest does not match the digest the depositor supplied"
+            }
+        }
+    }
+
+    /// What follows such a failure, for messages and reports.
+    pub fn remedy(self) -> &'static str {
+        match self.recoverable() {
+            true => "an admin may requeue the job",
+            false => "it cannot be requeued: a new submission is required",
+        }
+    }
+}
+
+impl fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for FailureKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        FailureKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "{:?} is not a kind of failure ({})",
+                    s.chars().take(40).collect::<String>(),
+                    FailureKind::ALL.map(FailureKind::name).join(", ")
+                )
+            })
+    }
+}
+
 macro_rules! events {
     ($($(#[$doc:meta])* $kind:ident $body:tt)+) => {
         $(
@@ -527,6 +602,11 @@ events! {
     JobDeleted { pub from: JobState, pub reason: String }
     /// A step hit a recoverable error and will try again.
     JobStepRetried { pub state: JobState, pub attempt: u32, pub message: String }
+    /// The failure that just moved the job to Failed (the `JobStatusChanged`
+    /// before it, in the same append) is of this kind. An unrecoverable kind
+    /// ([`FailureKind::recoverable`]) refuses every requeue: the job can only
+    /// be deleted, and the depositor must submit again.
+    JobFailureClassified { pub kind: FailureKind }
     /// A collection was held: its new batches and jobs are parked in Held.
     CollectionHeld { pub profile: String, pub reason: String }
     /// A collection hold was released.
@@ -662,6 +742,12 @@ impl Event {
             ),
             Event::JobDeleted(e) => format!("{} -> Deleted ({})", e.from, e.reason),
             Event::JobStepRetried(e) => format!("{} retry {}: {}", e.state, e.attempt, e.message),
+            Event::JobFailureClassified(e) => format!(
+                "failure kind {}: {}; {}",
+                e.kind,
+                e.kind.explanation(),
+                e.kind.remedy()
+            ),
             Event::CollectionHeld(e) => format!("collection {} held ({})", e.profile, e.reason),
             Event::CollectionReleased(e) => {
                 format!("collection {} released ({})", e.profile, e.reason)

@@ -12,8 +12,8 @@ use uuid::Uuid;
 
 use crate::codec::{Hash, Recorded, GENESIS_HASH};
 use crate::event::{
-    AccessQueue, AccessToken, Erc, Event, Identifiers, InventoryParams, JobConfiguration,
-    StoreParams, StreamId, Submission,
+    AccessQueue, AccessToken, Erc, Event, FailureKind, Identifiers, InventoryParams,
+    JobConfiguration, StoreParams, StreamId, Submission,
 };
 use crate::ids::{Bid, Jid, Qid};
 use crate::lifecycle::{AccessState, BatchState, JobState};
@@ -72,6 +72,10 @@ pub struct Job {
     pub last_successful_status: Option<JobState>,
     /// The state a failed job failed in.
     pub failed_in: Option<JobState>,
+    /// The kind of its failure, when the step that failed it named one
+    /// (`JobFailureClassified`); `None` for an ordinary failure and for a
+    /// job that is not Failed.
+    pub failure: Option<FailureKind>,
     /// Admin requeues so far.
     pub retry_count: u32,
     /// 0–99, lower runs first.
@@ -296,6 +300,7 @@ impl State {
                         status: JobState::Pending,
                         last_successful_status: None,
                         failed_in: None,
+                        failure: None,
                         retry_count: 0,
                         priority: e.priority,
                         space_needed: 0,
@@ -382,6 +387,8 @@ impl State {
                             j.last_successful_status = Some(e.from);
                         }
                         j.failed_in = (e.to == JobState::Failed).then_some(e.from);
+                        // A kind belongs to one failure: the next move ends it.
+                        j.failure = None;
                         if e.retry {
                             j.retry_count += 1;
                         }
@@ -407,6 +414,15 @@ impl State {
                         j.last_modified = at;
                     }
                     Event::JobStepRetried(_) => j.step_retries += 1,
+                    Event::JobFailureClassified(e) => {
+                        if j.status != JobState::Failed {
+                            return Err(err(format!(
+                                "job is {}, a failure kind is recorded only on a Failed job",
+                                j.status
+                            )));
+                        }
+                        j.failure = Some(e.kind);
+                    }
                     other => {
                         return Err(err(format!(
                             "{} does not belong on a job stream",

@@ -539,6 +539,16 @@ fn cases() -> Vec<Case> {
             }
             .into(),
         ),
+        // New cases go last: a case's envelope depends on its place.
+        (
+            "JobFailureClassified",
+            jid,
+            worker(),
+            event::JobFailureClassified {
+                kind: event::FailureKind::DigestMismatch,
+            }
+            .into(),
+        ),
     ];
     list.into_iter()
         .enumerate()

@@ -121,6 +121,10 @@ enum Op {
     Requeue {
         jid: Pick,
     },
+    /// A worker reports a failure of kind `digest_mismatch` (unrecoverable).
+    FailDigest {
+        jid: Pick,
+    },
     HoldJob {
         jid: Pick,
     },
@@ -265,6 +269,12 @@ impl Op {
                 jid: job(j, &|s| s == J::Failed),
                 reason,
             },
+            Op::FailDigest { jid: j } => {
+                let jid = job(j, &started);
+                let reported = state.jobs.get(&jid).map_or(J::Downloading, |j| j.status);
+                let kind = ingest_events::event::FailureKind::DigestMismatch;
+                Command::outcome(jid, reported, false, "sha256 mismatch", Some(kind))
+            }
             Op::HoldJob { jid: j } => Command::HoldJob {
                 jid: job(j, &|s| s == J::Pending),
                 reason,
@@ -352,6 +362,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => jid().prop_map(|jid| Op::Inventory { jid }),
         1 => jid().prop_map(|jid| Op::StepRetry { jid }),
         4 => jid().prop_map(|jid| Op::Requeue { jid }),
+        2 => jid().prop_map(|jid| Op::FailDigest { jid }),
         2 => jid().prop_map(|jid| Op::HoldJob { jid }),
         2 => jid().prop_map(|jid| Op::ReleaseJob { jid }),
         2 => jid().prop_map(|jid| Op::DeleteJob { jid }),
@@ -443,6 +454,14 @@ fn check_command_records(op: &Op, before: &State, records: &[Recorded], history:
                         "#{at}: {jid} started while its collection was held"
                     );
                 }
+                // A failure no requeue recovers leaves Failed by no move at
+                // all (a delete is a JobDeleted).
+                assert!(
+                    e.from != JobState::Failed || job.failure.is_none_or(|k| k.recoverable()),
+                    "#{at}: {jid} failed with {:?} and moved to {}",
+                    job.failure,
+                    e.to
+                );
                 if e.from == JobState::Failed {
                     history.revived.insert(jid, at);
                     if !e.retry {
@@ -553,6 +572,19 @@ fn check_invariants(h: &Harness, history: &History) {
     }
     for (i, jid) in state.jobs.keys().enumerate() {
         assert_eq!(*jid, Jid(i as u64 + 1), "job ids have a gap");
+    }
+
+    // A failure's kind belongs to a Failed job (or one deleted since).
+    for j in state.jobs.values() {
+        if j.failure.is_some() {
+            assert!(
+                matches!(j.status, JobState::Failed | JobState::Deleted),
+                "{} is {} with failure {:?}",
+                j.jid,
+                j.status,
+                j.failure
+            );
+        }
     }
 
     // Every job belongs to exactly one batch, the one it names.

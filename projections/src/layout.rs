@@ -477,6 +477,7 @@ pub fn job_status_json(job: &Job) -> String {
         message: job.message.clone(),
         last_successful_status: job.last_successful_status.map(|s| s.name().to_string()),
         retry_count: job.retry_count,
+        failure: job.failure.map(|k| k.name().to_string()),
     })
 }
 

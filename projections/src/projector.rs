@@ -292,6 +292,13 @@ fn project_event(
             tx.upsert(&layout::job_priority(jid), j.priority.to_string())?;
             place(refs, tx, j)?;
         }
+        // The kind of the failure the job just moved to Failed with: its
+        // status node names it.
+        (Event::JobFailureClassified(_), StreamId::Job(jid)) => {
+            if let Some(j) = state.jobs.get(&jid) {
+                tx.upsert(&layout::job_status(jid), layout::job_status_json(j))?;
+            }
+        }
         (Event::JobSpaceEstimated(_), StreamId::Job(jid)) => {
             let Some(j) = state.jobs.get(&jid) else {
                 return Ok(());

@@ -313,6 +313,7 @@ impl Views {
                         .collect()
                 })
                 .unwrap_or_default(),
+            failure: j.failure.map(|k| k.name().to_string()),
         }
     }
 }

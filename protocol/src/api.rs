@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize};
 
+use ingest_events::event::FailureKind;
+
 use crate::history::HistoryRow;
 use crate::inventory::ObjectVersionRecord;
 use crate::profile::Notification;
@@ -458,6 +460,11 @@ pub struct OutcomeBody {
     /// How long the step took, for the step-duration metrics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
+    /// The kind of a failure (`digest_mismatch`), only with `outcome:
+    /// failure`. An unrecoverable kind makes every later requeue of the job
+    /// refused (409 `unrecoverable_failure`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<FailureKind>,
 }
 
 /// The body of `POST /jobs/{jid}/retries` (answered [`JobMoved`]).
@@ -617,12 +624,31 @@ mod tests {
             store: None,
             inventory: None,
             duration_ms: Some(5),
+            failure: None,
         };
         assert_eq!(
             wire(&outcome),
             json!({"worker": "w1", "session_id": "0x7f", "state": "Estimating",
                 "outcome": "success", "message": "ok", "space_needed": 42, "duration_ms": 5})
         );
+        let mismatch = OutcomeBody {
+            state: "Downloading".into(),
+            outcome: OutcomeKind::Failure,
+            space_needed: None,
+            duration_ms: None,
+            failure: Some(FailureKind::DigestMismatch),
+            ..outcome.clone()
+        };
+        assert_eq!(
+            wire(&mismatch),
+            json!({"worker": "w1", "session_id": "0x7f", "state": "Downloading",
+                "outcome": "failure", "message": "ok", "failure": "digest_mismatch"})
+        );
+        let unknown: Result<OutcomeBody, _> = serde_json::from_value(
+            json!({"worker": "w1", "session_id": "0x7f", "state": "Downloading",
+                "outcome": "failure", "failure": "bad_luck"}),
+        );
+        assert!(unknown.is_err());
         let report = ReportBody {
             worker: "w1".into(),
             session_id: SessionId(0x7f),

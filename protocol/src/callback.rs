@@ -57,4 +57,9 @@ pub struct ReportJob {
     pub status: String,
     /// The job's last message (why it failed).
     pub message: String,
+    /// The kind of its failure when its step named one (`digest_mismatch`:
+    /// it cannot be requeued, a new submission is required); absent
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
 }

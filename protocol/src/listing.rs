@@ -540,6 +540,10 @@ pub struct JobSummary {
     pub step_retries: u32,
     /// The state it failed in, when it failed.
     pub failed_in: Option<String>,
+    /// The kind of its failure when its step named one (`digest_mismatch`:
+    /// it cannot be requeued); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
     /// When it was created.
     pub created: DateTime<Utc>,
     /// When its state last changed.

@@ -283,6 +283,14 @@ pub struct JobStatusNode {
     /// How often the job was requeued.
     #[serde(deserialize_with = "count")]
     pub retry_count: u32,
+    /// The kind of the job's failure when its step named one
+    /// (`digest_mismatch`: unrecoverable, a new submission is required);
+    /// written only then, so every other status node keeps mrt-zk's keys.
+    #[serde(
+        deserialize_with = "optional_text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub failure: Option<String>,
 }
 
 /// `/jobs/JID/configuration`: what the job was submitted with.
@@ -447,6 +455,7 @@ mod tests {
             message: String::new(),
             last_successful_status: None,
             retry_count: 0,
+            failure: None,
         };
         let text = serde_json::to_string(&node).expect("encode");
         assert_eq!(

@@ -119,6 +119,10 @@ pub struct JobView {
     pub in_state_since: DateTime<Utc>,
     /// Time spent in each state left so far (the current state not included).
     pub time_in_state_ms: BTreeMap<String, i64>,
+    /// The kind of its failure when its step named one (`digest_mismatch`:
+    /// it cannot be requeued, a new submission is required).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
 }
 
 /// The job queue as a whole.

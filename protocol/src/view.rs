@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use ingest_events::event::FailureKind;
 use ingest_events::state::Job;
 use serde::{Deserialize, Serialize};
 
@@ -45,6 +46,31 @@ pub struct JobView {
     pub last_modified: String,
     /// Whether cleanup removed it from the live tree.
     pub cleaned_up: bool,
+    /// The kind of its failure when the failing step named one
+    /// (`digest_mismatch`); absent for an ordinary failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<FailureView>,
+}
+
+/// The kind of a job's failure and what it means for the job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureView {
+    /// The kind (`digest_mismatch`).
+    pub kind: String,
+    /// Whether a requeue may recover the job.
+    pub recoverable: bool,
+    /// What happened and what follows ("… a new submission is required").
+    pub explanation: String,
+}
+
+impl From<FailureKind> for FailureView {
+    fn from(k: FailureKind) -> FailureView {
+        FailureView {
+            kind: k.name().to_string(),
+            recoverable: k.recoverable(),
+            explanation: format!("{}; {}", k.explanation(), k.remedy()),
+        }
+    }
 }
 
 impl From<&Job> for JobView {
@@ -67,6 +93,7 @@ impl From<&Job> for JobView {
             created: j.created.to_rfc3339(),
             last_modified: j.last_modified.to_rfc3339(),
             cleaned_up: j.cleaned_up,
+            failure: j.failure.map(FailureView::from),
         }
     }
 }

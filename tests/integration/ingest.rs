@@ -244,6 +244,31 @@ impl Rig {
         self.server.get(&format!("/jobs/{jid}")).await
     }
 
+    /// The job's moves as its history describes them (`From -> To: …`).
+    async fn moves(&self, jid: &str) -> Vec<String> {
+        self.history(jid)
+            .await
+            .iter()
+            .filter(|r| r["event"] == "JobStatusChanged")
+            .filter_map(|r| r["detail"].as_str().map(str::to_string))
+            .collect()
+    }
+
+    /// An admin deletes the job, which must succeed.
+    async fn delete_job(&self, jid: &str, reason: &str) {
+        let (status, body) = self
+            .admin(Method::DELETE, &format!("/jobs/{jid}"), reason)
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+
+    /// An admin's `method` on `path` with `reason`: the status and body.
+    async fn admin(&self, method: Method, path: &str, reason: &str) -> (u16, Value) {
+        self.server
+            .call(method, path, ADMIN, Some(json!({ "reason": reason })))
+            .await
+    }
+
     async fn history(&self, jid: &str) -> Vec<Value> {
         self.server.get(&format!("/jobs/{jid}/history")).await["events"]
             .as_array()
@@ -611,20 +636,209 @@ async fn recoverable_errors_are_retried_and_bad_payloads_fail_with_the_reason() 
         dir.join("producer").exists(),
         "{dir:?} was removed while Failed"
     );
-    let (status, body) = rig
-        .server
-        .call(
-            Method::DELETE,
-            &format!("/jobs/{jid}"),
-            ADMIN,
-            Some(json!({"reason": "bad digest; resubmitted"})),
-        )
-        .await;
-    assert_eq!(status, 200, "{body}");
+    rig.delete_job(&jid, "bad digest; resubmitted").await;
     eventually("the deleted job's files removed", 30, async || {
         (!dir.exists()).then_some(())
     })
     .await;
+}
+
+/// The transitions document's "Job: Pending --> Failed": a payload whose
+/// digest does not match the depositor's fails the job with no recovery; a
+/// new submission is required. Here the real Downloading step finds it
+/// (the payload is first read there), the failure's kind is recorded, and
+/// every requeue (the API, the CLI through the server) is refused with 409
+/// `unrecoverable_failure` and appends nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_file_payload_whose_digest_differs_fails_for_good() {
+    let rig = rig("digest", &[]).await;
+    let b = rig.base.clone();
+    add(&rig.depot, "payload.txt", b"the bytes the server has");
+    let supplied = sha256(b"the bytes the depositor meant");
+    // One batch of `type` from `name` with the depositor's digest `supplied`:
+    // the batch and its failed job.
+    let submit = async |r#type: &str, name: &str| {
+        let bid = rig
+            .submit(
+                json!({"profile": "demo", "submitter": "alice", "type": r#type,
+                "payload_url": format!("{b}/files/{name}"),
+                "digest": format!("sha256:{supplied}")}),
+            )
+            .await;
+        let (jid, job) = failed_job(&rig, &bid).await;
+        assert_eq!(job["failure"]["kind"], "digest_mismatch", "{job}");
+        (bid, jid, job)
+    };
+    let (bid, jid, job) = submit("file", "payload.txt").await;
+    assert_eq!(job["failure"]["recoverable"], false, "{job}");
+    let message = job["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("sha256 mismatch: expected {supplied}"))
+            && message.contains("a new submission is required"),
+        "{message}"
+    );
+    let history = rig.history(&jid).await;
+    let kinds: Vec<&str> = history.iter().filter_map(|r| r["event"].as_str()).collect();
+    assert_eq!(
+        kinds.last(),
+        Some(&"JobFailureClassified"),
+        "the kind is recorded after the move: {kinds:?}"
+    );
+
+    // The job's status node, as Merritt's readers and the batch reporter read it.
+    let zk = zookeeper_client::Client::connect(&rig.zk_at)
+        .await
+        .expect("zk");
+    let (node, _) = zk
+        .get_data(&format!("/jobs/{jid}/status"))
+        .await
+        .expect("status node");
+    let node: Value = serde_json::from_slice(&node).expect("status JSON");
+    assert_eq!(node["status"], "Failed", "{node}");
+    assert_eq!(node["failure"], "digest_mismatch", "{node}");
+    // … and the tree the log projects has it too: no drift.
+    let (status, diff) = rig.server.call(Method::GET, "/diff", ADMIN, None).await;
+    assert_eq!(status, 200, "{diff}");
+    for key in ["missing", "unexpected", "differing"] {
+        assert_eq!(diff[key], json!([]), "{diff}");
+    }
+
+    // The batch is reported with the job failed, saying why and what now.
+    let report = rig.server.get(&format!("/batches/{bid}/report")).await;
+    assert_eq!(report["failed_jobs"], json!([jid]), "{report}");
+    let batch = rig.server.get(&format!("/batches/{bid}")).await;
+    assert_eq!(batch["jobs"][0]["failure"], "digest_mismatch", "{batch}");
+    let listed = rig.server.get(&format!("/jobs?batch={bid}")).await;
+    assert_eq!(listed["jobs"][0]["failure"], "digest_mismatch", "{listed}");
+    assert!(
+        batch
+            .to_string()
+            .contains("cannot be requeued: a new submission is required"),
+        "{batch}"
+    );
+    let callback = eventually("the batch's callback", 30, async || {
+        let depot = rig.depot.lock().expect("depot");
+        depot.callbacks.iter().find(|c| c["bid"] == bid).cloned()
+    })
+    .await;
+    assert_eq!(callback["failed"], 1, "{callback}");
+    assert_eq!(
+        callback["jobs"][0]["failure"], "digest_mismatch",
+        "{callback}"
+    );
+    let outbox = rig._dir.path().join("outbox");
+    let mail = eventually("the report e-mail", 30, async || {
+        std::fs::read_dir(&outbox)
+            .ok()?
+            .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+            .find(|m| m.contains(&format!("ingest batch {bid}: 0 completed, 1 failed")))
+    })
+    .await;
+    assert!(
+        mail.contains("failure: digest_mismatch") && mail.contains("a new submission is required"),
+        "{mail}"
+    );
+
+    // An object manifest is the payload too: its digest is first known in
+    // Estimating, which reads it, and the job fails there for good.
+    add(
+        &rig.depot,
+        "object.checkm",
+        &manifest(
+            "mrt-ingest-manifest",
+            OBJECT_FIELDS,
+            &[format!("{b}/files/payload.txt | | | | | payload.txt |")],
+        ),
+    );
+    let (_, object_jid, object_job) = submit("object-manifest", "object.checkm").await;
+    assert_eq!(
+        object_job["last_successful_status"], "Pending",
+        "{object_job}"
+    );
+    let moves = rig.moves(&object_jid).await;
+    assert!(
+        moves
+            .last()
+            .is_some_and(|m| m.starts_with("Estimating -> Failed")),
+        "{moves:?}"
+    );
+    assert_eq!(
+        rig.depot.lock().expect("depot").hits.get("payload.txt"),
+        Some(&1),
+        "the object manifest's job downloaded its file"
+    );
+
+    // Every requeue is refused and appends nothing.
+    let head = || async {
+        rig.server.get("/status").await["head_position"]
+            .as_u64()
+            .expect("head_position")
+    };
+    let before = head().await;
+    for jid in [&jid, &object_jid] {
+        let (status, body) = rig
+            .admin(Method::POST, &format!("/jobs/{jid}/requeue"), "try again")
+            .await;
+        assert_eq!(status, 409, "{body}");
+        assert_eq!(body["error"]["code"], "unrecoverable_failure", "{body}");
+        assert_eq!(body["error"]["failure"], "digest_mismatch", "{body}");
+        assert_eq!(body["error"]["new_submission_required"], true, "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("a new submission is required")),
+            "{body}"
+        );
+    }
+    let cli = tokio::task::block_in_place(|| {
+        std::process::Command::new(crate::util::ingest_bin())
+            .arg("--data-dir")
+            .arg(rig._dir.path().join("data"))
+            .args(["job", &jid, "requeue", "--reason", "try again"])
+            .env("INGEST_ENGINE", &rig.server.base)
+            .env("INGEST_ADMIN_TOKEN", ADMIN)
+            .env_remove("INGEST_ADMIN_TOKEN_FILE")
+            .env_remove("INGEST_DATA_DIR")
+            .output()
+            .expect("run ingest")
+    });
+    let stderr = String::from_utf8_lossy(&cli.stderr);
+    assert_eq!(cli.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("a new submission is required"), "{stderr}");
+    // The admin UI shows the kind and offers no requeue; a requeue posted
+    // anyway is refused by the API's own handler.
+    let session = crate::ui::login(&rig.server, ADMIN).await;
+    let cookie = crate::ui::cookie_of(&session).expect("a session cookie");
+    let job_page = format!("/ui/jobs/{jid}");
+    let (status, html) = crate::ui::page(&rig.server, &cookie, &job_page).await;
+    assert_eq!(status, 200, "{html}");
+    assert!(
+        html.contains("digest_mismatch") && html.contains("a new submission is required"),
+        "{html}"
+    );
+    let requeue_form = format!("{job_page}/requeue");
+    assert!(!html.contains(&requeue_form), "a Requeue button: {html}");
+    assert!(html.contains(&format!("{job_page}/delete")), "{html}");
+    let csrf = crate::ui::csrf_in(&html);
+    let posted = crate::ui::post(
+        &rig.server,
+        &cookie,
+        Some(&rig.server.base),
+        &requeue_form,
+        &[("csrf", &csrf), ("reason", "try again")],
+    )
+    .await;
+    assert_eq!(posted.status(), 303);
+    let (_, html) = crate::ui::page(&rig.server, &cookie, &job_page).await;
+    assert!(
+        html.contains("Refused: ") && html.contains("cannot be requeued"),
+        "{html}"
+    );
+    assert_eq!(head().await, before, "a refused requeue appended");
+    assert_eq!(rig.job(&jid).await["status"], "Failed");
+    // What remains to do with it: delete it.
+    rig.delete_job(&jid, "resubmitted with the right file")
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -710,13 +924,7 @@ async fn a_job_failed_in_storing_resumes_there_without_a_second_ark() {
     let job = rig.job(&jid).await;
     assert_eq!(job["primary_id"], ark.as_str(), "a second ark was minted");
     assert_eq!(job["retry_count"], 1);
-    let moves: Vec<String> = rig
-        .history(&jid)
-        .await
-        .iter()
-        .filter(|r| r["event"] == "JobStatusChanged")
-        .filter_map(|r| r["detail"].as_str().map(str::to_string))
-        .collect();
+    let moves = rig.moves(&jid).await;
     assert!(
         moves.iter().any(|m| m.starts_with("Failed -> Storing")),
         "{moves:?}"

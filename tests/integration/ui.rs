@@ -47,7 +47,7 @@ fn http() -> reqwest::Client {
 }
 
 /// Logs in through the form; the session cookie (`name=value`).
-async fn login(s: &Server, token: &str) -> reqwest::Response {
+pub(crate) async fn login(s: &Server, token: &str) -> reqwest::Response {
     http()
         .post(format!("{}/ui/login", s.base))
         .header(header::ORIGIN, &s.base)
@@ -57,12 +57,12 @@ async fn login(s: &Server, token: &str) -> reqwest::Response {
         .expect("login")
 }
 
-fn cookie_of(res: &reqwest::Response) -> Option<String> {
+pub(crate) fn cookie_of(res: &reqwest::Response) -> Option<String> {
     let set = res.headers().get(header::SET_COOKIE)?.to_str().ok()?;
     Some(set.split(';').next()?.to_string())
 }
 
-async fn page(s: &Server, cookie: &str, path: &str) -> (u16, String) {
+pub(crate) async fn page(s: &Server, cookie: &str, path: &str) -> (u16, String) {
     let res = http()
         .get(format!("{}{path}", s.base))
         .header(header::COOKIE, cookie)
@@ -73,12 +73,12 @@ async fn page(s: &Server, cookie: &str, path: &str) -> (u16, String) {
 }
 
 /// The CSRF token in a page's forms.
-fn csrf_in(html: &str) -> String {
+pub(crate) fn csrf_in(html: &str) -> String {
     let at = html.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
     html[at..at + 64].to_string()
 }
 
-async fn post(
+pub(crate) async fn post(
     s: &Server,
     cookie: &str,
     origin: Option<&str>,

@@ -1410,6 +1410,7 @@ async fn step_once(
         identifiers: outcome.identifiers,
         store: outcome.store,
         inventory: outcome.inventory,
+        failure: outcome.failure,
         duration_ms: Some(u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX)),
     };
     let path = format!("/jobs/{}/outcome", item.id);

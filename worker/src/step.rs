@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ingest_client::Reply;
+use ingest_events::event::FailureKind;
 use ingest_events::JobState;
 use ingest_protocol::api::{
     IdentifiersBody, InventoryBody, JobBody, JobMoved, RetryBody, SessionId, StoreBody, WorkerRef,
@@ -52,6 +53,9 @@ pub struct Outcome {
     pub store: Option<StoreBody>,
     /// The inventory hand-off (Recording).
     pub inventory: Option<InventoryBody>,
+    /// The kind of a failure (`digest_mismatch`); `None` for an ordinary
+    /// one an admin may requeue.
+    pub failure: Option<FailureKind>,
 }
 
 impl Outcome {
@@ -65,6 +69,7 @@ impl Outcome {
             identifiers: None,
             store: None,
             inventory: None,
+            failure: None,
         }
     }
 
@@ -73,6 +78,15 @@ impl Outcome {
         Outcome {
             success: false,
             ..Outcome::success(message)
+        }
+    }
+
+    /// A failure of a kind the engine records (an unrecoverable kind
+    /// refuses every later requeue).
+    pub fn failure_of(kind: FailureKind, message: impl Into<String>) -> Outcome {
+        Outcome {
+            failure: Some(kind),
+            ..Outcome::failure(message)
         }
     }
 
@@ -104,6 +118,58 @@ impl Outcome {
     pub fn with_inventory(mut self, inventory: InventoryBody) -> Outcome {
         self.inventory = Some(inventory);
         self
+    }
+}
+
+/// Why a step failed: the message recorded with the move to Failed, and
+/// the kind of the failure when it is one the engine records
+/// ([`FailureKind`]: a payload whose digest does not match the
+/// depositor's, which no requeue may recover).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepFailure {
+    /// What went wrong, naming the URL or file.
+    pub message: String,
+    /// The kind; `None` for an ordinary failure.
+    pub kind: Option<FailureKind>,
+}
+
+impl StepFailure {
+    /// A failure of `kind`.
+    pub fn of(kind: FailureKind, message: impl Into<String>) -> StepFailure {
+        StepFailure {
+            message: message.into(),
+            kind: Some(kind),
+        }
+    }
+}
+
+impl From<String> for StepFailure {
+    fn from(message: String) -> StepFailure {
+        StepFailure {
+            message,
+            kind: None,
+        }
+    }
+}
+
+impl From<&str> for StepFailure {
+    fn from(message: &str) -> StepFailure {
+        StepFailure::from(message.to_string())
+    }
+}
+
+impl std::fmt::Display for StepFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<StepFailure> for Outcome {
+    fn from(f: StepFailure) -> Outcome {
+        match f.kind {
+            Some(kind) => Outcome::failure_of(kind, f.message),
+            None => Outcome::failure(f.message),
+        }
     }
 }
 
@@ -384,6 +450,12 @@ pub enum DataError {
 impl From<DataError> for String {
     fn from(e: DataError) -> String {
         e.to_string()
+    }
+}
+
+impl From<DataError> for StepFailure {
+    fn from(e: DataError) -> StepFailure {
+        StepFailure::from(e.to_string())
     }
 }
 

@@ -267,6 +267,13 @@ pub(super) fn report_batch(
             _ => unfinished += 1,
         }
     }
+    // Jobs no requeue can recover are named, so the depositor knows which
+    // objects must be submitted again.
+    let unrecoverable: Vec<String> = state
+        .batch_jobs(b)
+        .filter(|j| j.status == JobState::Failed && j.failure.is_some_and(|k| !k.recoverable()))
+        .map(|j| j.jid.to_string())
+        .collect();
     let update = b.status == BatchState::UpdateReporting;
     let (ok_to, fail_to) = (lc.batches.success(b.status), lc.batches.fail(b.status));
     d.push(
@@ -283,6 +290,18 @@ pub(super) fn report_batch(
         (None, 0, 0) => None,
         (None, f, 0) => Some(format!("{f} of {} job(s) failed", successful.len() + f)),
         (None, f, u) => Some(format!("{f} job(s) failed, {u} still at work")),
+    };
+    let problem = match (problem, unrecoverable.len()) {
+        (Some(p), 1..=10) => Some(format!(
+            "{p}; {} of them ({}) cannot be requeued: a new submission is required",
+            unrecoverable.len(),
+            unrecoverable.join(", ")
+        )),
+        (Some(p), n @ 11..) => Some(format!(
+            "{p}; {n} of them ({}, …) cannot be requeued: a new submission is required",
+            unrecoverable[..10].join(", ")
+        )),
+        (p, _) => p,
     };
     match (problem, ok_to, fail_to) {
         (None, Some(BatchState::Completed), _) => d.push(

@@ -1,7 +1,7 @@
 //! Decisions on jobs: the steps' reports, moves, requeue, holds and
 //! deletion.
 
-use crate::event::{self, Identifiers, InventoryParams, StoreParams, StreamId};
+use crate::event::{self, FailureKind, Identifiers, InventoryParams, StoreParams, StreamId};
 use crate::ids::Jid;
 use crate::lifecycle::{BatchState, JobState, Lifecycle};
 use crate::state::State;
@@ -20,6 +20,12 @@ pub(super) fn start_job(
     jid: &Jid,
 ) -> Result<(), Rejection> {
     let j = live_job(state, *jid)?;
+    // The lifecycle lets Failed go to Estimating (a requeue's target), but
+    // a start is not a requeue: it would skip the retry count, and the
+    // refusal of a failure no requeue recovers.
+    if j.status == JobState::Failed {
+        return Err(refused_out_of_failed(lc, j, "a start"));
+    }
     job_move(lc, j, JobState::Estimating)?;
     let profile = &j.configuration.profile_name;
     if state.held_collections.contains(profile) {
@@ -76,18 +82,11 @@ pub(super) fn set_job_status(
     // Moves with rules of their own go through their own command, so
     // an explicit target cannot skip them.
     if j.status == JobState::Failed && to != JobState::Deleted {
-        return Err(Rejection::IllegalTransition {
-            item: Item::Job(*jid),
-            current: j.status.to_string(),
-            requested: format!("{to} by a status change"),
-            allowed: vec![
-                format!(
-                    "a requeue (resumes at {}, retry_count + 1)",
-                    requeue_target(lc, j)
-                ),
-                "Deleted".into(),
-            ],
-        });
+        return Err(refused_out_of_failed(
+            lc,
+            j,
+            &format!("{to} by a status change"),
+        ));
     }
     if j.status == JobState::Pending && to == JobState::Estimating {
         let profile = &j.configuration.profile_name;
@@ -131,6 +130,30 @@ pub(super) fn set_job_status(
     Ok(())
 }
 
+/// The refusal of `requested`, a move of the Failed job `j` other than its
+/// requeue or delete: naming the requeue's target, or, for a failure no
+/// requeue recovers, only Deleted.
+fn refused_out_of_failed(lc: &Lifecycle, j: &crate::state::Job, requested: &str) -> Rejection {
+    Rejection::IllegalTransition {
+        item: Item::Job(j.jid),
+        current: j.status.to_string(),
+        requested: requested.to_string(),
+        allowed: match j.failure.filter(|k| !k.recoverable()) {
+            Some(kind) => vec![format!(
+                "Deleted (it failed with {kind}: {})",
+                kind.remedy()
+            )],
+            None => vec![
+                format!(
+                    "a requeue (resumes at {}, retry_count + 1)",
+                    requeue_target(lc, j)
+                ),
+                "Deleted".into(),
+            ],
+        },
+    }
+}
+
 /// What a step hands on with its outcome (`Command::StepOutcome`'s data).
 pub(super) struct Handoffs<'a> {
     pub(super) priority: &'a Option<u8>,
@@ -138,6 +161,7 @@ pub(super) struct Handoffs<'a> {
     pub(super) identifiers: &'a Option<Identifiers>,
     pub(super) store: &'a Option<StoreParams>,
     pub(super) inventory: &'a Option<InventoryParams>,
+    pub(super) failure: &'a Option<FailureKind>,
 }
 
 /// A worker reports the outcome of the step it did, with the data the
@@ -158,6 +182,7 @@ pub(super) fn step_outcome(
         identifiers,
         store,
         inventory,
+        failure,
     } = handoffs;
     let j = live_job(state, *jid)?;
     if j.status != *reported {
@@ -227,6 +252,12 @@ pub(super) fn step_outcome(
         stream,
         status_changed(j, to, message.to_owned(), false, *priority),
     );
+    // The kind of the failure is its own record, right after the move to
+    // Failed: `decide` refuses a kind with a success, and a fail successor
+    // that is not Failed (a lifecycle file's choice) carries no kind.
+    if let Some(kind) = failure.filter(|_| !*success && to == JobState::Failed) {
+        d.push(state, stream, event::JobFailureClassified { kind });
+    }
     finish_batch_if_done(state, d, j.bid, &[(*jid, to)]);
     Ok(())
 }
@@ -364,6 +395,16 @@ pub(super) fn requeue_job(
             current: j.status.to_string(),
             requested: "a requeue".into(),
             allowed: vec!["only Failed jobs are requeued".into()],
+        });
+    }
+    // The transitions document: a payload whose digest does not match the
+    // depositor's fails the job with no recovery; a new submission is
+    // required. Every path that moves a Failed job back (API, CLI, admin
+    // UI) is this command.
+    if let Some(kind) = j.failure.filter(|k| !k.recoverable()) {
+        return Err(Rejection::UnrecoverableFailure {
+            item: Item::Job(*jid),
+            kind,
         });
     }
     // While its batch is being reported, a job requeued would run after a

@@ -12,8 +12,8 @@ use uuid::Uuid;
 
 use crate::append::{ExpectedVersion, Proposed};
 use crate::event::{
-    AccessQueue, AccessToken, Digest, Erc, Event, Identifiers, InventoryParams, PayloadType,
-    StoreParams, StreamId, Submission,
+    AccessQueue, AccessToken, Digest, Erc, Event, FailureKind, Identifiers, InventoryParams,
+    PayloadType, StoreParams, StreamId, Submission,
 };
 use crate::ids::{Bid, Jid, Qid};
 use crate::lifecycle::{JobState, Lifecycle};
@@ -143,6 +143,10 @@ pub enum Command {
         store: Option<StoreParams>,
         /// Inventory parameters.
         inventory: Option<InventoryParams>,
+        /// The kind of a failure (only with `success: false`); recorded as
+        /// `JobFailureClassified` after the move to Failed. An
+        /// unrecoverable kind refuses every later requeue.
+        failure: Option<FailureKind>,
     },
     /// The estimating step records the space a job needs.
     RecordSpace {
@@ -363,6 +367,32 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// A worker's report of the step of `state` with no hand-offs: a
+    /// [`Command::StepOutcome`] whose data fields are `None`, with `failure`
+    /// the kind of a failure (only with `success: false`).
+    pub fn outcome(
+        jid: Jid,
+        state: JobState,
+        success: bool,
+        message: impl Into<String>,
+        failure: Option<FailureKind>,
+    ) -> Command {
+        Command::StepOutcome {
+            jid,
+            state,
+            success,
+            message: message.into(),
+            priority: None,
+            space_needed: None,
+            identifiers: None,
+            store: None,
+            inventory: None,
+            failure,
+        }
+    }
+}
+
 /// A queue item named in a rejection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Item {
@@ -460,6 +490,19 @@ pub enum Rejection {
         /// The item.
         item: Item,
     },
+    /// The job failed in a way no requeue can recover (a payload whose
+    /// digest does not match the depositor's): only a new submission can
+    /// ingest the object. (HTTP 409 `unrecoverable_failure`)
+    #[error(
+        "{item} failed with {kind} ({}); it cannot be requeued: a new submission is required (the job may be deleted)",
+        kind.explanation()
+    )]
+    UnrecoverableFailure {
+        /// The job.
+        item: Item,
+        /// The kind of its failure.
+        kind: FailureKind,
+    },
     /// A field is invalid. (HTTP 422)
     #[error("invalid {field}: {reason}")]
     Invalid {
@@ -537,7 +580,14 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
             identifiers,
             store,
             inventory,
+            failure,
         } => {
+            if *success && failure.is_some() {
+                return Err(Rejection::Invalid {
+                    field: "failure".into(),
+                    reason: "a kind of failure is given only with a failed outcome".into(),
+                });
+            }
             // An armed fault turns the step's success into a failure that
             // names the admin and the reason, in the same append.
             let fault = state
@@ -571,6 +621,7 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
                     identifiers,
                     store,
                     inventory,
+                    failure,
                 },
             )?
         }
@@ -735,6 +786,46 @@ mod tests {
 
     /// Decides `cmd` on `state` and applies its events as records of
     /// `actor` from `position` on; the events.
+    /// A state, its lifecycle and log position, with batch 1 of the demo
+    /// profile submitted and acquired with `jobs` file jobs (jid 1 …).
+    struct Fixture {
+        lc: Lifecycle,
+        state: State,
+        position: u64,
+    }
+
+    impl Fixture {
+        fn acquired(jobs: usize) -> Fixture {
+            let mut f = Fixture {
+                lc: Lifecycle::builtin(),
+                state: State::new(),
+                position: 0,
+            };
+            f.run(Command::SubmitBatch {
+                uuid: Uuid::nil(),
+                submission: submission("demo"),
+            })
+            .expect("submit");
+            f.run(Command::AcquireBatch {
+                bid: Bid(1),
+                jobs: vec![file_job(); jobs],
+            })
+            .expect("acquire");
+            f
+        }
+
+        /// Decides `cmd` and applies its events, as the engine does.
+        fn run(&mut self, cmd: Command) -> Result<Vec<Event>, Rejection> {
+            run_command(
+                &mut self.state,
+                &self.lc,
+                cmd,
+                &mut self.position,
+                crate::event::Actor::engine(),
+            )
+        }
+    }
+
     fn run_command(
         state: &mut State,
         lc: &Lifecycle,
@@ -818,6 +909,7 @@ mod tests {
             identifiers: None,
             store: None,
             inventory: None,
+            failure: None,
         };
         let events =
             run_command(&mut state, &lc, success(Jid(1)), &mut position, engine()).expect("report");
@@ -874,36 +966,8 @@ mod tests {
     // left is stale.
     #[test]
     fn a_step_outcome_records_its_data_and_the_move_together() {
-        let lc = Lifecycle::builtin();
-        let mut state = State::new();
-        let mut position = 0;
-        let mut run = |state: &mut State, cmd: Command| {
-            run_command(
-                state,
-                &lc,
-                cmd,
-                &mut position,
-                crate::event::Actor::engine(),
-            )
-        };
-        run(
-            &mut state,
-            Command::SubmitBatch {
-                uuid: Uuid::nil(),
-                submission: submission("demo"),
-            },
-        )
-        .unwrap();
-        let spec = file_job();
-        run(
-            &mut state,
-            Command::AcquireBatch {
-                bid: Bid(1),
-                jobs: vec![spec],
-            },
-        )
-        .unwrap();
-        run(&mut state, Command::StartJob { jid: Jid(1) }).unwrap();
+        let mut f = Fixture::acquired(1);
+        f.run(Command::StartJob { jid: Jid(1) }).unwrap();
         let outcome = |reported: JobState| Command::StepOutcome {
             jid: Jid(1),
             state: reported,
@@ -914,19 +978,20 @@ mod tests {
             identifiers: None,
             store: None,
             inventory: None,
+            failure: None,
         };
-        let events = run(&mut state, outcome(JobState::Estimating)).unwrap();
+        let events = f.run(outcome(JobState::Estimating)).unwrap();
         assert_eq!(
             events.iter().map(Event::kind).collect::<Vec<_>>(),
             ["JobSpaceEstimated", "JobStatusChanged"]
         );
-        let j = &state.jobs[&Jid(1)];
+        let j = &f.state.jobs[&Jid(1)];
         assert_eq!(
             (j.status, j.space_needed, j.priority),
             (JobState::Provisioning, 4096, 12)
         );
         // The same report again is stale: the job has moved on.
-        let err = run(&mut state, outcome(JobState::Estimating)).unwrap_err();
+        let err = f.run(outcome(JobState::Estimating)).unwrap_err();
         assert!(matches!(err, Rejection::StaleReport { .. }), "{err:?}");
         assert_eq!(err.to_string(), "job jid0000000001 is Provisioning, not Estimating: the report is stale and was discarded");
 
@@ -936,13 +1001,10 @@ mod tests {
             primary_id: Some("ark:/99999/fk4x".into()),
             local_ids: vec!["l".into()],
         };
-        run(
-            &mut state,
-            Command::RecordIdentifiers {
-                jid: Jid(1),
-                identifiers: ark.clone(),
-            },
-        )
+        f.run(Command::RecordIdentifiers {
+            jid: Jid(1),
+            identifiers: ark.clone(),
+        })
         .unwrap();
         let restate = Command::StepOutcome {
             jid: Jid(1),
@@ -954,12 +1016,149 @@ mod tests {
             identifiers: Some(ark),
             store: None,
             inventory: None,
+            failure: None,
         };
-        let events = run(&mut state, restate).unwrap();
+        let events = f.run(restate).unwrap();
         assert_eq!(
             events.iter().map(Event::kind).collect::<Vec<_>>(),
             ["JobStatusChanged"]
         );
+    }
+
+    // The transitions document: a payload whose digest does not match the
+    // depositor's fails the job with no recovery. The kind is its own record
+    // after the move; every requeue of the job is refused and appends
+    // nothing; delete stays open; an ordinary failure still requeues.
+    #[test]
+    fn a_digest_mismatch_fails_the_job_for_good() {
+        let mut f = Fixture::acquired(2);
+        let report = |jid, reported, success, failure| {
+            Command::outcome(jid, reported, success, "sha256 mismatch", failure)
+        };
+        for jid in [Jid(1), Jid(2)] {
+            f.run(Command::StartJob { jid }).unwrap();
+            f.run(report(jid, JobState::Estimating, true, None))
+                .unwrap();
+            f.run(report(jid, JobState::Provisioning, true, None))
+                .unwrap();
+        }
+        // A kind with a success is refused.
+        let err = f
+            .run(report(
+                Jid(1),
+                JobState::Downloading,
+                true,
+                Some(FailureKind::DigestMismatch),
+            ))
+            .unwrap_err();
+        assert!(
+            matches!(&err, Rejection::Invalid { field, .. } if field == "failure"),
+            "{err:?}"
+        );
+        assert_eq!(f.state.jobs[&Jid(1)].status, JobState::Downloading);
+
+        let events = f
+            .run(report(
+                Jid(1),
+                JobState::Downloading,
+                false,
+                Some(FailureKind::DigestMismatch),
+            ))
+            .unwrap();
+        assert_eq!(
+            events.iter().map(Event::kind).collect::<Vec<_>>(),
+            ["JobStatusChanged", "JobFailureClassified"]
+        );
+        let j = &f.state.jobs[&Jid(1)];
+        assert_eq!(
+            (j.status, j.failure, j.failed_in),
+            (
+                JobState::Failed,
+                Some(FailureKind::DigestMismatch),
+                Some(JobState::Downloading)
+            )
+        );
+
+        // Refused: the requeue, and a forced move out of Failed.
+        let before = f.state.clone();
+        let requeue = Command::RequeueJob {
+            jid: Jid(1),
+            reason: "try again".into(),
+        };
+        let err = decide(&f.state, &f.lc, &requeue).unwrap_err();
+        assert_eq!(
+            err,
+            Rejection::UnrecoverableFailure {
+                item: Item::Job(Jid(1)),
+                kind: FailureKind::DigestMismatch
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "job jid0000000001 failed with digest_mismatch (the payload's digest does not \
+             match the digest the depositor supplied); it cannot be requeued: a new \
+             submission is required (the job may be deleted)"
+        );
+        let forced = Command::SetJobStatus {
+            jid: Jid(1),
+            target: Target::To(JobState::Downloading),
+            message: String::new(),
+            priority: None,
+        };
+        let start = Command::StartJob { jid: Jid(1) };
+        assert!(matches!(
+            decide(&f.state, &f.lc, &start),
+            Err(Rejection::IllegalTransition { .. })
+        ));
+        let err = decide(&f.state, &f.lc, &forced).unwrap_err();
+        let Rejection::IllegalTransition { allowed, .. } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(
+            allowed,
+            &["Deleted (it failed with digest_mismatch: it cannot be requeued: a new submission is required)"]
+        );
+        assert_eq!(f.state, before, "a refusal changes nothing");
+
+        // An ordinary failure of the other job still requeues.
+        let events = f
+            .run(report(Jid(2), JobState::Downloading, false, None))
+            .unwrap();
+        assert_eq!(
+            events.iter().map(Event::kind).collect::<Vec<_>>(),
+            ["JobStatusChanged", "BatchReportingStarted"]
+        );
+        assert_eq!(f.state.jobs[&Jid(2)].failure, None);
+
+        // The batch is reported with the job failed, and the requeue stays
+        // refused after the report.
+        let events = f
+            .run(Command::ReportBatch {
+                bid: Bid(1),
+                notification_error: None,
+            })
+            .unwrap();
+        let Event::BatchReported(reported) = &events[0] else {
+            panic!("{events:?}");
+        };
+        assert_eq!(reported.failed_jobs, [Jid(1), Jid(2)]);
+        let Event::BatchFailed(failed) = &events[1] else {
+            panic!("{events:?}");
+        };
+        assert_eq!(
+            failed.message,
+            "2 of 2 job(s) failed; 1 of them (jid0000000001) cannot be requeued: a new submission is required"
+        );
+        assert!(matches!(
+            decide(&f.state, &f.lc, &requeue),
+            Err(Rejection::UnrecoverableFailure { .. })
+        ));
+        let requeue_other = Command::RequeueJob {
+            jid: Jid(2),
+            reason: "server fixed".into(),
+        };
+        f.run(requeue_other).unwrap();
+        assert_eq!(f.state.jobs[&Jid(2)].status, JobState::Downloading);
     }
 
     // An extra field named like a projected one was accepted and then dropped.

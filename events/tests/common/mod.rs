@@ -430,6 +430,13 @@ pub fn check_rejection_message(r: &Rejection) {
             )
         }
         Rejection::NoChange(m) => assert!(!m.is_empty(), "NoChange without a message"),
+        Rejection::UnrecoverableFailure { item, kind } => {
+            item_named(item);
+            assert!(
+                msg.contains(kind.name()) && msg.contains("a new submission is required"),
+                "{msg:?} does not name {kind} and the remedy"
+            );
+        }
         other => panic!("a new rejection variant needs a message check: {other:?}"),
     }
 }

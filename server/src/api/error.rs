@@ -209,6 +209,14 @@ impl From<Rejection> for ApiError {
                     .with("id", id)
             }
             Rejection::Invalid { field, reason } => ApiError::invalid_field(field, reason),
+            Rejection::UnrecoverableFailure { item, kind } => {
+                let (kind_of_item, id) = item_parts(item);
+                ApiError::conflict("unrecoverable_failure", message)
+                    .with("item", kind_of_item)
+                    .with("id", id)
+                    .with("failure", kind.name())
+                    .with("new_submission_required", true)
+            }
             Rejection::StaleReport {
                 item,
                 current,
@@ -481,6 +489,14 @@ mod tests {
                 "queue_paused",
             ),
             (Rejection::NoChange("x".into()), 409, "no_change"),
+            (
+                Rejection::UnrecoverableFailure {
+                    item: Item::Job(Jid(3)),
+                    kind: ingest_events::event::FailureKind::DigestMismatch,
+                },
+                409,
+                "unrecoverable_failure",
+            ),
             (
                 Rejection::CollectionStillHeld {
                     profile: "p".into(),

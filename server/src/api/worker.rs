@@ -373,6 +373,7 @@ pub(crate) async fn outcome(
             manifest_url: i.manifest_url,
             mode: i.mode,
         }),
+        failure: body.failure,
     };
     let records = match app.execute(actor, cid, command).await {
         Ok(outcome) => outcome.records,

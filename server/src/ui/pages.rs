@@ -318,7 +318,10 @@ pub(crate) async fn jobs(State(ui): State<Ui>, admin: Admin, uri: Uri) -> Respon
                                 td { (cut(&j.profile)) }
                                 td { (cut(&j.submitter)) }
                                 td { (cut(&j.local_ids.join(", "))) }
-                                td { (cut(j.failed_in.as_deref().unwrap_or(""))) }
+                                td {
+                                    (cut(j.failed_in.as_deref().unwrap_or("")))
+                                    @if let Some(kind) = &j.failure { " (" (cut(kind)) ")" }
+                                }
                                 td.num { (j.retry_count) }
                                 td { (j.created.format("%Y-%m-%d %H:%M:%S")) }
                                 td { (ingest_protocol::cut(&j.message, 120)) }
@@ -422,7 +425,11 @@ pub(crate) async fn job(State(ui): State<Ui>, admin: Admin, Path(jid): Path<Stri
     let allowed = |action: &str| -> bool {
         let Some(s) = status else { return false };
         match action {
-            "requeue" => s == JobState::Failed,
+            // A failure no requeue recovers offers no requeue (the API
+            // would refuse it: 409 unrecoverable_failure).
+            "requeue" => {
+                s == JobState::Failed && view.failure.as_ref().is_none_or(|f| f.recoverable)
+            }
             "hold" => lc.jobs.can(s, JobState::Held),
             "release" => s == JobState::Held,
             "fail" => lc.jobs.can(s, JobState::Failed),
@@ -441,6 +448,9 @@ pub(crate) async fn job(State(ui): State<Ui>, admin: Admin, Path(jid): Path<Stri
     let body = html! {
         p { "State: " strong #job-state { (cut(&view.status)) } " · batch "
             a href=(format!("/ui/batches/{}", enc(&view.bid))) { (cut(&view.bid)) } }
+        @if let Some(f) = view.failure.as_ref().filter(|_| view.status == "Failed") {
+            p #job-failure { "Failure: " strong { (cut(&f.kind)) } " — " (cut(&f.explanation)) }
+        }
         section.actions {
             @for (action, label) in actions {
                 @if allowed(action) {

@@ -23,7 +23,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ingest_events::command::JobSpec;
-use ingest_events::event::{Digest, Erc, Identifiers, PayloadType, Submission, SubmissionMode};
+use ingest_events::event::{
+    Digest, Erc, FailureKind, Identifiers, PayloadType, Submission, SubmissionMode,
+};
 use ingest_protocol::api::JobBody;
 use ingest_protocol::callback::BatchCallback;
 use ingest_protocol::node::{
@@ -269,6 +271,12 @@ pub fn report_text(bid: &str, batch_status: &str, jobs: &[ReportJob]) -> (String
         }
         if !job.message.is_empty() {
             let _ = writeln!(body, "  message: {}", job.message);
+        }
+        if let Some(kind) = job.failure.as_deref() {
+            let _ = match kind.parse::<FailureKind>() {
+                Ok(k) => writeln!(body, "  failure: {k}: {}; {}", k.explanation(), k.remedy()),
+                Err(_) => writeln!(body, "  failure: {}", ingest_protocol::cut(kind, 64)),
+            };
         }
     }
     (subject, body)
@@ -653,6 +661,7 @@ async fn read_report_job(
         local_ids: ids.local_id,
         status: set(&status.status).unwrap_or(set_status).to_string(),
         message: status.message,
+        failure: status.failure,
     })
 }
 
@@ -883,6 +892,7 @@ mod tests {
                 local_ids: vec!["loc-a".into()],
                 status: "Completed".into(),
                 message: "notified nobody".into(),
+                failure: None,
             },
             ReportJob {
                 jid: "jid2".into(),
@@ -890,15 +900,27 @@ mod tests {
                 local_ids: vec![],
                 status: "Failed".into(),
                 message: "GET http://x/b returned 404 Not Found".into(),
+                failure: None,
+            },
+            ReportJob {
+                jid: "jid3".into(),
+                ark: None,
+                local_ids: vec![],
+                status: "Failed".into(),
+                message: "sha256 mismatch".into(),
+                failure: Some("digest_mismatch".into()),
             },
         ];
         let (subject, body) = report_text("bid7", "Reporting", &jobs);
-        assert_eq!(subject, "ingest batch bid7: 1 completed, 1 failed");
+        assert_eq!(subject, "ingest batch bid7: 1 completed, 2 failed");
         assert_eq!(
             body,
-            "Batch bid7: 1 completed, 1 failed.\n\
+            "Batch bid7: 1 completed, 2 failed.\n\
              \njid1 Completed\n  ark: ark:/99999/fk4a\n  local ids: loc-a\n  message: notified nobody\n\
-             \njid2 Failed\n  ark: (none)\n  message: GET http://x/b returned 404 Not Found\n"
+             \njid2 Failed\n  ark: (none)\n  message: GET http://x/b returned 404 Not Found\n\
+             \njid3 Failed\n  ark: (none)\n  message: sha256 mismatch\n  failure: digest_mismatch: \
+             the payload's digest does not match the digest the depositor supplied; \
+             it cannot be requeued: a new submission is required\n"
         );
         assert_eq!(
             report_text("bid8", "Reporting", &[]).0,
@@ -1100,6 +1122,7 @@ mod tests {
             local_ids: vec!["loc-a".into()],
             status: "Completed".into(),
             message: String::new(),
+            failure: None,
         }];
         let s = submission("file", "https://example.org/a.txt");
         assert_eq!(

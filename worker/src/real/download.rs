@@ -37,7 +37,7 @@ use tokio::time::Instant;
 use super::estimate;
 use super::fetch::{Fetcher, RetryPolicy};
 use super::RealConfig;
-use crate::step::{JobCtx, Outcome, Step, StepFuture, StepResult};
+use crate::step::{JobCtx, Outcome, Step, StepFailure, StepFuture, StepResult};
 
 /// The directory of the object's files, under the job's directory.
 pub const PRODUCER_DIR: &str = "producer";
@@ -102,9 +102,9 @@ impl Step for Download {
                     ))
                     .with_space_needed(report.bytes)
                 }
-                Err(message) => {
-                    tracing::warn!(jid = %job.jid, state = %job.state, %message, "download failed");
-                    Outcome::failure(message)
+                Err(failure) => {
+                    tracing::warn!(jid = %job.jid, state = %job.state, message = %failure.message, kind = ?failure.kind, "download failed");
+                    failure.into()
                 }
             };
             StepResult::Report(outcome)
@@ -123,7 +123,7 @@ impl Download {
         }
     }
 
-    async fn run_job(&self, job: &JobCtx) -> Result<DownloadReport, String> {
+    async fn run_job(&self, job: &JobCtx) -> Result<DownloadReport, StepFailure> {
         let data = job.data().await?;
         let (kind, single_digest) = match data.configuration.payload_type.as_str() {
             "container" => (ObjectKind::Container, estimate::payload_digest(&data)?),
@@ -136,7 +136,9 @@ impl Download {
         let listed = estimate::object_files(&self.fetcher, &self.config, &data, Some(job));
         let files = match deadline {
             Some(at) => tokio::time::timeout_at(at, listed).await.map_err(|_| {
-                self.deadline_passed(std::slice::from_ref(&data.configuration.payload_url))
+                StepFailure::from(
+                    self.deadline_passed(std::slice::from_ref(&data.configuration.payload_url)),
+                )
             })??,
             None => listed.await?,
         };
@@ -145,7 +147,8 @@ impl Download {
             return Err(format!(
                 "the object is {} bytes (estimated), larger than the limit of {max} bytes",
                 data.space_needed
-            ));
+            )
+            .into());
         }
         let job_dir = self.config.job_dir(&data.bid, &job.jid);
         self.download(&files, kind, single_digest, &job_dir, Some(job), deadline)
@@ -188,7 +191,7 @@ impl Download {
         job_dir: &Path,
         job: Option<&JobCtx>,
         deadline: Option<Instant>,
-    ) -> Result<DownloadReport, String> {
+    ) -> Result<DownloadReport, StepFailure> {
         let args = &self.config.args;
         check_limits(files, args.max_object_files, args.max_object_bytes)?;
         if single_digest.is_some() && files.len() != 1 {
@@ -203,7 +206,12 @@ impl Download {
                     return Err("a container payload must be exactly one file".into());
                 };
                 let dest = job_dir.join(CONTAINER_FILE);
-                let plan = vec![Transfer::new(0, file, dest, single_digest)];
+                let plan = vec![Transfer::new(
+                    0,
+                    file,
+                    dest,
+                    Checked::payload(single_digest),
+                )];
                 let downloaded = self.transfer_all(plan, job, deadline).await?;
                 let container = job_dir.join(CONTAINER_FILE);
                 let limits = ExtractLimits {
@@ -226,11 +234,12 @@ impl Download {
                         return Err(format!(
                             "the file name {:?} (for {}) is listed twice",
                             file.name, file.url
-                        ));
+                        )
+                        .into());
                     }
                     let expected = match &single_digest {
-                        Some(d) => Some(d.clone()),
-                        None => supplied_digest(file)?,
+                        Some(d) => Checked::payload(Some(d.clone())),
+                        None => Checked::file(supplied_digest(file)?),
                     };
                     plan.push(Transfer::new(index, file, dest, expected));
                 }
@@ -251,7 +260,7 @@ impl Download {
         plan: Vec<Transfer>,
         job: Option<&JobCtx>,
         deadline: Option<Instant>,
-    ) -> Result<DownloadReport, String> {
+    ) -> Result<DownloadReport, StepFailure> {
         let max = self.config.args.max_object_bytes;
         let total = Arc::new(AtomicU64::new(0));
         let policy = self.config.retry();
@@ -285,7 +294,7 @@ impl Download {
                         let mut urls: Vec<(usize, String)> = in_flight.into_values().collect();
                         urls.sort();
                         let urls: Vec<String> = urls.into_iter().map(|(_, u)| u).collect();
-                        return Err(self.deadline_passed(&urls));
+                        return Err(self.deadline_passed(&urls).into());
                     }
                 },
                 None => running.join_next_with_id().await,
@@ -296,8 +305,8 @@ impl Download {
                     in_flight.remove(&id);
                     done.push(file);
                 }
-                Some(Ok((_, Err(message)))) => return Err(message),
-                Some(Err(e)) => return Err(format!("a download task failed: {e}")),
+                Some(Ok((_, Err(failure)))) => return Err(failure),
+                Some(Err(e)) => return Err(format!("a download task failed: {e}").into()),
             }
         }
         done.sort_by_key(|(index, _)| *index);
@@ -316,9 +325,10 @@ impl Download {
 /// A message naming the file's URL (or the limit): too many files or bytes
 /// (checked before anything is downloaded when the sizes are declared), an
 /// unsafe or repeated file name, a download that failed (after its
-/// retries), a digest mismatch, a container that cannot be unpacked within
-/// the limits or holds no file, a local write that failed. Files already
-/// downloaded stay in place.
+/// retries), a digest mismatch (of kind [`FailureKind::DigestMismatch`]
+/// when it is `single_digest`'s, the depositor's digest of the payload), a
+/// container that cannot be unpacked within the limits or holds no file, a
+/// local write that failed. Files already downloaded stay in place.
 pub async fn download_object(
     fetcher: &Arc<Fetcher>,
     config: &Arc<RealConfig>,
@@ -327,11 +337,36 @@ pub async fn download_object(
     single_digest: Option<Expected>,
     job_dir: &Path,
     job: Option<&JobCtx>,
-) -> Result<DownloadReport, String> {
+) -> Result<DownloadReport, StepFailure> {
     let step = Download::new(Arc::clone(fetcher), Arc::clone(config));
     let deadline = step.deadline();
     step.download(files, kind, single_digest, job_dir, job, deadline)
         .await
+}
+
+/// The digest a transfer is checked against, and whose it is.
+struct Checked {
+    expected: Option<Expected>,
+    /// The depositor's digest of the whole payload (a `file` or
+    /// `container` job's), whose mismatch no requeue recovers; else a
+    /// manifest line's digest of one file.
+    payload: bool,
+}
+
+impl Checked {
+    fn payload(expected: Option<Expected>) -> Checked {
+        Checked {
+            expected,
+            payload: true,
+        }
+    }
+
+    fn file(expected: Option<Expected>) -> Checked {
+        Checked {
+            expected,
+            payload: false,
+        }
+    }
 }
 
 /// Reads `<job_dir>/system/files.json`.
@@ -392,6 +427,8 @@ struct Transfer {
     dest: PathBuf,
     declared_size: Option<u64>,
     expected: Option<Expected>,
+    /// Whether `expected` is the depositor's digest of the payload.
+    payload_digest: bool,
     algorithms: Vec<Algorithm>,
     mime_type: Option<String>,
 }
@@ -408,7 +445,11 @@ struct TransferCtx {
 }
 
 impl Transfer {
-    fn new(index: usize, file: &FileSpec, dest: PathBuf, expected: Option<Expected>) -> Transfer {
+    fn new(index: usize, file: &FileSpec, dest: PathBuf, checked: Checked) -> Transfer {
+        let Checked {
+            expected,
+            payload: payload_digest,
+        } = checked;
         // SHA-512 is OCFL's digest: the storing step compares it with what
         // OCFL reads, so the bytes are hashed for it once, as they arrive.
         let mut algorithms = vec![Algorithm::Sha256, Algorithm::Sha512];
@@ -424,6 +465,7 @@ impl Transfer {
             dest,
             declared_size: file.size,
             expected,
+            payload_digest,
             algorithms,
             mime_type: file
                 .mime_type
@@ -433,7 +475,7 @@ impl Transfer {
         }
     }
 
-    async fn run(self, ctx: TransferCtx) -> Result<(usize, DownloadedFile), String> {
+    async fn run(self, ctx: TransferCtx) -> Result<(usize, DownloadedFile), StepFailure> {
         let _permit = Arc::clone(&ctx.transfers)
             .acquire_owned()
             .await
@@ -456,14 +498,16 @@ impl Transfer {
             return Err(format!(
                 "the object is larger than the limit of {} bytes (at {url})",
                 ctx.max
-            ));
+            )
+            .into());
         }
         if let Some(declared) = self.declared_size.filter(|&d| d != downloaded.size) {
             return Err(format!(
                 "{}: {} bytes downloaded, but the manifest declares {declared} bytes",
                 ingest_protocol::cut(url, 512),
                 downloaded.size
-            ));
+            )
+            .into());
         }
         let digests: BTreeMap<String, String> = downloaded
             .digests
@@ -475,7 +519,13 @@ impl Transfer {
                 .get(expected.algorithm.name())
                 .map(String::as_str)
                 .unwrap_or_default();
-            expected.check(actual).map_err(|m| format!("{url}: {m}"))?;
+            match expected.check(actual) {
+                Ok(()) => {}
+                Err(m) if self.payload_digest => {
+                    return Err(estimate::payload_digest_mismatch(url, &m));
+                }
+                Err(m) => return Err(format!("{url}: {m}").into()),
+            }
         }
         Ok((
             self.index,
@@ -578,6 +628,7 @@ mod tests {
 
     use axum::routing::get;
     use axum::Router;
+    use ingest_events::event::FailureKind;
     use ingest_steps::digest::MultiHasher;
     use ingest_steps::forms::FileDigest;
 
@@ -740,6 +791,17 @@ mod tests {
             kind: ObjectKind,
             single: Option<Expected>,
         ) -> Result<DownloadReport, String> {
+            self.download_or_failure(files, kind, single)
+                .await
+                .map_err(|f| f.message)
+        }
+
+        async fn download_or_failure(
+            &self,
+            files: &[FileSpec],
+            kind: ObjectKind,
+            single: Option<Expected>,
+        ) -> Result<DownloadReport, StepFailure> {
             download_object(
                 &self.fetcher,
                 &self.config,
@@ -808,31 +870,39 @@ mod tests {
             Some(("sha256", wrong.clone())),
         )];
         let err = s
-            .download(&files, ObjectKind::Files, None)
+            .download_or_failure(&files, ObjectKind::Files, None)
             .await
             .expect_err("mismatch");
+        // A manifest line's digest: an ordinary failure (the manifest can be
+        // corrected at its URL and the job requeued).
         assert_eq!(
             err,
-            format!(
+            StepFailure::from(format!(
                 "{}: sha256 mismatch: expected {wrong}, got {}",
                 s.url("two"),
                 hex(Algorithm::Sha256, TWO)
-            )
+            ))
         );
-        // The depositor's digest of a single-file payload.
+        // The depositor's digest of a single-file payload: unrecoverable,
+        // whether the file is the object or a container of it.
         let single = Expected {
             algorithm: Algorithm::Sha1,
             value: "1".repeat(40),
         };
         let files = [spec(s.url("one"), "one", None)];
-        let err = s
-            .download(&files, ObjectKind::Files, Some(single))
-            .await
-            .expect_err("mismatch");
-        assert!(
-            err.starts_with(&format!("{}: sha1 mismatch", s.url("one"))),
-            "{err}"
-        );
+        for kind in [ObjectKind::Files, ObjectKind::Container] {
+            let err = s
+                .download_or_failure(&files, kind, Some(single.clone()))
+                .await
+                .expect_err("mismatch");
+            assert_eq!(err.kind, Some(FailureKind::DigestMismatch), "{kind:?}");
+            assert!(
+                err.message
+                    .starts_with(&format!("{}: sha1 mismatch", s.url("one")))
+                    && err.message.ends_with("a new submission is required"),
+                "{err}"
+            );
+        }
         let right = Expected {
             algorithm: Algorithm::Sha1,
             value: hex(Algorithm::Sha1, ONE),
@@ -947,7 +1017,10 @@ mod tests {
         )
         .await
         .expect_err("too large");
-        assert!(err.contains("larger than the limit of 5 bytes"), "{err}");
+        assert!(
+            err.message.contains("larger than the limit of 5 bytes"),
+            "{err}"
+        );
     }
 
     #[tokio::test]

@@ -6,13 +6,17 @@
 //! ([`estimate`]). `space_needed` is the sum. When any size is unknown (a
 //! server without `Content-Length` or without HEAD, an error, a manifest
 //! that cannot be read), `space_needed` is 0 and the job's priority drops
-//! by 10, as in Merritt. Estimating never fails: whatever is wrong with the
-//! payload is reported by Downloading, which reads it for real.
+//! by 10, as in Merritt. Estimating fails only when an object manifest's
+//! digest is not the one the depositor supplied (it reads the manifest, so
+//! this is the first step that knows; the failure is of kind
+//! `digest_mismatch`, which no requeue recovers): whatever else is wrong
+//! with the payload is reported by Downloading, which reads it for real.
 
 use std::sync::Arc;
 
+use ingest_events::event::FailureKind;
 use ingest_steps::checkm;
-use ingest_steps::digest::{Algorithm, Expected, MultiHasher};
+use ingest_steps::digest::{Algorithm, Expected, Mismatch, MultiHasher};
 use ingest_steps::forms::{self, FileSpec, Form};
 use ingest_steps::paths;
 use reqwest::Url;
@@ -20,7 +24,7 @@ use tokio::task::JoinSet;
 
 use super::fetch::Fetcher;
 use super::RealConfig;
-use crate::step::{JobCtx, JobData, Outcome, Step, StepFuture, StepResult};
+use crate::step::{JobCtx, JobData, Outcome, Step, StepFailure, StepFuture, StepResult};
 
 /// The largest object manifest read.
 pub const MANIFEST_MAX_BYTES: u64 = 64 * 1024 * 1024;
@@ -59,14 +63,20 @@ impl Step for Estimate {
         Box::pin(async move {
             let files = match job.data().await {
                 Ok(data) => object_files(&self.fetcher, &self.config, &data, Some(job)).await,
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(StepFailure::from(e.to_string())),
             };
             let sizes = match files {
                 Ok(files) => sizes(&self.fetcher, &files, self.config.args.transfers_per_job).await,
+                // A failure with a kind (an object manifest whose digest is
+                // not the depositor's) is known now and fails the job now.
+                Err(failure) if failure.kind.is_some() => {
+                    tracing::warn!(jid = %job.jid, state = %job.state, message = %failure.message, "the payload's digest does not match");
+                    return StepResult::Report(failure.into());
+                }
                 Err(reason) => Sizes {
                     files: 0,
                     bytes: 0,
-                    unknown: Some(reason),
+                    unknown: Some(reason.message),
                 },
             };
             StepResult::Report(outcome(job, &sizes))
@@ -93,13 +103,15 @@ pub fn dropped_priority(priority: u8) -> u8 {
 /// # Errors
 /// A message naming the URL or the manifest line: no payload URL, a payload
 /// type that is not one object's, a URL without a usable file name, a
-/// manifest that cannot be fetched or read, or whose digest does not match.
+/// manifest that cannot be fetched or read, or whose digest does not match
+/// (of kind [`FailureKind::DigestMismatch`]: the object manifest is the
+/// payload the depositor's digest is of).
 pub async fn object_files(
     fetcher: &Fetcher,
     config: &RealConfig,
     data: &JobData,
     job: Option<&JobCtx>,
-) -> Result<Vec<FileSpec>, String> {
+) -> Result<Vec<FileSpec>, StepFailure> {
     let conf = &data.configuration;
     let url = Some(conf.payload_url.as_str())
         .filter(|u| !u.is_empty())
@@ -121,14 +133,33 @@ pub async fn object_files(
                 let mut hasher = MultiHasher::new(&[expected.algorithm]);
                 hasher.update(&bytes);
                 let actual = hasher.finish().pop().map(|(_, hex)| hex).unwrap_or_default();
-                expected.check(&actual).map_err(|e| format!("{what}: {e}"))?;
+                expected
+                    .check(&actual)
+                    .map_err(|e| payload_digest_mismatch(&what, &e))?;
             }
-            manifest_files(url, &bytes)
+            Ok(manifest_files(url, &bytes)?)
         }
         other => Err(format!(
             "payload type {other:?} is not one object's payload (file, container or object-manifest)"
-        )),
+        )
+        .into()),
     }
+}
+
+/// The failure of a payload whose digest is not the one the depositor
+/// supplied with it: of kind [`FailureKind::DigestMismatch`], which no
+/// requeue recovers (the transitions document: "Recovery is not possible
+/// under these conditions. A new submission will be required."). `what`
+/// names the payload (its URL, cut).
+pub fn payload_digest_mismatch(what: &str, mismatch: &Mismatch) -> StepFailure {
+    StepFailure::of(
+        FailureKind::DigestMismatch,
+        format!(
+            "{}: {mismatch}: the payload is not what the depositor's digest describes; \
+             a new submission is required",
+            ingest_protocol::cut(what, 512)
+        ),
+    )
 }
 
 /// The depositor's digest of the job's payload (`digest_type`,
@@ -453,9 +484,10 @@ mod tests {
         .await
         .expect_err("404");
         assert!(
-            missing.contains("/gone") && missing.contains("404"),
+            missing.message.contains("/gone") && missing.message.contains("404"),
             "{missing}"
         );
+        assert_eq!(missing.kind, None);
         let corrupt = object_files(
             &fetcher,
             &config,
@@ -465,9 +497,10 @@ mod tests {
         .await
         .expect_err("not a manifest");
         assert!(
-            corrupt.contains("/a") && corrupt.contains("line"),
+            corrupt.message.contains("/a") && corrupt.message.contains("line"),
             "{corrupt}"
         );
+        assert_eq!(corrupt.kind, None);
         let batch = object_files(
             &fetcher,
             &config,
@@ -476,7 +509,7 @@ mod tests {
         )
         .await
         .expect_err("a batch payload");
-        assert!(batch.contains("batch-manifest"), "{batch}");
+        assert!(batch.message.contains("batch-manifest"), "{batch}");
         let bad_digest = JobData {
             configuration: node(json!({
                 "payload_url": format!("{base}/manifest"),
@@ -490,9 +523,12 @@ mod tests {
             .await
             .expect_err("digest mismatch");
         assert!(
-            err.contains("md5 mismatch") && err.contains("/manifest"),
+            err.message.contains("md5 mismatch")
+                && err.message.contains("/manifest")
+                && err.message.contains("a new submission is required"),
             "{err}"
         );
+        assert_eq!(err.kind, Some(FailureKind::DigestMismatch));
     }
 
     #[test]
