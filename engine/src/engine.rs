@@ -144,8 +144,15 @@ pub struct Startup {
     pub events: u64,
     /// The position of the snapshot the fold started from, if any.
     pub snapshot: Option<u64>,
-    /// Time taken.
+    /// Time taken by the snapshot and the fold (not the log's opening).
     pub elapsed: std::time::Duration,
+    /// Opening the log (sled's recovery, the tail's chain check, the audit
+    /// indexes' check).
+    pub log_open: std::time::Duration,
+    /// Loading the snapshot, by part.
+    pub snapshot_load: snapshot::LoadTimes,
+    /// Folding the records after the snapshot.
+    pub fold: std::time::Duration,
 }
 
 /// The log's directory inside a data directory.
@@ -165,14 +172,19 @@ impl Engine {
             Some(path) => Some(SigningKeyFile::load(path)?),
             None => None,
         };
+        let started = Instant::now();
         let log = Arc::new(Log::open(&log_dir(&config.data_dir), &config.log)?);
+        let log_open = started.elapsed();
         let started = Instant::now();
         let (head, _) = log.head();
         // A tail that fails the chain is left out of the fold; the log refuses
         // appends until it is repaired, but everything before it can be read.
         let readable = log.needs_repair().map_or(head, |(p, _)| p - 1);
         let dir = snapshot::snapshot_dir(&config.data_dir);
-        let (mut state, mut frontier, from) = match snapshot::load_newest(&dir, &log, readable) {
+        let mut snapshot_load = snapshot::LoadTimes::default();
+        let loaded = snapshot::load_newest_timed(&dir, &log, readable, &mut snapshot_load);
+        let folding = Instant::now();
+        let (mut state, mut frontier, from) = match loaded {
             Some(s) => {
                 let p = s.state.position;
                 (s.state, s.frontier, Some(p))
@@ -188,6 +200,9 @@ impl Engine {
             events: state.position - from.unwrap_or(0),
             snapshot: from,
             elapsed: started.elapsed(),
+            log_open,
+            snapshot_load,
+            fold: folding.elapsed(),
         };
         tracing::debug!(
             events = startup.events,

@@ -28,7 +28,7 @@
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ingest_events::codec::Hash;
 use ingest_events::log::Log;
@@ -212,16 +212,46 @@ pub fn write_parts(
     Ok(path)
 }
 
+/// How long loading snapshots at start-up took, by part (summed over every
+/// file tried), so that start-up can say where its time went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadTimes {
+    /// Snapshot files tried.
+    pub files: u32,
+    /// Bytes read from them.
+    pub bytes: u64,
+    /// Reading the files.
+    pub read: Duration,
+    /// Checking their checksums.
+    pub checksum: Duration,
+    /// Decoding their bodies.
+    pub decode: Duration,
+    /// Checking them against the log.
+    pub check: Duration,
+}
+
 /// Reads and checks one snapshot file (not yet against a log).
 ///
 /// # Errors
 /// [`SnapshotError::Io`] or [`SnapshotError::Corrupt`].
 pub fn read(path: &Path) -> Result<Snapshot, SnapshotError> {
+    read_timed(path, &mut LoadTimes::default())
+}
+
+/// As [`read`], adding the time of each part to `times`.
+///
+/// # Errors
+/// As [`read`].
+pub fn read_timed(path: &Path, times: &mut LoadTimes) -> Result<Snapshot, SnapshotError> {
+    let started = Instant::now();
     let corrupt = |reason: String| SnapshotError::Corrupt {
         path: path.to_path_buf(),
         reason,
     };
     let bytes = fs::read(path).map_err(io_err(path))?;
+    times.files += 1;
+    times.bytes += bytes.len() as u64;
+    times.read += started.elapsed();
     if bytes.len() < HEADER_LEN {
         return Err(corrupt(format!(
             "{} bytes, shorter than its {HEADER_LEN}-byte header",
@@ -254,12 +284,17 @@ pub fn read(path: &Path) -> Result<Snapshot, SnapshotError> {
             body.len()
         )));
     }
-    if blake3::hash(body).as_bytes() != &header[68..100] {
+    let started = Instant::now();
+    let sum = blake3::hash(body);
+    times.checksum += started.elapsed();
+    if sum.as_bytes() != &header[68..100] {
         return Err(corrupt("the body fails its checksum".into()));
     }
+    let started = Instant::now();
     let config = bincode::config::standard().with_limit::<MAX_BODY>();
     let (snapshot, used): (Snapshot, usize) = bincode::serde::decode_from_slice(body, config)
         .map_err(|e| corrupt(format!("the body does not decode: {e}")))?;
+    times.decode += started.elapsed();
     if used != body.len() {
         return Err(corrupt(format!("{} trailing bytes", body.len() - used)));
     }
@@ -315,6 +350,16 @@ pub fn check_against(
 /// `readable`; every one skipped is logged at WARN with why. `None` when
 /// none does (the fold then starts at position 1).
 pub fn load_newest(dir: &Path, log: &Log, readable: u64) -> Option<Snapshot> {
+    load_newest_timed(dir, log, readable, &mut LoadTimes::default())
+}
+
+/// As [`load_newest`], adding the time of each part to `times`.
+pub fn load_newest_timed(
+    dir: &Path,
+    log: &Log,
+    readable: u64,
+    times: &mut LoadTimes,
+) -> Option<Snapshot> {
     let found = match list(dir) {
         Ok(found) => found,
         Err(e) => {
@@ -323,7 +368,12 @@ pub fn load_newest(dir: &Path, log: &Log, readable: u64) -> Option<Snapshot> {
         }
     };
     for (_, path) in found {
-        let checked = read(&path).and_then(|s| check_against(&path, &s, log, readable).map(|()| s));
+        let checked = read_timed(&path, times).and_then(|s| {
+            let started = Instant::now();
+            let checked = check_against(&path, &s, log, readable);
+            times.check += started.elapsed();
+            checked.map(|()| s)
+        });
         match checked {
             Ok(s) => return Some(s),
             Err(e) => tracing::warn!(error = %e, "snapshot ignored; the fold starts earlier"),
