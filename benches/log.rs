@@ -730,7 +730,10 @@ fn rebuild(events: u64) {
     let reuse = matches!(data, DataDir::Kept(_))
         && std::fs::read_to_string(&marker).is_ok_and(|m| m.trim() == jobs.to_string());
     let built = if reuse {
-        eprintln!("rebuild: reusing the log of {jobs} jobs in {}", log_dir.display());
+        eprintln!(
+            "rebuild: reusing the log of {jobs} jobs in {}",
+            log_dir.display()
+        );
         None
     } else {
         // A kept directory that holds anything else is built afresh.
@@ -771,7 +774,11 @@ fn rebuild(events: u64) {
             (total - opened).as_secs_f64(),
             total.as_secs_f64(),
             state.position as f64 / total.as_secs_f64(),
-            if cold() { "page cache dropped first" } else { "OS page cache warm" },
+            if cold() {
+                "page cache dropped first"
+            } else {
+                "OS page cache warm"
+            },
         );
         folded = Some(state);
     }
@@ -883,8 +890,7 @@ fn archive_figures(data_dir: &Path, built: &State) {
     let chain_time = started.elapsed();
     assert!(chain.problems.is_empty());
     let started = Instant::now();
-    let full =
-        ingest_engine::audit::verify(engine.log(), data_dir, None, |_| {}).expect("verify");
+    let full = ingest_engine::audit::verify(engine.log(), data_dir, None, |_| {}).expect("verify");
     let full_time = started.elapsed();
     assert!(full.log.problems.is_empty(), "{:?}", full.log.problems);
     eprintln!(
