@@ -755,8 +755,16 @@ fn rebuild(events: u64) {
         }
         Some(built)
     };
+    let startup_only = std::env::var("INGEST_BENCH_STARTUP_ONLY").is_ok_and(|v| v == "1");
     let mut folded = None;
-    for attempt in 1..=2 {
+    // Reusing a log for start-up alone: the engine's start-up without a
+    // snapshot below is the full fold (and gives the state to compare with).
+    let attempts = if built.is_none() && startup_only {
+        0
+    } else {
+        2
+    };
+    for attempt in 1..=attempts {
         if cold() {
             evict_page_cache(&log_dir);
         }
@@ -782,20 +790,15 @@ fn rebuild(events: u64) {
         );
         folded = Some(state);
     }
-    let built = built.or(folded).expect("folded at least once");
-    archive_figures(data.path(), &built);
+    archive_figures(data.path(), built.or(folded));
 }
 
 /// Bytes per event, start-up with and without a snapshot, one batch's
 /// history, and the verify pass, each against its baseline in this run.
-fn archive_figures(data_dir: &Path, built: &State) {
+fn archive_figures(data_dir: &Path, built: Option<State>) {
     use ingest_engine::engine::{Engine, EngineConfig};
-    let events = built.position;
     let log_dir = &ingest_engine::engine::log_dir(data_dir);
     let startup_only = std::env::var("INGEST_BENCH_STARTUP_ONLY").is_ok_and(|v| v == "1");
-    if !startup_only {
-        space_figures(log_dir, events);
-    }
     // The engine's layout: the log in DATA_DIR/log, snapshots beside it
     // (none left from an earlier run: the baseline folds the whole log).
     let snapshots = ingest_engine::snapshot::snapshot_dir(data_dir);
@@ -809,8 +812,13 @@ fn archive_figures(data_dir: &Path, built: &State) {
         (engine, started.elapsed())
     };
     let (mut engine, without) = open_engine();
+    let built = &built.unwrap_or_else(|| engine.state().clone());
     assert_eq!(engine.state(), built);
+    let events = built.position;
     eprintln!("start-up parts without a snapshot: {:?}", engine.startup);
+    if !startup_only {
+        space_figures(log_dir, events);
+    }
     let started = Instant::now();
     let path = engine.snapshot_now().expect("write a snapshot");
     let write = started.elapsed();
@@ -836,6 +844,10 @@ fn archive_figures(data_dir: &Path, built: &State) {
         engine = Some(opened);
     }
     let engine = engine.expect("opened");
+    let v1 = format_1_bytes(&engine);
+    drop(engine);
+    let with_v1 = startup_from_format_1(data_dir, &v1, built, &path, &open_engine);
+    let (engine, _) = open_engine();
     eprintln!(
         "start-up: {:.2} s without a snapshot (baseline, {:.0} events/s), {:.3} s from a snapshot at the head = {:.1}x faster (snapshot {:.0} MiB, written in {:.2} s{})",
         without.as_secs_f64(),
@@ -845,6 +857,12 @@ fn archive_figures(data_dir: &Path, built: &State) {
         snapshot_bytes as f64 / (1024.0 * 1024.0),
         write.as_secs_f64(),
         if cold() { "; page cache dropped before each open" } else { "" },
+    );
+    eprintln!(
+        "start-up from the snapshot: {:.3} s in format 2, {:.3} s in format 1 (the format before, same state) = {:.2}x",
+        with.as_secs_f64(),
+        with_v1.as_secs_f64(),
+        with_v1.as_secs_f64() / with.as_secs_f64()
     );
     if startup_only {
         return;
@@ -901,6 +919,54 @@ fn archive_figures(data_dir: &Path, built: &State) {
         chain_time.as_secs_f64(),
         events as f64 / chain_time.as_secs_f64()
     );
+}
+
+/// The engine's state and Merkle tree as a snapshot file of format 1 (one
+/// bincode body, as written before format 2).
+fn format_1_bytes(engine: &ingest_engine::engine::Engine) -> Vec<u8> {
+    let state = engine.state();
+    let body =
+        bincode::serde::encode_to_vec((state, engine.frontier()), bincode::config::standard())
+            .expect("encode format 1");
+    let mut bytes = Vec::with_capacity(100 + body.len());
+    bytes.extend_from_slice(b"ingest-snapshot\n");
+    bytes.extend_from_slice(&1u32.to_le_bytes());
+    bytes.extend_from_slice(&state.position.to_le_bytes());
+    bytes.extend_from_slice(&state.head_hash);
+    bytes.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(blake3::hash(&body).as_bytes());
+    bytes.extend_from_slice(&body);
+    bytes
+}
+
+/// Start-up from the same state as a snapshot of format 1 (`bytes`) in
+/// place of the format-2 file at `path`, which is put back afterwards; the
+/// time of the first of two opens (as for format 2).
+fn startup_from_format_1(
+    data_dir: &Path,
+    bytes: &[u8],
+    state: &State,
+    path: &Path,
+    open_engine: &dyn Fn() -> (ingest_engine::engine::Engine, Duration),
+) -> Duration {
+    let aside = data_dir.join("format-2.snap.aside");
+    std::fs::rename(path, &aside).expect("set the format-2 snapshot aside");
+    std::fs::write(path, bytes).expect("write the format-1 snapshot");
+    let mut first = None;
+    for attempt in 1..=2 {
+        let (opened, took) = open_engine();
+        assert_eq!(opened.state(), state);
+        assert_eq!(opened.startup.snapshot, Some(state.position));
+        eprintln!(
+            "start-up {attempt} from the snapshot in format 1 ({:.0} MiB): {:.3} s; parts: {:?}",
+            bytes.len() as f64 / (1024.0 * 1024.0),
+            took.as_secs_f64(),
+            opened.startup
+        );
+        first.get_or_insert(took);
+    }
+    std::fs::rename(&aside, path).expect("put the format-2 snapshot back");
+    first.expect("opened")
 }
 
 /// Bytes per event on disk and where they go, by key kind.

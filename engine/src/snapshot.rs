@@ -690,25 +690,53 @@ pub fn check_against(
 /// `readable`; every one skipped is logged at WARN with why. `None` when
 /// none does (the fold then starts at position 1).
 pub fn load_newest(dir: &Path, log: &Log, readable: u64) -> Option<Snapshot> {
-    load_newest_timed(dir, log, readable, &mut LoadTimes::default())
+    let mut times = LoadTimes::default();
+    let prefetched = prefetch(dir, &mut times);
+    load_prefetched(prefetched, log, readable, &mut times)
 }
 
-/// As [`load_newest`], adding the time of each part to `times`.
-pub fn load_newest_timed(
-    dir: &Path,
-    log: &Log,
-    readable: u64,
-    times: &mut LoadTimes,
-) -> Option<Snapshot> {
+/// The snapshots of a directory with the newest one already read and
+/// checked on its own ([`prefetch`]), to be checked against the log by
+/// [`load_prefetched`]. The default has none.
+#[derive(Default)]
+pub struct Prefetched {
+    /// Every snapshot file, newest first.
+    found: Vec<(u64, PathBuf)>,
+    /// The newest one as read (`None` when there is none).
+    newest: Option<Result<Snapshot, SnapshotError>>,
+}
+
+/// Lists the snapshots in `dir` and reads the newest one, which needs no
+/// log: start-up does this while the log opens. A directory that cannot be
+/// listed has none (logged at WARN).
+pub fn prefetch(dir: &Path, times: &mut LoadTimes) -> Prefetched {
     let found = match list(dir) {
         Ok(found) => found,
         Err(e) => {
             tracing::warn!(error = %e, "cannot list the snapshots; folding the whole log");
-            return None;
+            Vec::new()
         }
     };
+    let newest = found.first().map(|(_, path)| read_timed(path, times));
+    Prefetched { found, newest }
+}
+
+/// The newest of the `prefetched` snapshots that matches `log` up to
+/// `readable` (reading older ones when it does not); every one skipped is
+/// logged at WARN with why, as [`load_newest`].
+pub fn load_prefetched(
+    prefetched: Prefetched,
+    log: &Log,
+    readable: u64,
+    times: &mut LoadTimes,
+) -> Option<Snapshot> {
+    let Prefetched { found, mut newest } = prefetched;
     for (_, path) in found {
-        let checked = read_timed(&path, times).and_then(|s| {
+        let read = match newest.take() {
+            Some(read) => read,
+            None => read_timed(&path, times),
+        };
+        let checked = read.and_then(|s| {
             let started = Instant::now();
             let checked = check_against(&path, &s, log, readable);
             times.check += started.elapsed();
