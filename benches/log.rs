@@ -27,6 +27,13 @@
 //! `cargo bench --bench log -- rebuild` runs only these (criterion's filter
 //! matches no group).
 //!
+//! `INGEST_BENCH_REBUILD_DIR=DIR` keeps the built log in `DIR/log` and
+//! reuses it in later runs of the same size; `INGEST_BENCH_STARTUP_ONLY=1`
+//! stops after the start-up figures (without a snapshot, from a snapshot
+//! of format 2 and of format 1, with the time of each part);
+//! `INGEST_BENCH_COLD=1` drops the data directory's page cache before each
+//! open.
+//!
 //! ```text
 //! cargo bench --bench log -- --noplot
 //! INGEST_BENCH_REBUILD_EVENTS=1000000 cargo bench --bench log -- rebuild
