@@ -462,6 +462,10 @@ fn a_snapshot_split_into_many_parts_round_trips() {
     let engine = open(dir.path(), None);
     assert_eq!(engine.startup.snapshot, Some(state.position));
     assert_eq!(engine.state(), &state);
+    // Start-up says what it read (the newest snapshot, read while the log
+    // opened).
+    assert_eq!(engine.startup.snapshot_load.files, 1);
+    assert_eq!(engine.startup.snapshot_load.bytes, bytes.len() as u64);
 }
 
 #[test]
