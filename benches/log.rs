@@ -27,6 +27,13 @@
 //! `cargo bench --bench log -- rebuild` runs only these (criterion's filter
 //! matches no group).
 //!
+//! `INGEST_BENCH_REBUILD_DIR=DIR` keeps the built log in `DIR/log` and
+//! reuses it in later runs of the same size; `INGEST_BENCH_STARTUP_ONLY=1`
+//! stops after the start-up figures (without a snapshot, from a snapshot
+//! of format 3 and of format 2, with the time of each part);
+//! `INGEST_BENCH_COLD=1` drops the data directory's page cache before each
+//! open.
+//!
 //! ```text
 //! cargo bench --bench log -- --noplot
 //! INGEST_BENCH_REBUILD_EVENTS=1000000 cargo bench --bench log -- rebuild
@@ -661,103 +668,212 @@ fn dir_size(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// Where the archive-scale log lives: a temporary data directory, or the
+/// one `INGEST_BENCH_REBUILD_DIR` names, kept so that later runs reuse it.
+enum DataDir {
+    Temporary(tempfile::TempDir),
+    Kept(std::path::PathBuf),
+}
+
+impl DataDir {
+    fn path(&self) -> &Path {
+        match self {
+            DataDir::Temporary(t) => t.path(),
+            DataDir::Kept(p) => p,
+        }
+    }
+}
+
+/// The marker a finished build leaves in a kept data directory: the jobs it
+/// was built with (a build cut short leaves none and is built again).
+const BUILT_MARKER: &str = "bench-built-jobs";
+
+/// Drops the OS page cache of every file under `dir` (`dd iflag=nocache`,
+/// which asks the kernel to discard the file's cached pages), so that the
+/// next open reads from the disk: a cold start without root.
+fn evict_page_cache(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.filter_map(Result::ok) {
+        let path = e.path();
+        if path.is_dir() {
+            evict_page_cache(&path);
+        } else {
+            let status = std::process::Command::new("dd")
+                .arg(format!("if={}", path.display()))
+                .args(["iflag=nocache", "count=0", "status=none"])
+                .status();
+            if !status.is_ok_and(|s| s.success()) {
+                eprintln!("cannot drop the page cache of {}", path.display());
+            }
+        }
+    }
+}
+
+/// Whether `INGEST_BENCH_COLD=1` asks for start-ups with the page cache of
+/// the data directory dropped first.
+fn cold() -> bool {
+    std::env::var("INGEST_BENCH_COLD").is_ok_and(|v| v == "1")
+}
+
 /// Times what the engine does at start-up: open the log and fold all of it.
+///
+/// `INGEST_BENCH_REBUILD_DIR=DIR` keeps the built log in `DIR/log` and
+/// reuses it on later runs with the same size (building 10M events takes a
+/// quarter of an hour); `INGEST_BENCH_STARTUP_ONLY=1` stops after the
+/// start-up figures.
 fn rebuild(events: u64) {
     // A batch of n jobs writes n * 13 + 5 events.
     let per_batch = REBUILD_JOBS_PER_BATCH;
     let per_job = (per_batch * 13 + 5) as f64 / per_batch as f64;
     let jobs = (events as f64 / per_job).ceil() as u64;
-    let dir = tempdir();
-    let started = Instant::now();
-    let built = build_log_in(dir.path(), jobs, per_batch);
-    let build_time = started.elapsed();
-    eprintln!(
-        "rebuild: built {} events ({} jobs) in {:.1} s; {:.0} MiB on disk",
-        built.position,
-        built.jobs.len(),
-        build_time.as_secs_f64(),
-        dir_size(dir.path()) as f64 / (1024.0 * 1024.0),
-    );
-    for attempt in 1..=2 {
+    let data = match std::env::var_os("INGEST_BENCH_REBUILD_DIR") {
+        Some(d) => DataDir::Kept(d.into()),
+        None => DataDir::Temporary(tempdir()),
+    };
+    let log_dir = ingest_engine::engine::log_dir(data.path());
+    let marker = data.path().join(BUILT_MARKER);
+    let reuse = matches!(data, DataDir::Kept(_))
+        && std::fs::read_to_string(&marker).is_ok_and(|m| m.trim() == jobs.to_string());
+    let built = if reuse {
+        eprintln!(
+            "rebuild: reusing the log of {jobs} jobs in {}",
+            log_dir.display()
+        );
+        None
+    } else {
+        // A kept directory that holds anything else is built afresh.
+        let _ = std::fs::remove_dir_all(&log_dir);
+        let _ = std::fs::remove_dir_all(ingest_engine::snapshot::snapshot_dir(data.path()));
+        std::fs::create_dir_all(&log_dir).expect("create the log directory");
         let started = Instant::now();
-        let log = open(dir.path());
+        let built = build_log_in(&log_dir, jobs, per_batch);
+        let build_time = started.elapsed();
+        eprintln!(
+            "rebuild: built {} events ({} jobs) in {:.1} s; {:.0} MiB on disk",
+            built.position,
+            built.jobs.len(),
+            build_time.as_secs_f64(),
+            dir_size(&log_dir) as f64 / (1024.0 * 1024.0),
+        );
+        if matches!(data, DataDir::Kept(_)) {
+            std::fs::write(&marker, jobs.to_string()).expect("write the build marker");
+        }
+        Some(built)
+    };
+    let startup_only = std::env::var("INGEST_BENCH_STARTUP_ONLY").is_ok_and(|v| v == "1");
+    let mut folded = None;
+    // Reusing a log for start-up alone: the engine's start-up without a
+    // snapshot below is the full fold (and gives the state to compare with).
+    let attempts = if built.is_none() && startup_only {
+        0
+    } else {
+        2
+    };
+    for attempt in 1..=attempts {
+        if cold() {
+            evict_page_cache(&log_dir);
+        }
+        let started = Instant::now();
+        let log = open(&log_dir);
         let opened = started.elapsed();
         let state = fold_log(&log);
         let total = started.elapsed();
-        assert_eq!(state, built);
+        if let Some(built) = &built {
+            assert_eq!(&state, built);
+        }
         eprintln!(
-            "rebuild {attempt}: open {:.2} s, fold {:.2} s, total {:.2} s = {:.0} events/s (OS page cache warm)",
+            "rebuild {attempt}: open {:.2} s, fold {:.2} s, total {:.2} s = {:.0} events/s ({})",
             opened.as_secs_f64(),
             (total - opened).as_secs_f64(),
             total.as_secs_f64(),
             state.position as f64 / total.as_secs_f64(),
+            if cold() {
+                "page cache dropped first"
+            } else {
+                "OS page cache warm"
+            },
         );
+        folded = Some(state);
     }
-    archive_figures(dir.path(), &built);
+    archive_figures(data.path(), built.or(folded));
 }
 
 /// Bytes per event, start-up with and without a snapshot, one batch's
 /// history, and the verify pass, each against its baseline in this run.
-fn archive_figures(log_dir: &Path, built: &State) {
+fn archive_figures(data_dir: &Path, built: Option<State>) {
     use ingest_engine::engine::{Engine, EngineConfig};
-    let events = built.position;
-    let record_bytes: u64 = {
-        let log = open(log_dir);
-        log.raw_tree()
-            .scan_prefix([Log::raw_event_key(1)[0]])
-            .map(|kv| kv.expect("read").1.len() as u64)
-            .sum()
+    let log_dir = &ingest_engine::engine::log_dir(data_dir);
+    let startup_only = std::env::var("INGEST_BENCH_STARTUP_ONLY").is_ok_and(|v| v == "1");
+    // The engine's layout: the log in DATA_DIR/log, snapshots beside it
+    // (none left from an earlier run: the baseline folds the whole log).
+    let snapshots = ingest_engine::snapshot::snapshot_dir(data_dir);
+    let _ = std::fs::remove_dir_all(&snapshots);
+    let open_engine = || {
+        if cold() {
+            evict_page_cache(data_dir);
+        }
+        let started = Instant::now();
+        let engine = Engine::open(EngineConfig::new(data_dir)).expect("open the engine");
+        (engine, started.elapsed())
     };
-    {
-        // Where the bytes go: the log's keys and values by kind.
-        let log = open(log_dir);
-        let mut kinds: std::collections::BTreeMap<char, (u64, u64)> = Default::default();
-        for kv in log.raw_tree().iter() {
-            let (k, v) = kv.expect("read");
-            let e = kinds.entry(k[0] as char).or_default();
-            e.0 += 1;
-            e.1 += (k.len() + v.len()) as u64;
-        }
-        for (kind, (n, bytes)) in kinds {
-            eprintln!(
-                "space: key kind {kind:?}: {n} entries, {:.1} bytes/event of keys and values",
-                bytes as f64 / events as f64
-            );
-        }
-    }
-    let disk = dir_size(log_dir);
-    eprintln!(
-        "space: {disk} bytes on disk for {events} events = {:.0} bytes/event ({:.0} bytes/event of encoded records)",
-        disk as f64 / events as f64,
-        record_bytes as f64 / events as f64
-    );
-    // The engine's layout: the log in DATA_DIR/log, snapshots beside it.
-    let data = tempdir();
-    std::fs::rename(log_dir, ingest_engine::engine::log_dir(data.path())).expect("move the log");
-    let open_engine = || Engine::open(EngineConfig::new(data.path())).expect("open the engine");
-    let started = Instant::now();
-    let mut engine = open_engine();
-    let without = started.elapsed();
+    let (mut engine, without) = open_engine();
+    let built = &built.unwrap_or_else(|| engine.state().clone());
     assert_eq!(engine.state(), built);
+    let events = built.position;
+    eprintln!("start-up parts without a snapshot: {:?}", engine.startup);
+    if !startup_only {
+        space_figures(log_dir, events);
+    }
     let started = Instant::now();
     let path = engine.snapshot_now().expect("write a snapshot");
     let write = started.elapsed();
     let snapshot_bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
     drop(engine);
-    let started = Instant::now();
-    let engine = open_engine();
-    let with = started.elapsed();
-    assert_eq!(engine.state(), built);
-    assert_eq!(engine.startup.snapshot, Some(events));
+    // Twice from the snapshot: the first open after the snapshot was written
+    // (and after the baseline ran) is the figure; the second shows the spread.
+    let mut with = Duration::MAX;
+    let mut engine = None;
+    for attempt in 1..=2 {
+        drop(engine.take());
+        let (opened, took) = open_engine();
+        assert_eq!(opened.state(), built);
+        assert_eq!(opened.startup.snapshot, Some(events));
+        eprintln!(
+            "start-up {attempt} from the snapshot: {:.3} s; parts: {:?}",
+            took.as_secs_f64(),
+            opened.startup
+        );
+        if attempt == 1 {
+            with = took;
+        }
+        engine = Some(opened);
+    }
+    let engine = engine.expect("opened");
+    let v1 = format_1_bytes(&engine);
+    drop(engine);
+    let with_v1 = startup_from_format_1(data_dir, &v1, built, &path, &open_engine);
+    let (engine, _) = open_engine();
     eprintln!(
-        "start-up: {:.2} s without a snapshot (baseline, {:.0} events/s), {:.3} s from a snapshot at the head = {:.1}x faster (snapshot {:.0} MiB, written in {:.2} s)",
+        "start-up: {:.2} s without a snapshot (baseline, {:.0} events/s), {:.3} s from a snapshot at the head = {:.1}x faster (snapshot {:.0} MiB, written in {:.2} s{})",
         without.as_secs_f64(),
         events as f64 / without.as_secs_f64(),
         with.as_secs_f64(),
         without.as_secs_f64() / with.as_secs_f64(),
         snapshot_bytes as f64 / (1024.0 * 1024.0),
-        write.as_secs_f64()
+        write.as_secs_f64(),
+        if cold() { "; page cache dropped before each open" } else { "" },
     );
+    eprintln!(
+        "start-up from the snapshot: {:.3} s in format 3, {:.3} s in format 2 (the format before, same state) = {:.2}x",
+        with.as_secs_f64(),
+        with_v1.as_secs_f64(),
+        with_v1.as_secs_f64() / with.as_secs_f64()
+    );
+    if startup_only {
+        return;
+    }
     // One batch in the middle of the log: through the stream index, and by
     // scanning every record (the baseline).
     let bid = *built
@@ -799,8 +915,7 @@ fn archive_figures(log_dir: &Path, built: &State) {
     let chain_time = started.elapsed();
     assert!(chain.problems.is_empty());
     let started = Instant::now();
-    let full =
-        ingest_engine::audit::verify(engine.log(), data.path(), None, |_| {}).expect("verify");
+    let full = ingest_engine::audit::verify(engine.log(), data_dir, None, |_| {}).expect("verify");
     let full_time = started.elapsed();
     assert!(full.log.problems.is_empty(), "{:?}", full.log.problems);
     eprintln!(
@@ -810,6 +925,88 @@ fn archive_figures(log_dir: &Path, built: &State) {
         full.snapshots_checked,
         chain_time.as_secs_f64(),
         events as f64 / chain_time.as_secs_f64()
+    );
+}
+
+/// The engine's state and Merkle tree as a snapshot file of format 2 (one
+/// bincode body, as written before format 3).
+fn format_1_bytes(engine: &ingest_engine::engine::Engine) -> Vec<u8> {
+    let state = engine.state();
+    let body =
+        bincode::serde::encode_to_vec((state, engine.frontier()), bincode::config::standard())
+            .expect("encode format 2");
+    let mut bytes = Vec::with_capacity(100 + body.len());
+    bytes.extend_from_slice(b"ingest-snapshot\n");
+    bytes.extend_from_slice(&2u32.to_le_bytes());
+    bytes.extend_from_slice(&state.position.to_le_bytes());
+    bytes.extend_from_slice(&state.head_hash);
+    bytes.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(blake3::hash(&body).as_bytes());
+    bytes.extend_from_slice(&body);
+    bytes
+}
+
+/// Start-up from the same state as a snapshot of format 2 (`bytes`) in
+/// place of the format-3 file at `path`, which is put back afterwards; the
+/// time of the first of two opens (as for format 3).
+fn startup_from_format_1(
+    data_dir: &Path,
+    bytes: &[u8],
+    state: &State,
+    path: &Path,
+    open_engine: &dyn Fn() -> (ingest_engine::engine::Engine, Duration),
+) -> Duration {
+    let aside = data_dir.join("format-3.snap.aside");
+    std::fs::rename(path, &aside).expect("set the format-3 snapshot aside");
+    std::fs::write(path, bytes).expect("write the format-2 snapshot");
+    let mut first = None;
+    for attempt in 1..=2 {
+        let (opened, took) = open_engine();
+        assert_eq!(opened.state(), state);
+        assert_eq!(opened.startup.snapshot, Some(state.position));
+        eprintln!(
+            "start-up {attempt} from the snapshot in format 2 ({:.0} MiB): {:.3} s; parts: {:?}",
+            bytes.len() as f64 / (1024.0 * 1024.0),
+            took.as_secs_f64(),
+            opened.startup
+        );
+        first.get_or_insert(took);
+    }
+    std::fs::rename(&aside, path).expect("put the format-2 snapshot back");
+    first.expect("opened")
+}
+
+/// Bytes per event on disk and where they go, by key kind.
+fn space_figures(log_dir: &Path, events: u64) {
+    let record_bytes: u64 = {
+        let log = open(log_dir);
+        log.raw_tree()
+            .scan_prefix([Log::raw_event_key(1)[0]])
+            .map(|kv| kv.expect("read").1.len() as u64)
+            .sum()
+    };
+    {
+        // Where the bytes go: the log's keys and values by kind.
+        let log = open(log_dir);
+        let mut kinds: std::collections::BTreeMap<char, (u64, u64)> = Default::default();
+        for kv in log.raw_tree().iter() {
+            let (k, v) = kv.expect("read");
+            let e = kinds.entry(k[0] as char).or_default();
+            e.0 += 1;
+            e.1 += (k.len() + v.len()) as u64;
+        }
+        for (kind, (n, bytes)) in kinds {
+            eprintln!(
+                "space: key kind {kind:?}: {n} entries, {:.1} bytes/event of keys and values",
+                bytes as f64 / events as f64
+            );
+        }
+    }
+    let disk = dir_size(log_dir);
+    eprintln!(
+        "space: {disk} bytes on disk for {events} events = {:.0} bytes/event ({:.0} bytes/event of encoded records)",
+        disk as f64 / events as f64,
+        record_bytes as f64 / events as f64
     );
 }
 

@@ -144,8 +144,19 @@ pub struct Startup {
     pub events: u64,
     /// The position of the snapshot the fold started from, if any.
     pub snapshot: Option<u64>,
-    /// Time taken.
+    /// Time taken after the log opened: checking the snapshot against it,
+    /// reading older snapshots when the newest does not match, and the fold.
     pub elapsed: std::time::Duration,
+    /// Opening the log (sled's recovery, the tail's chain check, the audit
+    /// indexes' check).
+    pub log_open: std::time::Duration,
+    /// Loading the snapshot, by part. The newest snapshot is read and
+    /// decoded while the log opens, so these overlap `log_open`.
+    pub snapshot_load: snapshot::LoadTimes,
+    /// The whole start-up: opening the log, the snapshot, the fold.
+    pub total: std::time::Duration,
+    /// Folding the records after the snapshot.
+    pub fold: std::time::Duration,
 }
 
 /// The log's directory inside a data directory.
@@ -165,14 +176,34 @@ impl Engine {
             Some(path) => Some(SigningKeyFile::load(path)?),
             None => None,
         };
-        let log = Arc::new(Log::open(&log_dir(&config.data_dir), &config.log)?);
+        let opening = Instant::now();
+        let dir = snapshot::snapshot_dir(&config.data_dir);
+        // The newest snapshot is read and decoded while sled opens the log
+        // (neither needs the other); it is checked against the log after.
+        let (log, prefetched) = std::thread::scope(|scope| {
+            let reader = scope.spawn(|| {
+                let mut times = snapshot::LoadTimes::default();
+                (snapshot::prefetch(&dir, &mut times), times)
+            });
+            let log = Log::open(&log_dir(&config.data_dir), &config.log);
+            let log_open = opening.elapsed();
+            let prefetched = reader.join().unwrap_or_else(|_| {
+                tracing::warn!("reading the newest snapshot failed; folding from the older ones or the whole log");
+                (snapshot::Prefetched::default(), snapshot::LoadTimes::default())
+            });
+            (log.map(|log| (log, log_open)), prefetched)
+        });
+        let (log, log_open) = log?;
+        let log = Arc::new(log);
+        let (prefetched, mut snapshot_load) = prefetched;
         let started = Instant::now();
         let (head, _) = log.head();
         // A tail that fails the chain is left out of the fold; the log refuses
         // appends until it is repaired, but everything before it can be read.
         let readable = log.needs_repair().map_or(head, |(p, _)| p - 1);
-        let dir = snapshot::snapshot_dir(&config.data_dir);
-        let (mut state, mut frontier, from) = match snapshot::load_newest(&dir, &log, readable) {
+        let loaded = snapshot::load_prefetched(prefetched, &log, readable, &mut snapshot_load);
+        let folding = Instant::now();
+        let (mut state, mut frontier, from) = match loaded {
             Some(s) => {
                 let p = s.state.position;
                 (s.state, s.frontier, Some(p))
@@ -188,6 +219,10 @@ impl Engine {
             events: state.position - from.unwrap_or(0),
             snapshot: from,
             elapsed: started.elapsed(),
+            log_open,
+            snapshot_load,
+            fold: folding.elapsed(),
+            total: opening.elapsed(),
         };
         tracing::debug!(
             events = startup.events,

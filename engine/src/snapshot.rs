@@ -7,12 +7,31 @@
 //! | bytes | what |
 //! | --- | --- |
 //! | 16 | magic `ingest-snapshot\n` |
-//! | 4 | format version, little-endian (2; 1 before jobs kept the kind of their failure) |
+//! | 4 | format version, little-endian (3; 2 is still read, 1 is not: see below) |
 //! | 8 | the position it folds up to, little-endian |
 //! | 32 | the hash of the record at that position |
 //! | 8 | body length, little-endian |
 //! | 32 | BLAKE3 of the body |
-//! | … | body: bincode (standard) of the [`State`] and the Merkle [`Frontier`] |
+//! | … | body |
+//!
+//! The body of format 2 is a table of parts and the parts, so that start-up
+//! can decompress and decode them on every core at once:
+//!
+//! | bytes | what |
+//! | --- | --- |
+//! | 4 | number of parts, little-endian |
+//! | 17 per part | its kind (0 the rest, 1 batches, 2 jobs), its stored length and its decoded length (u64 little-endian each) |
+//! | … | the parts' stored bytes, in table order |
+//!
+//! Each part is zstd-compressed bincode (standard): part 0 ("the rest") is
+//! the [`State`] with no batches and no jobs and the Merkle [`Frontier`];
+//! the others are runs of at most [`PART_ENTRIES`] `(id, batch)` or
+//! `(id, job)` pairs in ascending id order, which together make up the
+//! state's batches and jobs. The body of format 2 (written before) is one
+//! bincode (standard) of the [`State`] and the [`Frontier`]; it is still read.
+//! Format 1 is format 2's layout with the state of 0.2.0 and before (jobs
+//! without the kind of their failure): it is skipped with a WARN, and the
+//! log is folded instead.
 //!
 //! A snapshot is used only when its checksum holds, its body decodes, its
 //! state names the same position and hash as its header, and the log's
@@ -25,23 +44,38 @@
 //! leaves either the old set or the new file, never a torn one under a
 //! snapshot's name.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use ingest_events::codec::Hash;
+use ingest_events::ids::{Bid, Jid};
 use ingest_events::log::Log;
 use ingest_events::merkle::Frontier;
+use ingest_events::state::{Batch, Job};
 use ingest_events::State;
 use serde::{Deserialize, Serialize};
 
 /// The snapshot directory's name inside the data directory.
 pub const SNAPSHOT_DIR: &str = "snapshots";
 const MAGIC: &[u8; 16] = b"ingest-snapshot\n";
-/// 2: `Job::failure` (the kind of a job's failure). A snapshot of another
-/// format is skipped with a WARN and the log folded instead.
-const FORMAT: u32 = 2;
+/// 3: the body in zstd-compressed parts.
+const FORMAT: u32 = 3;
+/// 2: one bincode body, as format 1, of the state since jobs keep the
+/// kind of their failure (`Job::failure`); still read. Format 1 (before
+/// that) is skipped with a WARN and the log folded instead.
+const FORMAT_PLAIN: u32 = 2;
+/// How many batches or jobs one part of a format-2 body holds at most.
+pub const PART_ENTRIES: usize = 50_000;
+/// The zstd level parts are compressed with (the fastest: the data is
+/// repetitive enough that higher levels gain little and cost write time).
+const ZSTD_LEVEL: i32 = 1;
+/// The most parts a body may name (a corrupt count must not allocate more).
+const MAX_PARTS: usize = 1 << 16;
+const PART_ENTRY_LEN: usize = 1 + 8 + 8;
 const HEADER_LEN: usize = 16 + 4 + 8 + 32 + 8 + 32;
 /// The largest snapshot body read back (a corrupt length must not allocate
 /// more): 4 GiB, far above the state of a 100-million-event log.
@@ -113,11 +147,300 @@ pub struct Snapshot {
     pub frontier: Frontier,
 }
 
-/// What [`write_parts`] encodes: the same bytes as a [`Snapshot`].
+/// Part 0 of a format-2 body as written: the state without its batches
+/// and jobs (they are in the other parts), and the Merkle tree.
 #[derive(Serialize)]
-struct SnapshotRef<'a> {
+struct RestRef<'a> {
     state: &'a State,
     frontier: &'a Frontier,
+}
+
+/// Part 0 of a format-2 body as read back (the same bytes as [`RestRef`];
+/// also the whole body of format 2).
+#[derive(Deserialize)]
+struct Rest {
+    state: State,
+    frontier: Frontier,
+}
+
+/// What a part of a format-2 body holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PartKind {
+    Rest = 0,
+    Batches = 1,
+    Jobs = 2,
+}
+
+impl PartKind {
+    fn from_byte(b: u8) -> Option<PartKind> {
+        match b {
+            0 => Some(PartKind::Rest),
+            1 => Some(PartKind::Batches),
+            2 => Some(PartKind::Jobs),
+            _ => None,
+        }
+    }
+}
+
+/// A part as decoded.
+enum Decoded {
+    Rest(Box<Rest>),
+    Batches(Vec<(Bid, Batch)>),
+    Jobs(Vec<(Jid, Job)>),
+}
+
+fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, String> {
+    let raw = bincode::serde::encode_to_vec(value, bincode::config::standard())
+        .map_err(|e| e.to_string())?;
+    Ok(raw)
+}
+
+/// Encodes and compresses one part; returns (stored bytes, decoded length).
+fn compress_part(raw: &[u8]) -> Result<Vec<u8>, String> {
+    zstd::block::compress(raw, ZSTD_LEVEL).map_err(|e| e.to_string())
+}
+
+/// The body of a format-2 snapshot of `state` and `frontier`; its parts are
+/// encoded on every core at once.
+fn encode_body(state: &State, frontier: &Frontier, part_entries: usize) -> Result<Vec<u8>, String> {
+    // Every field named, so that a field added to the state cannot be left
+    // out of snapshots unnoticed (this stops compiling instead).
+    let State {
+        batches,
+        jobs,
+        held_collections,
+        paused,
+        system_version,
+        position,
+        head_hash,
+        uuids,
+        faults,
+        access,
+        paused_access,
+    } = state;
+    let rest = State {
+        batches: BTreeMap::new(),
+        jobs: BTreeMap::new(),
+        held_collections: held_collections.clone(),
+        paused: *paused,
+        system_version: *system_version,
+        position: *position,
+        head_hash: *head_hash,
+        uuids: uuids.clone(),
+        faults: faults.clone(),
+        access: access.clone(),
+        paused_access: paused_access.clone(),
+    };
+    let batch_entries: Vec<(&Bid, &Batch)> = batches.iter().collect();
+    let job_entries: Vec<(&Jid, &Job)> = jobs.iter().collect();
+    type Encoder<'a> = Box<dyn Fn() -> Result<Vec<u8>, String> + Send + Sync + 'a>;
+    let mut work: Vec<(PartKind, Encoder<'_>)> = Vec::new();
+    let rest = &rest;
+    work.push((
+        PartKind::Rest,
+        Box::new(move || {
+            encode(&RestRef {
+                state: rest,
+                frontier,
+            })
+        }),
+    ));
+    for chunk in batch_entries.chunks(part_entries) {
+        work.push((PartKind::Batches, Box::new(move || encode(chunk))));
+    }
+    for chunk in job_entries.chunks(part_entries) {
+        work.push((PartKind::Jobs, Box::new(move || encode(chunk))));
+    }
+    let parts = on_every_core(work.len(), |i| {
+        let raw = (work[i].1)()?;
+        Ok((compress_part(&raw)?, raw.len() as u64))
+    })?;
+    let stored: usize = parts.iter().map(|(p, _)| p.len()).sum();
+    let mut body = Vec::with_capacity(4 + parts.len() * PART_ENTRY_LEN + stored);
+    body.extend_from_slice(&(parts.len() as u32).to_le_bytes());
+    for ((kind, _), (bytes, raw_len)) in work.iter().zip(&parts) {
+        body.push(*kind as u8);
+        body.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        body.extend_from_slice(&raw_len.to_le_bytes());
+    }
+    for (bytes, _) in &parts {
+        body.extend_from_slice(bytes);
+    }
+    Ok(body)
+}
+
+/// Runs `f(0..n)` on as many threads as there are cores (at most `n`) and
+/// returns the results in order; the first error wins.
+fn on_every_core<T: Send>(
+    n: usize,
+    f: impl Fn(usize) -> Result<T, String> + Sync,
+) -> Result<Vec<T>, String> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(n)
+        .max(1);
+    let next = AtomicUsize::new(0);
+    let mut results: Vec<Option<Result<T, String>>> = (0..n).map(|_| None).collect();
+    let done: Vec<Vec<(usize, Result<T, String>)>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= n {
+                            break mine;
+                        }
+                        let r = f(i);
+                        let failed = r.is_err();
+                        mine.push((i, r));
+                        if failed {
+                            // Stop handing out work: the result is an error.
+                            next.store(n, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    for (i, r) in done.into_iter().flatten() {
+        results[i] = Some(r);
+    }
+    let mut out = Vec::with_capacity(n);
+    for r in results {
+        match r {
+            Some(Ok(v)) => out.push(v),
+            Some(Err(e)) => return Err(e),
+            // Left undone because another part failed: that error is reported.
+            None => {}
+        }
+    }
+    if out.len() == n {
+        Ok(out)
+    } else {
+        Err("a part was not decoded".into())
+    }
+}
+
+/// Decodes a format-2 body into a snapshot, its parts on every core at once.
+fn decode_body(body: &[u8]) -> Result<Snapshot, String> {
+    let count = body
+        .get(..4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        .ok_or("the body is shorter than its part count")?;
+    if count == 0 || count > MAX_PARTS {
+        return Err(format!("{count} parts (1 to {MAX_PARTS} allowed)"));
+    }
+    let table_end = 4 + count * PART_ENTRY_LEN;
+    let table = body
+        .get(4..table_end)
+        .ok_or_else(|| format!("the body is shorter than its table of {count} parts"))?;
+    let mut parts = Vec::with_capacity(count);
+    let mut at = table_end;
+    let mut raw_total = 0u64;
+    for (i, entry) in table.chunks_exact(PART_ENTRY_LEN).enumerate() {
+        let kind = PartKind::from_byte(entry[0])
+            .ok_or_else(|| format!("part {i} is of unknown kind {}", entry[0]))?;
+        let u64_at = |o: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&entry[o..o + 8]);
+            u64::from_le_bytes(b)
+        };
+        let (stored, raw) = (u64_at(1), u64_at(9));
+        raw_total = raw_total.saturating_add(raw);
+        if raw_total > MAX_BODY as u64 {
+            return Err(format!("the parts decode to more than {MAX_BODY} bytes"));
+        }
+        let end = usize::try_from(stored)
+            .ok()
+            .and_then(|s| at.checked_add(s))
+            .filter(|end| *end <= body.len())
+            .ok_or_else(|| format!("part {i} runs past the end of the body"))?;
+        parts.push((kind, &body[at..end], raw as usize));
+        at = end;
+    }
+    if at != body.len() {
+        return Err(format!("{} bytes after the last part", body.len() - at));
+    }
+    if parts.iter().filter(|p| p.0 == PartKind::Rest).count() != 1 {
+        return Err("not exactly one part holds the rest of the state".into());
+    }
+    let config = bincode::config::standard().with_limit::<MAX_BODY>();
+    let decoded = on_every_core(parts.len(), |i| {
+        let (kind, stored, raw_len) = parts[i];
+        let raw = zstd::block::decompress(stored, raw_len)
+            .map_err(|e| format!("part {i} does not decompress: {e}"))?;
+        if raw.len() != raw_len {
+            return Err(format!(
+                "part {i} decompresses to {} bytes, its table says {raw_len}",
+                raw.len()
+            ));
+        }
+        let undecodable = |e: bincode::error::DecodeError| format!("part {i} does not decode: {e}");
+        let (value, used) = match kind {
+            PartKind::Rest => {
+                let (r, used) =
+                    bincode::serde::decode_from_slice(&raw, config).map_err(undecodable)?;
+                (Decoded::Rest(Box::new(r)), used)
+            }
+            PartKind::Batches => {
+                let (b, used) =
+                    bincode::serde::decode_from_slice(&raw, config).map_err(undecodable)?;
+                (Decoded::Batches(b), used)
+            }
+            PartKind::Jobs => {
+                let (j, used) =
+                    bincode::serde::decode_from_slice(&raw, config).map_err(undecodable)?;
+                (Decoded::Jobs(j), used)
+            }
+        };
+        if used != raw.len() {
+            return Err(format!("part {i} has {} trailing bytes", raw.len() - used));
+        }
+        Ok(value)
+    })?;
+    let mut rest = None;
+    let mut batches = Vec::new();
+    let mut jobs = Vec::new();
+    for d in decoded {
+        match d {
+            Decoded::Rest(r) => rest = Some(r),
+            Decoded::Batches(b) => batches.push(b),
+            Decoded::Jobs(j) => jobs.push(j),
+        }
+    }
+    let Rest {
+        mut state,
+        frontier,
+    } = *rest.ok_or("no part holds the rest of the state")?;
+    if !state.batches.is_empty() || !state.jobs.is_empty() {
+        return Err("the rest of the state holds batches or jobs".into());
+    }
+    state.batches = ascending(batches, "batch")?;
+    state.jobs = ascending(jobs, "job")?;
+    Ok(Snapshot { state, frontier })
+}
+
+/// The map of runs of entries that must be in strictly ascending key order
+/// across all runs (as written): a map built from anything else would
+/// silently drop or reorder entries.
+fn ascending<K: Ord + Copy, V>(
+    runs: Vec<Vec<(K, V)>>,
+    what: &str,
+) -> Result<BTreeMap<K, V>, String> {
+    let mut last: Option<K> = None;
+    for (k, _) in runs.iter().flatten() {
+        if last.is_some_and(|l| l >= *k) {
+            return Err(format!("the {what} ids are not in ascending order"));
+        }
+        last = Some(*k);
+    }
+    // Sorted input: the map is built in one pass.
+    Ok(runs.into_iter().flatten().collect())
 }
 
 /// The snapshot directory of a data directory.
@@ -184,14 +507,27 @@ pub fn write_parts(
     state: &State,
     frontier: &Frontier,
 ) -> Result<PathBuf, SnapshotError> {
+    write_split(dir, state, frontier, PART_ENTRIES)
+}
+
+/// As [`write_parts`], with at most `part_entries` batches or jobs per part
+/// (tests use small parts to have many).
+///
+/// # Errors
+/// As [`write`].
+#[doc(hidden)]
+pub fn write_split(
+    dir: &Path,
+    state: &State,
+    frontier: &Frontier,
+    part_entries: usize,
+) -> Result<PathBuf, SnapshotError> {
     fs::create_dir_all(dir).map_err(io_err(dir))?;
-    let parts = SnapshotRef { state, frontier };
-    let body = bincode::serde::encode_to_vec(&parts, bincode::config::standard()).map_err(|e| {
-        SnapshotError::Io {
+    let body =
+        encode_body(state, frontier, part_entries.max(1)).map_err(|e| SnapshotError::Io {
             path: dir.to_path_buf(),
-            source: io::Error::other(e.to_string()),
-        }
-    })?;
+            source: io::Error::other(e),
+        })?;
     let mut bytes = Vec::with_capacity(HEADER_LEN + body.len());
     bytes.extend_from_slice(MAGIC);
     bytes.extend_from_slice(&FORMAT.to_le_bytes());
@@ -214,16 +550,46 @@ pub fn write_parts(
     Ok(path)
 }
 
+/// How long loading snapshots at start-up took, by part (summed over every
+/// file tried), so that start-up can say where its time went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadTimes {
+    /// Snapshot files tried.
+    pub files: u32,
+    /// Bytes read from them.
+    pub bytes: u64,
+    /// Reading the files.
+    pub read: Duration,
+    /// Checking their checksums.
+    pub checksum: Duration,
+    /// Decoding their bodies.
+    pub decode: Duration,
+    /// Checking them against the log.
+    pub check: Duration,
+}
+
 /// Reads and checks one snapshot file (not yet against a log).
 ///
 /// # Errors
 /// [`SnapshotError::Io`] or [`SnapshotError::Corrupt`].
 pub fn read(path: &Path) -> Result<Snapshot, SnapshotError> {
+    read_timed(path, &mut LoadTimes::default())
+}
+
+/// As [`read`], adding the time of each part to `times`.
+///
+/// # Errors
+/// As [`read`].
+pub fn read_timed(path: &Path, times: &mut LoadTimes) -> Result<Snapshot, SnapshotError> {
+    let started = Instant::now();
     let corrupt = |reason: String| SnapshotError::Corrupt {
         path: path.to_path_buf(),
         reason,
     };
     let bytes = fs::read(path).map_err(io_err(path))?;
+    times.files += 1;
+    times.bytes += bytes.len() as u64;
+    times.read += started.elapsed();
     if bytes.len() < HEADER_LEN {
         return Err(corrupt(format!(
             "{} bytes, shorter than its {HEADER_LEN}-byte header",
@@ -242,9 +608,9 @@ pub fn read(path: &Path) -> Result<Snapshot, SnapshotError> {
     let mut format = [0u8; 4];
     format.copy_from_slice(&header[16..20]);
     let format = u32::from_le_bytes(format);
-    if format != FORMAT {
+    if format != FORMAT && format != FORMAT_PLAIN {
         return Err(corrupt(format!(
-            "format {format}; this build reads format {FORMAT}"
+            "format {format}; this build reads formats {FORMAT_PLAIN} and {FORMAT}"
         )));
     }
     let position = u64_at(20);
@@ -256,15 +622,28 @@ pub fn read(path: &Path) -> Result<Snapshot, SnapshotError> {
             body.len()
         )));
     }
-    if blake3::hash(body).as_bytes() != &header[68..100] {
+    let started = Instant::now();
+    let sum = blake3::hash(body);
+    times.checksum += started.elapsed();
+    if sum.as_bytes() != &header[68..100] {
         return Err(corrupt("the body fails its checksum".into()));
     }
-    let config = bincode::config::standard().with_limit::<MAX_BODY>();
-    let (snapshot, used): (Snapshot, usize) = bincode::serde::decode_from_slice(body, config)
-        .map_err(|e| corrupt(format!("the body does not decode: {e}")))?;
-    if used != body.len() {
-        return Err(corrupt(format!("{} trailing bytes", body.len() - used)));
-    }
+    let started = Instant::now();
+    let snapshot = if format == FORMAT_PLAIN {
+        let config = bincode::config::standard().with_limit::<MAX_BODY>();
+        let (rest, used): (Rest, usize) = bincode::serde::decode_from_slice(body, config)
+            .map_err(|e| corrupt(format!("the body does not decode: {e}")))?;
+        if used != body.len() {
+            return Err(corrupt(format!("{} trailing bytes", body.len() - used)));
+        }
+        Snapshot {
+            state: rest.state,
+            frontier: rest.frontier,
+        }
+    } else {
+        decode_body(body).map_err(|e| corrupt(format!("the body: {e}")))?
+    };
+    times.decode += started.elapsed();
     if snapshot.state.position != position || snapshot.state.head_hash != head_hash {
         return Err(corrupt(
             "the state inside names another position or hash than the header".into(),
@@ -317,15 +696,58 @@ pub fn check_against(
 /// `readable`; every one skipped is logged at WARN with why. `None` when
 /// none does (the fold then starts at position 1).
 pub fn load_newest(dir: &Path, log: &Log, readable: u64) -> Option<Snapshot> {
+    let mut times = LoadTimes::default();
+    let prefetched = prefetch(dir, &mut times);
+    load_prefetched(prefetched, log, readable, &mut times)
+}
+
+/// The snapshots of a directory with the newest one already read and
+/// checked on its own ([`prefetch`]), to be checked against the log by
+/// [`load_prefetched`]. The default has none.
+#[derive(Default)]
+pub struct Prefetched {
+    /// Every snapshot file, newest first.
+    found: Vec<(u64, PathBuf)>,
+    /// The newest one as read (`None` when there is none).
+    newest: Option<Result<Snapshot, SnapshotError>>,
+}
+
+/// Lists the snapshots in `dir` and reads the newest one, which needs no
+/// log: start-up does this while the log opens. A directory that cannot be
+/// listed has none (logged at WARN).
+pub fn prefetch(dir: &Path, times: &mut LoadTimes) -> Prefetched {
     let found = match list(dir) {
         Ok(found) => found,
         Err(e) => {
             tracing::warn!(error = %e, "cannot list the snapshots; folding the whole log");
-            return None;
+            Vec::new()
         }
     };
+    let newest = found.first().map(|(_, path)| read_timed(path, times));
+    Prefetched { found, newest }
+}
+
+/// The newest of the `prefetched` snapshots that matches `log` up to
+/// `readable` (reading older ones when it does not); every one skipped is
+/// logged at WARN with why, as [`load_newest`].
+pub fn load_prefetched(
+    prefetched: Prefetched,
+    log: &Log,
+    readable: u64,
+    times: &mut LoadTimes,
+) -> Option<Snapshot> {
+    let Prefetched { found, mut newest } = prefetched;
     for (_, path) in found {
-        let checked = read(&path).and_then(|s| check_against(&path, &s, log, readable).map(|()| s));
+        let read = match newest.take() {
+            Some(read) => read,
+            None => read_timed(&path, times),
+        };
+        let checked = read.and_then(|s| {
+            let started = Instant::now();
+            let checked = check_against(&path, &s, log, readable);
+            times.check += started.elapsed();
+            checked.map(|()| s)
+        });
         match checked {
             Ok(s) => return Some(s),
             Err(e) => tracing::warn!(error = %e, "snapshot ignored; the fold starts earlier"),

@@ -498,3 +498,132 @@ fn an_unrecoverable_failure_is_refused_a_requeue_after_every_start_up() {
         },
     );
 }
+
+/// The snapshot's header length and where its format and checksum are.
+const HEADER_LEN: usize = 100;
+
+/// Re-seals a snapshot file whose body was changed: the body's length and
+/// BLAKE3 in the header, as an intact file of that body would have them.
+fn reseal(bytes: &mut [u8]) {
+    let body_len = (bytes.len() - HEADER_LEN) as u64;
+    bytes[60..68].copy_from_slice(&body_len.to_le_bytes());
+    let sum = blake3::hash(&bytes[HEADER_LEN..]);
+    bytes[68..100].copy_from_slice(sum.as_bytes());
+}
+
+#[test]
+fn a_snapshot_split_into_many_parts_round_trips() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut engine = open(dir.path(), None);
+    for label in ["a", "b", "c", "d", "e"] {
+        batch(&mut engine, 3, label);
+    }
+    let state = engine.state().clone();
+    // Two entries per part: 3 parts of batches, 8 of jobs, and the rest.
+    let path = snapshot::write_split(
+        &snapshot::snapshot_dir(dir.path()),
+        engine.state(),
+        engine.frontier(),
+        2,
+    )
+    .expect("write");
+    drop(engine);
+    let bytes = std::fs::read(&path).expect("read");
+    assert_eq!(&bytes[16..20], &3u32.to_le_bytes(), "format 3");
+    assert_eq!(
+        u32::from_le_bytes(bytes[HEADER_LEN..HEADER_LEN + 4].try_into().expect("4")),
+        1 + 3 + 8,
+        "one part for the rest, then the batches' and the jobs' parts"
+    );
+    assert_eq!(snapshot::read(&path).expect("read back").state, state);
+    let engine = open(dir.path(), None);
+    assert_eq!(engine.startup.snapshot, Some(state.position));
+    assert_eq!(engine.state(), &state);
+    // Start-up says what it read (the newest snapshot, read while the log
+    // opened).
+    assert_eq!(engine.startup.snapshot_load.files, 1);
+    assert_eq!(engine.startup.snapshot_load.bytes, bytes.len() as u64);
+}
+
+#[test]
+fn a_snapshot_of_format_2_is_still_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut engine = open(dir.path(), None);
+    batch(&mut engine, 3, "a");
+    let state = engine.state().clone();
+    // Format 2, as written before the body was split into parts: the
+    // header, then one bincode of the state and the Merkle tree.
+    let body = bincode::serde::encode_to_vec(
+        (engine.state(), engine.frontier()),
+        bincode::config::standard(),
+    )
+    .expect("encode");
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(b"ingest-snapshot\n");
+    bytes.extend_from_slice(&2u32.to_le_bytes());
+    bytes.extend_from_slice(&state.position.to_le_bytes());
+    bytes.extend_from_slice(&state.head_hash);
+    bytes.extend_from_slice(&[0; 40]);
+    bytes.extend_from_slice(&body);
+    reseal(&mut bytes);
+    drop(engine);
+    let sdir = snapshot::snapshot_dir(dir.path());
+    std::fs::create_dir_all(&sdir).expect("mkdir");
+    std::fs::write(
+        sdir.join(format!("state-{:020}.snap", state.position)),
+        bytes,
+    )
+    .expect("write");
+    let engine = open(dir.path(), None);
+    assert_eq!(
+        engine.startup.snapshot,
+        Some(state.position),
+        "format 2 used"
+    );
+    assert_eq!(engine.startup.events, 0);
+    assert_eq!(engine.state(), &state);
+}
+
+#[test]
+fn a_snapshot_whose_parts_are_out_of_order_is_ignored() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut engine = open(dir.path(), None);
+    batch(&mut engine, 4, "a");
+    let state = engine.state().clone();
+    let sdir = snapshot::snapshot_dir(dir.path());
+    // One job per part: parts 0 (the rest), 1 (the batch), 2-5 (the jobs).
+    let path = snapshot::write_split(&sdir, engine.state(), engine.frontier(), 1).expect("write");
+    drop(engine);
+    let mut bytes = std::fs::read(&path).expect("read");
+    // Swap the first two jobs' parts (table entries and bytes), then
+    // re-seal the checksum: an intact file whose jobs are out of order.
+    let count = u32::from_le_bytes(bytes[HEADER_LEN..HEADER_LEN + 4].try_into().expect("4"));
+    assert_eq!(count, 6);
+    let table = HEADER_LEN + 4;
+    let entry = |b: &[u8], i: usize| b[table + i * 17..table + (i + 1) * 17].to_vec();
+    let stored = |e: &[u8]| u64::from_le_bytes(e[1..9].try_into().expect("8")) as usize;
+    let mut at = table + count as usize * 17;
+    let mut parts = Vec::new();
+    for i in 0..count as usize {
+        let e = entry(&bytes, i);
+        parts.push((e.clone(), bytes[at..at + stored(&e)].to_vec()));
+        at += stored(&e);
+    }
+    parts.swap(2, 3);
+    let mut body = count.to_le_bytes().to_vec();
+    for (e, _) in &parts {
+        body.extend_from_slice(e);
+    }
+    for (_, p) in &parts {
+        body.extend_from_slice(p);
+    }
+    bytes.truncate(HEADER_LEN);
+    bytes.extend_from_slice(&body);
+    reseal(&mut bytes);
+    std::fs::write(&path, &bytes).expect("write");
+    let err = snapshot::read(&path).expect_err("refused");
+    assert!(err.to_string().contains("ascending order"), "{err}");
+    let engine = open(dir.path(), None);
+    assert_eq!(engine.startup.snapshot, None, "the fold starts earlier");
+    assert_eq!(engine.state(), &state);
+}

@@ -75,6 +75,9 @@ async fn serve(config: ServeConfig) -> Result<i32> {
         events = engine.startup.events,
         snapshot = engine.startup.snapshot,
         fold_ms = engine.startup.elapsed.as_millis() as u64,
+        log_open_ms = engine.startup.log_open.as_millis() as u64,
+        snapshot_decode_ms = engine.startup.snapshot_load.decode.as_millis() as u64,
+        startup_ms = engine.startup.total.as_millis() as u64,
         "engine opened"
     );
     let service = EngineService::start(engine);

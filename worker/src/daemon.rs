@@ -363,7 +363,10 @@ impl Shared {
                 Some(Claim::Backoff { .. }) => {}
             }
             // A job of a lower priority waits for those of a higher.
-            if eligible.first().is_some_and(|f: &&Item| f.priority != item.priority) {
+            if eligible
+                .first()
+                .is_some_and(|f: &&Item| f.priority != item.priority)
+            {
                 break;
             }
             eligible.push(item);
@@ -624,8 +627,9 @@ async fn run_lister(
 /// ZooKeeper's CPU). One millisecond per item, at most [`MAX_BACKLOG_DELAY`].
 fn backlog_delay(target: Target, backlog: usize) -> Duration {
     match target {
-        Target::Jobs(_) => Duration::from_millis(u64::try_from(backlog).unwrap_or(u64::MAX))
-            .min(MAX_BACKLOG_DELAY),
+        Target::Jobs(_) => {
+            Duration::from_millis(u64::try_from(backlog).unwrap_or(u64::MAX)).min(MAX_BACKLOG_DELAY)
+        }
         _ => Duration::ZERO,
     }
 }
@@ -1651,11 +1655,17 @@ mod tests {
             since: Some(now),
         };
         let wait = shared
-            .pick(Target::Jobs(JobState::Estimating), std::slice::from_ref(&fresh))
+            .pick(
+                Target::Jobs(JobState::Estimating),
+                std::slice::from_ref(&fresh),
+            )
             .expect_err("too fresh");
         assert!(wait.is_some_and(|t| t >= now + CHAIN_GRACE));
         assert!(shared
-            .pick(Target::Jobs(JobState::Pending), std::slice::from_ref(&fresh))
+            .pick(
+                Target::Jobs(JobState::Pending),
+                std::slice::from_ref(&fresh)
+            )
             .is_ok_and(|i| i.id == "jid1"));
         let old = Item {
             id: "jid2".into(),
