@@ -40,13 +40,12 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use criterion::{BenchmarkId, Criterion, Throughput};
-use ingest_events::command::{decide, Command, JobSpec, Target};
 use ingest_events::event::{
-    Actor, Erc, Event, Identifiers, InventoryParams, JobConfiguration, JobCreated,
-    JobStatusChanged, PayloadType, StoreParams, Submission, SubmissionMode,
+    Actor, Erc, Event, Identifiers, JobConfiguration, JobCreated, JobStatusChanged, PayloadType,
+    SubmissionMode,
 };
 use ingest_events::ids::{Bid, Jid};
-use ingest_events::lifecycle::{JobState, Lifecycle};
+use ingest_events::lifecycle::JobState;
 use ingest_events::log::{AppendRequest, Log, LogConfig, Proposed};
 use ingest_events::{Recorded, State, StreamId};
 use uuid::Uuid;

@@ -32,6 +32,10 @@
 //! 4. every transaction first sets the checkpoint, version-checked, to the
 //!    old checkpoint marked `rebuilding`: a projector that finds the mark
 //!    while it leads knows the rebuild died half-way and refuses to project;
+//!    up to [`AdminConfig::in_flight`] transactions are sent before the
+//!    first is answered (ZooKeeper keeps a session's order; each expects the
+//!    version the one before leaves), and a refused one makes those behind
+//!    it fail on that version, which costs a round, not a fence;
 //! 5. read the tree again and repeat until it matches (a lock taken or a
 //!    node changed meanwhile only costs a round), then write the final
 //!    checkpoint, which clears the mark.
