@@ -842,6 +842,67 @@ async fn a_refused_transaction_among_several_in_flight_costs_a_round_not_a_fence
     assert_eq!((cp.position, cp.rebuilding), (f.head(), None));
 }
 
+/// A server that answers nothing for longer than zookeeper-client waits
+/// (2/5 of the session timeout) makes the client drop the connection with
+/// transactions in flight, their outcome unknown: the rebuild reads the
+/// checkpoint to learn which landed and finishes. Regression: a 1M-event
+/// rebuild gave up ("no response from connection in 2400ms") while the
+/// server paused for garbage collection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_outlasts_a_server_that_stops_answering_for_a_while() {
+    let server = ZkServer::dedicated();
+    let root = unique_root("rebuild-pause");
+    let mut zk = zk_config(&server.hosts(), &root);
+    zk.session_timeout = Duration::from_secs(6);
+    zk.request_timeout = Duration::from_secs(20);
+    let mut f = Fixture::new();
+    f.walk_batches(5, 4, false);
+    let expected = log_tree(&f.log());
+    let pid = std::fs::read_to_string(server.dir.join("zookeeper_server.pid"))
+        .expect("the server's pid file");
+    let pid = pid.trim().to_string();
+    let signal = |sig: &str, pid: &str| {
+        let status = std::process::Command::new("kill")
+            .args([sig, pid])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {sig} {pid}");
+    };
+    let mut admin = AdminConfig::new(zk.clone(), "test-rebuild");
+    admin.limits = TxnLimits {
+        max_bytes: 512 * 1024,
+        max_ops: 24,
+    };
+    admin.in_flight = 4;
+    let mut resumer = None;
+    let report = rebuild::rebuild(&f.log(), &admin, &mut |p| {
+        if let rebuild::Progress::Applying { done: 0, .. } = p {
+            if resumer.is_some() {
+                return;
+            }
+            // Frozen before the first transaction goes out, for longer
+            // than the client's 2.4 s and well within the session.
+            signal("-STOP", &pid);
+            let pid = pid.clone();
+            resumer = Some(std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(3500));
+                signal("-CONT", &pid);
+            }));
+        }
+    })
+    .await;
+    resumer
+        .expect("the server was paused")
+        .join()
+        .expect("the server resumed");
+    let report = report.expect("the rebuild finishes");
+    assert!(report.converge.transactions > 4, "{report:?}");
+    let d = expected.diff_filtered(&live_tree(&zk).await, ingest_projections::layout::is_owned);
+    assert!(d.is_empty(), "after the rebuild:\n{d}");
+    let cp = checkpoint_of(&zk).await.expect("checkpoint");
+    assert_eq!((cp.position, cp.rebuilding), (f.head(), None));
+}
+
 /// `ingest diff` finds a missing, an unexpected and a differing node (exit
 /// 1), ignores worker locks; `diff --repair` fixes them and appends a
 /// `TreeRepaired` event naming the paths; `diff` is then clean (exit 0).
