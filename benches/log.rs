@@ -47,16 +47,18 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use criterion::{BenchmarkId, Criterion, Throughput};
-use ingest_events::command::{decide, Command, JobSpec, Target};
 use ingest_events::event::{
-    Actor, Erc, Event, Identifiers, InventoryParams, JobConfiguration, JobCreated,
-    JobStatusChanged, PayloadType, StoreParams, Submission, SubmissionMode,
+    Actor, Erc, Event, Identifiers, JobConfiguration, JobCreated, JobStatusChanged, PayloadType,
+    SubmissionMode,
 };
 use ingest_events::ids::{Bid, Jid};
-use ingest_events::lifecycle::{JobState, Lifecycle};
+use ingest_events::lifecycle::JobState;
 use ingest_events::log::{AppendRequest, Log, LogConfig, Proposed};
 use ingest_events::{Recorded, State, StreamId};
 use uuid::Uuid;
+
+mod support;
+use support::log_builder;
 
 const THREADS: u64 = 8;
 const BIG_COMMAND: u64 = 100;
@@ -75,8 +77,6 @@ const JOBS_PER_BATCH: u64 = 10;
 /// Jobs per batch in the archive-scale log (the issue's "one batch's full
 /// history (20 jobs)").
 const REBUILD_JOBS_PER_BATCH: u64 = 20;
-/// The collections batches are spread over.
-const COLLECTIONS: [&str; 4] = ["demo_content", "ucb_lib", "cdl_dryad", "ucla_dl"];
 
 fn fold_jobs() -> u64 {
     if measuring() {
@@ -406,157 +406,6 @@ fn raw_sled(c: &mut Criterion) {
 // (d) The fold
 // ---------------------------------------------------------------------------
 
-/// Decides and appends commands like the engine's writer: each batch's
-/// commands staged in one [`ingest_events::log::Group`] (one sled batch, as
-/// the engine's group commit writes them), no flush until the end, so that
-/// building a big log stays quick.
-struct Builder {
-    log: Log,
-    state: State,
-    lifecycle: Lifecycle,
-}
-
-struct Staging<'a, 'g> {
-    group: &'a mut ingest_events::log::Group<'g>,
-    state: &'a mut State,
-    lifecycle: &'a Lifecycle,
-}
-
-impl Staging<'_, '_> {
-    fn run(&mut self, command: Command) {
-        // Several actors and collections, as a repository has, so the
-        // audit indexes have something to tell apart.
-        let actor = match &command {
-            Command::SubmitBatch { .. } => Actor::depositor("alice"),
-            Command::StartJob { jid } | Command::SetJobStatus { jid, .. } => {
-                Actor::worker(format!("w{}", jid.0 % 4))
-            }
-            _ => Actor::worker("bench"),
-        };
-        let decision = decide(self.state, self.lifecycle, &command)
-            .unwrap_or_else(|r| panic!("{command:?} rejected: {r}"));
-        let appended = match self.group.stage(&AppendRequest {
-            actor,
-            correlation_id: Uuid::new_v4(),
-            timestamp: Utc::now(),
-            expectations: decision.expectations,
-            events: decision.events,
-        }) {
-            Ok(Ok(a)) => a,
-            Ok(Err(c)) => panic!("conflict: {c}"),
-            Err(e) => panic!("append: {e}"),
-        };
-        for r in &appended.records {
-            self.state.apply(r).expect("fold while building");
-        }
-    }
-}
-
-impl Builder {
-    /// One batch of `jobs` jobs from submission through every step to its
-    /// report, written as one group.
-    fn batch(&mut self, jobs: u64) {
-        let mut group = self.log.begin_group();
-        let mut s = Staging {
-            group: &mut group,
-            state: &mut self.state,
-            lifecycle: &self.lifecycle,
-        };
-        s.batch(jobs);
-        group.commit().expect("commit a group");
-    }
-}
-
-impl Staging<'_, '_> {
-    fn batch(&mut self, jobs: u64) {
-        let bid = self.state.next_bid();
-        self.run(Command::SubmitBatch {
-            uuid: Uuid::new_v4(),
-            submission: Submission {
-                profile_name: COLLECTIONS[bid.0 as usize % COLLECTIONS.len()].into(),
-                submitter: "alice".into(),
-                payload_url: format!("https://example.org/{bid}/manifest.checkm"),
-                payload_type: PayloadType::ContainerBatchManifest,
-                response_type: "json".into(),
-                submission_mode: SubmissionMode::Add,
-                manifest: vec![],
-                erc: Erc::default(),
-                digest: None,
-                extra: Default::default(),
-            },
-        });
-        let first = self.state.next_jid();
-        self.run(Command::AcquireBatch {
-            bid,
-            jobs: (0..jobs)
-                .map(|i| JobSpec {
-                    payload_url: format!("https://example.org/{bid}/{i}.zip"),
-                    payload_type: PayloadType::Container,
-                    identifiers: Identifiers {
-                        primary_id: None,
-                        local_ids: vec![format!("{bid}-{i}")],
-                    },
-                    metadata: Erc {
-                        who: Some("Doe, Jane".into()),
-                        what: Some(format!("Object {i}")),
-                        when: Some("2024".into()),
-                        r#where: None,
-                    },
-                    digest: None,
-                    priority: None,
-                })
-                .collect(),
-        });
-        for jid in (first.0..first.0 + jobs).map(Jid) {
-            let success = |message: &str| Command::SetJobStatus {
-                jid,
-                target: Target::Success,
-                message: message.into(),
-                priority: None,
-            };
-            self.run(Command::StartJob { jid });
-            self.run(Command::RecordSpace {
-                jid,
-                space_needed: 1 << 20,
-                priority: None,
-            });
-            self.run(success("estimated")); // -> Provisioning
-            self.run(success("provisioned")); // -> Downloading
-            self.run(success("downloaded")); // -> Processing
-            self.run(Command::RecordIdentifiers {
-                jid,
-                identifiers: Identifiers {
-                    primary_id: Some(format!("ark:/99999/fk4{}", jid.0)),
-                    local_ids: vec![],
-                },
-            });
-            self.run(success("processed")); // -> Storing
-            self.run(Command::RecordStore {
-                jid,
-                store: StoreParams {
-                    manifest_url: format!("https://example.org/manifests/{jid}"),
-                    mode: "add".into(),
-                    delete: false,
-                },
-            });
-            self.run(success("stored")); // -> Recording
-            self.run(Command::RecordInventory {
-                jid,
-                inventory: InventoryParams {
-                    manifest_url: format!("https://example.org/manifests/{jid}"),
-                    mode: "add".into(),
-                },
-            });
-            self.run(success("recorded")); // -> Notify
-            self.run(success("notified")); // -> Completed
-        }
-        self.run(Command::ReportBatch {
-            bid,
-            notification_error: None,
-        });
-    }
-}
-
 /// Builds a log of `jobs` jobs (rounded up to whole batches) in `dir`;
 /// returns the state the builder folded along the way.
 fn build_log(dir: &Path, jobs: u64) -> State {
@@ -565,25 +414,7 @@ fn build_log(dir: &Path, jobs: u64) -> State {
 
 /// As [`build_log`], `per_batch` jobs in each batch.
 fn build_log_in(dir: &Path, jobs: u64, per_batch: u64) -> State {
-    let mut b = Builder {
-        log: open(dir),
-        state: State::new(),
-        lifecycle: Lifecycle::builtin(),
-    };
-    let started = Instant::now();
-    for n in 1..=jobs.div_ceil(per_batch) {
-        b.batch(per_batch);
-        if n % 5_000 == 0 {
-            eprintln!(
-                "  built {} events in {:.0} s",
-                b.log.head().0,
-                started.elapsed().as_secs_f64()
-            );
-        }
-    }
-    let head = b.log.head().0;
-    b.log.wait_durable(head).expect("final flush");
-    b.state
+    log_builder::build(open(dir), jobs, per_batch)
 }
 
 fn fold_log(log: &Log) -> State {
@@ -724,10 +555,8 @@ fn cold() -> bool {
 /// quarter of an hour); `INGEST_BENCH_STARTUP_ONLY=1` stops after the
 /// start-up figures.
 fn rebuild(events: u64) {
-    // A batch of n jobs writes n * 13 + 5 events.
     let per_batch = REBUILD_JOBS_PER_BATCH;
-    let per_job = (per_batch * 13 + 5) as f64 / per_batch as f64;
-    let jobs = (events as f64 / per_job).ceil() as u64;
+    let jobs = log_builder::jobs_for_events(events, per_batch);
     let data = match std::env::var_os("INGEST_BENCH_REBUILD_DIR") {
         Some(d) => DataDir::Kept(d.into()),
         None => DataDir::Temporary(tempdir()),

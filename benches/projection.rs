@@ -32,8 +32,6 @@
 //! The server runs on the same machine: the projector's CPU work competes
 //! with the ZooKeeper JVM, which a dedicated ensemble would not.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command as Process, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -46,89 +44,15 @@ use ingest_projections::txn::{plan_all, TxnLimits};
 use ingest_projections::zk::{connect, open_acl, ZkConfig};
 use ingest_projections::{EventOps, Op, Projector, RunMode, Sink, SinkConfig};
 
+mod support;
+use support::zk_server::Server;
+
 fn env_usize(name: &str, default: usize) -> usize {
     match std::env::var(name) {
         Ok(v) => v
             .parse()
             .unwrap_or_else(|_| panic!("{name} must be a whole number, got {v:?}")),
         Err(_) => default,
-    }
-}
-
-/// A ZooKeeper started for the bench, stopped when dropped, or by its
-/// watchdog if the bench dies: a shell in its own process group waiting for
-/// the end of a pipe only this process writes to (see
-/// `tests/integration/zk_server.rs`).
-struct Server {
-    dir: PathBuf,
-    port: u16,
-    _watchdog: Option<std::process::ChildStdin>,
-}
-
-fn zk_tool() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/zk")
-}
-
-impl Server {
-    fn start() -> Server {
-        let port: u16 = String::from_utf8_lossy(
-            &Process::new(zk_tool())
-                .arg("free-port")
-                .output()
-                .expect("tools/zk free-port")
-                .stdout,
-        )
-        .trim()
-        .parse()
-        .expect("a free port");
-        let dir = std::env::temp_dir().join(format!("ingest-bench-zk-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("server dir");
-        // Run from the server's directory: a JVM heap dump lands there.
-        // tools/zk's default heap (256 MiB, sized for tests) does not hold
-        // 10,000 live jobs plus the 500 committed transactions ZooKeeper
-        // keeps in memory; give it 1 GiB unless told otherwise.
-        let jvm = std::env::var("INGEST_ZK_JVMFLAGS")
-            .unwrap_or_else(|_| "-Xms256m -Xmx1g -XX:+UseSerialGC".into());
-        let status = Process::new(zk_tool())
-            .env("INGEST_ZK_JVMFLAGS", jvm)
-            .args(["start", "--port", &port.to_string(), "--dir"])
-            .arg(&dir)
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .status()
-            .expect("tools/zk start");
-        assert!(status.success(), "tools/zk start failed");
-        let watchdog = {
-            use std::os::unix::process::CommandExt;
-            Process::new("sh")
-                .arg("-c")
-                .arg(r#"trap '' INT TERM HUP; cat >/dev/null; "$0" stop --dir "$1" >/dev/null 2>&1; rm -rf "$1""#)
-                .arg(zk_tool())
-                .arg(&dir)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .process_group(0)
-                .spawn()
-                .ok()
-                .and_then(|mut c| c.stdin.take())
-        };
-        Server {
-            dir,
-            port,
-            _watchdog: watchdog,
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = Process::new(zk_tool())
-            .args(["stop", "--dir"])
-            .arg(&self.dir)
-            .stdin(Stdio::null())
-            .status();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -254,7 +178,7 @@ fn main() {
     let (server, hosts) = match std::env::var("INGEST_BENCH_ZK") {
         Ok(hosts) => (None, hosts),
         Err(_) => {
-            let server = Server::start();
+            let server = Server::start("-Xms256m -Xmx1g -XX:+UseSerialGC");
             let hosts = format!("127.0.0.1:{}", server.port);
             (Some(server), hosts)
         }

@@ -32,6 +32,10 @@
 //! 4. every transaction first sets the checkpoint, version-checked, to the
 //!    old checkpoint marked `rebuilding`: a projector that finds the mark
 //!    while it leads knows the rebuild died half-way and refuses to project;
+//!    up to [`AdminConfig::in_flight`] transactions are sent before the
+//!    first is answered (ZooKeeper keeps a session's order; each expects the
+//!    version the one before leaves), and a refused one makes those behind
+//!    it fail on that version, which costs a round, not a fence;
 //! 5. read the tree again and repeat until it matches (a lock taken or a
 //!    node changed meanwhile only costs a round), then write the final
 //!    checkpoint, which clears the mark.
@@ -61,12 +65,12 @@
 //! log: it restores what the log says. A repair is recorded by the caller
 //! (the engine's `RecordRepair` command) with the paths it changed.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use ingest_events::codec::GENESIS_HASH;
-use ingest_events::log::Log;
-use ingest_events::{Bid, Hash};
+use ingest_events::log::{Log, LogError};
+use ingest_events::{Bid, Hash, Recorded};
 use zookeeper_client as zk;
 
 use crate::checkpoint::{Checkpoint, RebuildMarker, CHECKPOINT_NODE, REBUILDING_NODE};
@@ -93,9 +97,16 @@ pub struct AdminConfig {
     /// Rebuild even when the tree's checkpoint belongs to another log.
     pub force: bool,
     /// A pause after each transaction (tests only: a rebuild slow enough
-    /// to be killed half-way).
+    /// to be killed half-way; it also sends one transaction at a time).
     pub txn_pause: Duration,
+    /// Transactions sent before the first is answered (at least 1): a
+    /// round trip each, one after another, left ZooKeeper idle most of the
+    /// time. Each may hold up to [`TxnLimits::max_bytes`] on the server.
+    pub in_flight: usize,
 }
+
+/// Transactions in flight by default (see [`AdminConfig::in_flight`]).
+pub const IN_FLIGHT: usize = 8;
 
 impl AdminConfig {
     /// Default caps, a 10 s leadership wait, no force.
@@ -107,6 +118,7 @@ impl AdminConfig {
             leader_wait: Duration::from_secs(10),
             force: false,
             txn_pause: Duration::ZERO,
+            in_flight: IN_FLIGHT,
         }
     }
 }
@@ -279,13 +291,38 @@ pub fn expected_tree(
     let mut projector = Projector::new();
     projector.init()?;
     let total = cp.position;
-    for r in log.read_range(1, cp.position) {
-        projector.project(&r?)?;
-        let done = projector.position();
-        if done % 1000 == 0 || done == total {
-            progress(Progress::Projecting { done, total });
+    // Reading and decoding the records (most of a fold's cost) on a thread
+    // of their own while this one projects them: two cores, not one.
+    std::thread::scope(|scope| -> Result<(), SinkError> {
+        let (chunks, received) =
+            std::sync::mpsc::sync_channel::<Vec<Result<Recorded, LogError>>>(DECODED_CHUNKS_AHEAD);
+        scope.spawn(move || {
+            let mut chunk = Vec::with_capacity(DECODED_CHUNK);
+            for r in log.read_range(1, cp.position) {
+                let failed = r.is_err();
+                chunk.push(r);
+                if chunk.len() == DECODED_CHUNK || failed {
+                    // The projecting side stopped (an error): so does this.
+                    if chunks.send(std::mem::take(&mut chunk)).is_err() || failed {
+                        return;
+                    }
+                }
+            }
+            if !chunk.is_empty() {
+                let _ = chunks.send(chunk);
+            }
+        });
+        for chunk in received {
+            for r in chunk {
+                projector.project(&r?)?;
+                let done = projector.position();
+                if done % 1000 == 0 || done == total {
+                    progress(Progress::Projecting { done, total });
+                }
+            }
         }
-    }
+        Ok(())
+    })?;
     let Some(partial) = cp.partial else {
         return Ok(projector.into_tree());
     };
@@ -303,6 +340,12 @@ pub fn expected_tree(
     }
     Ok(tree)
 }
+
+/// Records decoded per hand-over from the reading thread to the projecting
+/// one in [`expected_tree`].
+const DECODED_CHUNK: usize = 1024;
+/// Chunks the reading thread may decode ahead of the projection.
+const DECODED_CHUNKS_AHEAD: usize = 8;
 
 /// Compares the live tree under `zk.root` with the log at the tree's
 /// checkpoint (see the module docs), ignoring `/ingest-engine` and worker
@@ -827,6 +870,24 @@ pub async fn repair(
     result
 }
 
+/// Reads the live tree, reading again when the connection broke on the
+/// way (a busy server that paused), for as long as the session may live.
+async fn read_live(client: &zk::Client, cfg: &ZkConfig) -> Result<LiveTree, SinkError> {
+    let until = Instant::now() + cfg.session_timeout * 2;
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match read_tree(client, cfg, ReadOptions::default()).await {
+            Ok(live) => return Ok(live),
+            Err(e) if e.is_unknown_outcome() && Instant::now() < until => {
+                tracing::warn!(error = %e, "cannot read the live tree; reading it again");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// Rounds of read, diff, apply before giving up.
 const MAX_ROUNDS: usize = 5;
 
@@ -854,7 +915,7 @@ async fn converge(
     let marker_json = marker.to_json();
     for round in 1..=MAX_ROUNDS {
         report.rounds = round;
-        let live = read_tree(client, &cfg.zk, ReadOptions::default()).await?;
+        let live = read_live(client, &cfg.zk).await?;
         progress(Progress::Reading {
             nodes: live.tree.len(),
         });
@@ -892,29 +953,34 @@ async fn converge(
         let total: usize = txns.iter().map(Vec::len).sum();
         let mut done = 0;
         progress(Progress::Applying { done, total });
-        for ops in txns {
-            let mut w = client.new_multi_writer();
-            let add = |r: Result<(), zk::Error>, p: &str| {
-                r.map_err(|e| {
-                    ZkError::new("multi", p.to_string(), crate::zk::ZkErrorKind::Server(e))
-                })
-            };
-            add(
-                w.add_set_data(CHECKPOINT_NODE, &marker_json, Some(*version)),
-                CHECKPOINT_NODE,
-            )?;
-            for op in &ops {
-                let r = match op {
-                    Op::Create { path, data } => {
-                        w.add_create(path, data, &cfg.zk.access.acl(path).persistent())
-                    }
-                    Op::SetData { path, data } => w.add_set_data(path, data, None),
-                    Op::Delete { path } => w.add_delete(path, None),
-                };
-                add(r, op.path())?;
+        // Up to `window` transactions in flight: ZooKeeper applies one
+        // session's requests in the order they were sent, and each expects
+        // the checkpoint version the one before it leaves.
+        let window = if cfg.txn_pause.is_zero() {
+            cfg.in_flight.max(1)
+        } else {
+            1
+        };
+        let mut txns = txns.into_iter();
+        let mut pending: VecDeque<(Vec<Op>, Commit<'_>)> = VecDeque::new();
+        // A transaction was refused: those sent after it fail behind it
+        // (their checkpoint version never comes); read the tree again.
+        let mut refused = false;
+        loop {
+            while !refused && pending.len() < window {
+                let Some(ops) = txns.next() else { break };
+                let expects = *version + pending.len() as i32;
+                let commit = send(client, cfg, &marker_json, expects, &ops)?;
+                pending.push_back((ops, commit));
             }
-            let landed = match tokio::time::timeout(deadline, w.commit()).await {
-                Ok(Ok(_)) => true,
+            let Some((ops, commit)) = pending.pop_front() else {
+                break;
+            };
+            let unknown = match tokio::time::timeout(deadline, commit).await {
+                Ok(Ok(_)) => false,
+                Ok(Err(zk::MultiWriteError::OperationFailed { index: 0, .. })) if refused => {
+                    continue
+                }
                 Ok(Err(zk::MultiWriteError::OperationFailed { index: 0, source })) => {
                     tracing::error!(root = %cfg.zk.root, error = %source, "the checkpoint changed under the {what}");
                     return Err(SinkError::Fenced {
@@ -931,7 +997,8 @@ async fn converge(
                         error = %source,
                         "a repair transaction was refused; reading the tree again"
                     );
-                    break;
+                    refused = true;
+                    continue;
                 }
                 Ok(Err(zk::MultiWriteError::RequestFailed { source })) => {
                     let e = ZkError::new(
@@ -942,34 +1009,25 @@ async fn converge(
                     if !e.is_unknown_outcome() {
                         return Err(e.into());
                     }
-                    if !resolve(client, cfg, version, what).await? {
-                        break;
-                    }
                     true
                 }
-                Err(_) => {
-                    if !resolve(client, cfg, version, what).await? {
-                        break;
-                    }
-                    true
-                }
+                Err(_) => true,
             };
-            if landed {
+            let mut landed = vec![ops];
+            if unknown {
+                // This transaction's outcome and those of the ones sent
+                // after it: the checkpoint's version, read after them,
+                // says how many landed (in order).
+                landed.extend(pending.drain(..).map(|(ops, _)| ops));
+                let sent = landed.len();
+                let n = resolve_many(client, cfg, *version, sent, what).await?;
+                landed.truncate(n);
+                refused = n < sent;
+            }
+            for ops in landed {
                 *version += 1;
                 report.transactions += 1;
-                for op in &ops {
-                    match op {
-                        Op::Create { .. } => report.created += 1,
-                        Op::SetData { .. } => report.set += 1,
-                        Op::Delete { path } => {
-                            report.deleted += 1;
-                            if layout::is_ephemeral_lock(path) {
-                                report.locks_deleted.push(path.clone());
-                            }
-                        }
-                    }
-                    paths.insert(op.path().to_string());
-                }
+                record(&mut report, &mut paths, &ops);
                 done += ops.len();
                 progress(Progress::Applying { done, total });
                 if !cfg.txn_pause.is_zero() {
@@ -1043,6 +1101,63 @@ async fn converge(
         }
     }
     Ok(report)
+}
+
+/// A `multi` request sent and not yet answered.
+type Commit<'c> = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = Result<Vec<zk::MultiWriteResult>, zk::MultiWriteError>>
+            + Send
+            + 'c,
+    >,
+>;
+
+/// Sends one converging transaction: the checkpoint set to `marker`
+/// (expecting `version`), then `ops`. The request leaves now (ZooKeeper
+/// keeps a session's order); the answer comes with the returned future.
+fn send<'c>(
+    client: &'c zk::Client,
+    cfg: &AdminConfig,
+    marker: &[u8],
+    version: i32,
+    ops: &[Op],
+) -> Result<Commit<'c>, SinkError> {
+    let mut w = client.new_multi_writer();
+    let add = |r: Result<(), zk::Error>, p: &str| {
+        r.map_err(|e| ZkError::new("multi", p.to_string(), crate::zk::ZkErrorKind::Server(e)))
+    };
+    add(
+        w.add_set_data(CHECKPOINT_NODE, marker, Some(version)),
+        CHECKPOINT_NODE,
+    )?;
+    for op in ops {
+        let r = match op {
+            Op::Create { path, data } => {
+                w.add_create(path, data, &cfg.zk.access.acl(path).persistent())
+            }
+            Op::SetData { path, data } => w.add_set_data(path, data, None),
+            Op::Delete { path } => w.add_delete(path, None),
+        };
+        add(r, op.path())?;
+    }
+    Ok(Box::pin(w.commit()))
+}
+
+/// Counts a transaction that landed.
+fn record(report: &mut ConvergeReport, paths: &mut BTreeSet<String>, ops: &[Op]) {
+    for op in ops {
+        match op {
+            Op::Create { .. } => report.created += 1,
+            Op::SetData { .. } => report.set += 1,
+            Op::Delete { path } => {
+                report.deleted += 1;
+                if layout::is_ephemeral_lock(path) {
+                    report.locks_deleted.push(path.clone());
+                }
+            }
+        }
+        paths.insert(op.path().to_string());
+    }
 }
 
 /// Requests in flight at once while setting ACLs.
@@ -1145,12 +1260,26 @@ async fn resolve(
     version: &i32,
     what: &'static str,
 ) -> Result<bool, SinkError> {
+    Ok(resolve_many(client, cfg, *version, 1, what).await? == 1)
+}
+
+/// Resolves `sent` writes of unknown outcome, sent in order on this session
+/// and each moving the checkpoint's version by one from `version`, by
+/// reading that version: how many of them landed (always the first ones).
+async fn resolve_many(
+    client: &zk::Client,
+    cfg: &AdminConfig,
+    version: i32,
+    sent: usize,
+    what: &'static str,
+) -> Result<usize, SinkError> {
     let until = Instant::now() + cfg.zk.session_timeout * 2;
     let mut delay = Duration::from_millis(100);
     loop {
         match read_checkpoint(client, &cfg.zk).await {
-            Ok(Some((_, v))) if v == *version => return Ok(false),
-            Ok(Some((_, v))) if v == *version + 1 => return Ok(true),
+            Ok(Some((_, v))) if v >= version && i64::from(v - version) <= sent as i64 => {
+                return Ok((v - version) as usize)
+            }
             Ok(_) => {
                 return Err(SinkError::Fenced {
                     root: cfg.zk.root.clone(),

@@ -17,7 +17,7 @@
 //! transaction is computed (one `set_data` bumps it by one), not read from
 //! the reply.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::time::Duration;
@@ -163,11 +163,16 @@ impl ZkError {
         }
     }
 
-    /// Whether a write may or may not have been applied.
+    /// Whether a write may or may not have been applied: the deadline
+    /// passed, or the connection broke with the request in flight
+    /// (`ConnectionLoss`, or the reason zookeeper-client gives every request
+    /// in flight when it drops a connection, a `Custom` error such as "no
+    /// response from connection in 2400ms" while a busy server pauses).
     pub fn is_unknown_outcome(&self) -> bool {
         matches!(
             self.kind,
-            ZkErrorKind::Timeout(_) | ZkErrorKind::Server(zk::Error::ConnectionLoss)
+            ZkErrorKind::Timeout(_)
+                | ZkErrorKind::Server(zk::Error::ConnectionLoss | zk::Error::Custom(_))
         )
     }
 
@@ -359,6 +364,14 @@ pub struct ReadOptions {
 /// Paths read per multi-read request (two operations each: data and children).
 const READ_BATCH: usize = 256;
 
+/// Multi-read requests in flight at once while reading a tree.
+const READ_IN_FLIGHT: usize = 8;
+
+/// A multi-read sent and not yet answered.
+type MultiRead<'c> = std::pin::Pin<
+    Box<dyn Future<Output = Result<Vec<zk::MultiReadResult>, zk::Error>> + Send + 'c>,
+>;
+
 /// Reads every node under the client's root (its own `/zookeeper` node left
 /// out when the root is `/`), breadth first, many nodes per multi-read.
 ///
@@ -376,22 +389,32 @@ pub async fn read_tree(
 ) -> Result<LiveTree, ZkError> {
     let mut out = LiveTree::default();
     let mut nodes: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-    let mut queue: Vec<String> = vec!["/".to_string()];
-    while !queue.is_empty() {
-        let take = queue.len().min(READ_BATCH);
-        let batch: Vec<String> = queue.drain(..take).collect();
-        let mut reader = client.new_multi_reader();
-        for p in &batch {
-            reader
-                .add_get_data(p)
-                .and_then(|()| reader.add_get_children(p))
-                .map_err(|e| ZkError::new("multi-read", p.clone(), ZkErrorKind::Server(e)))?;
+    let mut queue: VecDeque<String> = VecDeque::from(["/".to_string()]);
+    // Several multi-reads in flight (one round trip each, one after
+    // another, left the server idle most of the time); answers are taken
+    // in the order sent.
+    let mut pending: VecDeque<(Vec<String>, MultiRead<'_>)> = VecDeque::new();
+    loop {
+        while pending.len() < READ_IN_FLIGHT && !queue.is_empty() {
+            let take = queue.len().min(READ_BATCH);
+            let batch: Vec<String> = queue.drain(..take).collect();
+            let mut reader = client.new_multi_reader();
+            for p in &batch {
+                reader
+                    .add_get_data(p)
+                    .and_then(|()| reader.add_get_children(p))
+                    .map_err(|e| ZkError::new("multi-read", p.clone(), ZkErrorKind::Server(e)))?;
+            }
+            pending.push_back((batch, Box::pin(reader.commit())));
         }
+        let Some((batch, commit)) = pending.pop_front() else {
+            break;
+        };
         let results = call(
             config.request_timeout,
             "multi-read",
             &format!("{} paths from {}", batch.len(), batch[0]),
-            reader.commit(),
+            commit,
         )
         .await?;
         let mut results = results.into_iter();
@@ -422,7 +445,7 @@ pub async fn read_tree(
                 let skip = (p == "/" && config.root == "/" && c == "zookeeper")
                     || (!options.include_engine && child == ENGINE_NODE);
                 if !skip {
-                    queue.push(child);
+                    queue.push_back(child);
                 }
             }
         }

@@ -759,6 +759,150 @@ async fn rebuild_restores_the_tree_and_leaves_locks_alone() {
         .ok();
 }
 
+/// A rebuild keeps several transactions in flight. One refused in the
+/// middle (a node someone created after the tree was read) makes those sent
+/// behind it fail on the checkpoint's version: not a fence, a round. The
+/// rebuild reads the tree again and converges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_transaction_among_several_in_flight_costs_a_round_not_a_fence() {
+    let server = shared();
+    let root = unique_root("rebuild-in-flight");
+    let zk = zk_config(&server.hosts(), &root);
+    let mut f = Fixture::new();
+    f.walk_batches(5, 4, false);
+    catch_up(f.log(), &zk, "projector").await;
+    // Every job's nodes gone: the rebuild has a dozen transactions to send.
+    let expected = log_tree(&f.log());
+    let client = zkio::connect(&zk).await.expect("connect");
+    let jobs: Vec<String> = expected
+        .iter()
+        .map(|(p, _)| p.to_string())
+        .filter(|p| p.starts_with("/jobs/jid"))
+        .collect();
+    for p in jobs.iter().rev() {
+        client.delete(p, None).await.expect("delete a job's node");
+    }
+    let heads: Vec<&String> = jobs
+        .iter()
+        .filter(|p| p.matches('/').count() == 2)
+        .collect();
+    assert_eq!(heads.len(), 20, "{heads:?}");
+    // A job in the middle: its transaction has others behind it.
+    let intruder = heads[10].clone();
+
+    let mut admin = AdminConfig::new(zk.clone(), "test-rebuild");
+    admin.limits = TxnLimits {
+        max_bytes: 512 * 1024,
+        max_ops: 24,
+    };
+    admin.in_flight = 4;
+    let mut created = false;
+    let report = rebuild::rebuild(&f.log(), &admin, &mut |p| {
+        if let rebuild::Progress::Applying { done: 0, .. } = p {
+            if created {
+                return;
+            }
+            created = true;
+            // Written by another session once the tree was read and before
+            // the first transaction is sent (this callback runs on the
+            // rebuild's task: a thread of its own does the write).
+            let (zk, path) = (zk.clone(), intruder.clone());
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                rt.block_on(async {
+                    let c = zkio::connect(&zk).await.expect("connect");
+                    c.create(&path, b"not the log's", &zkio::open_acl())
+                        .await
+                        .expect("create the intruder");
+                });
+            })
+            .join()
+            .expect("the intruding writer");
+        }
+    })
+    .await
+    .expect("the rebuild converges");
+    assert!(created);
+    let c = &report.converge;
+    assert!(
+        c.transactions > 4,
+        "{} transactions: too few to have several in flight",
+        c.transactions
+    );
+    // Round 1 was cut short by the refusal, round 2 finished (the intruder
+    // set to the log's data), round 3 found nothing left.
+    assert_eq!(c.rounds, 3, "{c:?}");
+    assert_eq!(c.set, 1, "{c:?}");
+    let d = expected.diff_filtered(&live_tree(&zk).await, ingest_projections::layout::is_owned);
+    assert!(d.is_empty(), "after the rebuild:\n{d}");
+    let cp = checkpoint_of(&zk).await.expect("checkpoint");
+    assert_eq!((cp.position, cp.rebuilding), (f.head(), None));
+}
+
+/// A server that answers nothing for longer than zookeeper-client waits
+/// (2/5 of the session timeout) makes the client drop the connection with
+/// transactions in flight, their outcome unknown: the rebuild reads the
+/// checkpoint to learn which landed and finishes. Regression: a 1M-event
+/// rebuild gave up ("no response from connection in 2400ms") while the
+/// server paused for garbage collection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_outlasts_a_server_that_stops_answering_for_a_while() {
+    let server = ZkServer::dedicated();
+    let root = unique_root("rebuild-pause");
+    let mut zk = zk_config(&server.hosts(), &root);
+    zk.session_timeout = Duration::from_secs(6);
+    zk.request_timeout = Duration::from_secs(20);
+    let mut f = Fixture::new();
+    f.walk_batches(5, 4, false);
+    let expected = log_tree(&f.log());
+    let pid = std::fs::read_to_string(server.dir.join("zookeeper_server.pid"))
+        .expect("the server's pid file");
+    let pid = pid.trim().to_string();
+    let signal = |sig: &str, pid: &str| {
+        let status = std::process::Command::new("kill")
+            .args([sig, pid])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {sig} {pid}");
+    };
+    let mut admin = AdminConfig::new(zk.clone(), "test-rebuild");
+    admin.limits = TxnLimits {
+        max_bytes: 512 * 1024,
+        max_ops: 24,
+    };
+    admin.in_flight = 4;
+    let mut resumer = None;
+    let report = rebuild::rebuild(&f.log(), &admin, &mut |p| {
+        if let rebuild::Progress::Applying { done: 0, .. } = p {
+            if resumer.is_some() {
+                return;
+            }
+            // Frozen before the first transaction goes out, for longer
+            // than the client's 2.4 s and well within the session.
+            signal("-STOP", &pid);
+            let pid = pid.clone();
+            resumer = Some(std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(3500));
+                signal("-CONT", &pid);
+            }));
+        }
+    })
+    .await;
+    resumer
+        .expect("the server was paused")
+        .join()
+        .expect("the server resumed");
+    let report = report.expect("the rebuild finishes");
+    assert!(report.converge.transactions > 4, "{report:?}");
+    let d = expected.diff_filtered(&live_tree(&zk).await, ingest_projections::layout::is_owned);
+    assert!(d.is_empty(), "after the rebuild:\n{d}");
+    let cp = checkpoint_of(&zk).await.expect("checkpoint");
+    assert_eq!((cp.position, cp.rebuilding), (f.head(), None));
+}
+
 /// `ingest diff` finds a missing, an unexpected and a differing node (exit
 /// 1), ignores worker locks; `diff --repair` fixes them and appends a
 /// `TreeRepaired` event naming the paths; `diff` is then clean (exit 0).
