@@ -1149,23 +1149,30 @@ async fn run_chain(shared: &Shared, chain: Box<Chain>, stop: &CancellationToken)
     }
 }
 
+/// Who reports (this worker and `client`'s session) and how (the API with
+/// the lock's secret `fence`).
+fn identity(shared: &Shared, client: &zk::Client, fence: &FenceSecret) -> (WorkerRef, ApiCtx) {
+    let session_id = client.session_id().0;
+    let who = WorkerRef {
+        worker: shared.name.clone(),
+        session_id: SessionId(session_id),
+    };
+    let api = ApiCtx {
+        engine: shared.engine.clone(),
+        worker: shared.name.clone(),
+        session_id,
+        fence: fence.clone(),
+    };
+    (who, api)
+}
+
 /// Runs `chain`'s steps while the engine's answers move the job into
 /// states this worker serves; hands the job on to the next state's daemon
 /// when its inbox has room.
 async fn chain_steps(shared: &Shared, mut chain: Box<Chain>, stop: &CancellationToken) -> ChainEnd {
     let status_path = format!("/jobs/{}/status", chain.item.id);
     loop {
-        let session_id = chain.client.session_id().0;
-        let who = WorkerRef {
-            worker: shared.name.clone(),
-            session_id: SessionId(session_id),
-        };
-        let api = ApiCtx {
-            engine: shared.engine.clone(),
-            worker: shared.name.clone(),
-            session_id,
-            fence: chain.held.fence.clone(),
-        };
+        let (who, api) = identity(shared, &chain.client, &chain.held.fence);
         let stepped = step_once(
             shared,
             &chain.client,
@@ -1238,17 +1245,7 @@ async fn locked(
     held: &Held,
     named: bool,
 ) -> Result<(Tried, Until), BoxError> {
-    let session_id = client.session_id().0;
-    let who = WorkerRef {
-        worker: shared.name.clone(),
-        session_id: SessionId(session_id),
-    };
-    let api = ApiCtx {
-        engine: shared.engine.clone(),
-        worker: shared.name.clone(),
-        session_id,
-        fence: held.fence.clone(),
-    };
+    let (who, api) = identity(shared, client, &held.fence);
     let batch_ctx = || super::step::BatchCtx {
         bid: item.id.clone(),
         zk: client.clone(),
