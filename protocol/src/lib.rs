@@ -46,6 +46,21 @@ pub mod view;
 /// in an event or a log line; longer ones are cut by [`cut`].
 pub const MAX_MESSAGE_BYTES: usize = 4096;
 
+/// The bytes a URL path segment or query value keeps as they are: RFC
+/// 3986's unreserved characters.
+const UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// `value` percent-encoded as one URL path segment or query value: every
+/// byte but RFC 3986's unreserved characters (so `/`, `:` and spaces are
+/// encoded too).
+pub fn encode_segment(value: &str) -> String {
+    percent_encoding::utf8_percent_encode(value, UNRESERVED).to_string()
+}
+
 /// `text` cut to at most `max` bytes (at a character boundary), with a
 /// marker saying how many bytes were cut; unchanged when it fits.
 pub fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
@@ -65,7 +80,18 @@ pub fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
 
 #[cfg(test)]
 mod tests {
-    use super::cut;
+    use super::{cut, encode_segment};
+
+    /// One encoder for the admin pages' links and the storage manifest's
+    /// content URLs: an ark and a file path each stay one segment.
+    #[test]
+    fn a_segment_keeps_only_unreserved_bytes() {
+        assert_eq!(
+            encode_segment("ark:/99999/fk4 x~-._"),
+            "ark%3A%2F99999%2Ffk4%20x~-._"
+        );
+        assert_eq!(encode_segment("été?&#%"), "%C3%A9t%C3%A9%3F%26%23%25");
+    }
 
     #[test]
     fn cut_keeps_short_text_and_marks_what_it_cuts() {

@@ -168,17 +168,7 @@ pub fn content_url(base: &str, node: u32, ark: &str, version: u32, name: &str) -
 }
 
 /// Percent-encodes every byte but RFC 3986's unreserved characters.
-pub fn encode_segment(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for b in value.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+pub use ingest_protocol::encode_segment;
 
 fn render_inner(files: &[ManifestFile], comment: Option<&str>) -> Result<String, ManifestError> {
     let mut sorted: Vec<&ManifestFile> = files.iter().collect();

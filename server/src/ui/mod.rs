@@ -211,17 +211,7 @@ pub(crate) fn cut(s: &str) -> Cow<'_, str> {
 }
 
 /// Percent-encodes a path segment or query value.
-pub(crate) fn enc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+pub(crate) use ingest_protocol::encode_segment as enc;
 
 /// The page around `body`.
 pub(crate) fn page(title: &str, admin: Option<&Admin>, body: Markup) -> Markup {
