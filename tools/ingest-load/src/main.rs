@@ -193,10 +193,9 @@ struct Args {
     #[arg(long, default_value_t = 4, value_name = "N")]
     batch_tasks: u32,
     /// Real mode: tasks of the worker's job_pending daemon [default:
-    /// --tasks]. A worker that runs every daemon carries each job from
-    /// Pending to Completed in the task that took it from Pending (steps
-    /// chained under one lock), so these tasks bound how many jobs are in
-    /// the pipeline at once.
+    /// --tasks]. They start jobs; each later step runs in a task of its own
+    /// daemon (handed off under the job's lock), so these tasks bound how
+    /// many jobs are started at once, not the whole pipeline.
     #[arg(long, value_name = "N")]
     pending_tasks: Option<u32>,
     /// Simulate mode: before each round is measured, submit this many

@@ -480,7 +480,7 @@ pub(crate) async fn real_round(
     let daemons: Vec<String> = JOB_DAEMONS
         .iter()
         .map(|d| match (*d, args.pending_tasks) {
-            // A chain runs in the task that took the job from Pending.
+            // --pending-tasks sets the daemon that starts jobs apart.
             ("job_pending", Some(n)) => format!("{d}={n}"),
             _ => format!("{d}={}", args.tasks),
         })
