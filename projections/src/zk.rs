@@ -47,6 +47,11 @@ pub struct ZkConfig {
     pub request_timeout: Duration,
     /// Credentials and the ACLs of created nodes (open by default).
     pub access: ZkAccess,
+    /// Whether [`connect`] creates the root when it is missing (the
+    /// default). Workers do not: a root created by a worker's session
+    /// carries the worker's ACL and locks the engine out of its own tree,
+    /// so a worker waits for the engine to create it.
+    pub create_root: bool,
 }
 
 impl ZkConfig {
@@ -59,7 +64,15 @@ impl ZkConfig {
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(10),
             access: ZkAccess::default(),
+            create_root: true,
         }
+    }
+
+    /// The same settings, but [`connect`] fails with `NoNode` instead of
+    /// creating a missing root.
+    pub fn without_creating_root(mut self) -> ZkConfig {
+        self.create_root = false;
+        self
     }
 
     /// The same settings with other credentials and ACLs.
@@ -310,6 +323,13 @@ pub async fn connect(config: &ZkConfig) -> Result<zk::Client, ZkError> {
         client.check_stat(&config.root),
     )
     .await?;
+    if exists.is_none() && !config.create_root {
+        return Err(ZkError::new(
+            "exists (the engine creates the root)",
+            config.root.clone(),
+            ZkErrorKind::Server(zk::Error::NoNode),
+        ));
+    }
     if exists.is_none() {
         call(
             config.request_timeout,

@@ -36,6 +36,37 @@ fn refused<T: std::fmt::Debug>(what: &str, r: Result<T, zk::Error>) {
     assert_eq!(r.err(), Some(zk::Error::NoAuth), "{what} must be refused");
 }
 
+/// Regression (seen once in a full suite run): every session created a
+/// missing root with its own ACL, so a worker with credentials that
+/// connected before the engine made the root "worker ALL, anyone READ",
+/// and the engine's projector could never create `/ingest-engine` under it
+/// ("not authorized"). A worker's session now waits for the engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_connects_first_leaves_the_root_to_the_engine() {
+    let server = shared();
+    let root = unique_root("acl-first");
+    let anon_zk = zk_config(&server.hosts(), &root);
+    let engine_zk = anon_zk.clone().with_access(engine_access());
+    let worker_zk = anon_zk.clone().with_access(worker_access());
+    let session = ingest_worker::session::Session::new(worker_zk);
+    assert!(
+        session.client().await.is_err(),
+        "a worker session made the missing root"
+    );
+    let mut f = Fixture::new();
+    f.walk_batches(1, 2, false);
+    catch_up(f.log(), &engine_zk, "engine").await;
+    assert_same_tree(
+        &log_tree(&f.log()),
+        &live_tree(&anon_zk).await,
+        "the engine's tree",
+    );
+    session
+        .client()
+        .await
+        .expect("the worker connects once the root exists");
+}
+
 /// What anonymous and worker sessions may do to a tree the engine projected
 /// with credentials.
 async fn assert_guarded(anon: &zk::Client, worker: &zk::Client, jid: &str, bid: &str) {

@@ -12,10 +12,12 @@ pub struct Session {
 }
 
 impl Session {
-    /// A session made on first use.
+    /// A session made on first use. It never creates the root: a root a
+    /// worker created would carry the worker's ACL and lock the engine out
+    /// (with credentials), so the worker waits until the engine made it.
     pub fn new(config: ZkConfig) -> Session {
         Session {
-            config,
+            config: config.without_creating_root(),
             client: Mutex::new(None),
         }
     }
