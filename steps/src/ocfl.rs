@@ -47,7 +47,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
 
 use chrono::{DateTime, Local, Utc};
 use rocfl::ocfl::{
@@ -73,8 +73,12 @@ pub struct OcflTarget {
     staging: Mutex<Option<staging::Staging>>,
     /// The name of this target's staging directory under [`STAGING`].
     owner: String,
+    /// The root's storage layout, for writing new objects directly
+    /// ([`direct`]); `None` when they go through rocfl.
+    layout: OnceLock<Option<StorageLayout>>,
 }
 
+mod direct;
 mod staging;
 
 /// The metadata of a new version, written into the OCFL inventory.
@@ -367,6 +371,7 @@ impl OcflTarget {
             arks: ArkLocks::default(),
             staging: Mutex::new(None),
             owner,
+            layout: OnceLock::new(),
         };
         target.claim_staging()?;
         Ok(target)
@@ -391,6 +396,7 @@ impl OcflTarget {
             arks: ArkLocks::default(),
             staging: Mutex::new(None),
             owner,
+            layout: OnceLock::new(),
         })
     }
 
@@ -446,7 +452,7 @@ impl OcflTarget {
         source_dir: &Path,
         meta: &VersionMeta,
     ) -> Result<StoredVersion, StorageError> {
-        self.store_from(ark, source_dir, meta, false, None)
+        self.store_from(ark, source_dir, meta, false, None, None)
     }
 
     /// [`OcflTarget::store_version`], with the SHA-512 every file must
@@ -474,7 +480,42 @@ impl OcflTarget {
         moving: bool,
         expected_sha512: &BTreeMap<String, String>,
     ) -> Result<StoredVersion, StorageError> {
-        self.store_from(ark, source_dir, meta, moving, Some(expected_sha512))
+        self.store_from(ark, source_dir, meta, moving, Some(expected_sha512), None)
+    }
+
+    /// [`OcflTarget::store_checked`], for a caller that also has every
+    /// file's SHA-256 (`expected_sha256`, by logical path).
+    ///
+    /// A NEW object whose files are moved (`moving`, on the storage root's
+    /// file system, an OCFL 1.1 root) is then written directly rather than
+    /// through rocfl: its inventory takes the SHA-512 of `expected_sha512`
+    /// as given (computed as the bytes arrived), and the files are re-read
+    /// once for their SHA-256 (with the CPU's SHA extensions, about half
+    /// the cost of SHA-512), which must match `expected_sha256` before
+    /// anything is committed. Every other store is
+    /// [`OcflTarget::store_checked`]'s.
+    ///
+    /// # Errors
+    ///
+    /// As [`OcflTarget::store_checked`]; a file whose SHA-256 differs is a
+    /// [`StorageError::DigestMismatch`] naming it.
+    pub fn store_checked_with(
+        &self,
+        ark: &str,
+        source_dir: &Path,
+        meta: &VersionMeta,
+        moving: bool,
+        expected_sha512: &BTreeMap<String, String>,
+        expected_sha256: &BTreeMap<String, String>,
+    ) -> Result<StoredVersion, StorageError> {
+        self.store_from(
+            ark,
+            source_dir,
+            meta,
+            moving,
+            Some(expected_sha512),
+            Some(expected_sha256),
+        )
     }
 
     fn store_from(
@@ -484,6 +525,7 @@ impl OcflTarget {
         meta: &VersionMeta,
         moving: bool,
         expected_sha512: Option<&BTreeMap<String, String>>,
+        expected_sha256: Option<&BTreeMap<String, String>>,
     ) -> Result<StoredVersion, StorageError> {
         check_ark(ark)?;
         let sources = list_source(source_dir)?;
@@ -494,6 +536,14 @@ impl OcflTarget {
         self.discard_staged(ark)?;
         let current = self.head(ark)?;
         let moving = moving && same_file_system(source_dir, &self.root);
+        if let (None, true, Some(sha512), Some(sha256)) =
+            (current, moving, expected_sha512, expected_sha256)
+        {
+            if let Some(layout) = self.layout.get_or_init(|| direct::layout_of(&self.root)) {
+                let expected = direct::Expected { sha512, sha256 };
+                return self.create_direct(ark, source_dir, &sources, meta, &expected, layout);
+            }
+        }
         let staged = self
             .stage(ark, source_dir, &sources, current.is_some(), moving)
             .and_then(|()| self.staged_files(ark, source_dir, &sources));
@@ -512,6 +562,51 @@ impl OcflTarget {
             version,
             files,
             object_root: self.object_root(ark)?,
+        })
+    }
+
+    /// Writes a new object's version 1 from `source_dir` with the SHA-512
+    /// of `expected` (see [`direct`]), after checking every file's SHA-256.
+    fn create_direct(
+        &self,
+        ark: &str,
+        source_dir: &Path,
+        sources: &[SourceFile],
+        meta: &VersionMeta,
+        expected: &direct::Expected<'_>,
+        layout: &StorageLayout,
+    ) -> Result<StoredVersion, StorageError> {
+        let files: Vec<StoredFile> = sources
+            .iter()
+            .map(|s| StoredFile {
+                logical_path: s.logical_path.clone(),
+                size: s.size,
+                sha512: expected
+                    .sha512
+                    .get(&s.logical_path)
+                    .cloned()
+                    .unwrap_or_default(),
+            })
+            .collect();
+        check_digests(ark, expected.sha512, &files)?;
+        direct::check_sha256(ark, source_dir, &files, expected.sha256)?;
+        let build = self
+            .staging_dir()
+            .join(format!("direct-{}", staging::new_owner_name()));
+        let object_root = direct::write_v1(
+            &self.root,
+            &layout.map_object_id(ark),
+            &build,
+            ark,
+            source_dir,
+            &files,
+            meta,
+        )?;
+        Ok(StoredVersion {
+            ark: ark.to_string(),
+            version: 1,
+            files,
+            object_root,
         })
     }
 

@@ -1337,3 +1337,176 @@ mod bag {
         assert!(!dir.exists());
     }
 }
+
+// ------------------------------------------- new objects written directly
+
+fn sha256(content: &str) -> String {
+    use sha2::Sha256;
+    hex::encode(Sha256::digest(content.as_bytes()))
+}
+
+fn expected_sha256(files: &[(&str, &str)]) -> BTreeMap<String, String> {
+    files
+        .iter()
+        .map(|(p, c)| (p.to_string(), sha256(c)))
+        .collect()
+}
+
+/// Entries left in the target's own staging (rocfl's repository files
+/// aside): a half-built object would show here.
+fn leftovers(target: &OcflTarget) -> Vec<String> {
+    fs::read_dir(target.staging_dir())
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("direct-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_new_moved_object_is_written_directly_with_the_callers_sha512() {
+    use std::os::unix::fs::MetadataExt;
+    let (root, target) = target();
+    let src = root.path().join("v1");
+    write_tree(&src, V1);
+    let inode = |path: &Path| fs::metadata(path).expect("metadata").ino();
+    let before = inode(&src.join("producer/data/deep/b.txt"));
+
+    let stored = target
+        .store_checked_with(
+            ARK,
+            &src,
+            &meta("v1"),
+            true,
+            &expected_sha512(V1),
+            &expected_sha256(V1),
+        )
+        .unwrap();
+
+    assert_eq!(stored.version, 1);
+    assert_eq!(listing(&stored), expected_listing(V1));
+    let moved = stored
+        .object_root
+        .join("v1/content/producer/data/deep/b.txt");
+    assert_eq!(inode(&moved), before, "moved, not copied");
+    assert!(!src.join("producer/data/deep/b.txt").exists());
+    // rocfl finds it where its layout says, reads it and validates it,
+    // content fixity included.
+    assert_eq!(target.versions(ARK).unwrap(), vec![1]);
+    assert_eq!(read(&target, ARK, Some(1), "producer/data/a.txt"), "alpha");
+    let report = target.verify(ARK).unwrap();
+    assert!(report.ok, "{:?}", report.problems);
+    let info = target.version_info(ARK, 1).unwrap();
+    assert_eq!(info.message, "v1");
+    assert_eq!(info.digest_algorithm, "sha512");
+    assert!(leftovers(&target).is_empty());
+    assert_eq!(staged_objects(target.root()), 0);
+}
+
+#[test]
+fn the_inventory_takes_the_sha512_computed_on_arrival_not_a_second_read() {
+    // The caller's SHA-512 of one file is not its content's (as if the
+    // disk changed the bytes after a download hashed them, in a way the
+    // SHA-256 re-read cannot see): rocfl would compute the SHA-512 again
+    // and refuse; the direct store records the digest of arrival, and the
+    // fixity check reports the file.
+    let (root, target) = target();
+    let src = root.path().join("v1");
+    write_tree(&src, V1);
+    let mut sha512 = expected_sha512(V1);
+    sha512.insert("readme.txt".into(), self::sha512("hello, as it arrived"));
+    let stored = target
+        .store_checked_with(ARK, &src, &meta("v1"), true, &sha512, &expected_sha256(V1))
+        .expect("no second SHA-512 pass");
+    assert_eq!(stored.version, 1);
+    assert!(target.verify_structure(ARK).unwrap().ok);
+    let report = target.verify(ARK).unwrap();
+    assert!(!report.ok);
+    assert!(
+        report.problems.iter().any(|p| p.contains("readme.txt")),
+        "{:?}",
+        report.problems
+    );
+}
+
+#[test]
+fn a_file_changed_since_it_was_hashed_fails_a_direct_store_naming_it() {
+    let (root, target) = target();
+    let src = root.path().join("v1");
+    write_tree(&src, V1);
+    let mut sha256 = expected_sha256(V1);
+    sha256.insert(
+        "producer/data/a.txt".into(),
+        self::sha256("alpha, as downloaded"),
+    );
+    let err = target
+        .store_checked_with(ARK, &src, &meta("v1"), true, &expected_sha512(V1), &sha256)
+        .expect_err("the bytes on disk are not those hashed");
+    let text = err.to_string();
+    assert!(matches!(err, StorageError::DigestMismatch { .. }), "{text}");
+    assert!(text.contains("producer/data/a.txt has SHA-256"), "{text}");
+    assert!(!text.contains("readme.txt"), "{text}");
+    assert!(matches!(
+        target.versions(ARK),
+        Err(StorageError::NotFound { .. })
+    ));
+    // Checked before anything moved: the source is whole for a retry.
+    for (path, _) in V1 {
+        assert!(src.join(path).is_file(), "{path} left the source");
+    }
+    assert!(leftovers(&target).is_empty());
+}
+
+#[test]
+fn later_versions_of_a_directly_written_object_go_through_rocfl() {
+    let (root, target) = target();
+    let src = root.path().join("v1");
+    write_tree(&src, V1);
+    target
+        .store_checked_with(
+            ARK,
+            &src,
+            &meta("v1"),
+            true,
+            &expected_sha512(V1),
+            &expected_sha256(V1),
+        )
+        .unwrap();
+    const V2: &[(&str, &str)] = &[("readme.txt", "hello"), ("producer/new.txt", "new")];
+    let src2 = root.path().join("v2");
+    write_tree(&src2, V2);
+    let stored = target
+        .store_checked_with(
+            ARK,
+            &src2,
+            &meta("v2"),
+            true,
+            &expected_sha512(V2),
+            &expected_sha256(V2),
+        )
+        .unwrap();
+    assert_eq!(stored.version, 2);
+    assert_eq!(listing(&stored), expected_listing(V2));
+    assert_eq!(read(&target, ARK, Some(1), "producer/data/a.txt"), "alpha");
+    assert_eq!(read(&target, ARK, None, "producer/new.txt"), "new");
+    let report = target.verify(ARK).unwrap();
+    assert!(report.ok, "{:?}", report.problems);
+}
+
+#[test]
+fn a_direct_store_refuses_a_missing_or_unexpected_file_before_moving_anything() {
+    let (root, target) = target();
+    let src = root.path().join("v1");
+    write_tree(&src, V1);
+    let mut sha512 = expected_sha512(V1);
+    sha512.insert("gone.txt".into(), self::sha512("gone"));
+    let err = target
+        .store_checked_with(ARK, &src, &meta("v1"), true, &sha512, &expected_sha256(V1))
+        .expect_err("a file is missing");
+    assert!(err.to_string().contains("gone.txt is missing"), "{err}");
+    assert!(src.join("readme.txt").is_file());
+    assert!(target.versions(ARK).is_err());
+}

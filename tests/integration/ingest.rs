@@ -1812,12 +1812,14 @@ fn staging_of(storage: &std::path::Path, pid: u32) -> Vec<PathBuf> {
 }
 
 /// Whether a staging directory holds a staged object (a store in progress):
-/// rocfl's hashed layout puts objects under 3-character directories.
+/// rocfl's hashed layout puts objects under 3-character directories, and a
+/// new object written directly is built in a `direct-…` directory.
 fn stages_an_object(staging: &std::path::Path) -> bool {
     std::fs::read_dir(staging).is_ok_and(|entries| {
-        entries
-            .flatten()
-            .any(|e| e.path().is_dir() && e.file_name().len() == 3)
+        entries.flatten().any(|e| {
+            let name = e.file_name();
+            e.path().is_dir() && (name.len() == 3 || name.to_string_lossy().starts_with("direct-"))
+        })
     })
 }
 

@@ -43,6 +43,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use futures_util::{StreamExt as _, TryStreamExt as _};
 use ingest_events::JobState;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -832,44 +833,66 @@ async fn list(
             };
             // Every pending batch, oldest first: a task passes over those
             // it cannot take now (held, refused) to the next. Only batches
-            // this worker has not seen pending yet are read.
+            // this worker has not seen pending yet are read, many at once:
+            // read one after another, a burst of 200 submissions kept the
+            // first acquisition waiting for 400 round trips.
+            let fresh: Vec<String> = unknown
+                .iter()
+                .filter(|b| !known_pending.contains(*b))
+                .cloned()
+                .collect();
+            let reads = fresh.into_iter().map(|bid| {
+                let client = client.clone();
+                async move {
+                    let seen = if client
+                        .check_stat(&format!("/batches/{bid}/states"))
+                        .await?
+                        .is_some()
+                    {
+                        BatchSeen::Acquired
+                    } else if client
+                        .check_stat(&format!("/batches/{bid}/status"))
+                        .await?
+                        .is_some()
+                    {
+                        BatchSeen::Pending
+                    } else {
+                        BatchSeen::Unknown
+                    };
+                    Ok::<_, zk::Error>((bid, seen))
+                }
+            });
+            let read: HashMap<String, BatchSeen> = futures_util::stream::iter(reads)
+                .buffered(LIST_READS_IN_FLIGHT)
+                .try_collect()
+                .await?;
             let mut items = Vec::new();
-            for bid in unknown {
-                if known_pending.contains(&bid) {
-                    items.push(Item {
-                        id: bid,
-                        priority: 0,
-                        since: None,
-                    });
-                    continue;
-                }
-                if client
-                    .check_stat(&format!("/batches/{bid}/states"))
-                    .await?
-                    .is_some()
-                {
-                    shared
-                        .acquired
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .insert(bid);
-                    continue;
-                }
-                if client
-                    .check_stat(&format!("/batches/{bid}/status"))
-                    .await?
-                    .is_some()
-                {
-                    shared
-                        .pending
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .insert(bid.clone());
-                    items.push(Item {
-                        id: bid,
-                        priority: 0,
-                        since: None,
-                    });
+            for bid in &unknown {
+                let seen = match read.get(bid) {
+                    Some(seen) => *seen,
+                    None => BatchSeen::Pending,
+                };
+                match seen {
+                    BatchSeen::Acquired => {
+                        shared
+                            .acquired
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .insert(bid.clone());
+                    }
+                    BatchSeen::Pending => {
+                        shared
+                            .pending
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .insert(bid.clone());
+                        items.push(Item {
+                            id: bid.clone(),
+                            priority: 0,
+                            since: None,
+                        });
+                    }
+                    BatchSeen::Unknown => {}
                 }
             }
             Ok((items, Some(watcher)))
@@ -926,6 +949,20 @@ async fn list(
         }
     }
 }
+
+/// What a listing of `/batches` found out about a batch it had not seen.
+#[derive(Debug, Clone, Copy)]
+enum BatchSeen {
+    /// It has `states`: acquired, never pending again.
+    Acquired,
+    /// It has a status and no `states`.
+    Pending,
+    /// Neither yet (being created, or being removed).
+    Unknown,
+}
+
+/// How many node reads a listing of `/batches` has in flight.
+const LIST_READS_IN_FLIGHT: usize = 32;
 
 /// Whether batch `bid` is one `target` works on now.
 async fn batch_matches(client: &zk::Client, target: Target, bid: &str) -> Result<bool, BoxError> {

@@ -34,6 +34,7 @@
 //! `ingest-server`.
 
 pub mod access;
+pub mod bulk;
 pub mod daemon;
 pub mod metrics;
 pub mod real;

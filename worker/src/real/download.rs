@@ -611,13 +611,14 @@ fn write_files_json(job_dir: &Path, files: &[DownloadedFile]) -> Result<(), Stri
     std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
-/// Runs blocking file-system work off the runtime.
+/// Runs blocking file-system work (unpacking and hashing containers among
+/// it) on the bulk threads ([`crate::bulk`]).
 async fn blocking<T, F>(f: F) -> Result<T, String>
 where
     T: Send + 'static,
     F: FnOnce() -> Result<T, String> + Send + 'static,
 {
-    tokio::task::spawn_blocking(f)
+    crate::bulk::spawn(f)
         .await
         .unwrap_or_else(|e| Err(format!("a file task failed: {e}")))
 }

@@ -630,7 +630,7 @@ impl Fetcher {
         let file = blocking(move || create_part(&path, &flag)).await?;
         let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
         let algorithms = algorithms.to_vec();
-        let writer = tokio::task::spawn_blocking(move || write_chunks(file, rx, &algorithms));
+        let writer = crate::bulk::spawn(move || write_chunks(file, rx, &algorithms));
         let mut received = 0u64;
         let announced = resp.content_length();
         let mut pace = Pace::new(self.limits);

@@ -118,7 +118,7 @@ where
             }
         };
         let path = job.path.clone();
-        let removed = tokio::task::spawn_blocking(move || remove_job(&path))
+        let removed = crate::bulk::spawn(move || remove_job(&path))
             .await
             .unwrap_or_else(|e| Err(format!("the removal failed: {e}")));
         match removed {

@@ -187,7 +187,7 @@ async fn remove_job_dir(config: &RealConfig, bid: &str, jid: &str) -> Result<Str
     }
     let dir = config.job_dir(bid, jid);
     let shown = dir.display().to_string();
-    let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&dir))
+    let removed = crate::bulk::spawn(move || std::fs::remove_dir_all(&dir))
         .await
         .map_err(|e| format!("the removal of {shown} failed: {e}"))?;
     match removed {

@@ -620,7 +620,7 @@ pub async fn store_object(
     }
     process::check_ark(ark)?;
     let dir = job_dir.to_path_buf();
-    let prepared = tokio::task::spawn_blocking(move || prepare(&dir))
+    let prepared = crate::bulk::spawn(move || prepare(&dir))
         .await
         .map_err(|e| format!("staging the object failed: {e}"))??;
     let prepared = Arc::new(prepared);
@@ -713,6 +713,10 @@ struct Prepared {
     /// step's for producer files (computed here when it has none), computed
     /// here for the small generated files.
     sha512: BTreeMap<String, String>,
+    /// SHA-256 by logical path, from the same sources: what a new object's
+    /// files are checked against on disk before they move into it
+    /// ([`OcflTarget::store_checked_with`]).
+    sha256: BTreeMap<String, String>,
 }
 
 /// Reads the manifest and the digests the stored files must have.
@@ -725,30 +729,35 @@ fn prepare(job_dir: &Path) -> Result<Prepared, String> {
         )
     })?;
     let (_, manifest_sha256) = process::sha256_of(&manifest_path)?;
-    let downloaded: BTreeMap<String, String> = process::producer_files(job_dir)?
+    let downloaded: BTreeMap<String, (String, String)> = process::producer_files(job_dir)?
         .into_iter()
         .filter_map(|f| {
             Some((
                 format!("producer/{}", f.name),
-                f.digests.get("sha512")?.clone(),
+                (
+                    f.digests.get("sha512")?.clone(),
+                    f.digests.get("sha256")?.clone(),
+                ),
             ))
         })
         .collect();
-    let mut sha512 = BTreeMap::new();
+    let (mut sha512, mut sha256) = (BTreeMap::new(), BTreeMap::new());
     for part in ["producer", "system"] {
         for (name, path) in process::walk(&job_dir.join(part))? {
             let logical = format!("{part}/{name}");
-            let digest = match downloaded.get(&logical) {
+            let (d512, d256) = match downloaded.get(&logical) {
                 Some(d) => d.clone(),
-                None => sha512_of(&path)?,
+                None => (sha512_of(&path)?, process::sha256_of(&path)?.1),
             };
-            sha512.insert(logical, digest);
+            sha512.insert(logical.clone(), d512);
+            sha256.insert(logical, d256);
         }
     }
     Ok(Prepared {
         manifest,
         manifest_sha256,
         sha512,
+        sha256,
     })
 }
 
@@ -851,7 +860,7 @@ impl TargetWork {
         let attempt = || {
             let w = Arc::clone(&work);
             async move {
-                tokio::task::spawn_blocking(move || w.store_blocking())
+                crate::bulk::spawn(move || w.store_blocking())
                     .await
                     .unwrap_or_else(|e| {
                         Err(Failure::Permanent(format!("the store task failed: {e}")))
@@ -885,14 +894,18 @@ impl TargetWork {
             None => {
                 let source = staging_dir(&self.job_dir, name);
                 stage(&self.job_dir, &source).map_err(Failure::Recoverable)?;
-                // Nothing is committed unless every file's SHA-512, as
-                // rocfl reads it, is the one computed at download.
-                let stored = self.target.store_checked(
+                // Nothing is committed unless every file on disk is the
+                // one hashed at download: for a new object moved into the
+                // first target, by its SHA-256 re-read (the inventory takes
+                // the download's SHA-512); otherwise by the SHA-512 rocfl
+                // reads.
+                let stored = self.target.store_checked_with(
                     &self.ark,
                     &source,
                     &self.meta,
                     self.moving,
                     &self.prepared.sha512,
+                    &self.prepared.sha256,
                 );
                 // What a failed move left is rebuilt by the next attempt.
                 if let Err(e) = remove_staged(&source) {

@@ -1,0 +1,240 @@
+//! Writing a new object's first version directly, with digests the caller
+//! already has.
+//!
+//! rocfl builds every version as an object of its own in staging (its
+//! directories, its inventory), reads every file for its SHA-512, then
+//! moves the version into the object. For the common ingest case, a new
+//! object whose files were hashed as they were downloaded, that is a
+//! second SHA-512 pass over every byte and about twice the directories:
+//! under `tools/load --mode real` the worker spent more CPU in ext4's
+//! directory allocation and in SHA-512 than in anything else.
+//!
+//! [`write_v1`] instead builds the finished object (namaste file,
+//! `inventory.json` and its sidecar at the root and in `v1/`, the content
+//! under `v1/content/`) in a directory of the target's own staging, moving
+//! the files in by rename, and renames the whole object into its place in
+//! the storage layout: either the object is there, complete, or it is not.
+//! The inventory's SHA-512 are the caller's, computed as the bytes
+//! arrived; before anything moves, each file is read once for its SHA-256
+//! ([`check_sha256`]), so a file that changed on disk since it was hashed
+//! still fails the store, naming it, at about half the CPU of a second
+//! SHA-512 (SHA-256 runs on the CPU's SHA extensions). The caller then
+//! validates the object's structure (rocfl's validator reads the inventory
+//! and its sidecar and checks every content path).
+//!
+//! Only OCFL 1.1 roots are written this way, and only new objects; every
+//! later version goes through rocfl.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use chrono::SecondsFormat;
+use rocfl::ocfl::{LayoutExtensionName, StorageLayout};
+use serde::Serialize;
+use sha2::{Digest, Sha256, Sha512};
+
+use super::{io_error, unusable, StorageError, StoredFile, VersionMeta};
+
+/// The digests a direct store takes from its caller, by logical path.
+pub(super) struct Expected<'a> {
+    /// Written into the inventory as given.
+    pub sha512: &'a BTreeMap<String, String>,
+    /// Checked against the files on disk before they move.
+    pub sha256: &'a BTreeMap<String, String>,
+}
+
+/// Reads every file of `files` under `source_dir` for its SHA-256 and
+/// compares it with `expected`.
+///
+/// # Errors
+///
+/// [`StorageError::DigestMismatch`] naming every file that differs or has
+/// no expected SHA-256; [`StorageError::Io`] when one cannot be read.
+pub(super) fn check_sha256(
+    ark: &str,
+    source_dir: &Path,
+    files: &[StoredFile],
+    expected: &BTreeMap<String, String>,
+) -> Result<(), StorageError> {
+    let mut problems = Vec::new();
+    for file in files {
+        let path = source_dir.join(&file.logical_path);
+        let mut reader = fs::File::open(&path).map_err(|e| io_error(&path, e))?;
+        let mut hasher = Sha256::new();
+        std::io::copy(&mut reader, &mut hasher).map_err(|e| io_error(&path, e))?;
+        let actual = hex::encode(hasher.finalize());
+        match expected.get(&file.logical_path) {
+            Some(want) if want.eq_ignore_ascii_case(&actual) => {}
+            Some(want) => problems.push(format!(
+                "{} has SHA-256 {actual} on disk, not {want}",
+                file.logical_path
+            )),
+            None => problems.push(format!("{} has no expected SHA-256", file.logical_path)),
+        }
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(StorageError::DigestMismatch {
+        ark: ark.to_string(),
+        problems,
+    })
+}
+
+/// The storage root's layout, read from `ocfl_layout.json` and the
+/// extension's `config.json`; `None` when the root is not OCFL 1.1 or its
+/// layout cannot be read (the caller then stores through rocfl).
+pub(super) fn layout_of(root: &Path) -> Option<StorageLayout> {
+    if !root.join("0=ocfl_1.1").is_file() {
+        return None;
+    }
+    #[derive(serde::Deserialize)]
+    struct LayoutFile {
+        extension: LayoutExtensionName,
+    }
+    let bytes = fs::read(root.join("ocfl_layout.json")).ok()?;
+    let name = serde_json::from_slice::<LayoutFile>(&bytes).ok()?.extension;
+    let config = fs::read(
+        root.join("extensions")
+            .join(name.to_string())
+            .join("config.json"),
+    )
+    .ok();
+    StorageLayout::new(name, config.as_deref()).ok()
+}
+
+/// The inventory, as OCFL 1.1 §3.5 has it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Inventory<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    digest_algorithm: &'static str,
+    head: &'static str,
+    content_directory: &'static str,
+    manifest: BTreeMap<&'a str, Vec<String>>,
+    versions: BTreeMap<&'static str, Version<'a>>,
+}
+
+#[derive(Serialize)]
+struct Version<'a> {
+    created: String,
+    state: BTreeMap<&'a str, Vec<&'a str>>,
+    message: &'a str,
+    user: User<'a>,
+}
+
+#[derive(Serialize)]
+struct User<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    address: Option<&'a str>,
+}
+
+/// Writes version 1 of object `ark` at `object_root` (relative to `root`)
+/// from `files` (logical path, SHA-512, size), each moved from
+/// `source_dir/<logical path>`, building it in `build` first.
+///
+/// # Errors
+///
+/// [`StorageError::Io`] when the disk fails; [`StorageError::UnusableRoot`]
+/// when something already occupies the object's directory. On every error
+/// `build` is removed; the files already moved into it go with it, so the
+/// caller's source is to be rebuilt before a retry (as after a failed
+/// rocfl move).
+pub(super) fn write_v1(
+    root: &Path,
+    object_root: &str,
+    build: &Path,
+    ark: &str,
+    source_dir: &Path,
+    files: &[StoredFile],
+    meta: &VersionMeta,
+) -> Result<PathBuf, StorageError> {
+    let target = root.join(object_root);
+    if fs::symlink_metadata(&target).is_ok() {
+        return Err(unusable(
+            &target,
+            "the object's directory exists, but holds no object rocfl can read",
+        ));
+    }
+    let written = build_object(build, ark, source_dir, files, meta).and_then(|()| {
+        let parent = target.parent().unwrap_or(root);
+        fs::create_dir_all(parent).map_err(|e| io_error(parent, e))?;
+        fs::rename(build, &target).map_err(|e| io_error(&target, e))
+    });
+    if let Err(e) = written {
+        if let Err(cleanup) = fs::remove_dir_all(build) {
+            if cleanup.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(dir = %build.display(), error = %cleanup, "cannot remove a half-built OCFL object");
+            }
+        }
+        return Err(e);
+    }
+    Ok(target)
+}
+
+fn build_object(
+    build: &Path,
+    ark: &str,
+    source_dir: &Path,
+    files: &[StoredFile],
+    meta: &VersionMeta,
+) -> Result<(), StorageError> {
+    let content = build.join("v1").join("content");
+    fs::create_dir_all(&content).map_err(|e| io_error(&content, e))?;
+    let mut manifest: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut state: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for file in files {
+        let to = content.join(&file.logical_path);
+        if let Some(parent) = to.parent().filter(|p| *p != content) {
+            fs::create_dir_all(parent).map_err(|e| io_error(parent, e))?;
+        }
+        let from = source_dir.join(&file.logical_path);
+        fs::rename(&from, &to).map_err(|e| io_error(&from, e))?;
+        manifest
+            .entry(&file.sha512)
+            .or_default()
+            .push(format!("v1/content/{}", file.logical_path));
+        state
+            .entry(&file.sha512)
+            .or_default()
+            .push(&file.logical_path);
+    }
+    let inventory = Inventory {
+        id: ark,
+        kind: "https://ocfl.io/1.1/spec/#inventory",
+        digest_algorithm: "sha512",
+        head: "v1",
+        content_directory: "content",
+        manifest,
+        versions: BTreeMap::from([(
+            "v1",
+            Version {
+                created: meta.created.to_rfc3339_opts(SecondsFormat::AutoSi, true),
+                state,
+                message: &meta.message,
+                user: User {
+                    name: &meta.user_name,
+                    address: meta.user_address.as_deref(),
+                },
+            },
+        )]),
+    };
+    let json = serde_json::to_vec(&inventory).map_err(|e| StorageError::Io {
+        context: format!("encoding the inventory of {ark}"),
+        source: std::io::Error::other(e),
+    })?;
+    let sidecar = format!("{}  inventory.json\n", hex::encode(Sha512::digest(&json)));
+    for dir in [build, &build.join("v1")] {
+        write(&dir.join("inventory.json"), &json)?;
+        write(&dir.join("inventory.json.sha512"), sidecar.as_bytes())?;
+    }
+    write(&build.join("0=ocfl_object_1.1"), b"ocfl_object_1.1\n")
+}
+
+fn write(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
+    fs::write(path, bytes).map_err(|e| io_error(path, e))
+}
