@@ -487,7 +487,7 @@ pub(crate) async fn real_round(
         .chain(
             BATCH_DAEMONS
                 .iter()
-                .map(|d| format!("{d}={}", args.batch_tasks)),
+                .map(|d| format!("{d}={}", args.batch_tasks())),
         )
         .collect();
     let mut cmd = Command::new(ingest);

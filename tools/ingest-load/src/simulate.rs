@@ -91,7 +91,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         args.jobs,
         args.workers,
         args.tasks,
-        args.batch_tasks,
+        args.batch_tasks(),
         args.step_ms,
         args.prefill_batches,
         work.display()
@@ -131,7 +131,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
             "jobs_per_batch": args.jobs,
             "tasks_per_job_daemon": args.tasks,
             "step_ms": args.step_ms,
-            "batch_tasks": args.batch_tasks,
+            "batch_tasks": args.batch_tasks(),
             "prefill_batches": args.prefill_batches,
             "baseline": base_label,
             "rounds": rounds,
@@ -233,7 +233,7 @@ pub(crate) async fn run_round(
         .chain(
             BATCH_DAEMONS
                 .iter()
-                .map(|d| format!("{d}={}", args.batch_tasks)),
+                .map(|d| format!("{d}={}", args.batch_tasks())),
         )
         .collect();
     for i in 1..=workers {
