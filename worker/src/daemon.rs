@@ -354,7 +354,7 @@ impl Shared {
                     continue;
                 }
             }
-            match claims.get(&item.id) {
+            match claims.get(&claim_key(target, &item.id)) {
                 None => {}
                 Some(Claim::InHand { .. }) => continue,
                 Some(Claim::Backoff { until, .. }) if *until > now => {
@@ -382,24 +382,26 @@ impl Shared {
         if claims.len() >= MAX_CLAIMS {
             claims.retain(|_, c| matches!(c, Claim::InHand { .. }));
         }
-        let tries = match claims.get(&item.id) {
+        let key = claim_key(target, &item.id);
+        let tries = match claims.get(&key) {
             Some(Claim::Backoff { tries, .. }) => *tries,
             _ => 0,
         };
-        claims.insert(item.id.clone(), Claim::InHand { tries });
+        claims.insert(key, Claim::InHand { tries });
         Ok(item)
     }
 
     /// Settles the claim on `id` after a try: forgotten once the item was
     /// dealt with, else backed off from.
-    fn settle(&self, id: &str, tried: Tried) {
+    fn settle(&self, target: Target, id: &str, tried: Tried) {
+        let id = claim_key(target, id);
         let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
         match tried {
             Tried::Done => {
-                claims.remove(id);
+                claims.remove(&id);
             }
             Tried::Skipped | Tried::Waited | Tried::Refused | Tried::Failed => {
-                let tries = match claims.get(id) {
+                let tries = match claims.get(&id) {
                     Some(Claim::Backoff { tries, .. } | Claim::InHand { tries }) => *tries,
                     None => 0,
                 }
@@ -411,7 +413,7 @@ impl Shared {
                 }
                 .backoff(tries);
                 claims.insert(
-                    id.to_string(),
+                    id,
                     Claim::Backoff {
                         until: Instant::now() + wait,
                         tries,
@@ -426,13 +428,13 @@ impl Shared {
     /// held it briefly): the job is no candidate for [`LISTING_GRACE`], so
     /// no task locks it again only to find it moved on (a lock create, a
     /// status read and a release for nothing).
-    fn linger(&self, id: &str) {
+    fn linger(&self, target: Target, id: &str) {
         let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
         if claims.len() >= MAX_CLAIMS {
             claims.retain(|_, c| matches!(c, Claim::InHand { .. }));
         }
         claims.insert(
-            id.to_string(),
+            claim_key(target, id),
             Claim::Backoff {
                 until: Instant::now() + LISTING_GRACE,
                 tries: 0,
@@ -454,6 +456,20 @@ impl Shared {
         }
         drop(queue);
         self.report_wake.notify_waiters();
+    }
+}
+
+/// The key of an item's claim. A job is one item whatever queue it is
+/// seen in; a batch is a different item to the pending daemon and to the
+/// reporting daemon: before, a worker whose batch-pending task had lost the
+/// race for a batch's lock backed off from that batch id, and the same
+/// worker's reporting task, named the batch at its end, waited out that
+/// back-off (reporting p99 of 0.6 to 0.9 s with 4 workers, once 9.2 s).
+fn claim_key(target: Target, id: &str) -> String {
+    match target {
+        Target::Jobs(_) => id.to_string(),
+        Target::PendingBatches => format!("pending {id}"),
+        Target::ReportingBatches(_) => format!("reporting {id}"),
     }
 }
 
@@ -673,6 +689,17 @@ pub async fn run_task(
                 continue;
             }
         };
+        // A reporting task registers for wake-ups BEFORE it reads the
+        // batches the engine named: `notify_waiters` keeps no permit, so a
+        // batch named between the read and the wait below was missed, and
+        // it waited for the next wake-up or the 10-second sweep (a batch
+        // reporting p99 of 9.2 s in one run of 4 workers).
+        let reporting = matches!(target, Target::ReportingBatches(_));
+        let wake = shared.report_wake.notified();
+        tokio::pin!(wake);
+        if reporting {
+            wake.as_mut().enable();
+        }
         let mut items: Vec<Item> = listing.borrow_and_update().as_ref().clone();
         if let Target::ReportingBatches(status) = target {
             // Batches the engine's answers named come first.
@@ -721,9 +748,9 @@ pub async fn run_task(
                         Tried::Failed
                     }
                 };
-                shared.settle(&item.id, tried);
+                shared.settle(target, &item.id, tried);
                 if tried == Tried::Done && !matches!(target, Target::PendingBatches) {
-                    shared.linger(&item.id);
+                    shared.linger(target, &item.id);
                 }
             }
             Err(next) => {
@@ -744,7 +771,7 @@ pub async fn run_task(
                         }
                     }
                     Some(chain) = handed => run_chain(&shared, chain, &stop).await,
-                    () = shared.report_wake.notified(), if matches!(target, Target::ReportingBatches(_)) => {}
+                    () = &mut wake, if reporting => {}
                     () = tokio::time::sleep(wait) => {}
                     () = stop.cancelled() => {}
                 }
@@ -758,7 +785,7 @@ pub async fn run_task(
         rx.close();
         while let Ok(chain) = rx.try_recv() {
             release(&chain.client, &chain.held.path, &chain.held.created).await;
-            shared.settle(&chain.item.id, Tried::Skipped);
+            shared.settle(Target::Jobs(chain.state), &chain.item.id, Tried::Skipped);
         }
     }
     tracing::debug!(daemon = %kind, task, "daemon task stopped");
@@ -1070,8 +1097,20 @@ async fn try_item(
     let created = match client.create(&path, &data, &ephemeral).await {
         Ok((stat, _)) => stat,
         Err(zk::Error::NodeExists) => {
-            if matches!(target, Target::Jobs(_)) {
-                shared.stats.lock_busy.fetch_add(1, Ordering::Relaxed);
+            match target {
+                Target::Jobs(_) => {
+                    shared.stats.lock_busy.fetch_add(1, Ordering::Relaxed);
+                }
+                // Someone holds the lock of a batch the engine named to us:
+                // another worker's reporting task, or a batch-pending task
+                // of another worker trying it from an old listing (it lets
+                // go at once). Named again, it is tried after a short
+                // back-off instead of waiting for the 10-second sweep
+                // (once a 9.2 s reporting p99 with 4 workers).
+                Target::ReportingBatches(status) if named => {
+                    shared.note_reporting(&item.id, status);
+                }
+                _ => {}
             }
             return Ok(Some(Tried::Skipped));
         }
@@ -1180,9 +1219,10 @@ async fn run_chain(shared: &Shared, chain: Box<Chain>, stop: &CancellationToken)
         Tried::Waited => Tried::Waited,
         _ => Tried::Done,
     };
-    shared.settle(&id, tried);
+    let target = Target::Jobs(chain.state);
+    shared.settle(target, &id, tried);
     if tried == Tried::Done {
-        shared.linger(&id);
+        shared.linger(target, &id);
     }
 }
 
@@ -1611,8 +1651,8 @@ mod tests {
         let target = Target::Jobs(JobState::Estimating);
         let queue = items(&["jid1"]);
         let first = shared.pick(target, &queue).expect("jid1");
-        shared.settle(&first.id, Tried::Done);
-        shared.linger(&first.id);
+        shared.settle(target, &first.id, Tried::Done);
+        shared.linger(target, &first.id);
         // The estimating queue's last listing still shows jid1, which the
         // chain has carried on to Completed.
         assert!(shared.pick(target, &queue).is_err());
@@ -1633,10 +1673,10 @@ mod tests {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(first.id.clone());
-        shared.settle("bid1", Tried::Done);
+        shared.settle(Target::PendingBatches, "bid1", Tried::Done);
         let next = shared.pick(Target::PendingBatches, &queue).expect("bid2");
         assert_eq!(next.id, "bid2", "bid1 is acquired");
-        shared.settle("bid2", Tried::Done);
+        shared.settle(Target::PendingBatches, "bid2", Tried::Done);
         assert!(shared
             .pick(Target::PendingBatches, &items(&["bid1"]))
             .is_err());
@@ -1659,8 +1699,8 @@ mod tests {
         // In hand: another task takes the next.
         let second = shared.pick(Target::PendingBatches, &queue).expect("bid2");
         assert_eq!(second.id, "bid2");
-        shared.settle("bid1", Tried::Refused);
-        shared.settle("bid2", Tried::Done);
+        shared.settle(Target::PendingBatches, "bid1", Tried::Refused);
+        shared.settle(Target::PendingBatches, "bid2", Tried::Done);
         // bid1 backs off; bid2 was dealt with (and would have left the
         // listing); the next pick is bid2 again only because the listing
         // still shows it, else bid3.
@@ -1668,7 +1708,7 @@ mod tests {
             .pick(Target::PendingBatches, &items(&["bid1", "bid3"]))
             .expect("bid3");
         assert_eq!(next.id, "bid3");
-        shared.settle("bid3", Tried::Skipped);
+        shared.settle(Target::PendingBatches, "bid3", Tried::Skipped);
         // Everything backs off: the answer is when to look again.
         let wait = shared
             .pick(Target::PendingBatches, &items(&["bid1", "bid3"]))
@@ -1713,6 +1753,27 @@ mod tests {
 
     /// The random spread over the head of a queue never takes a job of a
     /// lower priority while one of a higher is free.
+    /// A worker's batch-pending task that lost the race for a batch's lock
+    /// backs off from it; when the batch ends and the engine names it to
+    /// this worker for reporting, its reporting task takes it at once.
+    #[test]
+    fn a_pending_back_off_does_not_hold_up_the_report_of_the_same_batch() {
+        let shared = shared("http://127.0.0.1:1");
+        let batch = items(&["bid1"]);
+        let tried = shared.pick(Target::PendingBatches, &batch).expect("bid1");
+        shared.settle(Target::PendingBatches, &tried.id, Tried::Skipped);
+        assert!(
+            shared.pick(Target::PendingBatches, &batch).is_err(),
+            "the pending daemon backs off"
+        );
+        let reporting = Target::ReportingBatches("Reporting");
+        let item = shared
+            .pick(reporting, &batch)
+            .expect("the reporting daemon is not held back by it");
+        assert_eq!(item.id, "bid1");
+        shared.settle(reporting, &item.id, Tried::Done);
+    }
+
     #[test]
     fn the_spread_stays_within_the_first_priority() {
         let shared = shared("http://127.0.0.1:1");
@@ -1723,7 +1784,7 @@ mod tests {
         for _ in 0..20 {
             let item = shared.pick(target, &queue).expect("jid1");
             assert_eq!(item.id, "jid1");
-            shared.settle(&item.id, Tried::Done);
+            shared.settle(target, &item.id, Tried::Done);
         }
     }
 
