@@ -18,6 +18,13 @@ pub struct RealArgs {
     #[arg(skip)]
     #[serde(skip)]
     pub max_record_bytes: Option<usize>,
+    /// Tests only: every new object written directly into a storage target
+    /// waits this long half built in the target's staging, so that a test
+    /// can kill the process in the middle of a store. Not a configuration
+    /// key.
+    #[arg(long, hide = true, value_name = "MS", default_value_t = 0)]
+    #[serde(skip)]
+    pub store_pause_ms: u64,
     /// The root that `file://` payload URLs must lie under (without it, file:// URLs are refused).
     #[arg(long, env = "INGEST_FILE_ROOT", value_name = "DIR")]
     pub file_root: Option<PathBuf>,

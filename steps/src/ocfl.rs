@@ -76,6 +76,8 @@ pub struct OcflTarget {
     /// The root's storage layout, for writing new objects directly
     /// ([`direct`]); `None` when they go through rocfl.
     layout: OnceLock<Option<StorageLayout>>,
+    /// How long a direct write waits half built ([`OcflTarget::set_build_pause`]).
+    build_pause: Mutex<std::time::Duration>,
 }
 
 mod direct;
@@ -372,6 +374,7 @@ impl OcflTarget {
             staging: Mutex::new(None),
             owner,
             layout: OnceLock::new(),
+            build_pause: Mutex::new(std::time::Duration::ZERO),
         };
         target.claim_staging()?;
         Ok(target)
@@ -397,6 +400,7 @@ impl OcflTarget {
             staging: Mutex::new(None),
             owner,
             layout: OnceLock::new(),
+            build_pause: Mutex::new(std::time::Duration::ZERO),
         })
     }
 
@@ -416,6 +420,17 @@ impl OcflTarget {
             *own = Some(claimed);
         }
         Ok(())
+    }
+
+    /// Tests only: from now on every new object written directly waits
+    /// `pause` with its files moved into the half-built object in this
+    /// target's staging, so that a test can kill the process in the middle
+    /// of a store (`ingest worker --store-pause-ms`, hidden).
+    pub fn set_build_pause(&self, pause: std::time::Duration) {
+        *self
+            .build_pause
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = pause;
     }
 
     /// The target's name, as configured.
@@ -593,15 +608,17 @@ impl OcflTarget {
         let build = self
             .staging_dir()
             .join(format!("direct-{}", staging::new_owner_name()));
-        let object_root = direct::write_v1(
-            &self.root,
-            &layout.map_object_id(ark),
-            &build,
-            ark,
-            source_dir,
-            &files,
-            meta,
-        )?;
+        let object_root = layout.map_object_id(ark);
+        let place = direct::Place {
+            root: &self.root,
+            object_root: &object_root,
+            build: &build,
+            pause: *self
+                .build_pause
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        };
+        let object_root = direct::write_v1(&place, ark, source_dir, &files, meta)?;
         Ok(StoredVersion {
             ark: ark.to_string(),
             version: 1,

@@ -1882,6 +1882,9 @@ async fn processes_sharing_a_storage_target_store_side_by_side_and_survive_a_kil
                 "--allow-network",
                 "127.0.0.1/32",
             ])
+            // A new object is written in a moment; held half built for a
+            // while, a store is there to be killed in the middle of.
+            .args(["--store-pause-ms", "300"])
             .env("INGEST_WORKER_TOKEN", crate::server::WORKER)
             .env_remove("INGEST_DATA_DIR")
             .env_remove("INGEST_CONFIG")

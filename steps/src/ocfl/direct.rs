@@ -133,27 +133,38 @@ struct User<'a> {
     address: Option<&'a str>,
 }
 
-/// Writes version 1 of object `ark` at `object_root` (relative to `root`)
-/// from `files` (logical path, SHA-512, size), each moved from
-/// `source_dir/<logical path>`, building it in `build` first.
+/// Where a direct write builds an object and where it puts it.
+pub(super) struct Place<'a> {
+    /// The storage root.
+    pub root: &'a Path,
+    /// The object's directory under `root`, as the storage layout maps it.
+    pub object_root: &'a str,
+    /// Where the object is built first (in the target's own staging).
+    pub build: &'a Path,
+    /// How long the half-built object waits before it moves into place
+    /// (zero but in tests that kill the process mid-store).
+    pub pause: std::time::Duration,
+}
+
+/// Writes version 1 of object `ark` at `place` from `files` (logical path,
+/// SHA-512, size), each moved from `source_dir/<logical path>`.
 ///
 /// # Errors
 ///
 /// [`StorageError::Io`] when the disk fails; [`StorageError::UnusableRoot`]
 /// when something already occupies the object's directory. On every error
-/// `build` is removed; the files already moved into it go with it, so the
-/// caller's source is to be rebuilt before a retry (as after a failed
-/// rocfl move).
+/// the build directory is removed; the files already moved into it go with
+/// it, so the caller's source is to be rebuilt before a retry (as after a
+/// failed rocfl move).
 pub(super) fn write_v1(
-    root: &Path,
-    object_root: &str,
-    build: &Path,
+    place: &Place<'_>,
     ark: &str,
     source_dir: &Path,
     files: &[StoredFile],
     meta: &VersionMeta,
 ) -> Result<PathBuf, StorageError> {
-    let target = root.join(object_root);
+    let (root, build) = (place.root, place.build);
+    let target = root.join(place.object_root);
     if fs::symlink_metadata(&target).is_ok() {
         return Err(unusable(
             &target,
@@ -161,6 +172,9 @@ pub(super) fn write_v1(
         ));
     }
     let written = build_object(build, ark, source_dir, files, meta).and_then(|()| {
+        if !place.pause.is_zero() {
+            std::thread::sleep(place.pause);
+        }
         let parent = target.parent().unwrap_or(root);
         fs::create_dir_all(parent).map_err(|e| io_error(parent, e))?;
         fs::rename(build, &target).map_err(|e| io_error(&target, e))

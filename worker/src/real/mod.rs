@@ -128,6 +128,10 @@ pub fn steps(
     })?;
     let fetcher = Arc::new(fetch::Fetcher::new(&config).context("the HTTP client")?);
     let targets = store::open_targets(&config.args.storage_targets)?;
+    let pause = std::time::Duration::from_millis(config.args.store_pause_ms);
+    for target in &targets {
+        target.set_build_pause(pause);
+    }
     let node_id =
         store::primary_node_id(&config.args.storage_targets, &config.args.storage_node_ids)?;
     let content_url = store::content_base(config.args.content_url.as_deref())?;
