@@ -1833,7 +1833,15 @@ fn stages_an_object(staging: &std::path::Path) -> bool {
 /// first failed with "object … is locked".
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn processes_sharing_a_storage_target_store_side_by_side_and_survive_a_kill() {
-    let rig = rig("shared-storage", &[]).await;
+    // Every storer holds a new object half built for a while (a direct
+    // write is otherwise over in a moment), so a store is there to be
+    // killed in the middle of, whichever worker it runs in. The server's
+    // stores take longer, so that its tasks, warm and first to see each
+    // job, do not take all twelve while the workers start (under the full
+    // suite's load the workers then never stored, and the wait timed out).
+    let pause = ["--store-pause-ms".to_string(), "300".to_string()];
+    let server_pause = ["--store-pause-ms".to_string(), "2000".to_string()];
+    let rig = rig("shared-storage", &server_pause).await;
     let b = rig.base.clone();
     // The server stores first, so its storage target is in use when the
     // workers start.
@@ -1882,9 +1890,7 @@ async fn processes_sharing_a_storage_target_store_side_by_side_and_survive_a_kil
                 "--allow-network",
                 "127.0.0.1/32",
             ])
-            // A new object is written in a moment; held half built for a
-            // while, a store is there to be killed in the middle of.
-            .args(["--store-pause-ms", "300"])
+            .args(&pause)
             .env("INGEST_WORKER_TOKEN", crate::server::WORKER)
             .env_remove("INGEST_DATA_DIR")
             .env_remove("INGEST_CONFIG")
@@ -1895,9 +1901,11 @@ async fn processes_sharing_a_storage_target_store_side_by_side_and_survive_a_kil
             .expect("start ingest worker");
         workers.0.push(child);
     }
-    let victim = workers.0[0].id();
-    eventually("worker 1 to open its storage target", 30, async || {
-        (!staging_of(&rig.storage, victim).is_empty()).then_some(())
+    let pids: Vec<u32> = workers.0.iter().map(std::process::Child::id).collect();
+    eventually("the workers to open their storage target", 30, async || {
+        pids.iter()
+            .all(|pid| !staging_of(&rig.storage, *pid).is_empty())
+            .then_some(())
     })
     .await;
 
@@ -1927,15 +1935,19 @@ async fn processes_sharing_a_storage_target_store_side_by_side_and_survive_a_kil
         )
         .await;
 
-    // SIGKILL worker 1 while it stages an object; no other process knows.
-    let staged = eventually("worker 1 to be in the middle of a store", 120, async || {
-        staging_of(&rig.storage, victim)
-            .into_iter()
-            .find(|s| stages_an_object(s))
+    // SIGKILL the first worker found staging an object (the processes race
+    // for the jobs, so either may store them); no other process knows.
+    let (victim, staged) = eventually("a worker to be in the middle of a store", 120, async || {
+        pids.iter().enumerate().find_map(|(i, pid)| {
+            staging_of(&rig.storage, *pid)
+                .into_iter()
+                .find(|s| stages_an_object(s))
+                .map(|s| (i, s))
+        })
     })
     .await;
-    workers.0[0].kill().expect("SIGKILL worker 1");
-    workers.0[0].wait().expect("reap worker 1");
+    workers.0[victim].kill().expect("SIGKILL the worker");
+    workers.0[victim].wait().expect("reap the worker");
     assert!(
         staged.exists(),
         "the dead worker's staging is left as it was"
