@@ -367,6 +367,26 @@ pub(crate) async fn run_real(args: Args) -> Result<()> {
         work.display()
     );
 
+    if args.warmup_objects > 0 {
+        let f = args.files[0];
+        let mut warm = args.clone();
+        warm.objects = args.warmup_objects;
+        warm.curl_runs = 1;
+        let round = real_round(
+            &warm, &ingest, &work, "warmup", &tokens, &depot, &base, f, parallel,
+        )
+        .await
+        .with_context(|| {
+            format!(
+                "the warm-up round failed (logs in {})",
+                work.join("warmup").display()
+            )
+        })?;
+        eprintln!(
+            "warm-up round, not counted ({} objects of {f} file(s)): ingest {:.1} MB/s",
+            warm.objects, round.ingest_mb_per_s
+        );
+    }
     let mut rounds = Vec::new();
     for (i, &f) in args.files.iter().enumerate() {
         let name = format!("round{}-{f}f", i + 1);
