@@ -22,7 +22,8 @@ pub struct RealArgs {
     /// waits this long half built in the target's staging, so that a test
     /// can kill the process in the middle of a store. Not a configuration
     /// key.
-    #[arg(long, hide = true, value_name = "MS", default_value_t = 0)]
+    #[arg(long, hide = true, value_name = "MS", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=60_000))]
     #[serde(skip)]
     pub store_pause_ms: u64,
     /// The root that `file://` payload URLs must lie under (without it, file:// URLs are refused).

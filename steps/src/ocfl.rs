@@ -47,6 +47,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
 
 use chrono::{DateTime, Local, Utc};
@@ -76,8 +77,9 @@ pub struct OcflTarget {
     /// The root's storage layout, for writing new objects directly
     /// ([`direct`]); `None` when they go through rocfl.
     layout: OnceLock<Option<StorageLayout>>,
-    /// How long a direct write waits half built ([`OcflTarget::set_build_pause`]).
-    build_pause: Mutex<std::time::Duration>,
+    /// How long a direct write waits half built, in milliseconds
+    /// ([`OcflTarget::set_build_pause`]).
+    build_pause_ms: AtomicU64,
 }
 
 mod direct;
@@ -374,7 +376,7 @@ impl OcflTarget {
             staging: Mutex::new(None),
             owner,
             layout: OnceLock::new(),
-            build_pause: Mutex::new(std::time::Duration::ZERO),
+            build_pause_ms: AtomicU64::new(0),
         };
         target.claim_staging()?;
         Ok(target)
@@ -400,7 +402,7 @@ impl OcflTarget {
             staging: Mutex::new(None),
             owner,
             layout: OnceLock::new(),
-            build_pause: Mutex::new(std::time::Duration::ZERO),
+            build_pause_ms: AtomicU64::new(0),
         })
     }
 
@@ -427,10 +429,8 @@ impl OcflTarget {
     /// target's staging, so that a test can kill the process in the middle
     /// of a store (`ingest worker --store-pause-ms`, hidden).
     pub fn set_build_pause(&self, pause: std::time::Duration) {
-        *self
-            .build_pause
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = pause;
+        let ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX);
+        self.build_pause_ms.store(ms, Ordering::Relaxed);
     }
 
     /// The target's name, as configured.
@@ -613,10 +613,7 @@ impl OcflTarget {
             root: &self.root,
             object_root: &object_root,
             build: &build,
-            pause: *self
-                .build_pause
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
+            pause: std::time::Duration::from_millis(self.build_pause_ms.load(Ordering::Relaxed)),
         };
         let object_root = direct::write_v1(&place, ark, source_dir, &files, meta)?;
         Ok(StoredVersion {

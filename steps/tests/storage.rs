@@ -1352,6 +1352,26 @@ fn expected_sha256(files: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// A fresh target and V1 written under its root (one file system, so a
+/// store moves the files).
+fn target_with_v1() -> (TempDir, OcflTarget, std::path::PathBuf) {
+    let (root, target) = target();
+    let src = root.path().join("v1");
+    write_tree(&src, V1);
+    (root, target, src)
+}
+
+/// A moving store of `src` as `ARK` with these digests.
+fn store_direct(
+    target: &OcflTarget,
+    src: &Path,
+    message: &str,
+    sha512: &BTreeMap<String, String>,
+    sha256: &BTreeMap<String, String>,
+) -> Result<StoredVersion, StorageError> {
+    target.store_checked_with(ARK, src, &meta(message), true, sha512, sha256)
+}
+
 /// Entries left in the target's own staging (rocfl's repository files
 /// aside): a half-built object would show here.
 fn leftovers(target: &OcflTarget) -> Vec<String> {
@@ -1369,22 +1389,18 @@ fn leftovers(target: &OcflTarget) -> Vec<String> {
 #[test]
 fn a_new_moved_object_is_written_directly_with_the_callers_sha512() {
     use std::os::unix::fs::MetadataExt;
-    let (root, target) = target();
-    let src = root.path().join("v1");
-    write_tree(&src, V1);
+    let (_root, target, src) = target_with_v1();
     let inode = |path: &Path| fs::metadata(path).expect("metadata").ino();
     let before = inode(&src.join("producer/data/deep/b.txt"));
 
-    let stored = target
-        .store_checked_with(
-            ARK,
-            &src,
-            &meta("v1"),
-            true,
-            &expected_sha512(V1),
-            &expected_sha256(V1),
-        )
-        .unwrap();
+    let stored = store_direct(
+        &target,
+        &src,
+        "v1",
+        &expected_sha512(V1),
+        &expected_sha256(V1),
+    )
+    .unwrap();
 
     assert_eq!(stored.version, 1);
     assert_eq!(listing(&stored), expected_listing(V1));
@@ -1413,13 +1429,10 @@ fn the_inventory_takes_the_sha512_computed_on_arrival_not_a_second_read() {
     // SHA-256 re-read cannot see): rocfl would compute the SHA-512 again
     // and refuse; the direct store records the digest of arrival, and the
     // fixity check reports the file.
-    let (root, target) = target();
-    let src = root.path().join("v1");
-    write_tree(&src, V1);
+    let (_root, target, src) = target_with_v1();
     let mut sha512 = expected_sha512(V1);
     sha512.insert("readme.txt".into(), self::sha512("hello, as it arrived"));
-    let stored = target
-        .store_checked_with(ARK, &src, &meta("v1"), true, &sha512, &expected_sha256(V1))
+    let stored = store_direct(&target, &src, "v1", &sha512, &expected_sha256(V1))
         .expect("no second SHA-512 pass");
     assert_eq!(stored.version, 1);
     assert!(target.verify_structure(ARK).unwrap().ok);
@@ -1434,16 +1447,13 @@ fn the_inventory_takes_the_sha512_computed_on_arrival_not_a_second_read() {
 
 #[test]
 fn a_file_changed_since_it_was_hashed_fails_a_direct_store_naming_it() {
-    let (root, target) = target();
-    let src = root.path().join("v1");
-    write_tree(&src, V1);
+    let (_root, target, src) = target_with_v1();
     let mut sha256 = expected_sha256(V1);
     sha256.insert(
         "producer/data/a.txt".into(),
         self::sha256("alpha, as downloaded"),
     );
-    let err = target
-        .store_checked_with(ARK, &src, &meta("v1"), true, &expected_sha512(V1), &sha256)
+    let err = store_direct(&target, &src, "v1", &expected_sha512(V1), &sha256)
         .expect_err("the bytes on disk are not those hashed");
     let text = err.to_string();
     assert!(matches!(err, StorageError::DigestMismatch { .. }), "{text}");
@@ -1462,32 +1472,26 @@ fn a_file_changed_since_it_was_hashed_fails_a_direct_store_naming_it() {
 
 #[test]
 fn later_versions_of_a_directly_written_object_go_through_rocfl() {
-    let (root, target) = target();
-    let src = root.path().join("v1");
-    write_tree(&src, V1);
-    target
-        .store_checked_with(
-            ARK,
-            &src,
-            &meta("v1"),
-            true,
-            &expected_sha512(V1),
-            &expected_sha256(V1),
-        )
-        .unwrap();
+    let (root, target, src) = target_with_v1();
+    store_direct(
+        &target,
+        &src,
+        "v1",
+        &expected_sha512(V1),
+        &expected_sha256(V1),
+    )
+    .unwrap();
     const V2: &[(&str, &str)] = &[("readme.txt", "hello"), ("producer/new.txt", "new")];
     let src2 = root.path().join("v2");
     write_tree(&src2, V2);
-    let stored = target
-        .store_checked_with(
-            ARK,
-            &src2,
-            &meta("v2"),
-            true,
-            &expected_sha512(V2),
-            &expected_sha256(V2),
-        )
-        .unwrap();
+    let stored = store_direct(
+        &target,
+        &src2,
+        "v2",
+        &expected_sha512(V2),
+        &expected_sha256(V2),
+    )
+    .unwrap();
     assert_eq!(stored.version, 2);
     assert_eq!(listing(&stored), expected_listing(V2));
     assert_eq!(read(&target, ARK, Some(1), "producer/data/a.txt"), "alpha");
@@ -1498,13 +1502,10 @@ fn later_versions_of_a_directly_written_object_go_through_rocfl() {
 
 #[test]
 fn a_direct_store_refuses_a_missing_or_unexpected_file_before_moving_anything() {
-    let (root, target) = target();
-    let src = root.path().join("v1");
-    write_tree(&src, V1);
+    let (_root, target, src) = target_with_v1();
     let mut sha512 = expected_sha512(V1);
     sha512.insert("gone.txt".into(), self::sha512("gone"));
-    let err = target
-        .store_checked_with(ARK, &src, &meta("v1"), true, &sha512, &expected_sha256(V1))
+    let err = store_direct(&target, &src, "v1", &sha512, &expected_sha256(V1))
         .expect_err("a file is missing");
     assert!(err.to_string().contains("gone.txt is missing"), "{err}");
     assert!(src.join("readme.txt").is_file());

@@ -862,7 +862,10 @@ async fn list(
             // it cannot take now (held, refused) to the next. Only batches
             // this worker has not seen pending yet are read, many at once:
             // read one after another, a burst of 200 submissions kept the
-            // first acquisition waiting for 400 round trips.
+            // first acquisition waiting for 400 round trips. Stats, not a
+            // multi-read of the nodes' data: a status node that someone
+            // else made huge would fail a multi-read of every batch with it,
+            // and stall acquisition for all of them.
             let fresh: Vec<String> = unknown
                 .iter()
                 .filter(|b| !known_pending.contains(*b))
@@ -895,10 +898,8 @@ async fn list(
                 .await?;
             let mut items = Vec::new();
             for bid in &unknown {
-                let seen = match read.get(bid) {
-                    Some(seen) => *seen,
-                    None => BatchSeen::Pending,
-                };
+                // Not read: seen pending before, and not acquired since.
+                let seen = read.get(bid).copied().unwrap_or(BatchSeen::Pending);
                 match seen {
                     BatchSeen::Acquired => {
                         shared

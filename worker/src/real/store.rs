@@ -747,7 +747,7 @@ fn prepare(job_dir: &Path) -> Result<Prepared, String> {
             let logical = format!("{part}/{name}");
             let (d512, d256) = match downloaded.get(&logical) {
                 Some(d) => d.clone(),
-                None => (sha512_of(&path)?, process::sha256_of(&path)?.1),
+                None => both_digests(&path)?,
             };
             sha512.insert(logical.clone(), d512);
             sha256.insert(logical, d256);
@@ -791,15 +791,18 @@ fn remove_staged(source: &Path) -> Result<(), String> {
     }
 }
 
-/// The SHA-512 of a file, lower-case hex.
-fn sha512_of(path: &Path) -> Result<String, String> {
-    let (_, digests) = digest_file(path, &[Algorithm::Sha512])
+/// The SHA-512 and SHA-256 of a file, lower-case hex, in one read.
+fn both_digests(path: &Path) -> Result<(String, String), String> {
+    let (_, digests) = digest_file(path, &[Algorithm::Sha512, Algorithm::Sha256])
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    digests
-        .into_iter()
-        .find(|(a, _)| *a == Algorithm::Sha512)
-        .map(|(_, hex)| hex)
-        .ok_or_else(|| format!("no SHA-512 of {}", path.display()))
+    let get = |wanted: Algorithm| {
+        digests
+            .iter()
+            .find(|(a, _)| *a == wanted)
+            .map(|(_, hex)| hex.clone())
+            .ok_or_else(|| format!("no {} of {}", wanted.name(), path.display()))
+    };
+    Ok((get(Algorithm::Sha512)?, get(Algorithm::Sha256)?))
 }
 
 /// Where a target's share of the object is staged, under the job's
@@ -1220,7 +1223,7 @@ mod tests {
         for name in ["a.txt", "sub/b.txt"] {
             let path = dir.join("producer").join(name);
             let (size, sha256) = process::sha256_of(&path).expect("sha256");
-            let sha512 = sha512_of(&path).expect("sha512");
+            let (sha512, _) = both_digests(&path).expect("sha512");
             listed.push(serde_json::json!({
                 "name": name, "url": "http://x/", "size": size,
                 "digests": {"sha256": sha256, "sha512": sha512},
