@@ -1835,12 +1835,21 @@ fn stages_an_object(staging: &std::path::Path) -> bool {
 async fn processes_sharing_a_storage_target_store_side_by_side_and_survive_a_kill() {
     // Every worker holds a new object half built for a while (a direct
     // write is otherwise over in a moment), so a store is there to be killed
-    // in the middle of. The server starts no job (it acquires and reports
-    // batches): with chaining, whoever starts a job stores it, and the warm
-    // server started all of them while the workers were starting, so under
-    // the full suite's load no worker ever stored and the wait timed out.
+    // in the middle of. The server runs no job daemon (it acquires and
+    // reports batches, and still opens the target and claims its staging):
+    // with chaining, whoever starts a job stores it, and the warm server
+    // started all of them while the workers were starting; and a chain that
+    // ends early (a download retried under the full suite's load) leaves its
+    // job in a queue the server's daemons took it from, storing it without
+    // the pause. Either way no worker was ever seen storing and the wait
+    // timed out.
     let pause = ["--store-pause-ms".to_string(), "300".to_string()];
-    let server_args = ["--daemons".to_string(), "job_pending=off".to_string()];
+    let server_args = [
+        "--daemons".to_string(),
+        "job_pending=off,estimating=off,provisioning=off,downloading=off,processing=off,\
+         storing=off,recording=off,notify=off"
+            .to_string(),
+    ];
     let rig = rig("shared-storage", &server_args).await;
     let b = rig.base.clone();
     // Submitted before the workers start; one of them stores it while the
