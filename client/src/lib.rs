@@ -413,6 +413,21 @@ impl Client {
             .await
     }
 
+    /// `GET /reporting-batches?status=…`: the batches the engine has in
+    /// `status` (`Reporting` or `UpdateReporting`), oldest first (worker
+    /// token).
+    ///
+    /// # Errors
+    /// As [`Client::send`]; 400 `invalid_query` names the parameter.
+    pub async fn reporting_batches(
+        &self,
+        status: &str,
+    ) -> Result<ingest_protocol::api::ReportingBatches, ClientError> {
+        let q = ingest_protocol::listing::encode_query(&[("status", status.to_string())]);
+        self.send::<(), _>(Method::GET, &format!("/reporting-batches?{q}"), None)
+            .await
+    }
+
     /// `GET /batches?…`: one page of the batches `query` asks for.
     ///
     /// # Errors

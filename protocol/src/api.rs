@@ -363,6 +363,25 @@ pub struct Reported {
     pub events: Vec<HistoryRow>,
 }
 
+/// The most batches one answer of `GET /reporting-batches` lists.
+pub const MAX_REPORTING_LISTED: usize = 1000;
+
+/// The answer of `GET /reporting-batches?status=Reporting|UpdateReporting`:
+/// the batches the engine has in that status, oldest first, at most
+/// [`MAX_REPORTING_LISTED`]. The workers' reporting daemons sweep it for
+/// batches no report named (a worker that died between a job's last report
+/// and the batch's, an admin's update-reporting), without reading
+/// ZooKeeper: its cost does not grow with the finished batches in the tree.
+#[derive(Debug, PartialEq, Clone, Serialize, Deserialize)]
+pub struct ReportingBatches {
+    /// The status asked for (`Reporting` or `UpdateReporting`).
+    pub status: String,
+    /// The batch ids, oldest first.
+    pub bids: Vec<String>,
+    /// Whether more batches are in that status than were listed.
+    pub more: bool,
+}
+
 /// The answer of `POST /jobs/{jid}/start`, `…/outcome` and `…/retries`.
 #[derive(Debug, PartialEq, Clone, Serialize, Deserialize)]
 pub struct JobMoved {

@@ -646,7 +646,43 @@ async fn admin_actions_are_recorded_with_actor_and_reason() {
         s.get(&format!("/batches/{bid}"), ADMIN).await.expect(200)["status"],
         "Reporting"
     );
+    // The reporting daemons' sweep asks the engine which batches are in a
+    // reporting status (worker token only; no ZooKeeper read).
+    let reporting = |status: &str| format!("/reporting-batches?status={status}");
+    let listed = s.get(&reporting("Reporting"), WORKER).await.expect(200);
+    assert_eq!(listed["bids"], json!([bid]), "{listed}");
+    assert_eq!(listed["more"], false, "{listed}");
+    let listed = s
+        .get(&reporting("update-reporting"), WORKER)
+        .await
+        .expect(200);
+    assert_eq!(listed["status"], "UpdateReporting", "{listed}");
+    assert_eq!(listed["bids"], json!([]), "{listed}");
+    s.get(&reporting("Reporting"), DEPOSITOR)
+        .await
+        .error(401, "unauthorized");
+    let e = s
+        .get(&reporting("Completed"), WORKER)
+        .await
+        .error(400, "invalid_query");
+    assert_eq!(e["param"], "status", "{e}");
+    let e = s
+        .get("/reporting-batches", WORKER)
+        .await
+        .error(400, "invalid_query");
+    assert_eq!(e["param"], "status", "{e}");
+    let long = "x".repeat(5000);
+    let e = s
+        .get(&format!("/reporting-batches?{long}=1"), WORKER)
+        .await
+        .error(400, "invalid_query");
+    assert!(
+        e.to_string().len() < 1000,
+        "the unknown name is quoted whole: {e}"
+    );
     assert_eq!(s.report(&bid).await.expect(200)["status"], "Failed");
+    let listed = s.get(&reporting("Reporting"), WORKER).await.expect(200);
+    assert_eq!(listed["bids"], json!([]), "{listed}");
     s.admin(
         Method::POST,
         &format!("/batches/{bid}/update-reporting"),
@@ -654,7 +690,17 @@ async fn admin_actions_are_recorded_with_actor_and_reason() {
     )
     .await
     .expect(200);
+    let listed = s
+        .get(&reporting("UpdateReporting"), WORKER)
+        .await
+        .expect(200);
+    assert_eq!(listed["bids"], json!([bid]), "{listed}");
     assert_eq!(s.report(&bid).await.expect(200)["status"], "Failed");
+    let listed = s
+        .get(&reporting("UpdateReporting"), WORKER)
+        .await
+        .expect(200);
+    assert_eq!(listed["bids"], json!([]), "{listed}");
     s.admin(Method::DELETE, &format!("/batches/{bid}"), "abandoned")
         .await
         .expect(200);

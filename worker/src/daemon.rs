@@ -101,9 +101,6 @@ const PROJECTION_WAIT: Duration = Duration::from_secs(5);
 /// The most items a worker remembers claims of; past it the backed-off
 /// ones are forgotten (they may then be tried sooner).
 const MAX_CLAIMS: usize = 100_000;
-/// One sweep in this many reads every batch, finished ones too (a finished
-/// batch goes back to reporting when one of its jobs is requeued).
-const FULL_SWEEP_EVERY: u64 = 6;
 /// The most batches waiting to be reported that a worker remembers.
 const MAX_TO_REPORT: usize = 10_000;
 
@@ -181,11 +178,6 @@ pub struct Shared {
     /// Batches an answer said entered a reporting status, with it, for the
     /// reporting daemons.
     to_report: Mutex<VecDeque<(String, String)>>,
-    /// Batches a sweep saw in a final status: later sweeps skip them but
-    /// for every [`FULL_SWEEP_EVERY`]th.
-    settled: Mutex<HashSet<String>>,
-    /// Sweeps made (to pick the full ones).
-    sweeps: AtomicU64,
     /// Wakes the reporting tasks when `to_report` grows.
     report_wake: tokio::sync::Notify,
     /// Each served job state's inbox of chained jobs (see [`Chain`]).
@@ -264,8 +256,6 @@ impl Shared {
             waiting: Mutex::default(),
             claims: Mutex::default(),
             to_report: Mutex::default(),
-            settled: Mutex::default(),
-            sweeps: AtomicU64::new(0),
             report_wake: tokio::sync::Notify::new(),
             inboxes,
         }
@@ -927,52 +917,22 @@ async fn list(
         }
         Target::ReportingBatches(wanted) => {
             // The slow sweep, for batches that entered a reporting status
-            // without an answer to this worker naming them. Its cost does
-            // not grow with finished batches: those are skipped but on
-            // every FULL_SWEEP_EVERY-th sweep.
-            let mut bids = match client.list_children("/batches").await {
-                Ok(r) => r,
-                Err(zk::Error::NoNode) => return Ok((Vec::new(), None)),
-                Err(e) => return Err(e.into()),
-            };
-            bids.sort();
-            let full = shared.sweeps.fetch_add(1, Ordering::Relaxed) % FULL_SWEEP_EVERY == 0;
-            let settled: HashSet<String> = {
-                let mut settled = shared
-                    .settled
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                let listed: HashSet<&String> = bids.iter().collect();
-                settled.retain(|b| listed.contains(b));
-                settled.clone()
-            };
-            let mut items = Vec::new();
-            for bid in bids {
-                if !full && settled.contains(&bid) {
-                    continue;
-                }
-                let status = read_status(client, &format!("/batches/{bid}/status")).await?;
-                let mut settled = shared
-                    .settled
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                match status.as_deref() {
-                    Some(s) if s == wanted => {
-                        settled.remove(&bid);
-                        items.push(Item {
-                            id: bid,
-                            priority: 0,
-                            since: None,
-                        });
-                    }
-                    Some("Completed" | "Failed" | "Deleted") => {
-                        settled.insert(bid);
-                    }
-                    _ => {
-                        settled.remove(&bid);
-                    }
-                }
-            }
+            // without an answer to this worker naming them: the engine
+            // lists them from its state, so the sweep's cost does not grow
+            // with the finished batches in the tree (reading every batch's
+            // status node, 2,000 finished batches made a fresh worker's
+            // first sweep 2,000 ZooKeeper reads).
+            let page = shared.engine.reporting_batches(wanted).await?;
+            let items = page
+                .bids
+                .into_iter()
+                .filter(|bid| bid.parse::<ingest_events::Bid>().is_ok())
+                .map(|id| Item {
+                    id,
+                    priority: 0,
+                    since: None,
+                })
+                .collect();
             Ok((items, None))
         }
     }

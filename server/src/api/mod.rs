@@ -252,6 +252,12 @@ fn table() -> Vec<Entry> {
             Worker,
             worker::report_batch,
         ),
+        entry(
+            M::GET,
+            "/reporting-batches",
+            Worker,
+            worker::reporting_batches,
+        ),
         entry(M::POST, "/jobs/{jid}/start", Worker, worker::start_job),
         entry(M::POST, "/jobs/{jid}/outcome", Worker, worker::outcome),
         entry(M::POST, "/jobs/{jid}/retries", Worker, worker::retry),

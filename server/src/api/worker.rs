@@ -10,6 +10,7 @@ use axum::extract::State;
 use axum::Json;
 use ingest_events::command::{Command, Item, JobSpec, DEFAULT_PRIORITY, MAX_PRIORITY};
 use ingest_events::event::{Erc, Identifiers, InventoryParams, PayloadType, StoreParams};
+use ingest_events::lifecycle::BatchState;
 use ingest_events::{Actor, Bid, Event, Jid, JobState};
 
 use super::locks::{batch_lock_path, job_lock_path};
@@ -417,6 +418,66 @@ pub(crate) async fn retry(
         )
         .await?;
     Ok(Json(job_moved(&app, jid, &outcome.records)))
+}
+
+/// `GET /reporting-batches?status=Reporting|UpdateReporting`: the batches
+/// the engine has in that status, oldest first, at most
+/// [`MAX_REPORTING_LISTED`], from its published state (never ZooKeeper).
+/// The workers' reporting sweep reads this instead of every batch's status
+/// node. Any other parameter, or another status, is 400 `invalid_query`
+/// naming it.
+pub(crate) async fn reporting_batches(
+    State(app): State<AppState>,
+    uri: axum::http::Uri,
+) -> Result<Json<ReportingBatches>, ApiError> {
+    let invalid = |param: &str, message: String| {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", message)
+            .with("param", ingest_protocol::cut(param, 64).into_owned())
+    };
+    let mut status = None;
+    for (name, value) in super::listing::query_pairs(&uri)? {
+        if name != "status" {
+            return Err(invalid(
+                &name,
+                format!(
+                    "unknown parameter {:?}: the only one is status",
+                    ingest_protocol::cut(&name, 64)
+                ),
+            ));
+        }
+        let wanted = match value.parse::<ingest_events::lifecycle::BatchState>() {
+            Ok(s @ (BatchState::Reporting | BatchState::UpdateReporting)) => s,
+            _ => {
+                return Err(invalid(
+                    "status",
+                    format!(
+                        "status {:?} is not Reporting or UpdateReporting",
+                        ingest_protocol::cut(&value, 64)
+                    ),
+                ))
+            }
+        };
+        status = Some(wanted);
+    }
+    let Some(status) = status else {
+        return Err(invalid(
+            "status",
+            "status is missing: Reporting or UpdateReporting".to_string(),
+        ));
+    };
+    let state = app.inner.handle.state();
+    let mut matching = state.batches.values().filter(|b| b.status == status);
+    let bids: Vec<String> = matching
+        .by_ref()
+        .take(MAX_REPORTING_LISTED)
+        .map(|b| b.bid.to_string())
+        .collect();
+    let more = matching.next().is_some();
+    Ok(Json(ReportingBatches {
+        status: status.to_string(),
+        bids,
+        more,
+    }))
 }
 
 #[cfg(test)]
