@@ -1525,6 +1525,7 @@ async fn await_status(client: &zk::Client, path: &str, old: &str) {
         };
         let now = decode::<StatusOnly>("status", &data).map(|n| n.status);
         if now.as_deref().ok() != Some(old) {
+            crate::session::park(watcher);
             return;
         }
         let _ = tokio::time::timeout_at(deadline.into(), watcher.changed()).await;
@@ -1538,6 +1539,14 @@ async fn await_projection(
     check: impl Fn(Option<&zk::Stat>) -> bool,
 ) {
     let deadline = Instant::now() + PROJECTION_WAIT;
+    // Read first without a watch: the node is usually there already, and a
+    // watch on a node that does not change again (a batch's `states`) would
+    // be removed with a request of its own.
+    match client.check_stat(path).await {
+        Ok(stat) if check(stat.as_ref()) => return,
+        Ok(_) => {}
+        Err(_) => return,
+    }
     while Instant::now() < deadline {
         let Ok((stat, watcher)) = client.check_and_watch_stat(path).await else {
             return;

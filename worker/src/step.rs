@@ -374,6 +374,8 @@ impl JobCtx {
             let node = decode::<JobStatusNode>("/jobs/JID/status", &data)?;
             let now = node.status.clone();
             if now == want {
+                // The status changes again at this job's next step.
+                crate::session::park(watcher);
                 return Ok(node);
             }
             if tokio::time::timeout_at(deadline, watcher.changed())
