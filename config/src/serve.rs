@@ -348,6 +348,13 @@ impl ServeConfig {
                 "must be at least 1",
             ));
         }
+        if archive.log_compression > 22 {
+            return Err(invalid(
+                &file_origin,
+                "archive.log_compression",
+                "must be a zstd level from 1 to 22, or 0 for none",
+            ));
+        }
 
         let data_dir = layer(
             file.data_dir.map(rel),

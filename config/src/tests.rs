@@ -620,6 +620,28 @@ mod sections {
         let c = load(dir.path(), text, args).expect("loads");
         assert_eq!(c.archive.snapshot_every_events, 7);
 
+        let c = load(
+            dir.path(),
+            "archive:\n  log_compression: 5\n",
+            ServeArgs::default(),
+        )
+        .expect("loads");
+        assert_eq!(c.archive.log_compression, 5);
+        assert_eq!(
+            load(dir.path(), "", ServeArgs::default())
+                .expect("loads")
+                .archive
+                .log_compression,
+            0,
+            "new logs are not compressed by default"
+        );
+        let err = load(
+            dir.path(),
+            "archive:\n  log_compression: 23\n",
+            ServeArgs::default(),
+        )
+        .expect_err("level 23");
+        assert!(err.to_string().contains("archive.log_compression"), "{err}");
         let err = load(
             dir.path(),
             "archive:\n  snapshots_keep: 0\n",

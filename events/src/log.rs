@@ -163,8 +163,14 @@ impl Default for LogConfig {
 
 /// The segment size of a new log (see [`LogConfig::segment_size`]).
 pub const SEGMENT_SIZE: usize = 512 * 1024;
-/// The compression of a new log (see [`LogConfig::compression`]).
-pub const COMPRESSION: Option<i32> = Some(3);
+/// The compression of a new log (see [`LogConfig::compression`]): none.
+/// sled compresses each page it writes with a zstd context of its own, and
+/// making a context asks the CPU for its features (CPUID), which a
+/// hypervisor traps: on a virtual machine that was a fifth of the server's
+/// CPU and zstd a third, for half the bytes per event (`tools/load`, one
+/// worker: 402-435 jobs/s with level 3, 505-531 without, in one run).
+/// `ingest serve --log-compression LEVEL` creates a compressed log.
+pub const COMPRESSION: Option<i32> = None;
 
 /// The storage parameters sled persisted when it created the log in `dir`
 /// (`conf`: `segment_size` and `use_compression`), which a re-open must

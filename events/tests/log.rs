@@ -1289,9 +1289,14 @@ fn verify_sees_no_problem_in_a_healthy_log_while_writes_go_on() {
 
 #[test]
 fn a_log_reopens_with_the_storage_settings_it_was_created_with() {
-    // Created uncompressed with a small segment, re-opened with the
-    // (compressed) defaults: sled refuses changed settings, so the log must
-    // repeat the persisted ones.
+    // Created uncompressed with a small segment, re-opened compressed with
+    // the default segment: sled refuses changed settings, so the log must
+    // repeat the persisted ones. And the other way round (a log created
+    // compressed before new logs were not, or with --log-compression).
+    let zstd = LogConfig {
+        compression: Some(3),
+        ..config()
+    };
     let dir = tempdir();
     let first = LogConfig {
         compression: None,
@@ -1302,12 +1307,12 @@ fn a_log_reopens_with_the_storage_settings_it_was_created_with() {
         let log = Log::open(dir.path(), &first).expect("open");
         append_notes(&log, 1);
     }
-    let log = Log::open(dir.path(), &config()).expect("re-open with other settings");
+    let log = Log::open(dir.path(), &zstd).expect("re-open with other settings");
     assert_eq!(log.head().0, 1);
     drop(log);
     let compressed = tempdir();
     {
-        let log = Log::open(compressed.path(), &config()).expect("open");
+        let log = Log::open(compressed.path(), &zstd).expect("open");
         append_notes(&log, 1);
     }
     let plain = LogConfig {

@@ -63,6 +63,8 @@ async fn serve(config: ServeConfig) -> Result<i32> {
         every: every(config.archive.snapshot_every_secs),
         keep: config.archive.snapshots_keep,
     };
+    engine_config.log.compression =
+        (config.archive.log_compression > 0).then(|| i32::from(config.archive.log_compression));
     engine_config.checkpoints = ingest_engine::engine::CheckpointPolicy {
         key: config.archive.checkpoint_key.clone(),
         every_events: config.archive.checkpoint_every_events,

@@ -119,3 +119,52 @@ async fn serve_projects_fences_on_real_locks_and_stops_cleanly() {
         String::from_utf8_lossy(&verify.stdout)
     );
 }
+
+/// A new log is not compressed unless `--log-compression` says so (sled's
+/// zstd pages cost the server a third of its CPU per event on a virtual
+/// machine); a log keeps what it was created with when served again with
+/// another setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_log_is_compressed_only_when_asked_and_keeps_its_setting() {
+    let zk_server = shared();
+    let hosts = zk_server.hosts();
+    let conf = |dir: &std::path::Path| {
+        let bytes = std::fs::read(dir.join("data").join("log").join("conf")).expect("sled's conf");
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    let plain = tempfile::tempdir().expect("tempdir");
+    let s = start(plain.path(), &hosts, &unique_root("log-plain"), None);
+    s.submit(1).await;
+    drop(s);
+    assert!(
+        conf(plain.path()).contains("use_compression: false"),
+        "{}",
+        conf(plain.path())
+    );
+
+    let zstd = tempfile::tempdir().expect("tempdir");
+    let root = unique_root("log-zstd");
+    let args = ["--log-compression".to_string(), "3".to_string()];
+    let s = crate::server::start_with(zstd.path(), &hosts, &root, None, "simulate", &args);
+    let bid = s.submit(1).await;
+    drop(s);
+    assert!(
+        conf(zstd.path()).contains("use_compression: true"),
+        "{}",
+        conf(zstd.path())
+    );
+    // Served again without the option: the log stays compressed and opens.
+    let s = start(zstd.path(), &hosts, &root, None);
+    assert_eq!(s.get(&format!("/batches/{bid}")).await["bid"], bid.as_str());
+    drop(s);
+    assert!(conf(zstd.path()).contains("use_compression: true"));
+
+    let out = Command::new(ingest_bin())
+        .args(["serve", "--log-compression", "23"])
+        .env_remove("INGEST_CONFIG")
+        .output()
+        .expect("run ingest serve");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--log-compression"), "{err}");
+}
