@@ -283,3 +283,87 @@ async fn a_report_without_the_lock_holders_secret_is_refused_and_names_nobody() 
     let (status, text) = acquire(session, Some(secret.to_header())).await;
     assert_eq!(status, 200, "{text}");
 }
+
+/// `tools/zk-op-count`, the proxy the request counts of issue 10 come from,
+/// counts a ZooKeeper client's requests by operation: one session's known
+/// requests through it (a create, three reads, two existence checks, a
+/// delete) show up as such, and a four-letter word is named, not decoded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zk_op_count_counts_a_sessions_requests_by_operation() {
+    use std::io::{BufRead, BufReader};
+    let zk_server = shared();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("ops.json");
+    let tool = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/zk-op-count");
+    let mut proxy = std::process::Command::new(tool)
+        .arg("0")
+        .arg(zk_server.hosts())
+        .arg(&out)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start tools/zk-op-count");
+    let mut banner = String::new();
+    BufReader::new(proxy.stderr.take().expect("stderr"))
+        .read_line(&mut banner)
+        .expect("the proxy's first line");
+    let port = banner
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no port in {banner:?}"))
+        .to_string();
+    let through = format!("127.0.0.1:{port}");
+    {
+        let client = zk::Client::connect(&through)
+            .await
+            .expect("connect through the proxy");
+        let path = unique_root("op-count");
+        client
+            .create(
+                &path,
+                b"x",
+                &zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all()),
+            )
+            .await
+            .expect("create");
+        for _ in 0..3 {
+            client.get_data(&path).await.expect("read");
+        }
+        for _ in 0..2 {
+            client.check_stat(&path).await.expect("exists");
+        }
+        client.delete(&path, None).await.expect("delete");
+    }
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(&through)
+            .await
+            .expect("connect");
+        s.write_all(b"ruok").await.expect("ask");
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer).await;
+    }
+    let counted = eventually("the counts", 30, async || {
+        let text = std::fs::read_to_string(&out).ok()?;
+        let v: Value = serde_json::from_str(&text).ok()?;
+        (v.as_array()?.len() == 2 && v[0]["ops"]["delete"] == 1).then_some(v)
+    })
+    .await;
+    assert!(std::process::Command::new("kill")
+        .args(["-INT", &proxy.id().to_string()])
+        .status()
+        .expect("kill")
+        .success());
+    let _ = proxy.wait();
+    let ops = &counted[0]["ops"];
+    assert_eq!(
+        ops["create2"].as_u64().or(ops["create"].as_u64()),
+        Some(1),
+        "{counted}"
+    );
+    assert_eq!(ops["getData"], 3, "{counted}");
+    assert_eq!(ops["exists"], 2, "{counted}");
+    assert_eq!(ops["delete"], 1, "{counted}");
+    assert_eq!(counted[1]["ops"]["four-letter word ruok"], 1, "{counted}");
+    assert_eq!(counted[1]["requests"], 0, "{counted}");
+}
