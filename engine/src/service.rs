@@ -7,14 +7,20 @@
 //! group commit across callers. Rejections are answered at once.
 //!
 //! Readers see the *published* state, which the writer updates only after the
-//! flush, so nothing a reader sees can be lost by a crash.
+//! flush, so nothing a reader sees can be lost by a crash. With it the writer
+//! keeps an index of the batches in a reporting status (Reporting,
+//! UpdateReporting), which the workers' reporting sweep reads: its cost
+//! follows those batches, not every batch ever submitted.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
 
 use ingest_events::command::Command;
+use ingest_events::event::StreamId;
+use ingest_events::lifecycle::BatchState;
 use ingest_events::log::{Log, LogError};
-use ingest_events::{Actor, Lifecycle, Recorded, State};
+use ingest_events::{Actor, Bid, Lifecycle, Recorded, State};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
@@ -35,11 +41,36 @@ struct Request {
     reply: oneshot::Sender<Result<Outcome, EngineError>>,
 }
 
+/// What the writer publishes after each flush: the state, and the batches
+/// in a reporting status by status (kept with it, record by record).
+struct Published {
+    state: RwLock<State>,
+    reporting: RwLock<BTreeMap<BatchState, BTreeSet<Bid>>>,
+}
+
+/// Whether batches in `status` are kept in the reporting index.
+fn is_reporting(status: BatchState) -> bool {
+    matches!(status, BatchState::Reporting | BatchState::UpdateReporting)
+}
+
+impl Published {
+    fn new(state: State) -> Published {
+        let mut reporting: BTreeMap<BatchState, BTreeSet<Bid>> = BTreeMap::new();
+        for b in state.batches.values().filter(|b| is_reporting(b.status)) {
+            reporting.entry(b.status).or_default().insert(b.bid);
+        }
+        Published {
+            state: RwLock::new(state),
+            reporting: RwLock::new(reporting),
+        }
+    }
+}
+
 /// A cheap, cloneable handle on the engine service.
 #[derive(Clone)]
 pub struct EngineHandle {
     tx: mpsc::Sender<Msg>,
-    published: Arc<RwLock<State>>,
+    published: Arc<Published>,
     log: Arc<Log>,
     lifecycle: Arc<Lifecycle>,
     data_dir: Arc<std::path::PathBuf>,
@@ -69,7 +100,7 @@ impl EngineService {
     /// Starts the writer thread over an opened engine.
     pub fn start(engine: Engine) -> EngineService {
         let (tx, rx) = mpsc::channel(4096);
-        let published = Arc::new(RwLock::new(engine.state().clone()));
+        let published = Arc::new(Published::new(engine.state().clone()));
         let handle = EngineHandle {
             tx,
             published: Arc::clone(&published),
@@ -100,7 +131,7 @@ impl EngineService {
     }
 }
 
-fn writer_loop(mut engine: Engine, mut rx: mpsc::Receiver<Msg>, published: Arc<RwLock<State>>) {
+fn writer_loop(mut engine: Engine, mut rx: mpsc::Receiver<Msg>, published: Arc<Published>) {
     let mut group: Vec<Request> = Vec::with_capacity(MAX_GROUP);
     let mut stopping = false;
     while !stopping {
@@ -138,7 +169,7 @@ fn writer_loop(mut engine: Engine, mut rx: mpsc::Receiver<Msg>, published: Arc<R
 /// Between groups: a signed checkpoint and a snapshot when they are due.
 /// Returns false when the writer must stop (the checkpoint could not be
 /// made durable).
-fn housekeeping(engine: &mut Engine, published: &RwLock<State>) -> bool {
+fn housekeeping(engine: &mut Engine, published: &Published) -> bool {
     match engine.maybe_checkpoint() {
         Ok(None) => {}
         Ok(Some(outcome)) => {
@@ -165,7 +196,7 @@ fn housekeeping(engine: &mut Engine, published: &RwLock<State>) -> bool {
 /// Decides and stages every command of the group, writes them in one batch,
 /// waits for one flush, publishes and answers. Returns false when the writer
 /// must stop.
-fn commit_group(engine: &mut Engine, group: &mut Vec<Request>, published: &RwLock<State>) -> bool {
+fn commit_group(engine: &mut Engine, group: &mut Vec<Request>, published: &Published) -> bool {
     let requests: Vec<Request> = std::mem::take(group);
     let commands: Vec<(Actor, Uuid, Command)> = requests
         .iter()
@@ -209,12 +240,32 @@ fn commit_group(engine: &mut Engine, group: &mut Vec<Request>, published: &RwLoc
     true
 }
 
-fn publish<'a>(published: &RwLock<State>, records: impl Iterator<Item = &'a Recorded>) {
-    let mut state = published.write().unwrap_or_else(|e| e.into_inner());
+fn publish<'a>(published: &Published, records: impl Iterator<Item = &'a Recorded>) {
+    let mut state = published.state.write().unwrap_or_else(|e| e.into_inner());
+    let mut touched: BTreeSet<Bid> = BTreeSet::new();
     for r in records {
         if let Err(e) = state.apply(r) {
             // The writer applied the same records to its own state already.
             tracing::error!(error = %e, "published state diverged from the writer's");
+        }
+        if let StreamId::Batch(bid) = r.envelope.stream {
+            touched.insert(bid);
+        }
+    }
+    if touched.is_empty() {
+        return;
+    }
+    // Under the state's write lock, so the two never disagree for long.
+    let mut reporting = published
+        .reporting
+        .write()
+        .unwrap_or_else(|e| e.into_inner());
+    for bid in touched {
+        for set in reporting.values_mut() {
+            set.remove(&bid);
+        }
+        if let Some(b) = state.batches.get(&bid).filter(|b| is_reporting(b.status)) {
+            reporting.entry(b.status).or_default().insert(bid);
         }
     }
 }
@@ -255,7 +306,31 @@ impl EngineHandle {
 
     /// Reads the published (durable) state.
     pub fn state(&self) -> RwLockReadGuard<'_, State> {
-        self.published.read().unwrap_or_else(|e| e.into_inner())
+        self.published
+            .state
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The batches of the published state in `status`, oldest first, at
+    /// most `limit`, and whether there are more; `None` for a status that
+    /// is not a reporting one (Reporting, UpdateReporting). It reads an
+    /// index the writer keeps: its cost follows the batches in that status,
+    /// not every batch ever submitted.
+    pub fn reporting_batches(&self, status: BatchState, limit: usize) -> Option<(Vec<Bid>, bool)> {
+        if !is_reporting(status) {
+            return None;
+        }
+        let index = self
+            .published
+            .reporting
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        let Some(set) = index.get(&status) else {
+            return Some((Vec::new(), false));
+        };
+        let bids: Vec<Bid> = set.iter().take(limit).copied().collect();
+        Some((bids, set.len() > limit))
     }
 
     /// The log, for history and the projector.

@@ -422,7 +422,8 @@ pub(crate) async fn retry(
 
 /// `GET /reporting-batches?status=Reporting|UpdateReporting`: the batches
 /// the engine has in that status, oldest first, at most
-/// [`MAX_REPORTING_LISTED`], from its published state (never ZooKeeper).
+/// [`MAX_REPORTING_LISTED`], from the index of them the engine keeps with
+/// its published state (never ZooKeeper, and not a scan of every batch).
 /// The workers' reporting sweep reads this instead of every batch's status
 /// node. Any other parameter, or another status, is 400 `invalid_query`
 /// naming it.
@@ -465,17 +466,14 @@ pub(crate) async fn reporting_batches(
             "status is missing: Reporting or UpdateReporting".to_string(),
         ));
     };
-    let state = app.inner.handle.state();
-    let mut matching = state.batches.values().filter(|b| b.status == status);
-    let bids: Vec<String> = matching
-        .by_ref()
-        .take(MAX_REPORTING_LISTED)
-        .map(|b| b.bid.to_string())
-        .collect();
-    let more = matching.next().is_some();
+    let (bids, more) = app
+        .inner
+        .handle
+        .reporting_batches(status, MAX_REPORTING_LISTED)
+        .unwrap_or_default();
     Ok(Json(ReportingBatches {
         status: status.to_string(),
-        bids,
+        bids: bids.iter().map(ToString::to_string).collect(),
         more,
     }))
 }
