@@ -926,6 +926,7 @@ async fn list(
             let items = page
                 .bids
                 .into_iter()
+                .take(ingest_protocol::api::MAX_REPORTING_LISTED)
                 .filter(|bid| bid.parse::<ingest_events::Bid>().is_ok())
                 .map(|id| Item {
                     id,
