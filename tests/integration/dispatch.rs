@@ -290,29 +290,10 @@ async fn a_report_without_the_lock_holders_secret_is_refused_and_names_nobody() 
 /// delete) show up as such, and a four-letter word is named, not decoded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zk_op_count_counts_a_sessions_requests_by_operation() {
-    use std::io::{BufRead, BufReader};
     let zk_server = shared();
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("ops.json");
-    let tool = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/zk-op-count");
-    let mut proxy = std::process::Command::new(tool)
-        .arg("0")
-        .arg(zk_server.hosts())
-        .arg(&out)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start tools/zk-op-count");
-    let mut banner = String::new();
-    BufReader::new(proxy.stderr.take().expect("stderr"))
-        .read_line(&mut banner)
-        .expect("the proxy's first line");
-    let port = banner
-        .split("127.0.0.1:")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no port in {banner:?}"))
-        .to_string();
-    let through = format!("127.0.0.1:{port}");
+    let (mut proxy, through) = op_counter(&zk_server.hosts(), &out);
     {
         let client = zk::Client::connect(&through)
             .await
@@ -349,12 +330,7 @@ async fn zk_op_count_counts_a_sessions_requests_by_operation() {
         (v.as_array()?.len() == 2 && v[0]["ops"]["delete"] == 1).then_some(v)
     })
     .await;
-    assert!(std::process::Command::new("kill")
-        .args(["-INT", &proxy.id().to_string()])
-        .status()
-        .expect("kill")
-        .success());
-    let _ = proxy.wait();
+    stop_op_counter(&mut proxy);
     let ops = &counted[0]["ops"];
     assert_eq!(
         ops["create2"].as_u64().or(ops["create"].as_u64()),
@@ -366,4 +342,112 @@ async fn zk_op_count_counts_a_sessions_requests_by_operation() {
     assert_eq!(ops["delete"], 1, "{counted}");
     assert_eq!(counted[1]["ops"]["four-letter word ruok"], 1, "{counted}");
     assert_eq!(counted[1]["requests"], 0, "{counted}");
+}
+
+/// Starts `tools/zk-op-count` in front of ZooKeeper at `hosts`, writing its
+/// counts to `out`; returns the process and the address to connect to.
+fn op_counter(hosts: &str, out: &std::path::Path) -> (std::process::Child, String) {
+    use std::io::{BufRead, BufReader};
+    let tool = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/zk-op-count");
+    let mut proxy = std::process::Command::new(tool)
+        .arg("0")
+        .arg(hosts)
+        .arg(out)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start tools/zk-op-count");
+    let mut banner = String::new();
+    BufReader::new(proxy.stderr.take().expect("stderr"))
+        .read_line(&mut banner)
+        .expect("the proxy's first line");
+    let port = banner
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no port in {banner:?}"))
+        .to_string();
+    (proxy, format!("127.0.0.1:{port}"))
+}
+
+/// Stops an [`op_counter`] (SIGINT: it writes its counts once more).
+fn stop_op_counter(proxy: &mut std::process::Child) {
+    assert!(std::process::Command::new("kill")
+        .args(["-INT", &proxy.id().to_string()])
+        .status()
+        .expect("kill")
+        .success());
+    let _ = proxy.wait();
+}
+
+/// Issue 10: a worker keeps a watcher it no longer waits on until it fires
+/// (`session::park`) instead of dropping it, which costs a `removeWatches`
+/// request. An `ingest worker` process walks 100 jobs with its ZooKeeper
+/// session counted by `tools/zk-op-count`: it sent 132 `removeWatches` for
+/// them when it dropped such watchers (the wait for the projection at a
+/// chain's end found the status already moved), about 20 now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_does_not_remove_the_watches_it_stops_waiting_on() {
+    const JOBS: usize = 100;
+    let zk_server = shared();
+    let hosts = zk_server.hosts();
+    let root = unique_root("parked-watches");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let off: Vec<String> = crate::worker::ALL_DAEMONS
+        .split(',')
+        .map(|d| format!("{d}=off"))
+        .collect();
+    let off: Vec<&str> = off.iter().map(String::as_str).collect();
+    let s = start(dir.path(), &hosts, &root, Some(&off));
+    let out = dir.path().join("ops.json");
+    let (mut proxy, through) = op_counter(&hosts, &out);
+    let mut worker = std::process::Command::new(crate::util::ingest_bin())
+        .args([
+            "worker",
+            "--engine",
+            &s.base,
+            "--zk",
+            &through,
+            "--zk-root",
+            &root,
+        ])
+        .args(["--daemons", crate::worker::ALL_DAEMONS, "--name", "parker"])
+        .args(["--provisioning-threshold", "100", "--working-storage"])
+        .arg(dir.path().join("work"))
+        .env("INGEST_WORKER_TOKEN", WORKER)
+        .env_remove("INGEST_DATA_DIR")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start ingest worker");
+    let bid = s.submit(JOBS).await;
+    eventually("the batch to complete", 90, async || {
+        let batch = s.get(&format!("/batches/{bid}")).await;
+        (batch["status"] == "Completed").then_some(())
+    })
+    .await;
+    // The proxy writes its counts every second: read them while the worker
+    // still runs (its exit drops what is parked).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let counted: Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).expect("the counts")).expect("json");
+    let _ = worker.kill();
+    let _ = worker.wait();
+    stop_op_counter(&mut proxy);
+    let sum = |op: &str| -> u64 {
+        counted
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["ops"][op].as_u64())
+            .sum()
+    };
+    assert!(
+        sum("getData") > JOBS as u64,
+        "the worker's session went through the proxy: {counted}"
+    );
+    let removed = sum("removeWatches");
+    assert!(
+        removed < (JOBS / 2) as u64,
+        "{removed} removeWatches for {JOBS} jobs: watchers are dropped, not parked: {counted}"
+    );
 }
