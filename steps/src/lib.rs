@@ -15,4 +15,5 @@ pub mod noid;
 pub mod ocfl;
 pub mod paths;
 pub mod signing;
+pub mod stamp;
 pub mod storage_manifest;

@@ -85,6 +85,21 @@ pub struct OcflTarget {
 mod direct;
 mod staging;
 
+/// What the caller of [`OcflTarget::store_checked_with`] knows of the files
+/// it stores, by logical path.
+#[derive(Debug, Clone, Copy)]
+pub struct Checks<'a> {
+    /// Every file's SHA-512, computed as its bytes arrived: a new object's
+    /// inventory takes them as given.
+    pub sha512: &'a BTreeMap<String, String>,
+    /// Every file's SHA-256 from the same pass: a file not in `unchanged`
+    /// is read again and must have it.
+    pub sha256: &'a BTreeMap<String, String>,
+    /// The files the caller has shown to be the very files hashed, unchanged
+    /// since (their [`crate::stamp::FileStamp`] kept): not read again.
+    pub unchanged: &'a BTreeSet<String>,
+}
+
 /// The metadata of a new version, written into the OCFL inventory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VersionMeta {
@@ -499,15 +514,16 @@ impl OcflTarget {
     }
 
     /// [`OcflTarget::store_checked`], for a caller that also has every
-    /// file's SHA-256 (`expected_sha256`, by logical path).
+    /// file's SHA-256 and knows which files are unchanged since they were
+    /// hashed ([`Checks`]).
     ///
     /// A NEW object whose files are moved (`moving`, on the storage root's
     /// file system, an OCFL 1.1 root) is then written directly rather than
-    /// through rocfl: its inventory takes the SHA-512 of `expected_sha512`
-    /// as given (computed as the bytes arrived), and the files are re-read
-    /// once for their SHA-256 (with the CPU's SHA extensions, about half
-    /// the cost of SHA-512), which must match `expected_sha256` before
-    /// anything is committed. Every other store is
+    /// through rocfl: its inventory takes the SHA-512 of `checks.sha512`
+    /// as given (computed as the bytes arrived), and every file not in
+    /// `checks.unchanged` is re-read once for its SHA-256 (with the CPU's
+    /// SHA extensions, about half the cost of SHA-512), which must match
+    /// `checks.sha256` before anything is committed. Every other store is
     /// [`OcflTarget::store_checked`]'s.
     ///
     /// # Errors
@@ -520,16 +536,15 @@ impl OcflTarget {
         source_dir: &Path,
         meta: &VersionMeta,
         moving: bool,
-        expected_sha512: &BTreeMap<String, String>,
-        expected_sha256: &BTreeMap<String, String>,
+        checks: &Checks<'_>,
     ) -> Result<StoredVersion, StorageError> {
         self.store_from(
             ark,
             source_dir,
             meta,
             moving,
-            Some(expected_sha512),
-            Some(expected_sha256),
+            Some(checks.sha512),
+            Some(checks),
         )
     }
 
@@ -540,7 +555,7 @@ impl OcflTarget {
         meta: &VersionMeta,
         moving: bool,
         expected_sha512: Option<&BTreeMap<String, String>>,
-        expected_sha256: Option<&BTreeMap<String, String>>,
+        checks: Option<&Checks<'_>>,
     ) -> Result<StoredVersion, StorageError> {
         check_ark(ark)?;
         let sources = list_source(source_dir)?;
@@ -551,12 +566,9 @@ impl OcflTarget {
         self.discard_staged(ark)?;
         let current = self.head(ark)?;
         let moving = moving && same_file_system(source_dir, &self.root);
-        if let (None, true, Some(sha512), Some(sha256)) =
-            (current, moving, expected_sha512, expected_sha256)
-        {
+        if let (None, true, Some(checks)) = (current, moving, checks) {
             if let Some(layout) = self.layout.get_or_init(|| direct::layout_of(&self.root)) {
-                let expected = direct::Expected { sha512, sha256 };
-                return self.create_direct(ark, source_dir, &sources, meta, &expected, layout);
+                return self.create_direct(ark, source_dir, &sources, meta, checks, layout);
             }
         }
         let staged = self
@@ -588,7 +600,7 @@ impl OcflTarget {
         source_dir: &Path,
         sources: &[SourceFile],
         meta: &VersionMeta,
-        expected: &direct::Expected<'_>,
+        expected: &Checks<'_>,
         layout: &StorageLayout,
     ) -> Result<StoredVersion, StorageError> {
         let files: Vec<StoredFile> = sources
@@ -604,7 +616,7 @@ impl OcflTarget {
             })
             .collect();
         check_digests(ark, expected.sha512, &files)?;
-        direct::check_sha256(ark, source_dir, &files, expected.sha256)?;
+        direct::check_sha256(ark, source_dir, &files, expected)?;
         let build = self
             .staging_dir()
             .join(format!("direct-{}", staging::new_owner_name()));

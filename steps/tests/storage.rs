@@ -8,7 +8,7 @@ use chrono::{TimeZone, Utc};
 use ingest_steps::inventory::{
     Inventory, InventoryError, InventoryFile, ObjectVersionRecord, RecordOutcome,
 };
-use ingest_steps::ocfl::{OcflTarget, StorageError, StoredVersion, VersionMeta};
+use ingest_steps::ocfl::{Checks, OcflTarget, StorageError, StoredVersion, VersionMeta};
 use sha2::{Digest, Sha512};
 use tempfile::TempDir;
 
@@ -1361,7 +1361,8 @@ fn target_with_v1() -> (TempDir, OcflTarget, std::path::PathBuf) {
     (root, target, src)
 }
 
-/// A moving store of `src` as `ARK` with these digests.
+/// A moving store of `src` as `ARK` with these digests, every file read
+/// again.
 fn store_direct(
     target: &OcflTarget,
     src: &Path,
@@ -1369,7 +1370,12 @@ fn store_direct(
     sha512: &BTreeMap<String, String>,
     sha256: &BTreeMap<String, String>,
 ) -> Result<StoredVersion, StorageError> {
-    target.store_checked_with(ARK, src, &meta(message), true, sha512, sha256)
+    let checks = Checks {
+        sha512,
+        sha256,
+        unchanged: &BTreeSet::new(),
+    };
+    target.store_checked_with(ARK, src, &meta(message), true, &checks)
 }
 
 /// Entries left in the target's own staging (rocfl's repository files
@@ -1468,6 +1474,48 @@ fn a_file_changed_since_it_was_hashed_fails_a_direct_store_naming_it() {
         assert!(src.join(path).is_file(), "{path} left the source");
     }
     assert!(leftovers(&target).is_empty());
+}
+
+#[test]
+fn a_file_the_caller_shows_unchanged_is_not_read_again() {
+    // The same wrong SHA-256 as above, for a file the caller vouches is
+    // the one it hashed (its stamp kept): the store does not read it, so
+    // the wrong value cannot fail it; the other files are still read.
+    let (_root, target, src) = target_with_v1();
+    let mut sha256 = expected_sha256(V1);
+    sha256.insert(
+        "producer/data/a.txt".into(),
+        self::sha256("alpha, as downloaded"),
+    );
+    let unchanged = BTreeSet::from(["producer/data/a.txt".to_string()]);
+    let sha512 = expected_sha512(V1);
+    let checks = Checks {
+        sha512: &sha512,
+        sha256: &sha256,
+        unchanged: &unchanged,
+    };
+    let stored = target
+        .store_checked_with(ARK, &src, &meta("v1"), true, &checks)
+        .expect("a.txt is not read again");
+    assert_eq!(stored.version, 1);
+    assert!(target.verify(ARK).unwrap().ok);
+
+    // A file vouched for is skipped, not every file: a wrong SHA-256 of
+    // another one still fails the store.
+    let (_root, target, src) = target_with_v1();
+    let mut sha256 = sha256.clone();
+    sha256.insert("readme.txt".into(), self::sha256("hello, as downloaded"));
+    let checks = Checks {
+        sha512: &sha512,
+        sha256: &sha256,
+        unchanged: &unchanged,
+    };
+    let err = target
+        .store_checked_with(ARK, &src, &meta("v1"), true, &checks)
+        .expect_err("readme.txt is read again");
+    let text = err.to_string();
+    assert!(text.contains("readme.txt has SHA-256"), "{text}");
+    assert!(!text.contains("a.txt has"), "{text}");
 }
 
 #[test]

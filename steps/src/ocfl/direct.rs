@@ -15,10 +15,11 @@
 //! the files in by rename, and renames the whole object into its place in
 //! the storage layout: either the object is there, complete, or it is not.
 //! The inventory's SHA-512 are the caller's, computed as the bytes
-//! arrived; before anything moves, each file is read once for its SHA-256
-//! ([`check_sha256`]), so a file that changed on disk since it was hashed
-//! still fails the store, naming it, at about half the CPU of a second
-//! SHA-512 (SHA-256 runs on the CPU's SHA extensions). The caller then
+//! arrived; before anything moves, each file the caller does not vouch for
+//! (by its [`crate::stamp::FileStamp`], in [`super::Checks::unchanged`]) is
+//! read once for its SHA-256 ([`check_sha256`]), so a file that changed on
+//! disk since it was hashed still fails the store, naming it, at about half
+//! the CPU of a second SHA-512 (SHA-256 runs on the CPU's SHA extensions). The caller then
 //! validates the object's structure (rocfl's validator reads the inventory
 //! and its sidecar and checks every content path).
 //!
@@ -34,18 +35,10 @@ use rocfl::ocfl::{LayoutExtensionName, StorageLayout};
 use serde::Serialize;
 use sha2::{Digest, Sha256, Sha512};
 
-use super::{io_error, unusable, StorageError, StoredFile, VersionMeta};
+use super::{io_error, unusable, Checks, StorageError, StoredFile, VersionMeta};
 
-/// The digests a direct store takes from its caller, by logical path.
-pub(super) struct Expected<'a> {
-    /// Written into the inventory as given.
-    pub sha512: &'a BTreeMap<String, String>,
-    /// Checked against the files on disk before they move.
-    pub sha256: &'a BTreeMap<String, String>,
-}
-
-/// Reads every file of `files` under `source_dir` for its SHA-256 and
-/// compares it with `expected`.
+/// Reads every file of `files` under `source_dir` that is not in
+/// `checks.unchanged` for its SHA-256 and compares it with `checks.sha256`.
 ///
 /// # Errors
 ///
@@ -55,16 +48,19 @@ pub(super) fn check_sha256(
     ark: &str,
     source_dir: &Path,
     files: &[StoredFile],
-    expected: &BTreeMap<String, String>,
+    checks: &Checks<'_>,
 ) -> Result<(), StorageError> {
     let mut problems = Vec::new();
     for file in files {
+        if checks.unchanged.contains(&file.logical_path) {
+            continue;
+        }
         let path = source_dir.join(&file.logical_path);
         let mut reader = fs::File::open(&path).map_err(|e| io_error(&path, e))?;
         let mut hasher = Sha256::new();
         std::io::copy(&mut reader, &mut hasher).map_err(|e| io_error(&path, e))?;
         let actual = hex::encode(hasher.finalize());
-        match expected.get(&file.logical_path) {
+        match checks.sha256.get(&file.logical_path) {
             Some(want) if want.eq_ignore_ascii_case(&actual) => {}
             Some(want) => problems.push(format!(
                 "{} has SHA-256 {actual} on disk, not {want}",

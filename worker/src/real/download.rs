@@ -29,6 +29,7 @@ use ingest_steps::container::{self, ExtractLimits};
 use ingest_steps::digest::{self, Algorithm, Expected};
 use ingest_steps::forms::{FileSpec, ObjectKind};
 use ingest_steps::paths;
+use ingest_steps::stamp::FileStamp;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -69,6 +70,10 @@ pub struct DownloadedFile {
     /// well-formed; `None` for none (the storage manifest detects one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<String>,
+    /// The file's stamp right after it was hashed, when known: the storing
+    /// step reads again only a file whose stamp has moved since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stamp: Option<FileStamp>,
 }
 
 /// What [`download_object`] did.
@@ -535,6 +540,7 @@ impl Transfer {
                 size: downloaded.size,
                 digests,
                 mime_type: self.mime_type,
+                stamp: downloaded.stamp,
             },
         ))
     }
@@ -586,9 +592,12 @@ fn unpack(
         .map_err(|e| format!("cannot remove {}: {e}", container.display()))?;
     let mut files = Vec::with_capacity(extracted.len());
     for entry in extracted {
+        let before = FileStamp::of_path(&entry.path).ok();
         let (size, digests) =
             digest::digest_file(&entry.path, &[Algorithm::Sha256, Algorithm::Sha512])
                 .map_err(|e| format!("cannot read {}: {e}", entry.path.display()))?;
+        // Only a file that did not change while it was read has a stamp.
+        let stamp = before.filter(|b| b.matches(&entry.path));
         files.push(DownloadedFile {
             name: entry.name,
             url: url.to_owned(),
@@ -598,6 +607,7 @@ fn unpack(
                 .map(|(a, hex)| (a.name().to_owned(), hex))
                 .collect(),
             mime_type: None,
+            stamp,
         });
     }
     let bytes = files.iter().map(|f| f.size).sum();
@@ -858,6 +868,12 @@ mod tests {
         );
         assert_eq!(std::fs::read(producer.join("two.txt")).expect("two"), TWO);
         assert!(!stale.exists());
+        // Each file's stamp as it lies, recorded for the storing step.
+        let listed = read_files_json(&s.job_dir()).expect("files.json");
+        for (file, path) in listed.iter().zip(["dir/one.txt", "two.txt"]) {
+            let now = FileStamp::of_path(&producer.join(path)).expect("stamp");
+            assert_eq!(file.stamp, Some(now), "{path}");
+        }
         assert_eq!(read_files_json(&s.job_dir()), Ok(report.files));
     }
 
@@ -951,7 +967,10 @@ mod tests {
         let producer = s.job_dir().join("producer");
         assert_eq!(std::fs::read(producer.join("data/a.txt")).expect("a"), ONE);
         assert!(!s.job_dir().join(CONTAINER_FILE).exists());
-        assert_eq!(read_files_json(&s.job_dir()).expect("files.json").len(), 2);
+        let listed = read_files_json(&s.job_dir()).expect("files.json");
+        assert_eq!(listed.len(), 2);
+        let now = FileStamp::of_path(&producer.join("data/a.txt")).expect("stamp");
+        assert_eq!(listed[0].stamp, Some(now), "an unpacked file has its stamp");
     }
 
     #[tokio::test]

@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use ingest_steps::digest::{Algorithm, HashingWriter};
+use ingest_steps::stamp::FileStamp;
 use reqwest::header::CONTENT_LENGTH;
 use reqwest::{StatusCode, Url};
 use tokio::sync::mpsc;
@@ -221,6 +222,9 @@ pub struct Downloaded {
     /// The digests asked for, in lower-case hexadecimal (each algorithm
     /// once, in the order first asked).
     pub digests: Vec<(Algorithm, String)>,
+    /// The file's stamp once in place, when it could be read: while the
+    /// file keeps it, its bytes are the ones hashed.
+    pub stamp: Option<FileStamp>,
 }
 
 /// The HTTP client (under the outbound policy), the `file://` root and
@@ -463,18 +467,23 @@ impl Fetcher {
             }
         };
         let (from, to) = (part.clone(), dest.to_path_buf());
-        blocking(move || {
+        let stamp = blocking(move || {
             std::fs::rename(&from, &to).map_err(|e| {
                 FetchError::Permanent(format!(
                     "cannot move {} to {}: {e}",
                     from.display(),
                     to.display()
                 ))
-            })
+            })?;
+            // After the rename, which moves the status-change time.
+            Ok(FileStamp::of_path(&to).ok())
         })
         .await?;
         guard.disarm();
-        Ok(downloaded)
+        Ok(Downloaded {
+            stamp,
+            ..downloaded
+        })
     }
 
     /// Runs `f` until it succeeds, fails permanently, or has failed
@@ -662,7 +671,11 @@ impl Fetcher {
         let written = writer.await;
         streamed?;
         match written {
-            Ok(Ok((size, digests))) => Ok(Downloaded { size, digests }),
+            Ok(Ok((size, digests))) => Ok(Downloaded {
+                size,
+                digests,
+                stamp: None,
+            }),
             Ok(Err(e)) => Err(write_error(part, &e)),
             Err(e) => Err(FetchError::Permanent(format!(
                 "the writer of {} failed: {e}",
@@ -794,7 +807,18 @@ fn create_part(part: &Path, cancelled: &AtomicBool) -> Result<File, FetchError> 
     if let Some(parent) = part.parent() {
         std::fs::create_dir_all(parent).map_err(|e| write_error(parent, &e))?;
     }
-    File::create(part).map_err(|e| write_error(part, &e))
+    // A new inode every time: a writer of an earlier attempt still
+    // finishing (its transfer dropped) writes into the file it opened, not
+    // into this one, whose stamp would then hide its bytes.
+    match std::fs::remove_file(part) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(write_error(part, &e)),
+        _ => {}
+    }
+    File::options()
+        .write(true)
+        .create_new(true)
+        .open(part)
+        .map_err(|e| write_error(part, &e))
 }
 
 fn write_chunks<B: AsRef<[u8]>>(
@@ -861,7 +885,11 @@ fn copy_file(
     buffered
         .into_inner()
         .map_err(|e| write_error(part, e.error()))?;
-    Ok(Downloaded { size, digests })
+    Ok(Downloaded {
+        size,
+        digests,
+        stamp: None,
+    })
 }
 
 /// A local source that cannot be read: absent or forbidden is permanent,

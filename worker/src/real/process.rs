@@ -30,6 +30,7 @@ use ingest_steps::digest::{digest_file, Algorithm};
 use ingest_steps::erc::{write_dublin_core, write_erc, ErcFields};
 use ingest_steps::mime::mime_type;
 use ingest_steps::signing::SigningKeyFile;
+use ingest_steps::stamp::FileStamp;
 use ingest_steps::storage_manifest::{render, render_with_comment, ManifestFile};
 use serde::Deserialize;
 
@@ -389,6 +390,9 @@ pub struct ProducerFile {
     pub digests: BTreeMap<String, String>,
     /// The depositor's MIME type, if the list gave one.
     pub mime_type: Option<String>,
+    /// The stamp the download step recorded when it hashed the file: while
+    /// the file keeps it, its bytes are the ones hashed.
+    pub stamp: Option<FileStamp>,
 }
 
 /// The producer files of a job, sorted by name: from `system/files.json`
@@ -554,6 +558,8 @@ struct ListedFile {
     digests: BTreeMap<String, String>,
     #[serde(default)]
     mime_type: Option<String>,
+    #[serde(default)]
+    stamp: Option<FileStamp>,
 }
 
 fn from_list(producer: &Path, list_path: &Path, bytes: &[u8]) -> Result<Vec<ProducerFile>, String> {
@@ -608,6 +614,7 @@ fn from_list(producer: &Path, list_path: &Path, bytes: &[u8]) -> Result<Vec<Prod
                 .as_deref()
                 .and_then(ingest_steps::mime::checked)
                 .map(str::to_owned),
+            stamp: file.stamp,
         });
     }
     Ok(out)
@@ -623,6 +630,7 @@ fn from_disk(producer: &Path) -> Result<Vec<ProducerFile>, String> {
             digests: BTreeMap::from([("sha256".to_string(), sha256.clone())]),
             sha256,
             mime_type: None,
+            stamp: None,
         });
     }
     Ok(out)

@@ -19,6 +19,11 @@
 //! wrote nothing); a copied version, or one adopted from an earlier run,
 //! gets the full fixity check, which reads it back.
 //!
+//! A new object moved into an OCFL 1.1 root skips rocfl: its inventory
+//! takes the download's SHA-512, and only the files whose stamp
+//! ([`FileStamp`], recorded in `files.json` as the download hashed them)
+//! moved before [`stage`] linked them are read again, for their SHA-256.
+//!
 //! A requeued job never stores its version twice. After a target has stored
 //! and verified the version, a marker `<job>/stored-<target>.json` records
 //! the ark, the version number and the SHA-256 of the storage manifest; a
@@ -49,8 +54,9 @@ use anyhow::{bail, Context};
 use chrono::Utc;
 use ingest_protocol::api::StoreBody;
 use ingest_steps::digest::{digest_file, Algorithm};
-use ingest_steps::ocfl::{OcflTarget, StorageError, VersionMeta};
+use ingest_steps::ocfl::{Checks, OcflTarget, StorageError, VersionMeta};
 use ingest_steps::signing::SigningKeyFile;
+use ingest_steps::stamp::FileStamp;
 use serde::{Deserialize, Serialize};
 
 use super::fetch::RetryPolicy;
@@ -717,6 +723,10 @@ struct Prepared {
     /// files are checked against on disk before they move into it
     /// ([`OcflTarget::store_checked_with`]).
     sha256: BTreeMap<String, String>,
+    /// The stamps the download step recorded as it hashed the producer
+    /// files, by logical path: a file that still has its stamp when it is
+    /// staged is not read again.
+    stamps: BTreeMap<String, FileStamp>,
 }
 
 /// Reads the manifest and the digests the stored files must have.
@@ -729,16 +739,19 @@ fn prepare(job_dir: &Path) -> Result<Prepared, String> {
         )
     })?;
     let (_, manifest_sha256) = process::sha256_of(&manifest_path)?;
+    let mut stamps = BTreeMap::new();
     let downloaded: BTreeMap<String, (String, String)> = process::producer_files(job_dir)?
         .into_iter()
         .filter_map(|f| {
-            Some((
-                format!("producer/{}", f.name),
-                (
-                    f.digests.get("sha512")?.clone(),
-                    f.digests.get("sha256")?.clone(),
-                ),
-            ))
+            let logical = format!("producer/{}", f.name);
+            let digests = (
+                f.digests.get("sha512")?.clone(),
+                f.digests.get("sha256")?.clone(),
+            );
+            if let Some(stamp) = f.stamp {
+                stamps.insert(logical.clone(), stamp);
+            }
+            Some((logical, digests))
         })
         .collect();
     let (mut sha512, mut sha256) = (BTreeMap::new(), BTreeMap::new());
@@ -753,33 +766,50 @@ fn prepare(job_dir: &Path) -> Result<Prepared, String> {
             sha256.insert(logical, d256);
         }
     }
+    stamps.retain(|logical, _| sha512.contains_key(logical));
     Ok(Prepared {
         manifest,
         manifest_sha256,
         sha512,
         sha256,
+        stamps,
     })
 }
 
 /// Stages `producer/` and `system/` of `job_dir` as hard links (copies
-/// where linking fails) in `source`, cleared first.
-fn stage(job_dir: &Path, source: &Path) -> Result<(), String> {
+/// where linking fails) in `source`, cleared first. Returns the logical
+/// paths whose file still had its stamp in `stamps` when it was linked: the
+/// staged file is then the very file hashed at download, unchanged since
+/// (a copy, or a file whose stamp moved, is read again by the store).
+fn stage(
+    job_dir: &Path,
+    source: &Path,
+    stamps: &BTreeMap<String, FileStamp>,
+) -> Result<BTreeSet<String>, String> {
     remove_staged(source)?;
+    let mut unchanged = BTreeSet::new();
     for part in ["producer", "system"] {
         for (name, path) in process::walk(&job_dir.join(part))? {
+            let logical = format!("{part}/{name}");
             let to = source.join(part).join(&name);
             if let Some(parent) = to.parent() {
                 std::fs::create_dir_all(parent)
                     .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
             }
-            if std::fs::hard_link(&path, &to).is_err() {
+            // Read before the link, which moves the status-change time.
+            let kept = stamps.get(&logical).is_some_and(|s| s.matches(&path));
+            if std::fs::hard_link(&path, &to).is_ok() {
+                if kept {
+                    unchanged.insert(logical);
+                }
+            } else {
                 std::fs::copy(&path, &to).map_err(|e| {
                     format!("cannot stage {} as {}: {e}", path.display(), to.display())
                 })?;
             }
         }
     }
-    Ok(())
+    Ok(unchanged)
 }
 
 /// Removes a staging directory, if present.
@@ -896,19 +926,23 @@ impl TargetWork {
             }
             None => {
                 let source = staging_dir(&self.job_dir, name);
-                stage(&self.job_dir, &source).map_err(Failure::Recoverable)?;
+                let unchanged = stage(&self.job_dir, &source, &self.prepared.stamps)
+                    .map_err(Failure::Recoverable)?;
                 // Nothing is committed unless every file on disk is the
                 // one hashed at download: for a new object moved into the
-                // first target, by its SHA-256 re-read (the inventory takes
-                // the download's SHA-512); otherwise by the SHA-512 rocfl
-                // reads.
+                // first target, by its stamp or its SHA-256 re-read (the
+                // inventory takes the download's SHA-512); otherwise by the
+                // SHA-512 rocfl reads.
                 let stored = self.target.store_checked_with(
                     &self.ark,
                     &source,
                     &self.meta,
                     self.moving,
-                    &self.prepared.sha512,
-                    &self.prepared.sha256,
+                    &Checks {
+                        sha512: &self.prepared.sha512,
+                        sha256: &self.prepared.sha256,
+                        unchanged: &unchanged,
+                    },
                 );
                 // What a failed move left is rebuilt by the next attempt.
                 if let Err(e) = remove_staged(&source) {
@@ -1214,26 +1248,39 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn a_file_that_changed_after_its_download_fails_the_store_naming_it() {
-        let root = tempfile::tempdir().expect("tempdir");
-        let dir = job_dir(root.path());
-        // What the download step recorded of the bytes it received.
+    /// Writes `system/files.json` as the download step would have: each
+    /// producer file's digests, with `sha256` replaced where `sha256` names
+    /// the file, and its stamp when `stamped`.
+    fn record_download(dir: &Path, stamped: bool, sha256: &[(&str, &str)]) {
         let mut listed = Vec::new();
         for name in ["a.txt", "sub/b.txt"] {
             let path = dir.join("producer").join(name);
-            let (size, sha256) = process::sha256_of(&path).expect("sha256");
+            let (size, actual) = process::sha256_of(&path).expect("sha256");
             let (sha512, _) = both_digests(&path).expect("sha512");
-            listed.push(serde_json::json!({
+            let given = sha256.iter().find(|(n, _)| *n == name).map(|(_, d)| *d);
+            let mut entry = serde_json::json!({
                 "name": name, "url": "http://x/", "size": size,
-                "digests": {"sha256": sha256, "sha512": sha512},
-            }));
+                "digests": {"sha256": given.unwrap_or(&actual), "sha512": sha512},
+            });
+            if stamped {
+                entry["stamp"] =
+                    serde_json::to_value(FileStamp::of_path(&path).expect("stamp")).expect("json");
+            }
+            listed.push(entry);
         }
         std::fs::write(
             dir.join("system/files.json"),
             serde_json::to_vec(&listed).expect("json"),
         )
         .expect("files.json");
+    }
+
+    #[tokio::test]
+    async fn a_file_that_changed_after_its_download_fails_the_store_naming_it() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = job_dir(root.path());
+        // What the download step recorded of the bytes it received.
+        record_download(&dir, false, &[]);
         // The bytes on disk change afterwards (same size).
         std::fs::write(dir.join("producer/a.txt"), b"abd").expect("corrupt");
         let targets = targets(root.path());
@@ -1255,6 +1302,80 @@ mod tests {
         for t in &targets {
             assert!(t.versions(ark).is_err(), "nothing was committed");
         }
+    }
+
+    /// A store into one target only (which moves the files).
+    async fn store_into_one(root: &Path, dir: &Path) -> Result<Vec<(String, u32)>, String> {
+        let target =
+            open_targets(&[format!("one={}", root.join("ocfl1").display())]).expect("target");
+        store_object(&target, "ark:/99999/fk4store", dir, &meta(), policy(), None).await
+    }
+
+    #[tokio::test]
+    async fn a_file_rewritten_under_its_old_modification_time_is_still_read_again() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = job_dir(root.path());
+        record_download(&dir, true, &[]);
+        // Other bytes of the same size, and the old modification time put
+        // back: only the status-change time tells.
+        let path = dir.join("producer/a.txt");
+        let before = FileStamp::of_path(&path).expect("stamp");
+        let mtime = std::fs::metadata(&path)
+            .and_then(|m| m.modified())
+            .expect("mtime");
+        std::thread::sleep(Duration::from_millis(20));
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open");
+        std::io::Write::write_all(&mut &file, b"abd").expect("rewrite");
+        file.set_modified(mtime).expect("set mtime");
+        drop(file);
+        let after = FileStamp::of_path(&path).expect("stamp");
+        assert_eq!((after.ino, after.size), (before.ino, before.size));
+        assert_eq!(after.mtime_ns, before.mtime_ns, "the old mtime is back");
+
+        let err = store_into_one(root.path(), &dir)
+            .await
+            .expect_err("the bytes on disk are not those hashed");
+        assert!(err.contains("producer/a.txt has SHA-256"), "{err}");
+        assert!(!err.contains("sub/b.txt"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_file_that_kept_its_stamp_is_not_read_again() {
+        // files.json gives b.txt a SHA-256 that is not its content's: a
+        // store that read it again would fail, so a success shows it was
+        // taken on its stamp.
+        let mut hasher = ingest_steps::digest::MultiHasher::new(&[Algorithm::Sha256]);
+        hasher.update(b"not bee");
+        let wrong = hasher.finish().remove(0).1;
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = job_dir(root.path());
+        record_download(&dir, true, &[("sub/b.txt", &wrong)]);
+        let stored = store_into_one(root.path(), &dir)
+            .await
+            .expect("b.txt is not read again");
+        assert_eq!(stored, vec![("one".to_string(), 1)]);
+
+        // Without a stamp (a list an older worker wrote), or once the
+        // stamp moved (a change of mode moves the status-change time), the
+        // file is read again and the wrong value fails the store.
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = job_dir(root.path());
+        record_download(&dir, false, &[("sub/b.txt", &wrong)]);
+        let err = store_into_one(root.path(), &dir).await.expect_err("read");
+        assert!(err.contains("producer/sub/b.txt has SHA-256"), "{err}");
+
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = job_dir(root.path());
+        record_download(&dir, true, &[("sub/b.txt", &wrong)]);
+        std::thread::sleep(Duration::from_millis(20));
+        let path = dir.join("producer/sub/b.txt");
+        let mode = std::fs::metadata(&path).expect("meta").permissions();
+        std::fs::set_permissions(&path, mode).expect("chmod");
+        let err = store_into_one(root.path(), &dir).await.expect_err("read");
+        assert!(err.contains("producer/sub/b.txt has SHA-256"), "{err}");
     }
 
     fn settings(base: &str) -> ManifestSettings {
