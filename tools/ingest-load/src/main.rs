@@ -188,7 +188,8 @@ struct Args {
     /// curl's --parallel-max.
     #[arg(long, default_value_t = 4, value_name = "K")]
     transfers_per_job: usize,
-    /// Real mode: how many times curl fetches every file; the median run counts.
+    /// Real mode: how many times curl fetches every file (to /dev/null, then as
+    /// many times into files of the round's directory); the median run of each counts.
     #[arg(long, default_value_t = 3, value_name = "N")]
     curl_runs: usize,
     /// Real mode: the seed of the generated files' bytes.

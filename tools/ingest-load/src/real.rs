@@ -204,8 +204,18 @@ pub(crate) struct CurlRun {
 
 /// Fetches every object's files with curl, one curl process per object
 /// (`--parallel --parallel-max K` when curl has it), `tasks` processes at
-/// once, to /dev/null; checks that every file came back whole (200, size).
-pub(crate) async fn curl_run(args: &Args, corpus: &Corpus, parallel: bool) -> Result<CurlRun> {
+/// once, to /dev/null, or with `files_in` into files of that directory
+/// (created first, removed after the timing); checks that every file came
+/// back whole (200, size).
+pub(crate) async fn curl_run(
+    args: &Args,
+    corpus: &Corpus,
+    parallel: bool,
+    files_in: Option<&Path>,
+) -> Result<CurlRun> {
+    if let Some(dir) = files_in {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
     let gate = Arc::new(Semaphore::new(args.tasks as usize));
     let cpu_children = children_cpu_seconds();
     let cpu_self = cpu_seconds(std::process::id()).unwrap_or(0.0);
@@ -222,8 +232,11 @@ pub(crate) async fn curl_run(args: &Args, corpus: &Corpus, parallel: bool) -> Re
                 &args.transfers_per_job.to_string(),
             ]);
         }
-        for url in urls {
-            cmd.args(["-o", "/dev/null", url]);
+        for (i, url) in urls.iter().enumerate() {
+            match files_in {
+                Some(dir) => cmd.arg("-o").arg(dir.join(format!("{o}-{i}"))).arg(url),
+                None => cmd.args(["-o", "/dev/null", url]),
+            };
         }
         cmd.stdin(Stdio::null()).kill_on_drop(true);
         let gate = Arc::clone(&gate);
@@ -257,6 +270,11 @@ pub(crate) async fn curl_run(args: &Args, corpus: &Corpus, parallel: bool) -> Re
         bytes += b;
     }
     let seconds = started.elapsed().as_secs_f64();
+    let cpu_seconds_curl = children_cpu_seconds() - cpu_children;
+    let cpu_seconds_file_server = cpu_seconds(std::process::id()).unwrap_or(0.0) - cpu_self;
+    if let Some(dir) = files_in {
+        std::fs::remove_dir_all(dir).with_context(|| format!("cannot remove {}", dir.display()))?;
+    }
     if (files, bytes) != (corpus.files, corpus.bytes) {
         bail!(
             "curl fetched {files} files, {bytes} bytes, not {} files, {} bytes",
@@ -266,8 +284,8 @@ pub(crate) async fn curl_run(args: &Args, corpus: &Corpus, parallel: bool) -> Re
     }
     Ok(CurlRun {
         seconds,
-        cpu_seconds_curl: children_cpu_seconds() - cpu_children,
-        cpu_seconds_file_server: cpu_seconds(std::process::id()).unwrap_or(0.0) - cpu_self,
+        cpu_seconds_curl,
+        cpu_seconds_file_server,
     })
 }
 
@@ -291,6 +309,14 @@ pub(crate) struct RealRound {
     pub(crate) ingest_mb_per_s: f64,
     /// Ingest objects/s over curl objects/s (the same bytes, so also MB/s).
     pub(crate) ratio: f64,
+    /// curl writing every file into the round's directory (the file system
+    /// ingest's working storage is on), the median of as many runs: what
+    /// storing each byte once costs on top of the transfer.
+    pub(crate) curl_files_seconds: f64,
+    pub(crate) curl_files_objects_per_s: f64,
+    pub(crate) curl_files_cpu_seconds: f64,
+    /// Ingest objects/s over those of curl writing files.
+    pub(crate) ratio_to_curl_files: f64,
     /// From the first `-> Downloading` to the last `Downloading ->`.
     pub(crate) download_span_seconds: f64,
     pub(crate) download_mb_per_s: f64,
@@ -401,13 +427,16 @@ pub(crate) async fn run_real(args: Args) -> Result<()> {
             )
         })?;
         eprintln!(
-            "round {f} file(s)/object: curl {:.1} objects/s, {:.1} MB/s; ingest {:.2} objects/s, {:.1} MB/s (ratio {:.3}); download step {:.1} MB/s",
+            "round {f} file(s)/object: curl {:.1} objects/s, {:.1} MB/s; ingest {:.2} objects/s, {:.1} MB/s (ratio {:.3}); download step {:.1} MB/s; curl writing the files {:.1} objects/s, {:.2} CPU s (ingest ratio {:.3})",
             round.curl_objects_per_s,
             round.curl_mb_per_s,
             round.ingest_objects_per_s,
             round.ingest_mb_per_s,
             round.ratio,
-            round.download_mb_per_s
+            round.download_mb_per_s,
+            round.curl_files_objects_per_s,
+            round.curl_files_cpu_seconds,
+            round.ratio_to_curl_files
         );
         rounds.push(round);
     }
@@ -441,6 +470,13 @@ pub(crate) async fn run_real(args: Args) -> Result<()> {
     Ok(())
 }
 
+/// The run of median wall time.
+fn median_run(runs: &[CurlRun]) -> CurlRun {
+    let mut order: Vec<usize> = (0..runs.len()).collect();
+    order.sort_by(|&a, &b| runs[a].seconds.total_cmp(&runs[b].seconds));
+    runs[order[order.len() / 2]].clone()
+}
+
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn real_round(
     args: &Args,
@@ -468,11 +504,15 @@ pub(crate) async fn real_round(
     // The baseline: curl, the median of --curl-runs runs.
     let mut runs = Vec::with_capacity(args.curl_runs);
     for _ in 0..args.curl_runs {
-        runs.push(curl_run(args, &corpus, parallel).await?);
+        runs.push(curl_run(args, &corpus, parallel, None).await?);
     }
-    let mut order: Vec<usize> = (0..runs.len()).collect();
-    order.sort_by(|&a, &b| runs[a].seconds.total_cmp(&runs[b].seconds));
-    let median = runs[order[order.len() / 2]].clone();
+    let median = median_run(&runs);
+    // The same, writing the files where ingest's working storage is.
+    let mut file_runs = Vec::with_capacity(args.curl_runs);
+    for _ in 0..args.curl_runs {
+        file_runs.push(curl_run(args, &corpus, parallel, Some(&dir.join("curl-files"))).await?);
+    }
+    let to_files = median_run(&file_runs);
 
     // The signing key of the storage manifests.
     let key = dir.join("signing-key.pem");
@@ -568,6 +608,10 @@ pub(crate) async fn real_round(
     round.curl_objects_per_s = per_s(corpus.urls.len() as f64, median.seconds);
     round.curl_mb_per_s = per_s(mb, median.seconds);
     round.ratio = per_s(round.ingest_objects_per_s, round.curl_objects_per_s);
+    round.curl_files_seconds = to_files.seconds;
+    round.curl_files_cpu_seconds = to_files.cpu_seconds_curl;
+    round.curl_files_objects_per_s = per_s(corpus.urls.len() as f64, to_files.seconds);
+    round.ratio_to_curl_files = per_s(round.ingest_objects_per_s, round.curl_files_objects_per_s);
 
     if !args.keep {
         for d in [&storage, &ocfl] {
@@ -705,6 +749,10 @@ pub(crate) async fn ingest_objects(
         ingest_objects_per_s: per_s(n, seconds),
         ingest_mb_per_s: per_s(mb, seconds),
         ratio: 0.0,
+        curl_files_seconds: 0.0,
+        curl_files_objects_per_s: 0.0,
+        curl_files_cpu_seconds: 0.0,
+        ratio_to_curl_files: 0.0,
         download_span_seconds: download_seconds,
         download_mb_per_s: per_s(mb, download_seconds),
         download_job_mb_per_s: per_s(
@@ -764,13 +812,13 @@ pub(crate) fn real_table(rounds: &[RealRound]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "| files/object | objects | MB | curl objects/s | curl MB/s | ingest objects/s | ingest MB/s | ingest/curl ratio | download-step MB/s |"
+        "| files/object | objects | MB | curl objects/s | curl MB/s | ingest objects/s | ingest MB/s | ingest/curl ratio | download-step MB/s | curl to files objects/s | ingest/curl-to-files |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
     for r in rounds {
         let _ = writeln!(
             s,
-            "| {} | {} | {:.1} | {:.1} | {:.0} | {:.2} | {:.1} | {:.3} | {:.1} |",
+            "| {} | {} | {:.1} | {:.1} | {:.0} | {:.2} | {:.1} | {:.3} | {:.1} | {:.1} | {:.3} |",
             r.files_per_object,
             r.objects,
             r.bytes as f64 / 1e6,
@@ -779,7 +827,9 @@ pub(crate) fn real_table(rounds: &[RealRound]) -> String {
             r.ingest_objects_per_s,
             r.ingest_mb_per_s,
             r.ratio,
-            r.download_mb_per_s
+            r.download_mb_per_s,
+            r.curl_files_objects_per_s,
+            r.ratio_to_curl_files
         );
     }
     s
