@@ -309,6 +309,38 @@ mod tests {
         assert_eq!(sizes.iter().sum::<u64>(), 4 * 1024 * 1024);
     }
 
+    #[tokio::test]
+    async fn the_floor_fetches_every_byte_once_and_removes_what_it_wrote() -> Result<()> {
+        use clap::Parser;
+        let args = crate::Args::try_parse_from([
+            "ingest-load",
+            "--zk",
+            "127.0.0.1:1",
+            "--objects",
+            "3",
+            "--object-bytes",
+            "100000",
+            "--tasks",
+            "2",
+        ])?;
+        let depot: Depot = std::sync::Arc::default();
+        let base = serve_depot(std::sync::Arc::clone(&depot)).await?;
+        let corpus = build_corpus(&args, &depot, &base, 4)?;
+        let dir = std::env::temp_dir().join(format!("ingest-load-floor-{}", std::process::id()));
+        let run = floor_run(&args, &corpus, &dir).await?;
+        assert!(run.seconds > 0.0 && run.cpu_seconds >= 0.0);
+        assert!(!dir.exists(), "the floor's files are removed");
+
+        // A file the server no longer has fails the run.
+        depot.write().expect("depot").clear();
+        let err = floor_run(&args, &corpus, &dir)
+            .await
+            .expect_err("every file is gone");
+        assert!(format!("{err:#}").contains("404"), "{err:#}");
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(())
+    }
+
     #[test]
     fn generated_bytes_are_deterministic() {
         assert_eq!(random_bytes(7, 1000), random_bytes(7, 1000));

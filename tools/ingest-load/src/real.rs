@@ -289,6 +289,69 @@ pub(crate) async fn curl_run(
     })
 }
 
+/// What the floor pipeline measured.
+#[derive(Debug, Clone)]
+pub(crate) struct FloorRun {
+    pub(crate) seconds: f64,
+    /// Of this process: the pipeline and the file server.
+    pub(crate) cpu_seconds: f64,
+}
+
+/// The least any ingest must do with the corpus, with nothing else: every
+/// file fetched once over HTTP (reqwest, as the worker), hashed with
+/// SHA-256 and SHA-512 as its chunks arrive (`ingest_steps`' hasher, as
+/// the worker) and written into a file of `dir` on the way; `tasks`
+/// objects at once, each object's files one after another. No
+/// coordination, no event, no ZooKeeper, no OCFL.
+pub(crate) async fn floor_run(args: &Args, corpus: &Corpus, dir: &Path) -> Result<FloorRun> {
+    use ingest_steps::digest::{Algorithm, HashingWriter};
+    use std::io::Write as _;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let client = reqwest::Client::new();
+    let gate = Arc::new(Semaphore::new(args.tasks as usize));
+    let cpu_before = cpu_seconds(std::process::id()).unwrap_or(0.0);
+    let started = Instant::now();
+    let mut set = JoinSet::new();
+    for (o, urls) in corpus.urls.iter().enumerate() {
+        let (client, gate, urls) = (client.clone(), Arc::clone(&gate), urls.clone());
+        let dir = dir.to_path_buf();
+        set.spawn(async move {
+            let _permit = gate.acquire().await.context("the floor gate closed")?;
+            let mut bytes = 0u64;
+            for (i, url) in urls.iter().enumerate() {
+                let mut resp = client.get(url).send().await?.error_for_status()?;
+                let path = dir.join(format!("{o}-{i}"));
+                let file = std::fs::File::create(&path)
+                    .with_context(|| format!("cannot create {}", path.display()))?;
+                let mut writer = HashingWriter::new(file, &[Algorithm::Sha256, Algorithm::Sha512]);
+                while let Some(chunk) = resp.chunk().await? {
+                    writer.write_all(&chunk)?;
+                }
+                let (_, size, digests) = writer.finish();
+                ensure!(digests.len() == 2, "two digests of {url}");
+                bytes += size;
+            }
+            anyhow::Ok(bytes)
+        });
+    }
+    let mut bytes = 0u64;
+    while let Some(joined) = set.join_next().await {
+        bytes += joined.context("a floor task failed")??;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu_seconds = cpu_seconds(std::process::id()).unwrap_or(0.0) - cpu_before;
+    std::fs::remove_dir_all(dir).with_context(|| format!("cannot remove {}", dir.display()))?;
+    ensure!(
+        bytes == corpus.bytes,
+        "the floor pipeline fetched {bytes} bytes, not {}",
+        corpus.bytes
+    );
+    Ok(FloorRun {
+        seconds,
+        cpu_seconds,
+    })
+}
+
 /// What one real round measured.
 #[derive(Debug, Clone, serde::Serialize)]
 pub(crate) struct RealRound {
@@ -317,6 +380,15 @@ pub(crate) struct RealRound {
     pub(crate) curl_files_cpu_seconds: f64,
     /// Ingest objects/s over those of curl writing files.
     pub(crate) ratio_to_curl_files: f64,
+    /// The floor pipeline ([`floor_run`], the median of `--curl-runs`
+    /// runs): every byte fetched, hashed with SHA-256 and SHA-512 and
+    /// written once, and nothing else.
+    pub(crate) floor_seconds: f64,
+    pub(crate) floor_objects_per_s: f64,
+    /// Of the load driver: the pipeline and the file server.
+    pub(crate) floor_cpu_seconds: f64,
+    /// Ingest objects/s over the floor's.
+    pub(crate) ratio_to_floor: f64,
     /// From the first `-> Downloading` to the last `Downloading ->`.
     pub(crate) download_span_seconds: f64,
     pub(crate) download_mb_per_s: f64,
@@ -513,6 +585,13 @@ pub(crate) async fn real_round(
         file_runs.push(curl_run(args, &corpus, parallel, Some(&dir.join("curl-files"))).await?);
     }
     let to_files = median_run(&file_runs);
+    // And the floor: the byte work alone, in this process.
+    let mut floor_runs = Vec::with_capacity(args.curl_runs);
+    for _ in 0..args.curl_runs {
+        floor_runs.push(floor_run(args, &corpus, &dir.join("floor-files")).await?);
+    }
+    floor_runs.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+    let floor = floor_runs[floor_runs.len() / 2].clone();
 
     // The signing key of the storage manifests.
     let key = dir.join("signing-key.pem");
@@ -612,6 +691,10 @@ pub(crate) async fn real_round(
     round.curl_files_cpu_seconds = to_files.cpu_seconds_curl;
     round.curl_files_objects_per_s = per_s(corpus.urls.len() as f64, to_files.seconds);
     round.ratio_to_curl_files = per_s(round.ingest_objects_per_s, round.curl_files_objects_per_s);
+    round.floor_seconds = floor.seconds;
+    round.floor_cpu_seconds = floor.cpu_seconds;
+    round.floor_objects_per_s = per_s(corpus.urls.len() as f64, floor.seconds);
+    round.ratio_to_floor = per_s(round.ingest_objects_per_s, round.floor_objects_per_s);
 
     if !args.keep {
         for d in [&storage, &ocfl] {
@@ -753,6 +836,10 @@ pub(crate) async fn ingest_objects(
         curl_files_objects_per_s: 0.0,
         curl_files_cpu_seconds: 0.0,
         ratio_to_curl_files: 0.0,
+        floor_seconds: 0.0,
+        floor_objects_per_s: 0.0,
+        floor_cpu_seconds: 0.0,
+        ratio_to_floor: 0.0,
         download_span_seconds: download_seconds,
         download_mb_per_s: per_s(mb, download_seconds),
         download_job_mb_per_s: per_s(
@@ -812,13 +899,13 @@ pub(crate) fn real_table(rounds: &[RealRound]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "| files/object | objects | MB | curl objects/s | curl MB/s | ingest objects/s | ingest MB/s | ingest/curl ratio | download-step MB/s | curl to files objects/s | ingest/curl-to-files |"
+        "| files/object | objects | MB | curl objects/s | curl MB/s | ingest objects/s | ingest MB/s | ingest/curl ratio | download-step MB/s | curl to files objects/s | ingest/curl-to-files | floor objects/s | ingest/floor |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in rounds {
         let _ = writeln!(
             s,
-            "| {} | {} | {:.1} | {:.1} | {:.0} | {:.2} | {:.1} | {:.3} | {:.1} | {:.1} | {:.3} |",
+            "| {} | {} | {:.1} | {:.1} | {:.0} | {:.2} | {:.1} | {:.3} | {:.1} | {:.1} | {:.3} | {:.1} | {:.3} |",
             r.files_per_object,
             r.objects,
             r.bytes as f64 / 1e6,
@@ -829,7 +916,9 @@ pub(crate) fn real_table(rounds: &[RealRound]) -> String {
             r.ratio,
             r.download_mb_per_s,
             r.curl_files_objects_per_s,
-            r.ratio_to_curl_files
+            r.ratio_to_curl_files,
+            r.floor_objects_per_s,
+            r.ratio_to_floor
         );
     }
     s
@@ -890,6 +979,20 @@ pub(crate) fn real_notes(rounds: &[RealRound]) -> String {
             r.refused_reports,
             r.warn_lines,
             r.error_lines
+        );
+        let ingest_cpu = r.cpu_seconds_serve
+            + r.cpu_seconds_worker
+            + r.cpu_seconds_zookeeper.unwrap_or(0.0)
+            + r.cpu_seconds_file_server;
+        let _ = writeln!(
+            s,
+            "    floor (every byte fetched, hashed with SHA-256 and SHA-512 and written once, nothing else): {:.1} objects/s, {:.3} s, {:.2} CPU s with its file server; ingest {:.2} CPU s with its file server; ingest/floor {:.3}, floor/curl {:.3}",
+            r.floor_objects_per_s,
+            r.floor_seconds,
+            r.floor_cpu_seconds,
+            ingest_cpu,
+            r.ratio_to_floor,
+            if r.curl_objects_per_s > 0.0 { r.floor_objects_per_s / r.curl_objects_per_s } else { 0.0 }
         );
         for l in &r.log_samples {
             let _ = writeln!(s, "    e.g. {l}");
