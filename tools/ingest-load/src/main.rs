@@ -342,6 +342,32 @@ mod tests {
     }
 
     #[test]
+    fn repeated_worker_counts_are_averaged_in_first_run_order() {
+        use crate::simulate::{by_workers, Group};
+        let groups = by_workers([(1, 400.0), (4, 500.0), (4, 420.0), (1, 500.0)]);
+        assert_eq!(
+            groups,
+            vec![
+                Group {
+                    workers: 1,
+                    rounds: 2,
+                    mean: 450.0,
+                    min: 400.0,
+                    max: 500.0
+                },
+                Group {
+                    workers: 4,
+                    rounds: 2,
+                    mean: 460.0,
+                    min: 420.0,
+                    max: 500.0
+                },
+            ]
+        );
+        assert!(by_workers([]).is_empty());
+    }
+
+    #[test]
     fn generated_bytes_are_deterministic() {
         assert_eq!(random_bytes(7, 1000), random_bytes(7, 1000));
         assert_ne!(random_bytes(7, 64), random_bytes(8, 64));

@@ -110,17 +110,40 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         rounds.push(round);
     }
 
-    let (base_label, base) = match rounds.iter().find(|r| r.workers == 1) {
-        Some(r) => ("1 worker".to_string(), r.jobs_per_s),
-        None => (
-            format!("{} workers", rounds[0].workers),
-            rounds[0].jobs_per_s,
-        ),
+    // The baseline: the 1-worker rounds (else the first round's count),
+    // their mean when the list repeats it (`--workers 1,4,4,1`: a round
+    // run later finds ZooKeeper holding every earlier round's nodes, and
+    // that order alone moved a ratio by 10-20 %).
+    let groups = by_workers(rounds.iter().map(|r| (r.workers, r.jobs_per_s)));
+    let base_workers = if rounds.iter().any(|r| r.workers == 1) {
+        1
+    } else {
+        rounds[0].workers
+    };
+    let base_group = groups.iter().find(|g| g.workers == base_workers);
+    let base = base_group.map_or(0.0, |g| g.mean);
+    let base_label = match base_group {
+        Some(g) if g.rounds > 1 => format!("the mean of {} {}-worker rounds", g.rounds, g.workers),
+        _ if base_workers == 1 => "1 worker".to_string(),
+        _ => format!("{base_workers} workers"),
     };
     for r in &mut rounds {
         r.ratio = if base > 0.0 { r.jobs_per_s / base } else { 0.0 };
     }
     print!("{}", table(&rounds, &base_label));
+    if groups.iter().any(|g| g.rounds > 1) {
+        for g in &groups {
+            println!(
+                "{} worker(s): mean {:.1} jobs/s over {} round(s) ({:.1}-{:.1}), ratio {:.2}",
+                g.workers,
+                g.mean,
+                g.rounds,
+                g.min,
+                g.max,
+                if base > 0.0 { g.mean / base } else { 0.0 }
+            );
+        }
+    }
     print!("{}", notes(&rounds));
 
     if let Some(path) = &args.json {
@@ -142,6 +165,41 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         eprintln!("ingest-load: results written to {}", path.display());
     }
     Ok(())
+}
+
+/// The rounds of one worker count.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Group {
+    pub(crate) workers: usize,
+    pub(crate) rounds: usize,
+    /// Jobs/s: the mean, the least and the most.
+    pub(crate) mean: f64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
+}
+
+/// Rounds as (workers, jobs/s) grouped by worker count, in the order each
+/// count first ran.
+pub(crate) fn by_workers(rounds: impl IntoIterator<Item = (usize, f64)>) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    for (workers, jobs_per_s) in rounds {
+        match groups.iter_mut().find(|g| g.workers == workers) {
+            Some(g) => {
+                g.mean = (g.mean * g.rounds as f64 + jobs_per_s) / (g.rounds + 1) as f64;
+                g.rounds += 1;
+                g.min = g.min.min(jobs_per_s);
+                g.max = g.max.max(jobs_per_s);
+            }
+            None => groups.push(Group {
+                workers,
+                rounds: 1,
+                mean: jobs_per_s,
+                min: jobs_per_s,
+                max: jobs_per_s,
+            }),
+        }
+    }
+    groups
 }
 
 pub(crate) fn table(rounds: &[Round], base_label: &str) -> String {
