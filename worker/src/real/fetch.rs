@@ -959,6 +959,20 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_writer_of_an_earlier_attempt_cannot_write_into_the_next_part_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let part = dir.path().join("x.part");
+        let not_cancelled = AtomicBool::new(false);
+        let mut abandoned = create_part(&part, &not_cancelled).expect("first");
+        let mut next = create_part(&part, &not_cancelled).expect("second");
+        next.write_all(b"new").expect("write");
+        // The abandoned attempt's writer finishes after the next began.
+        abandoned.write_all(b"OLD BYTES").expect("write");
+        drop((abandoned, next));
+        assert_eq!(std::fs::read(&part).expect("read"), b"new");
+    }
+
     /// `/file` serves BODY, `/flaky` fails twice with 503, `/broken`
     /// always fails with 500, `/nohead` only answers POST; the counters
     /// count the calls of `/flaky` and `/broken`.
