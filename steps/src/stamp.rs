@@ -12,6 +12,15 @@
 //! under `tools/load --mode real` the re-read of every file was a sixth of
 //! the worker's CPU.
 //!
+//! Timestamps come from a clock that ticks every few milliseconds, so a
+//! second change within the tick of the first can leave both times as
+//! they were. Linux 6.13 and later give ext4, XFS, btrfs and tmpfs
+//! *multigrain* timestamps: once a file's times have been read (as taking
+//! its stamp does), its next change gets a fine-grained time, later than
+//! the one read. A stamp is therefore only worth recording where
+//! [`changes_always_seen`] says so; elsewhere the caller reads the bytes
+//! again.
+//!
 //! ```
 //! use ingest_steps::stamp::FileStamp;
 //!
@@ -20,7 +29,9 @@
 //! std::fs::write(&path, b"one").unwrap();
 //! let stamp = FileStamp::of_path(&path).unwrap();
 //! assert!(stamp.matches(&path));
-//! std::fs::write(&path, b"two").unwrap();
+//! // Another file put in its place, with the same size.
+//! std::fs::write(dir.path().join("b"), b"two").unwrap();
+//! std::fs::rename(dir.path().join("b"), &path).unwrap();
 //! assert!(!stamp.matches(&path));
 //! ```
 
@@ -28,6 +39,7 @@ use std::fs::Metadata;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -87,6 +99,39 @@ impl FileStamp {
     }
 }
 
+/// The first kernel with multigrain timestamps.
+const MULTIGRAIN_KERNEL: (u32, u32) = (6, 13);
+
+/// The file systems that have them there (`statfs(2)`'s `f_type`): ext4
+/// (also serving ext2 and ext3), XFS, btrfs and tmpfs.
+const MULTIGRAIN_FILE_SYSTEMS: [u64; 4] = [0xEF53, 0x5846_5342, 0x9123_683E, 0x0102_1994];
+
+/// Whether every change to a file on the file system holding `path`, made
+/// after its stamp was taken, moves the stamp: a Linux kernel with
+/// multigrain timestamps ([`MULTIGRAIN_KERNEL`] or later) and one of the
+/// file systems that use them. `false` when either cannot be told.
+pub fn changes_always_seen(path: &Path) -> bool {
+    static KERNEL: OnceLock<bool> = OnceLock::new();
+    let kernel = *KERNEL.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .ok()
+            .and_then(|release| kernel_version(&release))
+            .is_some_and(|v| v >= MULTIGRAIN_KERNEL)
+    });
+    kernel
+        && rustix::fs::statfs(path).is_ok_and(|fs| {
+            u64::try_from(fs.f_type).is_ok_and(|t| MULTIGRAIN_FILE_SYSTEMS.contains(&t))
+        })
+}
+
+/// The major and minor numbers of a kernel release (`6.18.44-fc-v657`).
+fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.trim().split(['.', '-']);
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +165,37 @@ mod tests {
         let stamp = FileStamp::of_path(&path).unwrap();
         std::fs::rename(&other, &path).unwrap();
         assert!(!stamp.matches(&path));
+    }
+
+    #[test]
+    fn kernel_releases_are_read_by_major_and_minor() {
+        assert_eq!(kernel_version("6.18.44-fc-v657\n"), Some((6, 18)));
+        assert_eq!(kernel_version("5.14.0-427.el9.x86_64"), Some((5, 14)));
+        assert_eq!(kernel_version("6.13"), Some((6, 13)));
+        assert_eq!(kernel_version("linux"), None);
+        assert!(kernel_version("5.14.0").unwrap() < MULTIGRAIN_KERNEL);
+        assert!(kernel_version("6.13.1").unwrap() >= MULTIGRAIN_KERNEL);
+    }
+
+    #[test]
+    fn where_changes_are_always_seen_a_change_right_after_the_stamp_moves_it() {
+        // Without a pause: within one tick of the clock a coarse timestamp
+        // would stay as it was.
+        let dir = tempfile::tempdir().unwrap();
+        if !changes_always_seen(dir.path()) {
+            // An older kernel or another file system: callers read again.
+            return;
+        }
+        let path = dir.path().join("f");
+        for round in 0..100 {
+            std::fs::write(&path, b"aaaa").unwrap();
+            let stamp = FileStamp::of_path(&path).unwrap();
+            std::fs::write(&path, b"bbbb").unwrap();
+            assert!(
+                !stamp.matches(&path),
+                "round {round}: the change went unseen"
+            );
+        }
     }
 
     #[test]

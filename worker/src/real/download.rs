@@ -29,7 +29,7 @@ use ingest_steps::container::{self, ExtractLimits};
 use ingest_steps::digest::{self, Algorithm, Expected};
 use ingest_steps::forms::{FileSpec, ObjectKind};
 use ingest_steps::paths;
-use ingest_steps::stamp::FileStamp;
+use ingest_steps::stamp::{self, FileStamp};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -596,8 +596,11 @@ fn unpack(
         let (size, digests) =
             digest::digest_file(&entry.path, &[Algorithm::Sha256, Algorithm::Sha512])
                 .map_err(|e| format!("cannot read {}: {e}", entry.path.display()))?;
-        // Only a file that did not change while it was read has a stamp.
-        let stamp = before.filter(|b| b.matches(&entry.path));
+        // Only a file that did not change while it was read has a stamp,
+        // and only where every later change is sure to move it.
+        let stamp = before
+            .filter(|b| b.matches(&entry.path))
+            .filter(|_| stamp::changes_always_seen(&entry.path));
         files.push(DownloadedFile {
             name: entry.name,
             url: url.to_owned(),
@@ -868,11 +871,14 @@ mod tests {
         );
         assert_eq!(std::fs::read(producer.join("two.txt")).expect("two"), TWO);
         assert!(!stale.exists());
-        // Each file's stamp as it lies, recorded for the storing step.
+        // Each file's stamp as it lies, recorded for the storing step where
+        // every later change would move it.
         let listed = read_files_json(&s.job_dir()).expect("files.json");
         for (file, path) in listed.iter().zip(["dir/one.txt", "two.txt"]) {
-            let now = FileStamp::of_path(&producer.join(path)).expect("stamp");
-            assert_eq!(file.stamp, Some(now), "{path}");
+            let path = producer.join(path);
+            let now = FileStamp::of_path(&path).expect("stamp");
+            let kept = stamp::changes_always_seen(&path).then_some(now);
+            assert_eq!(file.stamp, kept, "{}", path.display());
         }
         assert_eq!(read_files_json(&s.job_dir()), Ok(report.files));
     }
@@ -969,8 +975,10 @@ mod tests {
         assert!(!s.job_dir().join(CONTAINER_FILE).exists());
         let listed = read_files_json(&s.job_dir()).expect("files.json");
         assert_eq!(listed.len(), 2);
-        let now = FileStamp::of_path(&producer.join("data/a.txt")).expect("stamp");
-        assert_eq!(listed[0].stamp, Some(now), "an unpacked file has its stamp");
+        let a = producer.join("data/a.txt");
+        let now = FileStamp::of_path(&a).expect("stamp");
+        let kept = stamp::changes_always_seen(&a).then_some(now);
+        assert_eq!(listed[0].stamp, kept, "an unpacked file has its stamp");
     }
 
     #[tokio::test]

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use ingest_steps::digest::{Algorithm, HashingWriter};
-use ingest_steps::stamp::FileStamp;
+use ingest_steps::stamp::{self, FileStamp};
 use reqwest::header::CONTENT_LENGTH;
 use reqwest::{StatusCode, Url};
 use tokio::sync::mpsc;
@@ -475,8 +475,11 @@ impl Fetcher {
                     to.display()
                 ))
             })?;
-            // After the rename, which moves the status-change time.
-            Ok(FileStamp::of_path(&to).ok())
+            // After the rename, which moves the status-change time; only
+            // where every later change is sure to move it.
+            Ok(FileStamp::of_path(&to)
+                .ok()
+                .filter(|_| stamp::changes_always_seen(&to)))
         })
         .await?;
         guard.disarm();
