@@ -1370,12 +1370,50 @@ fn store_direct(
     sha512: &BTreeMap<String, String>,
     sha256: &BTreeMap<String, String>,
 ) -> Result<StoredVersion, StorageError> {
+    store_vouched(target, src, message, sha512, sha256, &BTreeSet::new())
+}
+
+/// A moving store of `src` (holding [`V1`]) as version 1 of `ARK`, with
+/// its right digests.
+fn store_v1(target: &OcflTarget, src: &Path) -> StoredVersion {
+    store_direct(
+        target,
+        src,
+        "v1",
+        &expected_sha512(V1),
+        &expected_sha256(V1),
+    )
+    .expect("a direct store of v1")
+}
+
+/// A moving store of `src` as `ARK` in which the files of `unchanged` are
+/// vouched for by the caller, not read again.
+fn store_vouched(
+    target: &OcflTarget,
+    src: &Path,
+    message: &str,
+    sha512: &BTreeMap<String, String>,
+    sha256: &BTreeMap<String, String>,
+    unchanged: &BTreeSet<String>,
+) -> Result<StoredVersion, StorageError> {
     let checks = Checks {
         sha512,
         sha256,
-        unchanged: &BTreeSet::new(),
+        unchanged,
     };
     target.store_checked_with(ARK, src, &meta(message), true, &checks)
+}
+
+/// `expected_sha256(V1)` with a wrong value for each file of `wrong`.
+fn sha256_wrong_for(wrong: &[&str]) -> BTreeMap<String, String> {
+    let mut sha256 = expected_sha256(V1);
+    for path in wrong {
+        sha256.insert(
+            (*path).into(),
+            self::sha256(&format!("{path}, as downloaded")),
+        );
+    }
+    sha256
 }
 
 /// Entries left in the target's own staging (rocfl's repository files
@@ -1399,14 +1437,7 @@ fn a_new_moved_object_is_written_directly_with_the_callers_sha512() {
     let inode = |path: &Path| fs::metadata(path).expect("metadata").ino();
     let before = inode(&src.join("producer/data/deep/b.txt"));
 
-    let stored = store_direct(
-        &target,
-        &src,
-        "v1",
-        &expected_sha512(V1),
-        &expected_sha256(V1),
-    )
-    .unwrap();
+    let stored = store_v1(&target, &src);
 
     assert_eq!(stored.version, 1);
     assert_eq!(listing(&stored), expected_listing(V1));
@@ -1454,11 +1485,7 @@ fn the_inventory_takes_the_sha512_computed_on_arrival_not_a_second_read() {
 #[test]
 fn a_file_changed_since_it_was_hashed_fails_a_direct_store_naming_it() {
     let (_root, target, src) = target_with_v1();
-    let mut sha256 = expected_sha256(V1);
-    sha256.insert(
-        "producer/data/a.txt".into(),
-        self::sha256("alpha, as downloaded"),
-    );
+    let sha256 = sha256_wrong_for(&["producer/data/a.txt"]);
     let err = store_direct(&target, &src, "v1", &expected_sha512(V1), &sha256)
         .expect_err("the bytes on disk are not those hashed");
     let text = err.to_string();
@@ -1482,20 +1509,10 @@ fn a_file_the_caller_shows_unchanged_is_not_read_again() {
     // the one it hashed (its stamp kept): the store does not read it, so
     // the wrong value cannot fail it; the other files are still read.
     let (_root, target, src) = target_with_v1();
-    let mut sha256 = expected_sha256(V1);
-    sha256.insert(
-        "producer/data/a.txt".into(),
-        self::sha256("alpha, as downloaded"),
-    );
     let unchanged = BTreeSet::from(["producer/data/a.txt".to_string()]);
     let sha512 = expected_sha512(V1);
-    let checks = Checks {
-        sha512: &sha512,
-        sha256: &sha256,
-        unchanged: &unchanged,
-    };
-    let stored = target
-        .store_checked_with(ARK, &src, &meta("v1"), true, &checks)
+    let sha256 = sha256_wrong_for(&["producer/data/a.txt"]);
+    let stored = store_vouched(&target, &src, "v1", &sha512, &sha256, &unchanged)
         .expect("a.txt is not read again");
     assert_eq!(stored.version, 1);
     assert!(target.verify(ARK).unwrap().ok);
@@ -1503,15 +1520,8 @@ fn a_file_the_caller_shows_unchanged_is_not_read_again() {
     // A file vouched for is skipped, not every file: a wrong SHA-256 of
     // another one still fails the store.
     let (_root, target, src) = target_with_v1();
-    let mut sha256 = sha256.clone();
-    sha256.insert("readme.txt".into(), self::sha256("hello, as downloaded"));
-    let checks = Checks {
-        sha512: &sha512,
-        sha256: &sha256,
-        unchanged: &unchanged,
-    };
-    let err = target
-        .store_checked_with(ARK, &src, &meta("v1"), true, &checks)
+    let sha256 = sha256_wrong_for(&["producer/data/a.txt", "readme.txt"]);
+    let err = store_vouched(&target, &src, "v1", &sha512, &sha256, &unchanged)
         .expect_err("readme.txt is read again");
     let text = err.to_string();
     assert!(text.contains("readme.txt has SHA-256"), "{text}");
@@ -1521,14 +1531,7 @@ fn a_file_the_caller_shows_unchanged_is_not_read_again() {
 #[test]
 fn later_versions_of_a_directly_written_object_go_through_rocfl() {
     let (root, target, src) = target_with_v1();
-    store_direct(
-        &target,
-        &src,
-        "v1",
-        &expected_sha512(V1),
-        &expected_sha256(V1),
-    )
-    .unwrap();
+    store_v1(&target, &src);
     const V2: &[(&str, &str)] = &[("readme.txt", "hello"), ("producer/new.txt", "new")];
     let src2 = root.path().join("v2");
     write_tree(&src2, V2);

@@ -3,11 +3,25 @@
 
 use std::sync::Arc;
 
+use ingest_engine::engine::Outcome;
 use ingest_engine::engine::{Engine, EngineConfig};
-use ingest_engine::service::{EngineService, ServiceError};
+use ingest_engine::service::{EngineHandle, EngineService, ServiceError};
 use ingest_events::command::Command;
 use ingest_events::event::{Erc, PayloadType, Submission, SubmissionMode};
 use ingest_events::Actor;
+
+/// A depositor's submission of batch `n`, executed.
+async fn submit(h: &EngineHandle, n: usize) -> Outcome {
+    h.execute(
+        Actor::depositor("d"),
+        Command::SubmitBatch {
+            uuid: uuid::Uuid::new_v4(),
+            submission: submission(n),
+        },
+    )
+    .await
+    .expect("submit")
+}
 
 fn submission(n: usize) -> Submission {
     Submission {
@@ -33,16 +47,7 @@ async fn concurrent_commands_all_land_durably_and_in_order() {
     for n in 0..200 {
         let h = handle.clone();
         tasks.push(tokio::spawn(async move {
-            let out = h
-                .execute(
-                    Actor::depositor("d"),
-                    Command::SubmitBatch {
-                        uuid: uuid::Uuid::new_v4(),
-                        submission: submission(n),
-                    },
-                )
-                .await
-                .expect("submit");
+            let out = submit(&h, n).await;
             let pos = out.records[0].envelope.position;
             // Published state includes the command once it is answered.
             assert!(h.state().position >= pos);
@@ -99,21 +104,11 @@ async fn the_reporting_index_follows_each_batch_and_survives_a_restart() {
     let admin = || Actor::admin("alice");
     let service = EngineService::start(Engine::open(EngineConfig::new(dir.path())).unwrap());
     let h = service.handle();
-    let listed = |h: &ingest_engine::service::EngineHandle, status| {
-        h.reporting_batches(status, 10).expect("a reporting status")
-    };
+    let listed =
+        |h: &EngineHandle, status| h.reporting_batches(status, 10).expect("a reporting status");
     let mut bids = Vec::new();
     for n in 0..3 {
-        let out = h
-            .execute(
-                Actor::depositor("d"),
-                Command::SubmitBatch {
-                    uuid: uuid::Uuid::new_v4(),
-                    submission: submission(n),
-                },
-            )
-            .await
-            .expect("submit");
+        let out = submit(&h, n).await;
         let StreamId::Batch(bid) = out.records[0].envelope.stream else {
             panic!("a batch stream");
         };

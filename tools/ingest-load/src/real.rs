@@ -542,10 +542,10 @@ pub(crate) async fn run_real(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// The run of median wall time.
-fn median_run(runs: &[CurlRun]) -> CurlRun {
+/// The run of median wall time (`seconds` gives a run's).
+fn median_run<R: Clone>(runs: &[R], seconds: impl Fn(&R) -> f64) -> R {
     let mut order: Vec<usize> = (0..runs.len()).collect();
-    order.sort_by(|&a, &b| runs[a].seconds.total_cmp(&runs[b].seconds));
+    order.sort_by(|&a, &b| seconds(&runs[a]).total_cmp(&seconds(&runs[b])));
     runs[order[order.len() / 2]].clone()
 }
 
@@ -578,20 +578,19 @@ pub(crate) async fn real_round(
     for _ in 0..args.curl_runs {
         runs.push(curl_run(args, &corpus, parallel, None).await?);
     }
-    let median = median_run(&runs);
+    let median = median_run(&runs, |r| r.seconds);
     // The same, writing the files where ingest's working storage is.
     let mut file_runs = Vec::with_capacity(args.curl_runs);
     for _ in 0..args.curl_runs {
         file_runs.push(curl_run(args, &corpus, parallel, Some(&dir.join("curl-files"))).await?);
     }
-    let to_files = median_run(&file_runs);
+    let to_files = median_run(&file_runs, |r| r.seconds);
     // And the floor: the byte work alone, in this process.
     let mut floor_runs = Vec::with_capacity(args.curl_runs);
     for _ in 0..args.curl_runs {
         floor_runs.push(floor_run(args, &corpus, &dir.join("floor-files")).await?);
     }
-    floor_runs.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
-    let floor = floor_runs[floor_runs.len() / 2].clone();
+    let floor = median_run(&floor_runs, |r| r.seconds);
 
     // The signing key of the storage manifests.
     let key = dir.join("signing-key.pem");

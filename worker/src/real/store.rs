@@ -766,7 +766,6 @@ fn prepare(job_dir: &Path) -> Result<Prepared, String> {
             sha256.insert(logical, d256);
         }
     }
-    stamps.retain(|logical, _| sha512.contains_key(logical));
     Ok(Prepared {
         manifest,
         manifest_sha256,
