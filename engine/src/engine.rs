@@ -194,6 +194,15 @@ impl Engine {
             (log.map(|log| (log, log_open)), prefetched)
         });
         let (log, log_open) = log?;
+        // The log is open, so no other engine writes snapshots here now:
+        // whatever temporary file is left was a killed or failed write.
+        let removed = snapshot::remove_temporaries(&dir);
+        if removed > 0 {
+            tracing::info!(
+                removed,
+                "removed the temporary files of unfinished snapshot writes"
+            );
+        }
         let log = Arc::new(log);
         let (prefetched, mut snapshot_load) = prefetched;
         let started = Instant::now();

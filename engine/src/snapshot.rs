@@ -459,6 +459,55 @@ fn file_name(position: u64) -> String {
     format!("state-{position:020}.snap")
 }
 
+/// The temporary name a snapshot is written under before its rename.
+fn temp_name(position: u64) -> String {
+    format!(".{}{TEMP_SUFFIX}", file_name(position))
+}
+
+const TEMP_SUFFIX: &str = ".tmp";
+
+/// Whether `name` is a snapshot's temporary name ([`temp_name`]).
+fn is_temp_name(name: &str) -> bool {
+    name.strip_prefix('.')
+        .and_then(|n| n.strip_suffix(TEMP_SUFFIX))
+        .is_some_and(|n| position_of(n).is_some())
+}
+
+fn write_then_rename(tmp: &Path, path: &Path, bytes: &[u8]) -> Result<(), SnapshotError> {
+    let mut f = fs::File::create(tmp).map_err(io_err(tmp))?;
+    f.write_all(bytes).map_err(io_err(tmp))?;
+    f.sync_all().map_err(io_err(tmp))?;
+    drop(f);
+    fs::rename(tmp, path).map_err(io_err(path))
+}
+
+/// Removes the temporary files that snapshot writes left in `dir` (a process
+/// killed while writing one, or one that could not remove it after an
+/// error) and returns how many were removed. Call it only while holding the
+/// log (the engine's exclusive open), so no other writer is half-way
+/// through one. A missing or read-only directory removes nothing; each
+/// file that cannot be removed is logged at WARN.
+pub fn remove_temporaries(dir: &Path) -> usize {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name();
+        if !name.to_str().is_some_and(is_temp_name) {
+            continue;
+        }
+        let path = entry.path();
+        match fs::remove_file(&path) {
+            Ok(()) => removed += 1,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cannot remove a snapshot's temporary file")
+            }
+        }
+    }
+    removed
+}
+
 fn position_of(name: &str) -> Option<u64> {
     name.strip_prefix("state-")?
         .strip_suffix(".snap")
@@ -544,12 +593,19 @@ pub fn write_split(
     bytes.extend_from_slice(blake3::hash(&body).as_bytes());
     bytes.extend_from_slice(&body);
     let path = dir.join(file_name(state.position));
-    let tmp = dir.join(format!(".{}.tmp", file_name(state.position)));
-    let mut f = fs::File::create(&tmp).map_err(io_err(&tmp))?;
-    f.write_all(&bytes).map_err(io_err(&tmp))?;
-    f.sync_all().map_err(io_err(&tmp))?;
-    drop(f);
-    fs::rename(&tmp, &path).map_err(io_err(&path))?;
+    let tmp = dir.join(temp_name(state.position));
+    let written = write_then_rename(&tmp, &path, &bytes);
+    if written.is_err() {
+        // A half-written temporary file would hold its space (after ENOSPC,
+        // all that was free) until the next start; each failed attempt
+        // left one more before.
+        if let Err(e) = fs::remove_file(&tmp) {
+            if e.kind() != io::ErrorKind::NotFound {
+                tracing::warn!(path = %tmp.display(), error = %e, "cannot remove a failed snapshot's temporary file");
+            }
+        }
+    }
+    written?;
     // The rename is durable once the directory is.
     if let Ok(d) = fs::File::open(dir) {
         let _ = d.sync_all();

@@ -627,3 +627,48 @@ fn a_snapshot_whose_parts_are_out_of_order_is_ignored() {
     assert_eq!(engine.startup.snapshot, None, "the fold starts earlier");
     assert_eq!(engine.state(), &state);
 }
+
+// Regression: a snapshot write killed half-way (or one that failed) left its
+// temporary file for ever; after ENOSPC it held all the space that was free.
+#[test]
+fn a_temporary_snapshot_file_left_by_a_killed_write_is_removed_at_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut engine = open(dir.path(), None);
+    batch(&mut engine, 2, "a");
+    drop(engine);
+    let sdir = snapshot::snapshot_dir(dir.path());
+    std::fs::create_dir_all(&sdir).expect("snapshot dir");
+    // The name a write in progress uses, as a kill would leave it.
+    let left = sdir.join(".state-00000000000000000002.snap.tmp");
+    std::fs::write(&left, b"half a snapshot").expect("plant");
+    let other = sdir.join("notes.txt");
+    std::fs::write(&other, b"not ours").expect("plant");
+    let engine = open(dir.path(), None);
+    assert!(!left.exists(), "the temporary file is still there");
+    assert!(
+        other.exists(),
+        "a file that is not a snapshot's was removed"
+    );
+    drop(engine);
+}
+
+#[test]
+fn a_failed_snapshot_write_leaves_no_temporary_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut engine = open(dir.path(), None);
+    batch(&mut engine, 2, "a");
+    let sdir = snapshot::snapshot_dir(dir.path());
+    // A non-empty directory under the snapshot's own name: the data is
+    // written and synced, then the rename fails.
+    let target = sdir.join(format!("state-{:020}.snap", engine.state().position));
+    std::fs::create_dir_all(target.join("blocker")).expect("blocker");
+    let failed = engine.snapshot_now();
+    assert!(failed.is_err(), "the write should fail: {failed:?}");
+    let left: Vec<String> = std::fs::read_dir(&sdir)
+        .expect("list")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
+}
