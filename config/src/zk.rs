@@ -232,7 +232,7 @@ impl ZkArgs {
 /// start of `serve` and `worker`.
 pub fn warn_if_open(access: &ZkAccess) {
     if access.is_open() {
-        tracing::warn!("ZooKeeper access is open: no credentials are configured (--zk-auth-file or INGEST_ZK_AUTH), so every node is created world:anyone ALL and anyone who reaches ZooKeeper can change the queue or stop the projection; see the README, \"ZooKeeper access control\"");
+        tracing::warn!("ZooKeeper access is open: no credentials are configured (--zk-auth-file or INGEST_ZK_AUTH), so every node is created world:anyone ALL and anyone who reaches ZooKeeper can change the queue or stop the projection; see docs/security.md, \"ZooKeeper access control\"");
     } else if let Some(c) = &access.credentials {
         tracing::info!(
             user = c.user(),

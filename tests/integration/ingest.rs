@@ -1825,7 +1825,7 @@ fn stages_an_object(staging: &std::path::Path) -> bool {
 
 /// Issue 15, item 1: `ingest serve` (its target open, its own staging
 /// claimed) and two `ingest worker --steps real` processes that store into
-/// the same storage target at once (as the README tells operators to
+/// the same storage target at once (as docs/real-steps.md tells operators to
 /// deploy); one worker is killed with SIGKILL in the middle of a store. Every job completes (the killed worker's on another process),
 /// every object verifies in OCFL, and nothing the dead process left (its
 /// staging, its locks) blocks a store. Before, starting a second process on

@@ -8,6 +8,7 @@ mod cli;
 mod deploy;
 mod dispatch;
 mod failover;
+mod first_deposit;
 mod ingest;
 mod remote;
 mod serve;

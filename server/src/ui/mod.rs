@@ -1,5 +1,5 @@
 //! The admin web UI: server-rendered pages under `/ui`, served by
-//! `ingest serve` next to the API (see README, "Admin web UI"); `serve`
+//! `ingest serve` next to the API (see docs/ui.md); `serve`
 //! mounts them through [`crate::api::ApiConfig::pages`] with [`pages`].
 //!
 //! - Login with an admin token (the shared one or an admin's own, see
