@@ -9,6 +9,7 @@ mod deploy;
 mod dispatch;
 mod failover;
 mod first_deposit;
+mod holds;
 mod ingest;
 mod remote;
 mod serve;

@@ -221,10 +221,15 @@ impl Server {
     /// Submits a batch of `jobs` inline manifest lines through the typed
     /// client (`ingest-client`, as depositors' tools and the CLI do); its bid.
     pub async fn submit(&self, jobs: usize) -> String {
+        self.submit_to("demo", jobs).await
+    }
+
+    /// [`Server::submit`] to collection `profile`.
+    pub async fn submit_to(&self, profile: &str, jobs: usize) -> String {
         let client = ingest_client::Client::new(&self.base, DEPOSITOR).expect("client");
         let input = ingest_protocol::submission::SubmissionInput {
             submitter: Some("alice".into()),
-            profile: Some("demo".into()),
+            profile: Some(profile.into()),
             payload_type: Some("object-manifest".into()),
             payload_url: Some("https://example.org/batch.checkm".into()),
             manifest: (0..jobs)

@@ -158,3 +158,22 @@ pub fn venv_python(name: &str, spec: &str, module: &str) -> Option<PathBuf> {
     );
     Some(python)
 }
+
+/// Runs `ingest ARGS` through the server at `engine` (`INGEST_ENGINE`) with
+/// `env` set, no data directory and nothing inherited that would point it
+/// elsewhere.
+pub fn ingest_remote(engine: &str, env: &[(&str, &str)], args: &[&str]) -> Run {
+    let mut cmd = Command::new(ingest_bin());
+    cmd.args(args)
+        .env("INGEST_ENGINE", engine)
+        .env_remove("INGEST_ADMIN_TOKEN")
+        .env_remove("INGEST_ADMIN_TOKEN_FILE")
+        .env_remove("INGEST_DEPOSITOR_TOKEN")
+        .env_remove("INGEST_DEPOSITOR_TOKEN_FILE")
+        .env_remove("INGEST_DATA_DIR")
+        .env_remove("INGEST_CONFIG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Run::from(cmd.output().expect("run ingest"))
+}

@@ -33,7 +33,11 @@
 //! cannot be taken now (a held collection, a refusal); several
 //! batch-pending tasks expand and acquire batches at once (`batch_pending=N`).
 //! The lister reads a batch's nodes only until it has seen it pending or
-//! acquired, so a burst of N batches does not cost N reads per listing. Batches to report
+//! acquired, so a burst of N batches does not cost N reads per listing. A
+//! batch found Held (its collection is on hold) is no candidate while it
+//! stays Held: the lister watches its status node, and the batch is a
+//! candidate again as soon as the status changes (a release), so what the
+//! worker does with a batch follows the queue. Batches to report
 //! come from the engine's answers (a report that finished a batch's last
 //! job names the batch) and from a slow sweep of `/batches` for batches
 //! that entered Reporting any other way.
@@ -164,8 +168,17 @@ pub struct Shared {
     pub reports: HashSet<&'static str>,
     /// Batches known to be acquired (their `states` node exists). A batch
     /// never returns to Pending once acquired, so the batch-pending lister
-    /// skips these without reading ZooKeeper again.
+    /// skips these without reading ZooKeeper again. Only the `states` node
+    /// puts a batch here: an acquisition that parked the batch Held does
+    /// not (a Held batch goes back to Pending when released).
     acquired: Mutex<HashSet<String>>,
+    /// Batches a task found Held. They are no candidates until the lister,
+    /// which watches each one's status node, sees the status change and
+    /// takes them out again.
+    held: Mutex<HashSet<String>>,
+    /// Wakes the batch-pending lister when `held` grew, so it starts
+    /// watching the new ones.
+    held_grew: tokio::sync::Notify,
     /// Batches a listing saw pending (a status, no `states`) and not yet
     /// acquired: later listings keep them without reading ZooKeeper again
     /// (a task re-checks a batch before acquiring it).
@@ -252,6 +265,8 @@ impl Shared {
                 })
                 .collect(),
             acquired: Mutex::default(),
+            held: Mutex::default(),
+            held_grew: tokio::sync::Notify::new(),
             pending: Mutex::default(),
             waiting: Mutex::default(),
             claims: Mutex::default(),
@@ -298,6 +313,37 @@ impl Shared {
         true
     }
 
+    /// Marks batch `bid` Held: no candidate until the batch-pending lister
+    /// sees its status change.
+    fn note_held(&self, bid: &str) {
+        self.forget_pending(bid);
+        let new = self
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(bid.to_string());
+        if new {
+            self.held_grew.notify_one();
+        }
+    }
+
+    /// Marks batch `bid` acquired (or gone): never a candidate again.
+    fn note_acquired(&self, bid: &str) {
+        self.forget_pending(bid);
+        self.acquired
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(bid.to_string());
+    }
+
+    /// Forgets that batch `bid` was seen pending.
+    fn forget_pending(&self, bid: &str) {
+        self.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(bid);
+    }
+
     /// Forgets that `jid` waited (it moved on).
     fn done_waiting(&self, jid: &str) {
         let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
@@ -321,20 +367,23 @@ impl Shared {
             Target::Jobs(_) => SPREAD,
             _ => 1,
         };
-        let acquired = match target {
-            // A batch a task of this worker acquired stays in the listing
-            // until the next one: never a candidate again.
-            Target::PendingBatches => {
-                Some(self.acquired.lock().unwrap_or_else(PoisonError::into_inner))
-            }
-            _ => None,
+        let (acquired, held) = match target {
+            // A batch a task of this worker acquired (or found Held) stays
+            // in the listing until the next one: no candidate now.
+            Target::PendingBatches => (
+                Some(self.acquired.lock().unwrap_or_else(PoisonError::into_inner)),
+                Some(self.held.lock().unwrap_or_else(PoisonError::into_inner)),
+            ),
+            _ => (None, None),
         };
         let grace = match target {
             Target::Jobs(state) if state != JobState::Pending => Some(CHAIN_GRACE),
             _ => None,
         };
         for item in items {
-            if acquired.as_ref().is_some_and(|a| a.contains(&item.id)) {
+            if acquired.as_ref().is_some_and(|a| a.contains(&item.id))
+                || held.as_ref().is_some_and(|h| h.contains(&item.id))
+            {
                 continue;
             }
             if let (Some(grace), Some(since)) = (grace, item.since) {
@@ -546,9 +595,15 @@ async fn run_lister(
     let mut failures = 0u32;
     // When each job in the queue was first seen (job queues).
     let mut seen: HashMap<String, Instant> = HashMap::new();
+    // The watches on the status nodes of batches found Held (the
+    // batch-pending lister), and the session they were set in.
+    let mut held = HeldWatches::default();
     while !stop.is_cancelled() {
         let listed = async {
             let client = shared.session.client().await?;
+            if target == Target::PendingBatches {
+                held.watch(&shared, &client).await?;
+            }
             list(&shared, &client, target).await
         }
         .await;
@@ -610,10 +665,17 @@ async fn run_lister(
                 None => std::future::pending::<()>().await,
             }
         };
+        let batches = target == Target::PendingBatches;
         tokio::select! {
             () = changed => {}
             () = tokio::time::sleep(every) => {}
             () = stop.cancelled() => {}
+            Some(bid) = held.watches.next(), if !held.watches.is_empty() => {
+                // Its status changed (a release, a delete): it is read again.
+                held.watched.remove(&bid);
+                shared.held.lock().unwrap_or_else(PoisonError::into_inner).remove(&bid);
+            }
+            () = shared.held_grew.notified(), if batches => {}
         }
         // Changes that come in a burst are seen in one listing.
         let debounce = match target {
@@ -624,6 +686,75 @@ async fn run_lister(
             () = tokio::time::sleep(debounce) => {}
             () = stop.cancelled() => {}
         }
+    }
+}
+
+/// The batch-pending lister's watches on the status nodes of the batches
+/// found Held ([`Shared::held`]): when one fires, the batch is no longer
+/// taken for Held and the next listing reads it again.
+#[derive(Default)]
+struct HeldWatches {
+    /// The session the watches were set in.
+    session: Option<zk::SessionId>,
+    /// The batches watched.
+    watched: HashSet<String>,
+    /// Each watch, resolving to its batch when it fires.
+    watches:
+        futures_util::stream::FuturesUnordered<futures_util::future::BoxFuture<'static, String>>,
+}
+
+impl HeldWatches {
+    /// Watches every batch of `shared.held` not watched yet; one whose
+    /// status is no longer Held is taken out of `shared.held` at once. In a
+    /// new session every batch is forgotten (the old session's watches
+    /// never fire), so each is read again.
+    async fn watch(&mut self, shared: &Shared, client: &zk::Client) -> Result<(), BoxError> {
+        let session = client.session_id();
+        if self.session != Some(session) {
+            self.session = Some(session);
+            self.watched.clear();
+            self.watches = futures_util::stream::FuturesUnordered::new();
+            shared
+                .held
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clear();
+        }
+        let new: Vec<String> = shared
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|b| !self.watched.contains(*b))
+            .cloned()
+            .collect();
+        for bid in new {
+            match client
+                .get_and_watch_data(&format!("/batches/{bid}/status"))
+                .await
+            {
+                Ok((data, _, watcher)) => {
+                    if decode::<StatusOnly>("status", &data).is_ok_and(|n| n.status == "Held") {
+                        self.watched.insert(bid.clone());
+                        self.watches.push(Box::pin(async move {
+                            let _ = watcher.changed().await;
+                            bid
+                        }));
+                        continue;
+                    }
+                    crate::session::park(watcher);
+                }
+                Err(zk::Error::NoNode) => {}
+                Err(e) => return Err(e.into()),
+            }
+            // Released (or gone) before the watch was set.
+            shared
+                .held
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&bid);
+        }
+        Ok(())
     }
 }
 
@@ -845,6 +976,7 @@ async fn list(
                     .acquired
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner);
+                let mut held = shared.held.lock().unwrap_or_else(PoisonError::into_inner);
                 let mut pending = shared
                     .pending
                     .lock()
@@ -852,8 +984,13 @@ async fn list(
                 // Forget batches cleanup removed, so the sets stay bounded.
                 let listed: HashSet<&String> = bids.iter().collect();
                 acquired.retain(|b| listed.contains(b));
-                pending.retain(|b| listed.contains(b) && !acquired.contains(b));
-                let unknown = bids.into_iter().filter(|b| !acquired.contains(b)).collect();
+                held.retain(|b| listed.contains(b));
+                pending
+                    .retain(|b| listed.contains(b) && !acquired.contains(b) && !held.contains(b));
+                let unknown = bids
+                    .into_iter()
+                    .filter(|b| !acquired.contains(b) && !held.contains(b))
+                    .collect();
                 (unknown, pending.clone())
             };
             // Every pending batch, oldest first: a task passes over those
@@ -918,7 +1055,8 @@ async fn list(
                             since: None,
                         });
                     }
-                    BatchSeen::Unknown => {}
+                    // A listing reads stats only; a task's re-check finds Held.
+                    BatchSeen::Held | BatchSeen::Unknown => {}
                 }
             }
             Ok((items, Some(watcher)))
@@ -947,15 +1085,44 @@ async fn list(
     }
 }
 
-/// What a listing of `/batches` found out about a batch it had not seen.
-#[derive(Debug, Clone, Copy)]
+/// What a listing of `/batches` (or a task's re-check) found out about a
+/// batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum BatchSeen {
-    /// It has `states`: acquired, never pending again.
+    /// It has `states` (or a status past Pending and Held): acquired,
+    /// never pending again.
     Acquired,
-    /// It has a status and no `states`.
+    /// It has a status and no `states` (a listing reads no more than that).
     Pending,
+    /// Its status says Held (a task's re-check reads the status): parked by
+    /// a collection hold until released.
+    Held,
     /// Neither yet (being created, or being removed).
     Unknown,
+}
+
+/// What batch `bid` is now, read for a task about to acquire it: Pending
+/// only when it has no `states` and its status says Pending.
+async fn pending_batch(client: &zk::Client, bid: &str) -> Result<BatchSeen, BoxError> {
+    if client
+        .check_stat(&format!("/batches/{bid}/states"))
+        .await?
+        .is_some()
+    {
+        return Ok(BatchSeen::Acquired);
+    }
+    Ok(
+        match read_status(client, &format!("/batches/{bid}/status"))
+            .await?
+            .as_deref()
+        {
+            None => BatchSeen::Unknown,
+            Some("Pending") => BatchSeen::Pending,
+            Some("Held") => BatchSeen::Held,
+            // Deleted from Held: never pending again.
+            Some(_) => BatchSeen::Acquired,
+        },
+    )
 }
 
 /// How many node reads a listing of `/batches` has in flight.
@@ -964,14 +1131,7 @@ const LIST_READS_IN_FLIGHT: usize = 32;
 /// Whether batch `bid` is one `target` works on now.
 async fn batch_matches(client: &zk::Client, target: Target, bid: &str) -> Result<bool, BoxError> {
     match target {
-        Target::PendingBatches => Ok(client
-            .check_stat(&format!("/batches/{bid}/states"))
-            .await?
-            .is_none()
-            && client
-                .check_stat(&format!("/batches/{bid}/status"))
-                .await?
-                .is_some()),
+        Target::PendingBatches => Ok(pending_batch(client, bid).await? == BatchSeen::Pending),
         Target::ReportingBatches(status) => {
             Ok(read_status(client, &format!("/batches/{bid}/status"))
                 .await?
@@ -1300,19 +1460,19 @@ async fn locked(
     };
     match target {
         Target::PendingBatches => {
-            if !batch_matches(client, target, &item.id).await? {
+            match pending_batch(client, &item.id).await? {
+                BatchSeen::Pending => {}
                 // Acquired by another worker, or gone: never pending again.
-                shared
-                    .pending
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&item.id);
-                shared
-                    .acquired
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(item.id.clone());
-                return Ok((Tried::Skipped, Until::Now));
+                BatchSeen::Acquired | BatchSeen::Unknown => {
+                    shared.note_acquired(&item.id);
+                    return Ok((Tried::Skipped, Until::Now));
+                }
+                // Parked by a collection hold: a candidate again when it is
+                // released.
+                BatchSeen::Held => {
+                    shared.note_held(&item.id);
+                    return Ok((Tried::Skipped, Until::Now));
+                }
             }
             let mut body = AcquireBody {
                 worker: who.worker,
@@ -1332,17 +1492,26 @@ async fn locked(
                 }
             }
             let path = format!("/batches/{}/acquire", item.id);
-            let (tried, _) = report::<Acquired>(shared, &path, &held.fence, &body).await?;
-            if tried == Tried::Done {
-                shared
-                    .acquired
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(item.id.clone());
-                let states = format!("/batches/{}/states", item.id);
-                return Ok((tried, Until::Exists(states)));
+            let (tried, answer) = report::<Acquired>(shared, &path, &held.fence, &body).await?;
+            match answer {
+                // Its collection is held: the batch went Held, not
+                // acquired, and comes back to Pending when released.
+                Some(a) if a.status == "Held" => {
+                    shared.note_held(&item.id);
+                    let status = format!("/batches/{}/status", item.id);
+                    let until = Until::Status {
+                        path: status,
+                        old: "Pending".into(),
+                    };
+                    Ok((tried, until))
+                }
+                Some(_) => {
+                    shared.note_acquired(&item.id);
+                    let states = format!("/batches/{}/states", item.id);
+                    Ok((tried, Until::Exists(states)))
+                }
+                None => Ok((tried, Until::Now)),
             }
-            Ok((tried, Until::Now))
         }
         Target::ReportingBatches(status) => {
             let ready = if named {
