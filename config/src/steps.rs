@@ -122,12 +122,12 @@ pub struct RealArgs {
         value_name = "HOST"
     )]
     pub allow_hosts: Vec<String>,
-    /// A network (ADDRESS/PREFIX, e.g. 10.1.0.0/16 or 127.0.0.0/8 for a test bed) that payload and callback URLs may reach although the outbound policy refuses its class; repeat for several. By default loopback, private, link-local, multicast, unspecified, CGNAT, broadcast and reserved addresses are refused, after DNS resolution and on every redirect.
+    /// A network (ADDRESS/PREFIX or ADDRESS, with an optional :PORT that then is the only port opened: 10.1.0.0/16, 127.0.0.1:8080, [::1]:8080) that payload and callback URLs may reach although the outbound policy refuses its class; repeat for several. By default loopback, private, link-local, multicast, unspecified, CGNAT, broadcast and reserved addresses are refused, after DNS resolution and on every redirect.
     #[arg(
         long = "allow-network",
         env = "INGEST_ALLOW_NETWORKS",
         value_delimiter = ',',
-        value_name = "CIDR"
+        value_name = "CIDR[:PORT]"
     )]
     pub allow_networks: Vec<String>,
     /// The slowest a transfer may be, in bytes per second averaged over --transfer-rate-window-secs; a slower one is cut and retried (0: no minimum).

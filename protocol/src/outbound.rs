@@ -8,7 +8,14 @@
 //! shared (CGNAT `100.64.0.0/10`), broadcast, reserved, documentation or
 //! benchmarking space, or an IPv6 form that embeds such an IPv4 address
 //! (IPv4-mapped, IPv4-compatible, NAT64, 6to4). `--allow-host` and
-//! `--allow-network` open what a site needs.
+//! `--allow-network` open what a site needs. A network rule may name one
+//! port (`127.0.0.1:8080`, `10.0.0.0/8:443`, `[::1]:8080`,
+//! `[fd00::/8]:443`): it then opens only that port, so a rule for a payload
+//! server on loopback does not open ZooKeeper's port beside it. A port-bound
+//! rule opens URLs whose host is a literal address; a host name resolved to
+//! an address only such a rule opens stays refused (the resolver does not
+//! know the port it resolves for), so names need a port-less rule or
+//! `--allow-host`.
 //!
 //! This module knows no network: it parses URLs (with the `url` crate,
 //! which also reads the decimal, hexadecimal, octal and short forms of an
@@ -46,8 +53,9 @@ pub struct OutboundPolicy {
     /// Host names (lower case, no trailing dot) whose addresses are all
     /// allowed; `*.example.org` allows every name under `example.org`.
     allow_hosts: Vec<String>,
-    /// Networks whose addresses are allowed.
-    allow_networks: Vec<IpNet>,
+    /// Networks whose addresses are allowed: on every port (`None`) or on
+    /// one port.
+    allow_networks: Vec<(IpNet, Option<u16>)>,
     /// The root `file://` URLs must lie under (none: `file://` refused),
     /// as configured (made absolute).
     file_root: Option<PathBuf>,
@@ -64,8 +72,8 @@ pub struct OutboundPolicy {
 #[non_exhaustive]
 pub enum PolicyError {
     /// `--allow-network` is not a CIDR (`10.1.0.0/16`, `fd00::/8`) or an
-    /// address.
-    #[error("--allow-network {0:?} is not a network (ADDRESS/PREFIX, e.g. 10.1.0.0/16)")]
+    /// address, with an optional port (`10.1.0.0/16:443`, `[fd00::/8]:443`).
+    #[error("--allow-network {0:?} is not a network (ADDRESS/PREFIX or ADDRESS, with an optional :PORT, e.g. 10.1.0.0/16, 127.0.0.1:8080, [::1]:8080)")]
     Network(String),
     /// `--allow-host` is empty or not a host name.
     #[error("--allow-host {0:?} is not a host name (NAME or *.DOMAIN)")]
@@ -110,7 +118,9 @@ pub enum UrlError {
 
 impl OutboundPolicy {
     /// A policy with `allow_hosts` (`NAME` or `*.DOMAIN`), `allow_networks`
-    /// (`ADDRESS/PREFIX` or a single address) and the `file://` root.
+    /// (`ADDRESS/PREFIX` or a single address, each with an optional `:PORT`;
+    /// an IPv6 one with a port in brackets, `[::1]:8080`) and the `file://`
+    /// root.
     ///
     /// # Errors
     /// [`PolicyError`] naming the first rule that does not parse.
@@ -135,12 +145,9 @@ impl OutboundPolicy {
         }
         let mut networks = Vec::with_capacity(allow_networks.len());
         for n in allow_networks {
-            let text = n.trim();
-            let net = text
-                .parse::<IpNet>()
-                .or_else(|_| text.parse::<IpAddr>().map(IpNet::from))
-                .map_err(|_| PolicyError::Network(crate::cut(n, 100).into_owned()))?;
-            networks.push(net.trunc());
+            let (net, port) = parse_network_rule(n.trim())
+                .ok_or_else(|| PolicyError::Network(crate::cut(n, 100).into_owned()))?;
+            networks.push((net.trunc(), port));
         }
         let file_root =
             file_root.map(|r| std::path::absolute(r).unwrap_or_else(|_| r.to_path_buf()));
@@ -172,11 +179,30 @@ impl OutboundPolicy {
             })
     }
 
-    /// Whether `ip` is allowed: in an allowed network, or of no refused
-    /// class.
+    /// Whether `ip` is allowed on every port: in a network of a rule
+    /// without a port, or of no refused class. This is what the workers'
+    /// resolver asks of a host name's addresses (it does not know the port).
     pub fn allows_ip(&self, ip: IpAddr) -> bool {
+        self.allows_ip_port(ip, None)
+    }
+
+    /// Whether a connection to `ip` on `port` is allowed: in a network of a
+    /// rule without a port or with this port, or of no refused class.
+    pub fn allows(&self, ip: IpAddr, port: u16) -> bool {
+        self.allows_ip_port(ip, Some(port))
+    }
+
+    fn allows_ip_port(&self, ip: IpAddr, port: Option<u16>) -> bool {
         let embedded = embedded_v4(ip).map(IpAddr::V4);
-        let allowed = |a: IpAddr| self.allow_networks.iter().any(|n| n.contains(&a));
+        let allowed = |a: IpAddr| {
+            self.allow_networks.iter().any(|(n, p)| {
+                n.contains(&a)
+                    && match p {
+                        None => true,
+                        Some(p) => port == Some(*p),
+                    }
+            })
+        };
         if allowed(ip) || embedded.is_some_and(allowed) {
             return true;
         }
@@ -248,9 +274,11 @@ impl OutboundPolicy {
                 return Ok(());
             }
         }
+        // `http` and `https` always have a known default port.
+        let port = url.port_or_known_default().unwrap_or(0);
         let allowed = match host {
-            Host::Ipv4(ip) => self.allows_ip(IpAddr::V4(ip)),
-            Host::Ipv6(ip) => self.allows_ip(IpAddr::V6(ip)),
+            Host::Ipv4(ip) => self.allows(IpAddr::V4(ip), port),
+            Host::Ipv6(ip) => self.allows(IpAddr::V6(ip), port),
             Host::Domain(name) => {
                 let name = normalize_host(name);
                 name != "localhost" && !name.ends_with(".localhost")
@@ -261,6 +289,34 @@ impl OutboundPolicy {
         } else {
             Err(UrlError::Refused)
         }
+    }
+}
+
+/// One `--allow-network` rule: `NET`, `NET:PORT` (IPv4), `[NET]:PORT` or
+/// `[NET]` (IPv6; a bare IPv6 network takes no port, its colons being its
+/// own). `NET` is `ADDRESS/PREFIX` or an address; the port is 1–65535.
+fn parse_network_rule(text: &str) -> Option<(IpNet, Option<u16>)> {
+    let net = |t: &str| {
+        t.parse::<IpNet>()
+            .ok()
+            .or_else(|| t.parse::<IpAddr>().ok().map(IpNet::from))
+    };
+    let port = |t: &str| t.parse::<u16>().ok().filter(|p| *p != 0);
+    if let Some(rest) = text.strip_prefix('[') {
+        let (inner, after) = rest.split_once(']')?;
+        let n = net(inner)?;
+        return match after {
+            "" => Some((n, None)),
+            p => Some((n, Some(port(p.strip_prefix(':')?)?))),
+        };
+    }
+    match text.matches(':').count() {
+        1 => {
+            let (n, p) = text.split_once(':')?;
+            let n = net(n).filter(|n| matches!(n, IpNet::V4(_)))?;
+            Some((n, Some(port(p)?)))
+        }
+        _ => Some((net(text)?, None)),
     }
 }
 
@@ -436,6 +492,69 @@ mod tests {
         assert!(OutboundPolicy::new(&[], &["not a net".into()], None).is_err());
         assert!(OutboundPolicy::new(&["".into()], &[], None).is_err());
         assert!(OutboundPolicy::new(&["a b".into()], &[], None).is_err());
+    }
+
+    // Regression: `--allow-network 127.0.0.1/32` opened every port of the
+    // address, ZooKeeper's included; a rule may now name its one port.
+    #[test]
+    fn a_rule_with_a_port_opens_only_that_port() {
+        let p = OutboundPolicy::new(
+            &[],
+            &[
+                "127.0.0.1:8080".into(),
+                "10.0.0.0/8:443".into(),
+                "[::1]:8080".into(),
+                "[fd00::/8]".into(),
+                "fd01::/16".into(),
+            ],
+            None,
+        )
+        .expect("policy");
+        for url in [
+            "http://127.0.0.1:8080/a",
+            "https://10.2.3.4/",
+            "http://10.2.3.4:443/",
+            "http://[::1]:8080/",
+            "http://[fd00::5]:2181/",
+            "http://[fd01::5]:1/",
+        ] {
+            assert!(p.check_url(url).is_ok(), "{url}");
+        }
+        for url in [
+            "http://127.0.0.1:2181/",
+            "http://127.0.0.1/",
+            "http://10.2.3.4/",
+            "https://10.2.3.4:8443/",
+            "http://[::1]/",
+            "http://[::ffff:127.0.0.1]:2181/",
+        ] {
+            refused(&p, url);
+        }
+        assert!(p.allows("127.0.0.1".parse().expect("ip"), 8080));
+        assert!(!p.allows("127.0.0.1".parse().expect("ip"), 2181));
+        // A resolver that knows no port opens only port-less rules.
+        assert!(!p.allows_ip("127.0.0.1".parse().expect("ip")));
+        assert!(p.allows_ip("fd00::5".parse().expect("ip")));
+        let u = |s: &str| Url::parse(s).expect("url");
+        assert_eq!(
+            p.check_redirect(&u("http://example.org/"), &u("http://127.0.0.1:2181/")),
+            Err(UrlError::Refused)
+        );
+        for bad in [
+            "127.0.0.1:0",
+            "127.0.0.1:65536",
+            "127.0.0.1:",
+            "[::1]:",
+            "[::1]x",
+            "::1:8080x",
+            "[::1",
+            "10.0.0.0/8:443:1",
+        ] {
+            assert!(
+                OutboundPolicy::new(&[], &[bad.into()], None).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! and the event log so that it can be tested on its own: the worker steps
 //! in the `ingest` crate put them together.
 pub mod bagit;
+pub mod beneath;
 pub mod checkm;
 pub mod container;
 pub mod digest;

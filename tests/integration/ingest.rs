@@ -2578,4 +2578,41 @@ async fn the_stored_manifest_names_stored_files_that_outlive_the_working_files()
         .await
         .expect("GET");
     assert_eq!(reply.status(), 401, "a token is needed");
+
+    // Issue 25, finding 11: a symbolic link planted in a stored object (by
+    // whoever can write the storage) was followed, so the route served any
+    // file the server could read. It is refused; a plain file still answers.
+    let secret_dir = tempfile::tempdir().expect("tempdir");
+    let secret = secret_dir.path().join("secret.txt");
+    std::fs::write(&secret, b"not for depositors").expect("secret");
+    let first_path = target
+        .version_content(&ark, Some(1))
+        .expect("v1")
+        .files
+        .into_iter()
+        .find(|f| f.logical_path == "producer/first.txt")
+        .map(|f| f.path)
+        .expect("first.txt in v1");
+    std::fs::remove_file(&first_path).expect("remove the stored file");
+    std::os::unix::fs::symlink(&secret, &first_path).expect("plant a link");
+    let get = |path: String| {
+        http.get(format!("{base}{path}"))
+            .bearer_auth(DEPOSITOR)
+            .send()
+    };
+    let reply = get(format!("/content/1/{enc}/1/producer%2Ffirst.txt"))
+        .await
+        .expect("GET");
+    assert_eq!(reply.status(), 403);
+    let text = reply.text().await.expect("body");
+    assert!(!text.contains("not for depositors"), "{text}");
+    assert!(text.contains("\"refused\""), "{text}");
+    let reply = get(format!("/content/1/{enc}/2/producer%2Fsecond.txt"))
+        .await
+        .expect("GET");
+    assert_eq!(reply.status(), 200);
+    assert_eq!(
+        reply.bytes().await.expect("body").as_ref(),
+        b"only in the second version"
+    );
 }

@@ -79,16 +79,14 @@ pub(crate) async fn content(
         .find(|n| n.node_id == node)
         .map(|n| n.target.clone())
         .ok_or_else(|| not_found(format!("this server serves no storage node {node}")))?;
-    let located = {
+    let file = {
         let ark = ark.clone();
         let name = name.clone();
-        tokio::task::spawn_blocking(move || locate(&spec, &ark, version, &name))
+        tokio::task::spawn_blocking(move || open_content(&spec, &ark, version, &name))
             .await
             .map_err(|e| ApiError::internal(format!("the content task failed: {e}")))??
     };
-    let file = tokio::fs::File::open(&located)
-        .await
-        .map_err(|e| ApiError::internal(format!("cannot read {name} of {ark} v{version}: {e}")))?;
+    let file = tokio::fs::File::from_std(file);
     let size = file
         .metadata()
         .await
@@ -100,6 +98,49 @@ pub(crate) async fn content(
         .header(header::CONTENT_LENGTH, size)
         .body(Body::from_stream(tokio_util::io::ReaderStream::new(file)))
         .map_err(|e| ApiError::internal(format!("cannot answer: {e}")))
+}
+
+/// Opens the content of `name` in `version` of `ark`, following no
+/// symbolic link below the storage root: a link planted in an object (by
+/// whoever can write the storage) could otherwise serve any file the server
+/// can read.
+fn open_content(
+    spec: &TargetSpec,
+    ark: &str,
+    version: u32,
+    name: &str,
+) -> Result<std::fs::File, ApiError> {
+    let located = locate(spec, ark, version, name)?;
+    let what = || {
+        format!(
+            "{} of {} v{version}",
+            ingest_protocol::cut(name, SHOWN),
+            ingest_protocol::cut(ark, SHOWN)
+        )
+    };
+    let relative = located.strip_prefix(&spec.root).map_err(|_| {
+        ApiError::internal(format!(
+            "{} lies outside storage target {}",
+            what(),
+            spec.name
+        ))
+    })?;
+    ingest_steps::beneath::open_file(&spec.root, relative).map_err(|e| {
+        if ingest_steps::beneath::is_link_refused(&e) {
+            tracing::warn!(
+                target_name = %spec.name,
+                path = %ingest_protocol::cut(&relative.display().to_string(), SHOWN),
+                "a content request refused: a symbolic link in the storage root"
+            );
+            ApiError::new(
+                StatusCode::FORBIDDEN,
+                "refused",
+                format!("{} is a symbolic link in storage, refused", what()),
+            )
+        } else {
+            ApiError::internal(format!("cannot read {}: {e}", what()))
+        }
+    })
 }
 
 /// Where the content of `name` in `version` of `ark` lies in the target.

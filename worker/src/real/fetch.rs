@@ -1299,6 +1299,45 @@ mod tests {
         assert_eq!(seen.load(Ordering::SeqCst), 1);
     }
 
+    // Regression: `--allow-network 127.0.0.1/32` opened every port of the
+    // address (ZooKeeper's too); a rule with a port opens that port only,
+    // for a literal address and a host name alike (redirect hops: the
+    // protocol's test).
+    #[tokio::test]
+    async fn an_allow_rule_with_a_port_opens_only_that_port() {
+        let (open, open_seen) = counting_server("127.0.0.1", SECRET).await;
+        let (closed, closed_seen) = counting_server("127.0.0.1", SECRET).await;
+        let open_port = open.rsplit(':').next().expect("port").to_owned();
+        let closed_port = closed.rsplit(':').next().expect("port").to_owned();
+        let policy =
+            OutboundPolicy::new(&[], &[format!("127.0.0.1:{open_port}")], None).expect("policy");
+        let fetcher = Fetcher::with_policy(policy, TransferLimits::default()).expect("fetcher");
+        assert_eq!(
+            fetcher
+                .get_bytes(&format!("{open}/x"), 100)
+                .await
+                .expect("allowed"),
+            b"secret"
+        );
+        assert_eq!(open_seen.load(Ordering::SeqCst), 1);
+        for url in [
+            format!("{closed}/x"),
+            format!("http://2130706433:{closed_port}/x"),
+            // A name: the resolver does not know the port, so an address
+            // only a port-bound rule opens is not handed over.
+            format!("http://localhost:{closed_port}/x"),
+            format!("http://localhost:{open_port}/x"),
+        ] {
+            assert_refused(&fetcher.get_bytes(&url, 100).await.expect_err(&url));
+        }
+        assert_eq!(
+            closed_seen.load(Ordering::SeqCst),
+            0,
+            "the closed port was reached"
+        );
+        assert_eq!(open_seen.load(Ordering::SeqCst), 1);
+    }
+
     #[tokio::test]
     async fn the_resolver_hands_over_only_allowed_addresses() {
         use reqwest::dns::Resolve;
