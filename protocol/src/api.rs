@@ -283,6 +283,10 @@ pub struct Acquired {
     pub priority: u8,
     /// Why the payload expanded into no jobs, when it did not expand.
     pub expansion_error: Option<String>,
+    /// The batch's status message after the request: why it failed when
+    /// it failed at acquisition (empty from a server older than issue 26).
+    #[serde(default)]
+    pub message: String,
     /// The profile's notification settings (summary at queueing, …).
     pub notification: Option<Notification>,
     /// The events the request appended, by position.

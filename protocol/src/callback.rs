@@ -42,6 +42,11 @@ pub struct BatchCallback {
     pub failed: usize,
     /// Every job of the report.
     pub jobs: Vec<ReportJob>,
+    /// Why the batch failed as a whole, when it did without jobs (its
+    /// payload did not expand: a manifest that cannot be fetched or parsed,
+    /// an empty one); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// One job in a batch report.

@@ -858,6 +858,29 @@ async fn a_corrupt_manifest_fails_the_batch_naming_the_line() {
     let text = batch.to_string();
     assert!(text.contains("line 4"), "{text}");
     assert!(Rig::jobs(&batch).is_empty());
+    // B5: the depositor hears of it, by callback and e-mail, as of every
+    // batch failure (it never enters Reporting).
+    let callback = eventually("the failed batch's callback", 30, async || {
+        let depot = rig.depot.lock().expect("depot");
+        depot.callbacks.iter().find(|c| c["bid"] == bid).cloned()
+    })
+    .await;
+    assert_eq!(callback["status"], "Failed", "{callback}");
+    assert_eq!(callback["jobs"], json!([]), "{callback}");
+    let message = callback["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("does not expand") && message.contains("line 4"),
+        "{callback}"
+    );
+    let outbox = rig._dir.path().join("outbox");
+    let mail = eventually("the failed batch's e-mail", 30, async || {
+        std::fs::read_dir(&outbox)
+            .ok()?
+            .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+            .find(|m| m.contains(&format!("Subject: ingest batch {bid} failed: ")))
+    })
+    .await;
+    assert!(mail.contains("line 4"), "{mail}");
 
     // A file name that escapes the object fails the batch at once, naming it.
     add(

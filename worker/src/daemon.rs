@@ -1505,8 +1505,18 @@ async fn locked(
                     };
                     Ok((tried, until))
                 }
-                Some(_) => {
+                Some(a) => {
                     shared.note_acquired(&item.id);
+                    if a.status == "Failed" {
+                        // Failed as it was acquired (its payload did not
+                        // expand): it never enters Reporting, so the
+                        // depositor hears of it here.
+                        if let Some(work) = &shared.steps.batch {
+                            if let Some(e) = work.failed(&batch_ctx(), &a.message).await {
+                                tracing::warn!(bid = %item.id, error = %e, "cannot notify the depositor of the batch's failure");
+                            }
+                        }
+                    }
                     let states = format!("/batches/{}/states", item.id);
                     Ok((tried, Until::Exists(states)))
                 }

@@ -860,6 +860,15 @@ pub trait BatchWork: Send + Sync {
     /// Sends the report of a batch in Reporting or UpdateReporting; `Some`
     /// is the error of sending it (recorded with the report).
     fn report<'a>(&'a self, batch: &'a BatchCtx) -> BatchFuture<'a, Option<String>>;
+    /// Notifies the depositor of a batch that failed as it was acquired
+    /// (its payload did not expand), saying why (`message`, the batch's
+    /// status message): such a batch never enters Reporting, so nothing
+    /// else would. `Some` is the error of sending it.
+    fn failed<'a>(
+        &'a self,
+        batch: &'a BatchCtx,
+        message: &'a str,
+    ) -> BatchFuture<'a, Option<String>>;
 }
 
 /// The steps of every state.

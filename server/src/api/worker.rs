@@ -216,10 +216,18 @@ pub(crate) async fn acquire_batch(
         .filter(|r| matches!(r.event, Event::JobCreated(_)))
         .map(|r| r.envelope.stream.to_string())
         .collect();
-    let status = batch_status(&app, bid);
+    let (status, message) = app
+        .inner
+        .handle
+        .state()
+        .batches
+        .get(&bid)
+        .map(|b| (b.status.to_string(), b.message.clone()))
+        .unwrap_or_default();
     Ok(Json(Acquired {
         bid: bid.to_string(),
         status,
+        message,
         jobs: created,
         priority,
         expansion_error,

@@ -44,6 +44,9 @@ use ingest_config::Profile;
 
 /// The largest manifest fetched (the Checkm parser's own default limit).
 pub const MAX_MANIFEST_BYTES: u64 = 64 * 1024 * 1024;
+/// The most bytes of a batch's failure message quoted in a report
+/// e-mail's subject (the body has it whole).
+const SUBJECT_MESSAGE_BYTES: usize = 160;
 
 /// Expansion and reporting of batches.
 pub struct Batches {
@@ -140,15 +143,14 @@ impl Batches {
     /// sent.
     pub async fn send_report(
         &self,
-        bid: &str,
-        batch_status: &str,
+        report: &Report<'_>,
         submission: &SubmissionNode,
-        jobs: &[ReportJob],
     ) -> Option<String> {
         let n = &self.profile(submission)?.notification;
+        let bid = report.bid;
         let mut errors = Vec::new();
         if let Some(url) = n.callback_url.as_deref().filter(|u| !u.trim().is_empty()) {
-            let body = report_json(bid, batch_status, submission, jobs);
+            let body = report_json(report, submission);
             if let Err(e) =
                 post_callback(&self.fetcher, url, &body, self.config.retry(), None).await
             {
@@ -156,7 +158,7 @@ impl Batches {
             }
         }
         if !n.emails.is_empty() {
-            let (subject, body) = report_text(bid, batch_status, jobs);
+            let (subject, body) = report_text(report);
             match self.outbox.send(&n.emails, &subject, &body).await {
                 Ok(delivery) => tracing::info!(%bid, ?delivery, "batch report e-mailed"),
                 Err(e) => errors.push(format!("the report e-mail: {e}")),
@@ -203,11 +205,54 @@ impl Batches {
         };
         match gathered.await {
             Ok((status, submission, jobs)) => {
-                self.send_report(bid, &status, &submission, &jobs).await
+                let report = Report {
+                    bid,
+                    status: &status,
+                    message: None,
+                    jobs: &jobs,
+                };
+                self.send_report(&report, &submission).await
             }
             Err(e) => Some(format!("cannot gather the report of {bid}: {e}")),
         }
     }
+
+    async fn report_failed(&self, batch: &BatchCtx, message: &str) -> Option<String> {
+        let bid = &batch.bid;
+        let submission: SubmissionNode = match read_typed(
+            &batch.zk,
+            &format!("/batches/{bid}/submission"),
+            "/batches/BID/submission",
+            self.config.retry(),
+        )
+        .await
+        {
+            Ok(s) => s,
+            Err(e) => return Some(format!("cannot read the submission of {bid}: {e}")),
+        };
+        let message = without_working_paths(message, &self.config.work_dir);
+        let report = Report {
+            bid,
+            status: "Failed",
+            message: Some(&message),
+            jobs: &[],
+        };
+        self.send_report(&report, &submission).await
+    }
+}
+
+/// One batch report, as e-mailed and POSTed to the callback URL.
+#[derive(Debug, Clone, Copy)]
+pub struct Report<'a> {
+    /// The batch.
+    pub bid: &'a str,
+    /// Its status: `Reporting`, `UpdateReporting`, or `Failed` for a batch
+    /// that failed as it was acquired.
+    pub status: &'a str,
+    /// Why the batch failed as a whole, when it did without jobs.
+    pub message: Option<&'a str>,
+    /// Every job.
+    pub jobs: &'a [ReportJob],
 }
 
 impl BatchWork for Batches {
@@ -230,6 +275,14 @@ impl BatchWork for Batches {
     fn report<'a>(&'a self, batch: &'a BatchCtx) -> BatchFuture<'a, Option<String>> {
         Box::pin(self.report_batch(batch))
     }
+
+    fn failed<'a>(
+        &'a self,
+        batch: &'a BatchCtx,
+        message: &'a str,
+    ) -> BatchFuture<'a, Option<String>> {
+        Box::pin(self.report_failed(batch, message))
+    }
 }
 
 pub use ingest_protocol::callback::ReportJob;
@@ -241,22 +294,45 @@ pub use ingest_protocol::callback::ReportJob;
 /// `UpdateReporting`) says so: subject `ingest batch BID (updated report):
 /// …` and a body that starts `Updated report of batch BID`, so a depositor
 /// can tell it from the first one.
-pub fn report_text(bid: &str, batch_status: &str, jobs: &[ReportJob]) -> (String, String) {
+///
+/// A batch that failed as a whole ([`Report::message`]): subject `ingest
+/// batch BID failed: MESSAGE` (cut, on one line) and a body that starts
+/// with the message.
+pub fn report_text(report: &Report<'_>) -> (String, String) {
+    let Report {
+        bid,
+        status: batch_status,
+        message,
+        jobs,
+    } = *report;
     let completed = jobs.iter().filter(|j| j.status == "Completed").count();
     let failed = jobs.len() - completed;
     let update = batch_status == "UpdateReporting";
-    let subject = match update {
-        true => {
+    let subject = match (message, update) {
+        (Some(m), _) => {
+            let line: String = m
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect();
+            format!(
+                "ingest batch {bid} failed: {}",
+                ingest_protocol::cut(&line, SUBJECT_MESSAGE_BYTES)
+            )
+        }
+        (None, true) => {
             format!("ingest batch {bid} (updated report): {completed} completed, {failed} failed")
         }
-        false => format!("ingest batch {bid}: {completed} completed, {failed} failed"),
+        (None, false) => format!("ingest batch {bid}: {completed} completed, {failed} failed"),
     };
-    let mut body = match update {
-        true => format!(
+    let mut body = match (message, update) {
+        (Some(m), _) => format!(
+            "Batch {bid} failed: {m}\n\nNo job was created; a corrected submission is required.\n"
+        ),
+        (None, true) => format!(
             "Updated report of batch {bid} (jobs were requeued after the first report): \
              {completed} completed, {failed} failed.\n"
         ),
-        false => format!("Batch {bid}: {completed} completed, {failed} failed.\n"),
+        (None, false) => format!("Batch {bid}: {completed} completed, {failed} failed.\n"),
     };
     for job in jobs {
         let _ = write!(
@@ -364,16 +440,13 @@ pub fn without_working_paths(message: &str, work_dir: &Path) -> String {
 }
 
 /// The report POSTed to the profile's callback URL.
-pub fn report_json(
-    bid: &str,
-    batch_status: &str,
-    submission: &SubmissionNode,
-    jobs: &[ReportJob],
-) -> BatchCallback {
+pub fn report_json(report: &Report<'_>, submission: &SubmissionNode) -> BatchCallback {
+    let jobs = report.jobs;
     let completed = jobs.iter().filter(|j| j.status == "Completed").count();
     BatchCallback {
-        bid: bid.to_string(),
-        status: batch_status.to_string(),
+        bid: report.bid.to_string(),
+        status: report.status.to_string(),
+        message: report.message.map(str::to_string),
         profile: set(&submission.profile_name).map(str::to_string),
         submitter: set(&submission.submitter).map(str::to_string),
         completed,
@@ -883,6 +956,40 @@ mod tests {
             .is_err_and(|e| e.contains("manifest line 1")));
     }
 
+    fn rep<'a>(bid: &'a str, status: &'a str, jobs: &'a [ReportJob]) -> Report<'a> {
+        Report {
+            bid,
+            status,
+            message: None,
+            jobs,
+        }
+    }
+
+    #[test]
+    fn a_batch_that_failed_whole_is_reported_with_its_reason() {
+        let report = Report {
+            bid: "bid3",
+            status: "Failed",
+            message: Some("the payload does not expand: manifest http://x/m: line 4:\nbad"),
+            jobs: &[],
+        };
+        let (subject, body) = report_text(&report);
+        assert_eq!(
+            subject,
+            "ingest batch bid3 failed: the payload does not expand: manifest http://x/m: line 4: bad"
+        );
+        assert!(
+            body.starts_with("Batch bid3 failed: the payload does not expand"),
+            "{body}"
+        );
+        let long = "x".repeat(1000);
+        let (subject, _) = report_text(&Report {
+            message: Some(&long),
+            ..report
+        });
+        assert!(subject.len() < 300, "{subject}");
+    }
+
     #[test]
     fn the_report_text_lists_every_job() {
         let jobs = [
@@ -911,7 +1018,7 @@ mod tests {
                 failure: Some("digest_mismatch".into()),
             },
         ];
-        let (subject, body) = report_text("bid7", "Reporting", &jobs);
+        let (subject, body) = report_text(&rep("bid7", "Reporting", &jobs));
         assert_eq!(subject, "ingest batch bid7: 1 completed, 2 failed");
         assert_eq!(
             body,
@@ -923,15 +1030,15 @@ mod tests {
              it cannot be requeued: a new submission is required\n"
         );
         assert_eq!(
-            report_text("bid8", "Reporting", &[]).0,
+            report_text(&rep("bid8", "Reporting", &[])).0,
             "ingest batch bid8: 0 completed, 0 failed"
         );
     }
 
     #[test]
     fn the_update_report_says_it_is_an_update() {
-        let (first_subject, first_body) = report_text("bid9", "Reporting", &[]);
-        let (subject, body) = report_text("bid9", "UpdateReporting", &[]);
+        let (first_subject, first_body) = report_text(&rep("bid9", "Reporting", &[]));
+        let (subject, body) = report_text(&rep("bid9", "UpdateReporting", &[]));
         assert_ne!(subject, first_subject);
         assert_eq!(
             subject,
@@ -1126,7 +1233,8 @@ mod tests {
         }];
         let s = submission("file", "https://example.org/a.txt");
         assert_eq!(
-            b.send_report("bid1", "Reporting", &sub(&s), &jobs).await,
+            b.send_report(&rep("bid1", "Reporting", &jobs), &sub(&s))
+                .await,
             None
         );
         let bodies = server.bodies.lock().expect("lock").clone();
@@ -1162,7 +1270,7 @@ mod tests {
         std::fs::write(tmp.path().join("outbox"), b"in the way").expect("write");
         let s = submission("file", "https://example.org/a.txt");
         let error = b
-            .send_report("bid1", "Reporting", &sub(&s), &[])
+            .send_report(&rep("bid1", "Reporting", &[]), &sub(&s))
             .await
             .expect("errors");
         assert!(
@@ -1180,7 +1288,8 @@ mod tests {
         let mut other = s.clone();
         other["profile_name"] = json!("unknown");
         assert_eq!(
-            b.send_report("bid1", "Reporting", &sub(&other), &[]).await,
+            b.send_report(&rep("bid1", "Reporting", &[]), &sub(&other))
+                .await,
             None
         );
     }
