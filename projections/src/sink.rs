@@ -817,6 +817,36 @@ impl Runner {
         self.publish();
     }
 
+    /// While idle: shows a session that lost its server as `Disconnected`
+    /// (and `Connected` again once it is back); a session that ended is an
+    /// I/O exit, so a new one is made.
+    fn reflect_session(&mut self, session: zk::SessionState) -> Result<(), Exit> {
+        if session.is_terminated() {
+            return Err(Exit::Io(ZkError::new(
+                "session",
+                self.root(),
+                ZkErrorKind::Server(zk::Error::SessionExpired),
+            )));
+        }
+        let connected = matches!(
+            session,
+            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly
+        );
+        let shown = self.status.borrow().state.clone();
+        match (connected, shown) {
+            (false, SinkState::Connected) => {
+                tracing::warn!(root = %self.cfg.zk.root, state = %session, "ZooKeeper session disconnected while idle; waiting for it");
+                self.set_state(SinkState::Disconnected);
+            }
+            (true, SinkState::Disconnected) => {
+                tracing::info!(root = %self.cfg.zk.root, "ZooKeeper session connected again");
+                self.set_state(SinkState::Connected);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     /// Recomputes and publishes the figures.
     fn publish(&mut self) {
         let durable = self.log.durable_position();
@@ -1374,6 +1404,10 @@ impl Runner {
     async fn project(&mut self, client: &zk::Client, mut version: i32) -> Result<Exit, Exit> {
         // Parents whose `lock` child must go with them (see the module docs).
         let mut lock_parents: BTreeSet<String> = BTreeSet::new();
+        // Followed while idle: with nothing to project no request fails, so
+        // a session that lost its server would otherwise go unnoticed (and
+        // `/readyz` said ready through a whole outage).
+        let mut session = client.state_watcher();
         loop {
             if self.shutdown.is_cancelled() {
                 return Ok(Exit::Done);
@@ -1384,6 +1418,7 @@ impl Runner {
                 if self.mode == RunMode::CatchUp {
                     return Ok(Exit::Done);
                 }
+                self.reflect_session(session.peek_state())?;
                 tracing::debug!(root = %self.cfg.zk.root, position = limit, "caught up; following the log");
                 tokio::select! {
                     r = self.durable.changed() => {
@@ -1391,6 +1426,8 @@ impl Runner {
                             return Ok(Exit::Done);
                         }
                     }
+                    // Re-read at the top of the loop.
+                    _ = session.changed() => {}
                     _ = self.shutdown.cancelled() => return Ok(Exit::Done),
                 }
                 continue;

@@ -168,3 +168,53 @@ async fn a_new_log_is_compressed_only_when_asked_and_keeps_its_setting() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--log-compression"), "{err}");
 }
+
+/// Issue 25, finding 6: with nothing to project, `/readyz` said ready for as
+/// long as ZooKeeper was down (the idle projector never noticed), and every
+/// 503 it did answer was an ERROR line (one per probe per second in an
+/// outage). It now says not ready, naming ZooKeeper, and logs once per
+/// change; when ZooKeeper is back it is ready again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_names_a_zookeeper_down_while_idle_and_logs_it_once() {
+    let zk_server = crate::zk_server::ZkServer::dedicated();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start(dir.path(), &zk_server.hosts(), &unique_root("readyz"), None);
+    server.submit(1).await;
+    eventually("ready, caught up", 60, async || {
+        let (code, body) = server.call(Method::GET, "/readyz", "", None).await;
+        (code == 200 && body["projector"] == "connected" && body["events_behind"] == 0)
+            .then_some(())
+    })
+    .await;
+    let not_ready = || {
+        std::fs::read_to_string(&server.log)
+            .expect("log")
+            .lines()
+            .filter(|l| l.contains("not ready"))
+            .count()
+    };
+    // Not ready at start (the projector starting) is a change of its own.
+    let before = not_ready();
+    zk_server.stop();
+    let body = eventually("not ready while ZooKeeper is down", 60, async || {
+        let (code, body) = server.call(Method::GET, "/readyz", "", None).await;
+        (code == 503).then_some(body)
+    })
+    .await;
+    let reasons = body["reasons"].to_string();
+    assert!(reasons.contains("ZooKeeper"), "{body}");
+    // More probes during the outage: still not ready, still one log line.
+    for _ in 0..5 {
+        let (code, body) = server.call(Method::GET, "/readyz", "", None).await;
+        assert_eq!(code, 503, "{body}");
+    }
+    assert_eq!(not_ready() - before, 1, "one line per change, not per probe");
+    zk_server.start();
+    eventually("ready again once ZooKeeper is back", 120, async || {
+        let (code, _) = server.call(Method::GET, "/readyz", "", None).await;
+        (code == 200).then_some(())
+    })
+    .await;
+    let text = std::fs::read_to_string(&server.log).expect("log");
+    assert!(text.contains("ready again"), "the recovery is logged");
+}

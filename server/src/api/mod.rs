@@ -173,6 +173,9 @@ pub(crate) struct Inner {
     pub(crate) access_size_limit: u64,
     /// The reporting views, folded up to the durable position on demand.
     views: Arc<Mutex<Views>>,
+    /// What `/readyz` last logged (its readiness and the kinds of its
+    /// reasons), so a change is logged once and not every probe.
+    readiness_logged: Mutex<Option<String>>,
 }
 
 /// One route of the API.
@@ -379,6 +382,7 @@ pub fn router(config: ApiConfig) -> Router {
             outbound: config.outbound,
             access_size_limit: ingest_events::event::AccessQueue::DEFAULT_SIZE_LIMIT,
             views: Arc::new(Mutex::new(views)),
+            readiness_logged: Mutex::new(None),
         }),
     };
     let mut by_path: BTreeMap<&'static str, MethodRouter<AppState>> = BTreeMap::new();
@@ -573,8 +577,12 @@ async fn healthz() -> Response {
 async fn readyz(State(app): State<AppState>) -> Response {
     let writer = app.inner.handle.is_running();
     let mut reasons = Vec::new();
+    // The kinds of the reasons, without their figures: what a log line is
+    // written for when it changes.
+    let mut kinds: Vec<String> = Vec::new();
     if !writer {
         reasons.push("the engine's writer has stopped and takes no commands".to_string());
+        kinds.push("writer".into());
     }
     let status = app.inner.metrics.projector_status();
     let projector = status.as_ref().map(|s| {
@@ -593,7 +601,9 @@ async fn readyz(State(app): State<AppState>) -> Response {
     if let Some(s) = &status {
         match projector.as_deref() {
             Some("connected" | "standby") => {}
-            Some(state) => reasons.push(match &s.state {
+            Some(state) => {
+                kinds.push(state.to_string());
+                reasons.push(match &s.state {
                 ingest_projections::SinkState::Rebuilding { marker } => format!(
                     "the ZooKeeper tree is incomplete: {marker} did not finish; the projector is finishing it (the queue is paused meanwhile)"
                 ),
@@ -601,11 +611,20 @@ async fn readyz(State(app): State<AppState>) -> Response {
                     "the projector stopped: {}",
                     ingest_protocol::cut(error, 1000)
                 ),
+                ingest_projections::SinkState::Disconnected => {
+                    "ZooKeeper is unreachable: the projector lost its session and is retrying"
+                        .to_string()
+                }
+                ingest_projections::SinkState::Starting => {
+                    "the projector has not reached ZooKeeper yet".to_string()
+                }
                 _ => format!("the projector is {state}"),
-            }),
+            })
+            }
             None => {}
         }
         if s.seconds_behind > READY_MAX_SECONDS_BEHIND {
+            kinds.push("behind".into());
             reasons.push(format!(
                 "the projector is {:.0} s behind (at most {READY_MAX_SECONDS_BEHIND:.0} s)",
                 s.seconds_behind
@@ -620,14 +639,35 @@ async fn readyz(State(app): State<AppState>) -> Response {
         seconds_behind: status.as_ref().map(|s| s.seconds_behind),
         reasons,
     };
-    if !body.ready {
-        tracing::error!(reasons = ?body.reasons, "not ready");
-    }
+    log_readiness_change(&app, body.ready, &kinds, &body.reasons);
     let code = match body.ready {
         true => StatusCode::OK,
         false => StatusCode::SERVICE_UNAVAILABLE,
     };
     (code, axum::Json(body)).into_response()
+}
+
+/// Logs `/readyz`'s answer when it changed since the last one logged
+/// (ready or not, and the kinds of the reasons): a probe every second
+/// during an outage wrote an ERROR line every second.
+fn log_readiness_change(app: &AppState, ready: bool, kinds: &[String], reasons: &[String]) {
+    let key = format!("{ready}:{}", kinds.join(","));
+    let mut last = app
+        .inner
+        .readiness_logged
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if last.as_deref() == Some(key.as_str()) {
+        return;
+    }
+    let first = last.is_none();
+    *last = Some(key);
+    match ready {
+        false => tracing::error!(?reasons, "not ready"),
+        // The first answer of a healthy process is no news.
+        true if !first => tracing::info!("ready again"),
+        true => {}
+    }
 }
 
 async fn openapi() -> Response {
