@@ -340,6 +340,15 @@ async fn click_through(c: &Client, css: &str) -> Result<(), fantoccini::error::C
     Ok(())
 }
 
+/// Gives the reason of the action form `action` and sends it.
+async fn act(c: &Client, action: &str, reason: &str) -> Result<(), fantoccini::error::CmdError> {
+    c.find(Locator::Css(&format!("#reason-{action}")))
+        .await?
+        .send_keys(reason)
+        .await?;
+    click_through(c, &format!("#do-{action}")).await
+}
+
 async fn text_of(c: &Client, css: &str) -> Option<String> {
     c.find(Locator::Css(css)).await.ok()?.text().await.ok()
 }
@@ -405,7 +414,7 @@ async fn requeue_scenario(shots: Option<PathBuf>) {
             };
             client.submit(&input).await.expect("submitted").bid
         };
-        let bid = submit("collx", 1).await;
+        submit("collx", 1).await;
         let failed = eventually("a failed job", 60, async || {
             let page = s.get("/jobs?state=Failed").await;
             page["jobs"].as_array().and_then(|j| j.first()).cloned()
@@ -436,11 +445,7 @@ async fn requeue_scenario(shots: Option<PathBuf>) {
         shot(&c, shots, "job").await;
 
         // Requeue it with a reason; watch it complete.
-        c.find(Locator::Css("#reason-requeue"))
-            .await?
-            .send_keys("disk replaced, retry")
-            .await?;
-        click_through(&c, "#do-requeue").await?;
+        act(&c, "requeue", "disk replaced, retry").await?;
         let flash = text_of(&c, ".flash").await.unwrap_or_default();
         assert!(flash.contains("requeue"), "{flash}");
         let job_url = format!("{}/ui/jobs/{jid}", s.base);
@@ -462,7 +467,6 @@ async fn requeue_scenario(shots: Option<PathBuf>) {
         if shots.is_some() {
             for (name, path) in [
                 ("batches", "/ui/batches".to_string()),
-                ("batch", format!("/ui/batches/{bid}")),
                 ("jobs", "/ui/jobs?collection=collx".to_string()),
                 ("collections", "/ui/collections".to_string()),
                 ("consistency", "/ui/consistency".to_string()),
@@ -491,5 +495,274 @@ async fn an_admin_requeues_a_failed_job_in_the_browser() {
 async fn screenshots() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots");
     std::fs::create_dir_all(&dir).expect("mkdir");
-    requeue_scenario(Some(dir)).await;
+    requeue_scenario(Some(dir.clone())).await;
+    batch_scenario(Some(dir)).await;
+}
+
+/// Types `q` into the search box of the page the browser is on and sends it.
+async fn search_for(c: &Client, q: &str) -> Result<(), fantoccini::error::CmdError> {
+    c.find(Locator::Css("#search")).await?.send_keys(q).await?;
+    click_through(c, "#search-go").await
+}
+
+/// The labels of the action buttons in `css`.
+async fn buttons(c: &Client, css: &str) -> Result<Vec<String>, fantoccini::error::CmdError> {
+    let mut labels = Vec::new();
+    for b in c.find_all(Locator::Css(css)).await? {
+        labels.push(b.text().await?);
+    }
+    Ok(labels)
+}
+
+/// The scenario of issue 26: a batch of two jobs (local ids `lid-a`,
+/// `lid-b`) fails because a fault fails one of them. An operator finds the
+/// batch, a job and a local id with the search box of the header; the
+/// batch page puts the failure first and offers exactly what the engine
+/// allows for a Failed batch; "Requeue failed jobs" requeues the failed
+/// job, which completes, and "Update report" makes the batch Completed.
+/// With `shots`, the batch page and a search's list are written there.
+async fn batch_scenario(shots: Option<PathBuf>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_zk, s) = start(dir.path(), Some(&[]), &[]);
+    let (_driver, c) = browser().await;
+    let result = async {
+        let shots = shots.as_ref();
+        let (status, armed) = s
+            .call(
+                reqwest::Method::POST,
+                "/faults",
+                ADMIN,
+                Some(json!({"state": "Downloading", "count": 1, "reason": "disk test"})),
+            )
+            .await;
+        assert_eq!(status, 201, "{armed}");
+        let client = ingest_client::Client::new(&s.base, DEPOSITOR).expect("client");
+        let submit = async |profile: &str, lines: &[&str]| {
+            let input = ingest_protocol::submission::SubmissionInput {
+                submitter: Some("carol".into()),
+                profile: Some(profile.into()),
+                payload_type: Some("object-manifest".into()),
+                payload_url: Some("https://example.org/batch.checkm".into()),
+                manifest: lines.iter().map(|l| l.to_string()).collect(),
+                ..Default::default()
+            };
+            client.submit(&input).await.expect("submitted").bid
+        };
+        let bid = submit(
+            "colly",
+            &[
+                "https://example.org/a.txt lid-a",
+                "https://example.org/b.txt lid-b",
+            ],
+        )
+        .await;
+        eventually("the batch to fail", 60, async || {
+            (s.get(&format!("/batches/{bid}")).await["status"] == "Failed").then_some(())
+        })
+        .await;
+        let jobs = s.get(&format!("/jobs?batch={bid}")).await;
+        let jobs = jobs["jobs"].as_array().expect("jobs").clone();
+        let failed = jobs
+            .iter()
+            .find(|j| j["status"] == "Failed")
+            .expect("a failed job");
+        let failed_jid = failed["jid"].as_str().expect("jid").to_string();
+        let other = jobs
+            .iter()
+            .find(|j| j["status"] == "Completed")
+            .expect("a completed job");
+        let other_jid = other["jid"].as_str().expect("jid").to_string();
+        let other_lid = other["local_ids"][0].as_str().expect("lid").to_string();
+        // A second batch shares the local id lid-a, in another collection.
+        let second = submit("colly2", &["https://example.org/c.txt lid-a"]).await;
+        eventually("the second batch to complete", 60, async || {
+            (s.get(&format!("/batches/{second}")).await["status"] == "Completed").then_some(())
+        })
+        .await;
+
+        c.goto(&format!("{}/ui/login", s.base)).await?;
+        c.find(Locator::Css("#token"))
+            .await?
+            .send_keys(ALICE)
+            .await?;
+        click_through(&c, "#login").await?;
+
+        // The header's search box finds the batch by its id.
+        search_for(&c, &bid).await?;
+        let url = c.current_url().await?;
+        assert_eq!(url.path(), format!("/ui/batches/{bid}"));
+        assert_eq!(text_of(&c, "#batch-state").await.as_deref(), Some("Failed"));
+
+        // The failure comes first: before the actions, the counts and the jobs.
+        let html = c.source().await?;
+        let at = |id: &str| {
+            html.find(&format!("id=\"{id}\""))
+                .unwrap_or_else(|| panic!("no #{id} on the batch page"))
+        };
+        assert!(at("batch-failure") < at("batch-actions"));
+        assert!(at("batch-actions") < at("batch-counts"));
+        assert!(at("batch-counts") < at("batch-jobs"));
+        assert!(at("batch-jobs") < at("timeline"));
+        let failure = text_of(&c, "#batch-failure").await.unwrap_or_default();
+        assert!(failure.contains(&failed_jid), "{failure}");
+        assert!(
+            failure.contains("disk test"),
+            "the fault's reason: {failure}"
+        );
+        assert!(
+            !failure.contains(&other_jid),
+            "only the failed job: {failure}"
+        );
+        // Nothing of the batch twice: each job once in the jobs table, the
+        // failed one once more only in the failure.
+        assert_eq!(html.matches(&format!(">{other_jid}<")).count(), 1, "{html}");
+        assert_eq!(
+            html.matches(&format!(">{failed_jid}<")).count(),
+            2,
+            "{html}"
+        );
+        // Exactly what the engine takes for a Failed batch whose failed
+        // job can be requeued: no release (it is not Held).
+        assert_eq!(
+            buttons(&c, "#batch-actions button").await?,
+            ["Requeue failed jobs", "Update report", "Delete"]
+        );
+        // Ids and states do not wrap.
+        for css in [
+            "#batch-jobs td.id",
+            "#batch-jobs td.state",
+            "#batch-jobs th",
+        ] {
+            let cell = c.find(Locator::Css(css)).await?;
+            assert_eq!(cell.css_value("white-space").await?, "nowrap", "{css}");
+        }
+        shot(&c, shots, "batch").await;
+
+        // Requeue the failed job from the batch page; it completes.
+        act(&c, "requeue-failed", "disk replaced").await?;
+        let flash = text_of(&c, ".flash").await.unwrap_or_default();
+        assert!(flash.contains("requeued 1 failed job"), "{flash}");
+        eventually("the requeued job to complete", 60, async || {
+            (s.get(&format!("/jobs/{failed_jid}")).await["status"] == "Completed").then_some(())
+        })
+        .await;
+        // Still Failed until reported again: the page offers the update.
+        c.goto(&format!("{}/ui/batches/{bid}", s.base)).await?;
+        assert_eq!(
+            buttons(&c, "#batch-actions button").await?,
+            ["Update report", "Delete"]
+        );
+        act(&c, "update-reporting", "the job completed").await?;
+        let batch_url = format!("{}/ui/batches/{bid}", s.base);
+        eventually("the batch to be reported Completed", 60, async || {
+            c.goto(&batch_url).await.ok()?;
+            (text_of(&c, "#batch-state").await?.as_str() == "Completed").then_some(())
+        })
+        .await;
+        assert!(
+            c.find(Locator::Css("#batch-failure")).await.is_err(),
+            "no failure left"
+        );
+
+        // A job by its id, and by its local id when one job has it.
+        search_for(&c, &failed_jid).await?;
+        assert_eq!(
+            c.current_url().await?.path(),
+            format!("/ui/jobs/{failed_jid}")
+        );
+        search_for(&c, &other_lid).await?;
+        let lid_jid = if other_lid == "lid-a" {
+            None
+        } else {
+            Some(&other_jid)
+        };
+        match lid_jid {
+            Some(jid) => {
+                assert_eq!(c.current_url().await?.path(), format!("/ui/jobs/{jid}"));
+            }
+            None => {
+                assert_eq!(c.current_url().await?.path(), "/ui/search");
+            }
+        }
+        // A local id two jobs share lists both.
+        search_for(&c, "lid-a").await?;
+        assert_eq!(c.current_url().await?.path(), "/ui/search");
+        let hits = c.find_all(Locator::Css("#search-hits tbody tr")).await?;
+        assert_eq!(hits.len(), 2);
+        shot(&c, shots, "search").await;
+        // Nothing found says what was searched.
+        search_for(&c, "no-such-thing-42").await?;
+        let none = text_of(&c, "#search-none").await.unwrap_or_default();
+        assert!(
+            none.contains("no-such-thing-42") && none.contains("local id"),
+            "{none}"
+        );
+        Ok::<(), fantoccini::error::CmdError>(())
+    }
+    .await;
+    let _ = c.close().await;
+    result.expect("the browser scenario");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_finds_a_failed_batch_and_acts_on_it_in_the_browser() {
+    batch_scenario(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_waiting_in_provisioning_says_why_on_its_page() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // No provisioning daemon: jobs stop in Provisioning.
+    let (_zk, s) = start(dir.path(), Some(&["provisioning=off"]), &[]);
+    let bid = s.submit(1).await;
+    let jid = eventually("the job to reach Provisioning", 60, async || {
+        let jobs = s
+            .get(&format!("/jobs?batch={bid}&state=Provisioning"))
+            .await;
+        jobs["jobs"][0]["jid"].as_str().map(str::to_string)
+    })
+    .await;
+    let cookie = cookie_of(&login(&s, ALICE).await).expect("cookie");
+    let (status, html) = page(&s, &cookie, &format!("/ui/jobs/{jid}")).await;
+    assert_eq!(status, 200);
+    let at = html
+        .find("id=\"job-waiting\"")
+        .unwrap_or_else(|| panic!("{html}"));
+    assert!(html[at..].contains("Waiting for working storage"), "{html}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_table_has_headers_and_the_search_refuses_what_no_id_is() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_zk, s) = start(dir.path(), Some(&["job_pending=off"]), &[]);
+    s.submit(2).await;
+    let cookie = cookie_of(&login(&s, ALICE).await).expect("cookie");
+    for path in [
+        "/ui",
+        "/ui/batches",
+        "/ui/jobs",
+        "/ui/collections",
+        "/ui/consistency",
+        "/ui/faults",
+    ] {
+        let (status, html) = page(&s, &cookie, path).await;
+        assert_eq!(status, 200, "{path}");
+        assert!(html.contains("id=\"search\""), "{path}: the search box");
+        // Every table of a page has a header row (key/value tables have a
+        // header cell per row).
+        for table in html.split("<table").skip(1) {
+            let table = &table[..table.find("</table>").expect("closed")];
+            assert!(
+                table.contains("<thead>") || table.contains("class=\"kv\""),
+                "{path}: a table without headers: {table}"
+            );
+        }
+    }
+    let long = "x".repeat(300);
+    let (status, html) = page(&s, &cookie, &format!("/ui/search?q={long}")).await;
+    assert_eq!(status, 400);
+    assert!(
+        html.contains("longer than 256 bytes") && !html.contains(&long),
+        "{html}"
+    );
 }

@@ -46,7 +46,7 @@
 //! # }
 //! ```
 
-mod access;
+pub(crate) mod access;
 pub(crate) mod admin;
 mod auth;
 pub(crate) mod consistency;

@@ -18,7 +18,7 @@ use crate::api::{admin as api, ApiError, ApiJson, ApiPath, CorrelationId};
 #[derive(Debug, Deserialize)]
 pub(crate) struct ActionForm {
     #[serde(default)]
-    csrf: Option<String>,
+    pub(crate) csrf: Option<String>,
     #[serde(default)]
     reason: String,
     /// `POST /ui/consistency/repair`: the finding.
@@ -32,7 +32,7 @@ pub(crate) struct ActionForm {
 }
 
 impl ActionForm {
-    fn body(&self) -> AdminBody {
+    pub(crate) fn body(&self) -> AdminBody {
         AdminBody {
             actor: None,
             reason: self.reason.clone(),
@@ -41,7 +41,12 @@ impl ActionForm {
 }
 
 /// Back to `to`, with the outcome shown there once.
-fn back(ui: &Ui, admin: &Admin, to: &str, outcome: Result<String, ApiError>) -> Response {
+pub(crate) fn back(
+    ui: &Ui,
+    admin: &Admin,
+    to: &str,
+    outcome: Result<String, ApiError>,
+) -> Response {
     let flash = match outcome {
         Ok(message) => Flash { ok: true, message },
         Err(e) => Flash {

@@ -19,8 +19,10 @@
 //! point at the consistency checker.
 
 mod actions;
+mod batch;
 pub(crate) mod consistency;
 mod pages;
+mod search;
 pub mod session;
 
 use std::borrow::Cow;
@@ -115,7 +117,10 @@ fn router(app: AppState, settings: UiSettings) -> Router<AppState> {
         .route("/ui/logout", post(logout))
         .route("/ui/static/style.css", get(style))
         .route("/ui/batches", get(pages::batches))
-        .route("/ui/batches/{bid}", get(pages::batch))
+        .route("/ui/batches/{bid}", get(batch::batch))
+        .route("/ui/batches/{bid}/{action}", post(batch::act))
+        .route("/ui/search", get(search::search))
+        .route("/ui/access/{qid}", get(pages::access))
         .route("/ui/jobs", get(pages::jobs))
         .route("/ui/jobs/{jid}", get(pages::job))
         .route("/ui/jobs/{jid}/{action}", post(actions::job))
@@ -205,6 +210,18 @@ impl FromRequestParts<Ui> for Admin {
     }
 }
 
+/// Whether the engine would take `cmd` now: the engine's own decision
+/// function run against its current state, nothing appended. Pages offer
+/// an action only when this says yes, so they offer exactly what the API
+/// accepts.
+pub(crate) fn allows(
+    app: &AppState,
+    state: &ingest_events::State,
+    cmd: &ingest_events::Command,
+) -> bool {
+    ingest_events::decide(state, app.inner.handle.lifecycle(), cmd).is_ok()
+}
+
 /// Cuts a value for display.
 pub(crate) fn cut(s: &str) -> Cow<'_, str> {
     ingest_protocol::cut(s, CELL)
@@ -235,6 +252,11 @@ pub(crate) fn page(title: &str, admin: Option<&Admin>, body: Markup) -> Markup {
                             a href="/ui/collections" { "Collections" }
                             a href="/ui/consistency" { "Consistency" }
                             a href="/ui/faults" { "Faults" }
+                        }
+                        form.search method="get" action="/ui/search" role="search" {
+                            input #search type="search" name="q" aria-label="Find a batch, job or access request id, an ark or a local id"
+                                placeholder="bid, jid, qid, ark or local id" maxlength=(search::MAX_SEARCH_BYTES) required;
+                            button #search-go type="submit" { "Find" }
                         }
                         form.logout method="post" action="/ui/logout" {
                             (csrf_field(a))

@@ -8,14 +8,16 @@ use axum::http::{StatusCode, Uri};
 use axum::response::Response;
 use axum::Json;
 use ingest_events::lifecycle::StateKind;
-use ingest_events::{BatchState, Bid, Jid, JobState};
+use ingest_events::{BatchState, Jid, JobState};
 use ingest_protocol::history::HistoryRow;
 use ingest_protocol::listing::{BatchQuery, JobQuery};
 use maud::{html, Markup};
 use serde_json::Value;
 
-use super::{csrf_field, cut, enc, error_page, page, respond, Admin, Ui};
+use super::{allows, csrf_field, cut, enc, error_page, page, respond, Admin, Ui};
 use crate::api::{ApiError, ApiPath};
+use ingest_events::command::Target;
+use ingest_events::{Command, Qid};
 
 /// The longest query string read, in bytes.
 const MAX_QUERY_BYTES: usize = 8 * 1024;
@@ -59,16 +61,16 @@ fn value_of<'a>(pairs: &'a [(String, String)], key: &str) -> &'a str {
         .map_or("", |(_, v)| v.as_str())
 }
 
-fn api_error(admin: &Admin, e: &ApiError) -> Response {
+pub(crate) fn api_error(admin: &Admin, e: &ApiError) -> Response {
     error_page(e.status(), Some(admin), e.message())
 }
 
 fn counts(map: &BTreeMap<String, usize>, link: impl Fn(&str) -> String) -> Markup {
     html! {
         @if map.is_empty() { p.muted { "none" } } @else {
-            table.counts { tbody {
+            table.counts { thead { tr { th { "State" } th { "Count" } } } tbody {
                 @for (state, n) in map {
-                    tr { th { a href=(link(state)) { (cut(state)) } } td.num { (n) } }
+                    tr { td.state { a href=(link(state)) { (cut(state)) } } td.num { (n) } }
                 }
             } }
         }
@@ -105,9 +107,9 @@ fn scalar(v: &Value) -> String {
     }
 }
 
-fn history(rows: &[HistoryRow]) -> Markup {
+pub(crate) fn history(rows: &[HistoryRow]) -> Markup {
     html! {
-        ol.timeline {
+        ol.timeline #timeline {
             @for r in rows {
                 li {
                     span.time { (cut(&r.time)) }
@@ -122,7 +124,7 @@ fn history(rows: &[HistoryRow]) -> Markup {
     }
 }
 
-fn reason_form(admin: &Admin, action: &str, label: &str, id: &str) -> Markup {
+pub(crate) fn reason_form(admin: &Admin, action: &str, label: &str, id: &str) -> Markup {
     html! {
         form.action method="post" action=(action) {
             (csrf_field(admin))
@@ -200,8 +202,8 @@ pub(crate) async fn overview(State(ui): State<Ui>, admin: Admin) -> Response {
             tbody {
                 @for c in &collections {
                     tr {
-                        td { a href=(format!("/ui/jobs?collection={}", enc(&c.profile))) { (cut(&c.profile)) } }
-                        td { @if c.held { "held" } }
+                        td.id { a href=(format!("/ui/jobs?collection={}", enc(&c.profile))) { (cut(&c.profile)) } }
+                        td.state { @if c.held { "held" } }
                         td.num { (c.batches_total) }
                         td.num { (c.jobs_total) }
                         td { (cut(&c.jobs_by_state.iter().map(|(s, n)| format!("{s} {n}")).collect::<Vec<_>>().join(", "))) }
@@ -262,14 +264,14 @@ pub(crate) async fn batches(State(ui): State<Ui>, admin: Admin, uri: Uri) -> Res
                     tbody {
                         @for b in &page.batches {
                             tr {
-                                td { a href=(format!("/ui/batches/{}", enc(&b.bid))) { (cut(&b.bid)) } }
-                                td { (cut(&b.status)) }
+                                td.id { a href=(format!("/ui/batches/{}", enc(&b.bid))) { (cut(&b.bid)) } }
+                                td.state { (cut(&b.status)) }
                                 td { (cut(&b.profile)) }
                                 td { (cut(&b.submitter)) }
                                 td.num { (b.job_count) }
                                 td.num { (b.failed_jobs) }
-                                td { (b.created.format("%Y-%m-%d %H:%M:%S")) }
-                                td { (b.last_modified.format("%Y-%m-%d %H:%M:%S")) }
+                                td.state { (b.created.format("%Y-%m-%d %H:%M:%S")) }
+                                td.state { (b.last_modified.format("%Y-%m-%d %H:%M:%S")) }
                             }
                         }
                     }
@@ -312,18 +314,18 @@ pub(crate) async fn jobs(State(ui): State<Ui>, admin: Admin, uri: Uri) -> Respon
                     tbody {
                         @for j in &page.jobs {
                             tr {
-                                td { a.job href=(format!("/ui/jobs/{}", enc(&j.jid))) { (cut(&j.jid)) } }
-                                td { a href=(format!("/ui/batches/{}", enc(&j.bid))) { (cut(&j.bid)) } }
+                                td.id { a.job href=(format!("/ui/jobs/{}", enc(&j.jid))) { (cut(&j.jid)) } }
+                                td.id { a href=(format!("/ui/batches/{}", enc(&j.bid))) { (cut(&j.bid)) } }
                                 td.state { (cut(&j.status)) }
                                 td { (cut(&j.profile)) }
                                 td { (cut(&j.submitter)) }
                                 td { (cut(&j.local_ids.join(", "))) }
-                                td {
+                                td.state {
                                     (cut(j.failed_in.as_deref().unwrap_or("")))
                                     @if let Some(kind) = &j.failure { " (" (cut(kind)) ")" }
                                 }
                                 td.num { (j.retry_count) }
-                                td { (j.created.format("%Y-%m-%d %H:%M:%S")) }
+                                td.state { (j.created.format("%Y-%m-%d %H:%M:%S")) }
                                 td { (ingest_protocol::cut(&j.message, 120)) }
                             }
                         }
@@ -336,71 +338,11 @@ pub(crate) async fn jobs(State(ui): State<Ui>, admin: Admin, uri: Uri) -> Respon
     respond(StatusCode::OK, page("Jobs", Some(&admin), body))
 }
 
-fn no_such(admin: &Admin, what: &str, s: &str) -> Response {
+pub(crate) fn no_such(admin: &Admin, what: &str, s: &str) -> Response {
     error_page(
         StatusCode::NOT_FOUND,
         Some(admin),
         &format!("{what} {} does not exist", cut(s)),
-    )
-}
-
-/// `GET /ui/batches/{bid}`: a batch, its jobs, its report and its history.
-pub(crate) async fn batch(State(ui): State<Ui>, admin: Admin, Path(bid): Path<String>) -> Response {
-    let Ok(bid) = bid.parse::<Bid>() else {
-        return no_such(&admin, "batch", &bid);
-    };
-    let app = &ui.app;
-    let view = match crate::api::depositor::batch(State(app.clone()), ApiPath(bid)).await {
-        Ok(Json(v)) => v,
-        Err(e) => return api_error(&admin, &e),
-    };
-    let report = crate::api::depositor::batch_report(State(app.clone()), ApiPath(bid)).await;
-    let hist = crate::api::depositor::batch_history(
-        State(app.clone()),
-        ApiPath(bid),
-        axum::http::Uri::from_static("/"),
-    )
-    .await;
-    let jobs = JobQuery::from_pairs(vec![
-        ("batch".to_string(), bid.to_string()),
-        ("limit".to_string(), "1000".to_string()),
-    ])
-    .and_then(|q| ingest_engine::listing::jobs(&app.inner.handle.state(), &q));
-    let summary = serde_json::to_value(&view).unwrap_or(Value::Null);
-    let body = html! {
-        section.split {
-            div { h2 { "Batch" } (value(&summary)) }
-            div {
-                h2 { "Report" }
-                @match &report {
-                    Ok(Json(r)) => (value(&serde_json::to_value(r).unwrap_or(Value::Null))),
-                    Err(e) => p.muted { (cut(e.message())) },
-                }
-            }
-        }
-        h2 { "Jobs" }
-        @match &jobs {
-            Err(e) => p.flash.error { (cut(&e.to_string())) },
-            Ok(page) => table.list { tbody {
-                @for j in &page.jobs {
-                    tr {
-                        td { a href=(format!("/ui/jobs/{}", enc(&j.jid))) { (cut(&j.jid)) } }
-                        td { (cut(&j.status)) }
-                        td { (cut(&j.local_ids.join(", "))) }
-                        td { (ingest_protocol::cut(&j.message, 120)) }
-                    }
-                }
-            } },
-        }
-        h2 { "History" }
-        @match &hist {
-            Ok(Json(h)) => (history(&h.events)),
-            Err(e) => p.muted { (cut(e.message())) },
-        }
-    };
-    respond(
-        StatusCode::OK,
-        page(&format!("Batch {bid}"), Some(&admin), body),
     )
 }
 
@@ -420,22 +362,23 @@ pub(crate) async fn job(State(ui): State<Ui>, admin: Admin, Path(jid): Path<Stri
         axum::http::Uri::from_static("/"),
     )
     .await;
-    let status = app.inner.handle.state().jobs.get(&jid).map(|j| j.status);
-    let lc = app.inner.handle.lifecycle();
+    // Each action is offered only when the engine would take it now.
     let allowed = |action: &str| -> bool {
-        let Some(s) = status else { return false };
-        match action {
-            // A failure no requeue recovers offers no requeue (the API
-            // would refuse it: 409 unrecoverable_failure).
-            "requeue" => {
-                s == JobState::Failed && view.failure.as_ref().is_none_or(|f| f.recoverable)
-            }
-            "hold" => lc.jobs.can(s, JobState::Held),
-            "release" => s == JobState::Held,
-            "fail" => lc.jobs.can(s, JobState::Failed),
-            "delete" => lc.jobs.can(s, JobState::Deleted) || s == JobState::Completed,
-            _ => false,
-        }
+        let reason = "offered by the admin web UI".to_string();
+        let cmd = match action {
+            "requeue" => Command::RequeueJob { jid, reason },
+            "hold" => Command::HoldJob { jid, reason },
+            "release" => Command::ReleaseJob { jid, reason },
+            "fail" => Command::SetJobStatus {
+                jid,
+                target: Target::To(JobState::Failed),
+                message: reason,
+                priority: None,
+            },
+            "delete" => Command::DeleteJob { jid, reason },
+            _ => return false,
+        };
+        allows(app, &app.inner.handle.state(), &cmd)
     };
     let summary = serde_json::to_value(&view).unwrap_or(Value::Null);
     let actions = [
@@ -450,6 +393,14 @@ pub(crate) async fn job(State(ui): State<Ui>, admin: Admin, Path(jid): Path<Stri
             a href=(format!("/ui/batches/{}", enc(&view.bid))) { (cut(&view.bid)) } }
         @if let Some(f) = view.failure.as_ref().filter(|_| view.status == "Failed") {
             p #job-failure { "Failure: " strong { (cut(&f.kind)) } " — " (cut(&f.explanation)) }
+        } @else if view.status == "Failed" && !view.message.is_empty() {
+            p #job-failure { "Failure: " (cut(&view.message)) }
+        }
+        @if view.status == "Provisioning" {
+            p #job-waiting {
+                "Waiting for working storage: the job needs " (bytes(view.space_needed))
+                "; provisioning holds it while the working storage is fuller than the provisioning threshold or has fewer bytes free than that."
+            }
         }
         section.actions {
             @for (action, label) in actions {
@@ -504,8 +455,8 @@ pub(crate) async fn collections(State(ui): State<Ui>, admin: Admin) -> Response 
                 @for c in &views {
                     @let p = enc(&c.profile);
                     tr {
-                        td { a href=(format!("/ui/jobs?collection={p}")) { (cut(&c.profile)) } }
-                        td { @if c.held { strong { "held" } } }
+                        td.id { a href=(format!("/ui/jobs?collection={p}")) { (cut(&c.profile)) } }
+                        td.state { @if c.held { strong { "held" } } }
                         td { (cut(&c.jobs_by_state.iter().map(|(s, n)| format!("{s} {n}")).collect::<Vec<_>>().join(", "))) }
                         td {
                             @if c.held {
@@ -536,12 +487,13 @@ pub(crate) async fn consistency(State(ui): State<Ui>, admin: Admin) -> Response 
                     " at log position " (r.position) ", " (r.nodes_checked) " nodes checked, " (cut(&r.checked_at)) }
                 @if r.findings.is_empty() { p { "No findings." } }
                 table.list #findings {
+                    thead { tr { th { "Severity" } th { "Rule" } th { "Path" } th { "What" } th { "Repair" } } }
                     tbody {
                         @for f in &r.findings {
                             tr {
-                                td { (f.severity.as_str()) }
-                                td { (cut(&f.rule)) }
-                                td { (cut(&f.path)) }
+                                td.state { span class=(format!("status {}", f.severity.as_str())) { (f.severity.as_str()) } }
+                                td.state { (cut(&f.rule)) }
+                                td.id { (cut(&f.path)) }
                                 td { (cut(&f.detail)) }
                                 td {
                                     @if let Some(repair) = &f.repair {
@@ -575,7 +527,7 @@ pub(crate) async fn faults(State(ui): State<Ui>, admin: Admin) -> Response {
         p { "An armed fault turns the next successful report of a step into a failure, recorded with your name and reason." }
         h2 { "Armed" }
         @if armed.armed.is_empty() { p.muted #armed { "none" } } @else {
-            table.counts #armed { tbody { @for (s, n) in &armed.armed { tr { th { (cut(s)) } td.num { (n) } } } } }
+            table.counts #armed { thead { tr { th { "Step" } th { "Reports to fail" } } } tbody { @for (s, n) in &armed.armed { tr { td.state { (cut(s)) } td.num { (n) } } } } }
             form.action method="post" action="/ui/faults/clear" {
                 (csrf_field(&admin))
                 button type="submit" #clear-faults { "Clear all" }
@@ -591,4 +543,43 @@ pub(crate) async fn faults(State(ui): State<Ui>, admin: Admin) -> Response {
         }
     };
     respond(StatusCode::OK, page("Faults", Some(&admin), body))
+}
+
+/// A byte count for people (binary units).
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    match unit {
+        0 => format!("{n} bytes"),
+        _ => format!("{v:.1} {}", UNITS[unit]),
+    }
+}
+
+/// `GET /ui/access/{qid}`: an access (assembly) request.
+pub(crate) async fn access(
+    State(ui): State<Ui>,
+    admin: Admin,
+    Path(qid): Path<String>,
+) -> Response {
+    let Ok(qid) = qid.parse::<Qid>() else {
+        return no_such(&admin, "access request", &qid);
+    };
+    let view = match crate::api::access::show(State(ui.app.clone()), ApiPath(qid)).await {
+        Ok(Json(v)) => v,
+        Err(e) => return api_error(&admin, &e),
+    };
+    let summary = serde_json::to_value(&view).unwrap_or(Value::Null);
+    let body = html! {
+        p { "State " strong #access-state { (cut(&view.status)) } " · queue " (cut(&view.queue)) }
+        (value(&summary))
+    };
+    respond(
+        StatusCode::OK,
+        page(&format!("Access request {qid}"), Some(&admin), body),
+    )
 }

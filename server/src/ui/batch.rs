@@ -1,0 +1,349 @@
+//! The batch page (`GET /ui/batches/{bid}`) and its actions
+//! (`POST /ui/batches/{bid}/{action}`), laid out for what an operator comes
+//! with: the state and counts, why it failed (first), what can be done
+//! now, the jobs, then the timeline. Each value is shown once.
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::Json;
+use ingest_events::{Bid, Command, Jid, JobState};
+use ingest_protocol::report::BatchView;
+use maud::{html, Markup};
+
+use super::actions::{back, ActionForm};
+use super::pages::{api_error, history, no_such, reason_form};
+use super::{allows, check_post, cut, enc, error_page, page, respond, Admin, Ui};
+use crate::api::{admin as api, ApiError, ApiJson, ApiPath, CorrelationId};
+
+/// The actions of a batch, in the order they are offered: the form's
+/// path segment and its button.
+const ACTIONS: [(&str, &str); 4] = [
+    ("release", "Release"),
+    ("requeue-failed", "Requeue failed jobs"),
+    ("update-reporting", "Update report"),
+    ("delete", "Delete"),
+];
+
+/// The reason a dry run of a command carries (never recorded).
+const DRY_RUN: &str = "offered by the admin web UI";
+
+fn command(action: &str, bid: Bid) -> Option<Command> {
+    let reason = DRY_RUN.to_string();
+    match action {
+        "release" => Some(Command::ReleaseBatch { bid, reason }),
+        "update-reporting" => Some(Command::UpdateReporting { bid, reason }),
+        "delete" => Some(Command::DeleteBatch { bid, reason }),
+        _ => None,
+    }
+}
+
+/// `f` of each job of `bid` (at most 1000, in creation order) with the
+/// engine's state at hand; the jobs for which it gives `Some`.
+fn over_jobs<T>(
+    ui: &Ui,
+    bid: Bid,
+    mut f: impl FnMut(&ingest_events::State, &ingest_events::state::Job) -> Option<T>,
+) -> Vec<T> {
+    let state = ui.app.inner.handle.state();
+    let Some(b) = state.batches.get(&bid) else {
+        return Vec::new();
+    };
+    b.jobs
+        .iter()
+        .take(1000)
+        .filter_map(|jid| state.jobs.get(jid))
+        .filter_map(|j| f(&state, j))
+        .collect()
+}
+
+/// The failed jobs of `bid` that the engine would requeue now.
+fn requeueable(ui: &Ui, bid: Bid) -> Vec<Jid> {
+    over_jobs(ui, bid, |state, j| {
+        let cmd = Command::RequeueJob {
+            jid: j.jid,
+            reason: DRY_RUN.to_string(),
+        };
+        (j.status == JobState::Failed && allows(&ui.app, state, &cmd)).then_some(j.jid)
+    })
+}
+
+/// The actions the engine would take on `bid` now: each is asked of the
+/// engine's own decision function against its current state, so the page
+/// offers exactly what the API would accept.
+fn offered(ui: &Ui, bid: Bid) -> Vec<(&'static str, &'static str)> {
+    let any_requeue = !requeueable(ui, bid).is_empty();
+    let state = ui.app.inner.handle.state();
+    ACTIONS
+        .into_iter()
+        .filter(|(action, _)| match command(action, bid) {
+            Some(cmd) => allows(&ui.app, &state, &cmd),
+            None => any_requeue,
+        })
+        .collect()
+}
+
+fn when(t: &chrono::DateTime<chrono::Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S").to_string()
+}
+
+fn ms(n: Option<i64>) -> String {
+    match n {
+        Some(ms) if ms >= 10_000 => format!("{:.1} s", ms as f64 / 1000.0),
+        Some(ms) => format!("{ms} ms"),
+        None => "—".into(),
+    }
+}
+
+/// A failed job as the failure section shows it.
+struct FailedJob {
+    jid: Jid,
+    failed_in: String,
+    kind: String,
+    message: String,
+}
+
+/// The failed jobs of `bid`, from the engine's state.
+fn failed_jobs(ui: &Ui, bid: Bid) -> Vec<FailedJob> {
+    over_jobs(ui, bid, |_, j| {
+        (j.status == JobState::Failed).then(|| FailedJob {
+            jid: j.jid,
+            failed_in: j.failed_in.map_or_else(|| "—".into(), |s| s.to_string()),
+            kind: j
+                .failure
+                .map_or_else(|| "—".into(), |k| k.name().to_string()),
+            message: j.message.clone(),
+        })
+    })
+}
+
+/// Each job of `bid` with its local ids (joined) and ark, from the
+/// engine's state (the batch view does not carry them).
+fn identifiers(ui: &Ui, bid: Bid) -> std::collections::BTreeMap<String, (String, String)> {
+    over_jobs(ui, bid, |_, j| {
+        let ids = &j.identifiers;
+        let ark = ids.primary_id.clone().unwrap_or_default();
+        Some((j.jid.to_string(), (ids.local_ids.join(", "), ark)))
+    })
+    .into_iter()
+    .collect()
+}
+
+/// Why the batch failed: its own message and each failed job's.
+fn failure(view: &BatchView, failed: &[FailedJob]) -> Markup {
+    let batch_failed = view.status == "Failed";
+    html! {
+        @if batch_failed || !failed.is_empty() {
+            section.failure #batch-failure {
+                h2 { "Failure" }
+                @if batch_failed && !view.message.is_empty() {
+                    p #batch-message { (cut(&view.message)) }
+                }
+                @if !failed.is_empty() {
+                    table.list #failed-jobs {
+                        thead { tr { th { "Failed job" } th { "Failed in" } th { "Kind" } th { "Why" } } }
+                        tbody {
+                            @for j in failed {
+                                tr {
+                                    td.id { a href=(format!("/ui/jobs/{}", j.jid)) { (j.jid) } }
+                                    td.state { (j.failed_in) }
+                                    td.state { (j.kind) }
+                                    td { (cut(&j.message)) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `GET /ui/batches/{bid}`.
+pub(crate) async fn batch(State(ui): State<Ui>, admin: Admin, Path(bid): Path<String>) -> Response {
+    let Ok(bid) = bid.parse::<Bid>() else {
+        return no_such(&admin, "batch", &bid);
+    };
+    let app = &ui.app;
+    let view = match crate::api::depositor::batch(State(app.clone()), ApiPath(bid)).await {
+        Ok(Json(v)) => v,
+        Err(e) => return api_error(&admin, &e),
+    };
+    let hist = crate::api::depositor::batch_history(
+        State(app.clone()),
+        ApiPath(bid),
+        axum::http::Uri::from_static("/"),
+    )
+    .await;
+    let actions = offered(&ui, bid);
+    let failed = failed_jobs(&ui, bid);
+    let ids = identifiers(&ui, bid);
+    let t = &view.timings;
+    let body = html! {
+        p.summary {
+            "State " strong #batch-state class=(format!("badge {}", view.status)) { (cut(&view.status)) }
+            " · collection " a href=(format!("/ui/batches?collection={}", enc(&view.profile))) { (cut(&view.profile)) }
+            " · submitter " (cut(&view.submitter))
+            " · " (cut(&view.payload_type)) " " span.url { (cut(&view.payload_url)) }
+        }
+        (failure(&view, &failed))
+        section.actions #batch-actions {
+            @for (action, label) in &actions {
+                (reason_form(&admin, &format!("/ui/batches/{bid}/{action}"), label, action))
+            }
+            @if actions.is_empty() { p.muted #no-actions { "No action is possible in this state." } }
+        }
+        section.split {
+            div {
+                h2 { "Jobs by state" }
+                table.counts #batch-counts {
+                    thead { tr { th { "State" } th { "Jobs" } } }
+                    tbody {
+                        @for (state, n) in &view.jobs_by_state {
+                            tr { td.state { (cut(state)) } td.num { (n) } }
+                        }
+                        tr.total { th { "All" } td.num { (view.job_count) } }
+                    }
+                }
+                p.muted { (view.retries.requeues) " requeues, " (view.retries.step_retries) " step retries" }
+            }
+            div {
+                h2 { "Progress" }
+                table.counts #batch-timings {
+                    thead { tr { th { "Stage" } th { "At" } th { "After the previous" } } }
+                    tbody {
+                        tr { td.state { "Submitted" } td { (when(&t.submitted)) } td { "" } }
+                        @if let Some(a) = &t.acquired { tr { td.state { "Acquired" } td { (when(a)) } td { (ms(t.submitted_to_acquired_ms)) } } }
+                        @if let Some(a) = &t.reporting { tr { td.state { "Reporting" } td { (when(a)) } td { (ms(t.acquired_to_reporting_ms)) } } }
+                        @if let Some(a) = &t.completed { tr { td.state { "Completed" } td { (when(a)) } td { (ms(t.reporting_to_completed_ms)) } } }
+                        @if let Some(a) = &t.failed { tr { td.state { "Failed" } td { (when(a)) } td { "" } } }
+                        @if let Some(a) = &t.deleted { tr { td.state { "Deleted" } td { (when(a)) } td { "" } } }
+                        @if let Some(a) = &t.cleaned_up { tr { td.state { "Cleaned up" } td { (when(a)) } td { "" } } }
+                    }
+                }
+                @match &view.report {
+                    Some(r) => p #batch-report {
+                        @if r.update { "Update report " } @else { "Report " }
+                        "sent " (when(&r.at)) ": " (r.successful_jobs.len()) " completed, " (r.failed_jobs.len()) " failed"
+                    },
+                    None => p.muted #batch-report { "Not reported yet." },
+                }
+            }
+        }
+        h2 { "Jobs" }
+        table.list #batch-jobs {
+            thead { tr { th { "Job" } th { "State" } th { "Local ids" } th { "Ark" } th { "Priority" } th { "Requeues" } th { "In state since" } th { "Payload" } } }
+            tbody {
+                @for j in view.jobs.iter().take(1000) {
+                    @let (local_ids, ark) = ids.get(&j.jid).cloned().unwrap_or_default();
+                    tr {
+                        td.id { a href=(format!("/ui/jobs/{}", enc(&j.jid))) { (cut(&j.jid)) } }
+                        td.state { (cut(&j.status)) }
+                        td { (cut(&local_ids)) }
+                        td.id { (cut(&ark)) }
+                        td.num { (j.priority) }
+                        td.num { (j.retry_count) }
+                        td.state { (when(&j.in_state_since)) }
+                        td { span.url { (cut(&j.payload_url)) } }
+                    }
+                }
+            }
+        }
+        @if view.jobs.len() > 1000 {
+            p.muted { "The first 1000 of " (view.jobs.len()) " jobs; "
+                a href=(format!("/ui/jobs?batch={bid}")) { "all of them in the job listing" } }
+        }
+        h2 { "Timeline" }
+        @match &hist {
+            Ok(Json(h)) => (history(&h.events)),
+            Err(e) => p.muted { (cut(e.message())) },
+        }
+    };
+    respond(
+        StatusCode::OK,
+        page(&format!("Batch {bid}"), Some(&admin), body),
+    )
+}
+
+/// `POST /ui/batches/{bid}/{action}`: release, update-reporting, delete,
+/// requeue-failed (each failed job the engine would requeue, one request
+/// per job, with the same reason).
+pub(crate) async fn act(
+    State(ui): State<Ui>,
+    admin: Admin,
+    cid: CorrelationId,
+    headers: HeaderMap,
+    Path((bid, action)): Path<(String, String)>,
+    axum::Form(form): axum::Form<ActionForm>,
+) -> Response {
+    if let Some(refused) = check_post(&headers, &admin, form.csrf.as_deref()) {
+        return refused;
+    }
+    let Ok(bid) = bid.parse::<Bid>() else {
+        return error_page(StatusCode::NOT_FOUND, Some(&admin), "no such batch");
+    };
+    let (app, who, body) = (State(ui.app.clone()), admin.name(), ApiJson(form.body()));
+    let path = ApiPath(bid);
+    let outcome: Result<String, ApiError> = match action.as_str() {
+        "release" => api::release_batch(app, cid, who, path, body)
+            .await
+            .map(|Json(a)| format!("release {bid}: {} event(s) recorded", a.events.len())),
+        "update-reporting" => {
+            api::update_reporting(app, cid, who, path, body)
+                .await
+                .map(|Json(a)| {
+                    format!(
+                        "update report of {bid}: {} event(s) recorded",
+                        a.events.len()
+                    )
+                })
+        }
+        "delete" => api::delete_batch(app, cid, who, path, body)
+            .await
+            .map(|Json(a)| format!("delete {bid}: {} event(s) recorded", a.events.len())),
+        "requeue-failed" => requeue_failed(&ui, &admin, cid, bid, &form).await,
+        _ => return error_page(StatusCode::NOT_FOUND, Some(&admin), "no such action"),
+    };
+    back(&ui, &admin, &format!("/ui/batches/{bid}"), outcome)
+}
+
+/// Requeues every failed job of `bid` the engine would requeue; stops at
+/// the first refusal, saying how many were requeued before it.
+async fn requeue_failed(
+    ui: &Ui,
+    admin: &Admin,
+    cid: CorrelationId,
+    bid: Bid,
+    form: &ActionForm,
+) -> Result<String, ApiError> {
+    let jids = requeueable(ui, bid);
+    if jids.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "nothing_to_requeue",
+            format!("batch {bid} has no failed job that can be requeued"),
+        ));
+    }
+    for (done, jid) in jids.iter().enumerate() {
+        let r = api::requeue_job(
+            State(ui.app.clone()),
+            cid,
+            admin.name(),
+            ApiPath(*jid),
+            ApiJson(form.body()),
+        )
+        .await;
+        if let Err(e) = r {
+            return Err(ApiError::new(
+                e.status(),
+                "requeue_stopped",
+                format!(
+                    "requeued {done} of {} failed jobs; {jid}: {}",
+                    jids.len(),
+                    e.message()
+                ),
+            ));
+        }
+    }
+    Ok(format!("requeued {} failed job(s) of {bid}", jids.len()))
+}
