@@ -208,7 +208,11 @@ async fn readyz_names_a_zookeeper_down_while_idle_and_logs_it_once() {
         let (code, body) = server.call(Method::GET, "/readyz", "", None).await;
         assert_eq!(code, 503, "{body}");
     }
-    assert_eq!(not_ready() - before, 1, "one line per change, not per probe");
+    assert_eq!(
+        not_ready() - before,
+        1,
+        "one line per change, not per probe"
+    );
     zk_server.start();
     eventually("ready again once ZooKeeper is back", 120, async || {
         let (code, _) = server.call(Method::GET, "/readyz", "", None).await;

@@ -709,6 +709,67 @@ async fn an_operator_finds_a_failed_batch_and_acts_on_it_in_the_browser() {
     batch_scenario(None).await;
 }
 
+/// Issue 26 (D1 through the UI): a batch submitted to a held collection is
+/// Held; its page says why and offers the collection's release (a Held
+/// batch of a held collection cannot be released alone), nothing else of
+/// a release; releasing from the batch page gets the batch acquired and
+/// walked to Completed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_batch_is_released_from_its_page_and_acquired() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_zk, s) = start(dir.path(), Some(&[]), &[]);
+    let (status, body) = s
+        .call(
+            reqwest::Method::POST,
+            "/collections/demo/hold",
+            ADMIN,
+            Some(json!({"reason": "storage migration"})),
+        )
+        .await;
+    assert!(status < 300, "{body}");
+    let bid = s.submit(2).await;
+    eventually("the batch to be Held", 60, async || {
+        (s.get(&format!("/batches/{bid}")).await["status"] == "Held").then_some(())
+    })
+    .await;
+    let (_driver, c) = browser().await;
+    let result = async {
+        c.goto(&format!("{}/ui/login", s.base)).await?;
+        c.find(Locator::Css("#token"))
+            .await?
+            .send_keys(ALICE)
+            .await?;
+        click_through(&c, "#login").await?;
+        c.goto(&format!("{}/ui/batches/{bid}", s.base)).await?;
+        assert_eq!(text_of(&c, "#batch-state").await.as_deref(), Some("Held"));
+        let why = text_of(&c, "#held-by").await.unwrap_or_default();
+        assert!(why.contains("demo"), "{why}");
+        let offered = buttons(&c, "#batch-actions button").await?;
+        assert!(
+            offered.contains(&"Release the collection".to_string()),
+            "{offered:?}"
+        );
+        assert!(!offered.contains(&"Release".to_string()), "{offered:?}");
+        act(&c, "release-collection", "migration done").await?;
+        let flash = text_of(&c, ".flash").await.unwrap_or_default();
+        assert!(flash.contains("release the collection"), "{flash}");
+        eventually(
+            "the released batch to be acquired and completed",
+            60,
+            async || {
+                (s.get(&format!("/batches/{bid}")).await["status"] == "Completed").then_some(())
+            },
+        )
+        .await;
+        c.goto(&format!("{}/ui/batches/{bid}", s.base)).await?;
+        assert!(c.find(Locator::Css("#held-by")).await.is_err());
+        Ok::<(), fantoccini::error::CmdError>(())
+    }
+    .await;
+    let _ = c.close().await;
+    result.expect("the browser scenario");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_waiting_in_provisioning_says_why_on_its_page() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -18,8 +18,9 @@ use crate::api::{admin as api, ApiError, ApiJson, ApiPath, CorrelationId};
 
 /// The actions of a batch, in the order they are offered: the form's
 /// path segment and its button.
-const ACTIONS: [(&str, &str); 4] = [
+const ACTIONS: [(&str, &str); 5] = [
     ("release", "Release"),
+    ("release-collection", "Release the collection"),
     ("requeue-failed", "Requeue failed jobs"),
     ("update-reporting", "Update report"),
     ("delete", "Delete"),
@@ -28,10 +29,14 @@ const ACTIONS: [(&str, &str); 4] = [
 /// The reason a dry run of a command carries (never recorded).
 const DRY_RUN: &str = "offered by the admin web UI";
 
-fn command(action: &str, bid: Bid) -> Option<Command> {
+fn command(action: &str, bid: Bid, profile: &str) -> Option<Command> {
     let reason = DRY_RUN.to_string();
     match action {
         "release" => Some(Command::ReleaseBatch { bid, reason }),
+        "release-collection" => Some(Command::ReleaseCollection {
+            profile: profile.to_string(),
+            reason,
+        }),
         "update-reporting" => Some(Command::UpdateReporting { bid, reason }),
         "delete" => Some(Command::DeleteBatch { bid, reason }),
         _ => None,
@@ -71,16 +76,36 @@ fn requeueable(ui: &Ui, bid: Bid) -> Vec<Jid> {
 /// The actions the engine would take on `bid` now: each is asked of the
 /// engine's own decision function against its current state, so the page
 /// offers exactly what the API would accept.
+///
+/// A Held batch of a held collection cannot be released by itself (the
+/// engine refuses while the collection is held); its page offers the
+/// collection's release instead, which releases the collection's held
+/// batches and jobs.
 fn offered(ui: &Ui, bid: Bid) -> Vec<(&'static str, &'static str)> {
     let any_requeue = !requeueable(ui, bid).is_empty();
     let state = ui.app.inner.handle.state();
+    let Some(b) = state.batches.get(&bid) else {
+        return Vec::new();
+    };
+    let held = b.status == ingest_events::BatchState::Held;
+    let profile = b.submission.profile_name.as_str();
     ACTIONS
         .into_iter()
-        .filter(|(action, _)| match command(action, bid) {
+        .filter(|(action, _)| match command(action, bid, profile) {
+            Some(_) if *action == "release-collection" && !held => false,
             Some(cmd) => allows(&ui.app, &state, &cmd),
             None => any_requeue,
         })
         .collect()
+}
+
+/// The collection whose hold holds `bid`, if any.
+fn holding_collection(ui: &Ui, bid: Bid) -> Option<String> {
+    let state = ui.app.inner.handle.state();
+    let b = state.batches.get(&bid)?;
+    let profile = &b.submission.profile_name;
+    (b.status == ingest_events::BatchState::Held && state.held_collections.contains(profile))
+        .then(|| profile.clone())
 }
 
 fn when(t: &chrono::DateTime<chrono::Utc>) -> String {
@@ -186,6 +211,9 @@ pub(crate) async fn batch(State(ui): State<Ui>, admin: Admin, Path(bid): Path<St
             " · submitter " (cut(&view.submitter))
             " · " (cut(&view.payload_type)) " " span.url { (cut(&view.payload_url)) }
         }
+        @if let Some(c) = holding_collection(&ui, bid) {
+            p #held-by { "Held because collection " strong { (cut(&c)) } " is on hold: releasing the collection releases its held batches and jobs." }
+        }
         (failure(&view, &failed))
         section.actions #batch-actions {
             @for (action, label) in &actions {
@@ -265,9 +293,10 @@ pub(crate) async fn batch(State(ui): State<Ui>, admin: Admin, Path(bid): Path<St
     )
 }
 
-/// `POST /ui/batches/{bid}/{action}`: release, update-reporting, delete,
-/// requeue-failed (each failed job the engine would requeue, one request
-/// per job, with the same reason).
+/// `POST /ui/batches/{bid}/{action}`: release, release-collection (the
+/// batch's collection), update-reporting, delete, requeue-failed (each
+/// failed job the engine would requeue, one request per job, with the
+/// same reason).
 pub(crate) async fn act(
     State(ui): State<Ui>,
     admin: Admin,
@@ -302,6 +331,26 @@ pub(crate) async fn act(
             .await
             .map(|Json(a)| format!("delete {bid}: {} event(s) recorded", a.events.len())),
         "requeue-failed" => requeue_failed(&ui, &admin, cid, bid, &form).await,
+        "release-collection" => {
+            let profile = {
+                let state = ui.app.inner.handle.state();
+                state
+                    .batches
+                    .get(&bid)
+                    .map(|b| b.submission.profile_name.clone())
+            };
+            let Some(name) = profile.and_then(|p| p.parse::<api::ProfileName>().ok()) else {
+                return error_page(StatusCode::NOT_FOUND, Some(&admin), "no such batch");
+            };
+            api::release_collection(app, cid, who, ApiPath(name), body)
+                .await
+                .map(|Json(a)| {
+                    format!(
+                        "release the collection of {bid}: {} event(s) recorded",
+                        a.events.len()
+                    )
+                })
+        }
         _ => return error_page(StatusCode::NOT_FOUND, Some(&admin), "no such action"),
     };
     back(&ui, &admin, &format!("/ui/batches/{bid}"), outcome)
