@@ -340,6 +340,16 @@ async fn click_through(c: &Client, css: &str) -> Result<(), fantoccini::error::C
     Ok(())
 }
 
+/// Logs alice in through the login form.
+async fn log_in(c: &Client, s: &Server) -> Result<(), fantoccini::error::CmdError> {
+    c.goto(&format!("{}/ui/login", s.base)).await?;
+    c.find(Locator::Css("#token"))
+        .await?
+        .send_keys(ALICE)
+        .await?;
+    click_through(c, "#login").await
+}
+
 /// Gives the reason of the action form `action` and sends it.
 async fn act(c: &Client, action: &str, reason: &str) -> Result<(), fantoccini::error::CmdError> {
     c.find(Locator::Css(&format!("#reason-{action}")))
@@ -580,12 +590,7 @@ async fn batch_scenario(shots: Option<PathBuf>) {
         })
         .await;
 
-        c.goto(&format!("{}/ui/login", s.base)).await?;
-        c.find(Locator::Css("#token"))
-            .await?
-            .send_keys(ALICE)
-            .await?;
-        click_through(&c, "#login").await?;
+        log_in(&c, &s).await?;
 
         // The header's search box finds the batch by its id.
         search_for(&c, &bid).await?;
@@ -734,12 +739,7 @@ async fn a_held_batch_is_released_from_its_page_and_acquired() {
     .await;
     let (_driver, c) = browser().await;
     let result = async {
-        c.goto(&format!("{}/ui/login", s.base)).await?;
-        c.find(Locator::Css("#token"))
-            .await?
-            .send_keys(ALICE)
-            .await?;
-        click_through(&c, "#login").await?;
+        log_in(&c, &s).await?;
         c.goto(&format!("{}/ui/batches/{bid}", s.base)).await?;
         assert_eq!(text_of(&c, "#batch-state").await.as_deref(), Some("Held"));
         let why = text_of(&c, "#held-by").await.unwrap_or_default();
