@@ -176,16 +176,20 @@ fn compare_with_zookeeper(log: &Log, zk: &ZkArgs, verified: &mut Verified) {
     }
 }
 
-/// Whether this process may not write the log's directory or a file in it.
+/// Whether the log's directory or a file in it is not to be written: its
+/// permission bits say read-only (an auditor's copy; root would write it
+/// anyway), or the kernel refuses this process a write (`access(W_OK)`: a
+/// read-only mount, whose files keep their write bits, answers `EROFS`).
+/// Nothing is opened for writing to find out.
 fn read_only(dir: &Path) -> bool {
     let Ok(entries) = fs::read_dir(dir) else {
         return false;
     };
-    let dir_read_only = fs::metadata(dir).is_ok_and(|m| m.permissions().readonly());
-    dir_read_only
-        || entries
-            .flatten()
-            .any(|e| e.metadata().is_ok_and(|m| m.permissions().readonly()))
+    let unwritable = |path: &Path| {
+        fs::metadata(path).is_ok_and(|m| m.permissions().readonly())
+            || rustix::fs::access(path, rustix::fs::Access::WRITE_OK).is_err()
+    };
+    unwritable(dir) || entries.flatten().any(|e| unwritable(&e.path()))
 }
 
 /// A writable copy of a log directory in the temporary directory, removed

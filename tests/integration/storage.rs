@@ -200,17 +200,24 @@ fn damaged_log_files_give_a_readable_error_from_every_command() {
     }
 }
 
+/// A copy (`backup` in a temporary directory) of a data directory that
+/// holds `events` submissions.
+fn backup_of(events: usize) -> (tempfile::TempDir, PathBuf) {
+    let ing = Ingest::new();
+    for n in 0..events {
+        submit(&ing, n, 0);
+    }
+    let work = tempfile::tempdir().expect("tempdir");
+    let copy = work.path().join("backup");
+    copy_dir(ing.data_dir(), &copy);
+    (work, copy)
+}
+
 /// An auditor's read-only copy of a data directory verifies, and not a
 /// byte or a timestamp of it changes.
 #[test]
 fn verify_of_a_read_only_copy_works_and_writes_nothing() {
-    let ing = Ingest::new();
-    for n in 0..5 {
-        submit(&ing, n, 0);
-    }
-    let work = tempfile::tempdir().unwrap();
-    let copy = work.path().join("backup");
-    copy_dir(ing.data_dir(), &copy);
+    let (_work, copy) = backup_of(5);
     let status = Command::new("chmod")
         .args(["-R", "a-w"])
         .arg(&copy)
@@ -227,6 +234,73 @@ fn verify_of_a_read_only_copy_works_and_writes_nothing() {
         .args(["-R", "u+w"])
         .arg(&copy)
         .status();
+}
+
+/// A read-only bind mount, unmounted on drop (even when the test fails).
+struct ReadOnlyMount(PathBuf);
+
+impl ReadOnlyMount {
+    /// Mounts `from` read-only at `at`; `None` (with a note) when this
+    /// process may not mount, which fails the test under `CI=true`.
+    fn of(from: &Path, at: &Path) -> Option<ReadOnlyMount> {
+        fs::create_dir_all(at).expect("the mount point");
+        let run = |args: &[&str]| {
+            Command::new("mount")
+                .args(args)
+                .output()
+                .map_err(|e| e.to_string())
+                .and_then(|o| {
+                    o.status
+                        .success()
+                        .then_some(())
+                        .ok_or_else(|| String::from_utf8_lossy(&o.stderr).into_owned())
+                })
+        };
+        let bound = run(&["--bind", &from.to_string_lossy(), &at.to_string_lossy()]);
+        if let Err(e) = bound {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "cannot make a bind mount (root and mount(8) are needed): {e}"
+            );
+            eprintln!("note: not tested, cannot make a bind mount: {e}");
+            return None;
+        }
+        let mount = ReadOnlyMount(at.to_path_buf());
+        run(&["-o", "remount,ro,bind", &at.to_string_lossy()]).expect("remount read-only");
+        Some(mount)
+    }
+}
+
+impl Drop for ReadOnlyMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Issue 25, finding 10: `verify` judged a read-only directory by its
+/// permission bits, so on a read-only mount whose files keep their write
+/// bits it opened the log for writing and failed. It now asks the kernel
+/// and verifies a private copy.
+#[test]
+fn verify_works_on_a_read_only_mount_whose_files_keep_their_write_bits() {
+    let (work, source) = backup_of(3);
+    let at = work.path().join("mnt");
+    let Some(mount) = ReadOnlyMount::of(&source, &at) else {
+        return;
+    };
+    assert!(
+        !fs::metadata(at.join("log"))
+            .unwrap()
+            .permissions()
+            .readonly(),
+        "the files keep their write bits"
+    );
+    let before = fingerprint(&at);
+    let run = run_in(&at, &["verify"], &[]).ok();
+    assert!(run.stdout.contains("3 events checked"), "{}", run.stdout);
+    assert!(run.stderr.contains("private copy"), "{}", run.stderr);
+    assert_eq!(fingerprint(&at), before);
+    drop(mount);
 }
 
 /// The preview of `ingest repair` and `ingest repair --yes` agree on torn
