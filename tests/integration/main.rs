@@ -7,6 +7,7 @@ mod audit;
 mod cli;
 mod deploy;
 mod dispatch;
+mod docs;
 mod failover;
 mod first_deposit;
 mod holds;
