@@ -881,6 +881,18 @@ async fn a_corrupt_manifest_fails_the_batch_naming_the_line() {
     })
     .await;
     assert!(mail.contains("line 4"), "{mail}");
+    // D2: the batch's `states` node, which the engine projects empty for a
+    // batch without jobs, is no finding of `GET /consistency`.
+    let zk = zookeeper_client::Client::connect(&rig.zk_at)
+        .await
+        .expect("zk");
+    let states = format!("/batches/{bid}/states");
+    eventually("the projected states node", 30, async || {
+        zk.check_stat(&states).await.expect("stat")
+    })
+    .await;
+    let report = rig.server.get("/consistency").await;
+    assert_eq!(report["findings"], json!([]), "{report:#}");
 
     // A file name that escapes the object fails the batch at once, naming it.
     add(
