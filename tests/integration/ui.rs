@@ -470,6 +470,13 @@ async fn requeue_scenario(shots: Option<PathBuf>) {
             html.contains("disk replaced, retry"),
             "the history has the reason"
         );
+        // What the lines above the table say is not in the table again.
+        for shown in ["jid", "bid", "status"] {
+            assert!(
+                !html.contains(&format!("<th>{shown}</th>")),
+                "{shown} twice: {html}"
+            );
+        }
         // No requeue button for a completed job.
         assert!(c.find(Locator::Css("#do-requeue")).await.is_err());
         shot(&c, shots, "job").await;
@@ -530,7 +537,9 @@ async fn buttons(c: &Client, css: &str) -> Result<Vec<String>, fantoccini::error
 /// batch page puts the failure first and offers exactly what the engine
 /// allows for a Failed batch; "Requeue failed jobs" requeues the failed
 /// job, which completes, and "Update report" makes the batch Completed.
-/// With `shots`, the batch page and a search's list are written there.
+/// An access request is found by its id and by its ark. With `shots`, the
+/// batch page, a search's list and the access request page are written
+/// there.
 async fn batch_scenario(shots: Option<PathBuf>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let (_zk, s) = start(dir.path(), Some(&[]), &[]);
@@ -695,6 +704,23 @@ async fn batch_scenario(shots: Option<PathBuf>) {
         let hits = c.find_all(Locator::Css("#search-hits tbody tr")).await?;
         assert_eq!(hits.len(), 2);
         shot(&c, shots, "search").await;
+        // An access request by its id, and its ark.
+        let (code, answer) = s
+            .call(
+                reqwest::Method::POST,
+                "/access",
+                DEPOSITOR,
+                Some(json!({"ark": "ark:/99999/fk4uiaccess", "size": 17079})),
+            )
+            .await;
+        assert_eq!(code, 201, "{answer}");
+        let qid = answer["request"]["qid"].as_str().expect("qid").to_string();
+        search_for(&c, &qid).await?;
+        assert_eq!(c.current_url().await?.path(), format!("/ui/access/{qid}"));
+        assert!(text_of(&c, "#access-state").await.is_some());
+        shot(&c, shots, "access").await;
+        search_for(&c, "ark:/99999/fk4uiaccess").await?;
+        assert_eq!(c.current_url().await?.path(), format!("/ui/access/{qid}"));
         // Nothing found says what was searched.
         search_for(&c, "no-such-thing-42").await?;
         let none = text_of(&c, "#search-none").await.unwrap_or_default();

@@ -380,7 +380,14 @@ pub(crate) async fn job(State(ui): State<Ui>, admin: Admin, Path(jid): Path<Stri
         };
         allows(app, &app.inner.handle.state(), &cmd)
     };
-    let summary = serde_json::to_value(&view).unwrap_or(Value::Null);
+    // The fields the lines above show (state, batch, failure) are not
+    // repeated in the table.
+    let mut summary = serde_json::to_value(&view).unwrap_or(Value::Null);
+    if let Value::Object(fields) = &mut summary {
+        for shown in ["jid", "bid", "status", "failure"] {
+            fields.remove(shown);
+        }
+    }
     let actions = [
         ("requeue", "Requeue"),
         ("hold", "Hold"),
