@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result};
 use ingest_events::log::Log;
-use ingest_events::{Bid, Jid, State, StreamId};
+use ingest_events::{Bid, Event, Jid, State, StreamId};
 pub use ingest_protocol::history::{HistoryQuery, HistoryRow};
 
 /// Every event of a batch and of each of its jobs, by position.
@@ -65,6 +65,15 @@ pub enum Scope {
     Job(Jid),
 }
 
+/// The collection a system event is about (a hold, a release).
+fn collection_of(event: &Event) -> Option<&str> {
+    match event {
+        Event::CollectionHeld(e) => Some(&e.profile),
+        Event::CollectionReleased(e) => Some(&e.profile),
+        _ => None,
+    }
+}
+
 /// The rows of a history query, by position, and whether more matched than
 /// its limit.
 ///
@@ -109,10 +118,21 @@ pub fn query(log: &Log, scope: &Scope, q: &HistoryQuery) -> Result<(Vec<HistoryR
             }
         });
     }
+    // The collection's own events (its holds and releases) are in the
+    // system stream, which the collection index does not name.
+    let mut own = Vec::new();
+    if let (Some(c), Scope::Log) = (&q.collection, scope) {
+        for p in log.stream_positions(StreamId::System)? {
+            if (lo..=hi).contains(&p) && collection_of(&log.read_one(p)?.event) == Some(c.as_str())
+            {
+                own.push(p);
+            }
+        }
+    }
     let listed: Option<Vec<u64>> = match streams {
         None => None,
         Some(streams) => {
-            let mut positions = Vec::new();
+            let mut positions = own;
             for s in streams {
                 positions.extend(
                     log.stream_positions(s)?

@@ -4,7 +4,9 @@
 //! - a batch submitted to a held collection goes Held at acquisition; once
 //!   the collection is released it is acquired and completes without a
 //!   restart (D1: the worker had put it among its acquired batches for
-//!   good, so it stayed Pending until the worker restarted).
+//!   good, so it stayed Pending until the worker restarted);
+//! - `history --collection C` shows C's own holds and releases beside its
+//!   batches' and jobs' events (D5).
 
 use serde_json::Value;
 
@@ -58,4 +60,21 @@ async fn a_batch_released_from_a_collection_hold_is_acquired_and_completes() {
     batch_in(&s, &second, "Held", 60).await;
     admin(&s, &["collection", "held", "release", "--reason", "done"]).ok();
     batch_in(&s, &second, "Completed", 60).await;
+
+    // D5: the collection's history has its own holds and releases.
+    let run = admin(&s, &["history", "--collection", "held", "--format", "json"]).ok();
+    let rows: Value = serde_json::from_str(&run.stdout).expect("history JSON");
+    let events: Vec<&str> = rows
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|r| r["event"].as_str())
+        .collect();
+    let count = |e: &str| events.iter().filter(|x| **x == e).count();
+    assert_eq!(count("CollectionHeld"), 2, "{events:?}");
+    assert_eq!(count("CollectionReleased"), 2, "{events:?}");
+    assert!(count("BatchHeld") >= 2, "{events:?}");
+    // Another collection's history has none of them.
+    let run = admin(&s, &["history", "--collection", "demo", "--format", "json"]).ok();
+    assert!(!run.stdout.contains("CollectionHeld"), "{}", run.stdout);
 }
