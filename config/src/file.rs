@@ -37,6 +37,8 @@ pub(crate) struct FileConfig {
     pub(crate) ids: Option<serde_json::Value>,
     /// Snapshots and signed checkpoints ([`crate::ArchiveArgs`]).
     pub(crate) archive: Option<serde_json::Value>,
+    /// Several engines on one root ([`crate::ReplicationArgs`]).
+    pub(crate) replication: Option<serde_json::Value>,
     /// `ingest worker`'s own settings ([`FileWorker`]).
     #[serde(default)]
     pub(crate) worker: FileWorker,

@@ -8,6 +8,7 @@
 //!   daemon grammar; [`tokens`]: bearer tokens; [`profiles`]: collection
 //!   profiles;
 //! - [`archive`]: snapshots and signed checkpoints of the log;
+//! - [`replication`]: several engines on one root;
 //! - [`logging`], [`shutdown`] (one `CancellationToken` per process),
 //!   [`server_file`] (where a running server can be reached).
 //!
@@ -48,6 +49,7 @@
 
 pub use crate::admins::{NamedAdmin, SHARED_ADMIN_NAME};
 pub use crate::archive::ArchiveArgs;
+pub use crate::replication::ReplicationArgs;
 pub use crate::logging::{init_tracing, LogFormat};
 pub use crate::steps::{RealArgs, StepsArgs, StepsKind};
 pub use crate::ui::UiSettings;
@@ -66,6 +68,7 @@ pub mod error;
 mod file;
 pub mod logging;
 pub mod profiles;
+pub mod replication;
 pub mod serve;
 pub mod server_file;
 pub mod shutdown;

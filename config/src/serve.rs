@@ -156,6 +156,9 @@ pub struct ServeArgs {
     /// Snapshots and signed checkpoints of the log.
     #[command(flatten)]
     pub archive: crate::ArchiveArgs,
+    /// Several engines on one root.
+    #[command(flatten)]
+    pub replication: crate::ReplicationArgs,
     /// The ids of the options given on the command line or in the
     /// environment (clap's), which the configuration file does not
     /// override; `main` fills it from the parsed matches.
@@ -250,6 +253,8 @@ pub struct ServeConfig {
     pub real: RealArgs,
     /// Snapshots and signed checkpoints of the log.
     pub archive: crate::ArchiveArgs,
+    /// Several engines on one root.
+    pub replication: crate::ReplicationArgs,
 }
 
 /// The provisioning step's settings.
@@ -340,6 +345,31 @@ impl ServeConfig {
                 .is_some()
         {
             archive.checkpoint_key = archive.checkpoint_key.map(rel);
+        }
+        let replication: crate::ReplicationArgs =
+            section("replication").merge(&args.replication, file.replication.as_ref())?;
+        if replication.replicas == 0 {
+            return Err(invalid(
+                &file_origin,
+                "replication.replicas",
+                "must be at least 1".to_string(),
+            ));
+        }
+        if let Some(id) = &replication.engine_id {
+            let ok = !id.is_empty()
+                && id.len() <= 64
+                && id != "."
+                && id != ".."
+                && id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+            if !ok {
+                return Err(invalid(
+                    &file_origin,
+                    "replication.engine_id",
+                    "must be 1 to 64 letters, digits, '-', '_' or '.'".to_string(),
+                ));
+            }
         }
         if archive.snapshots_keep == 0 {
             return Err(invalid(
@@ -720,6 +750,7 @@ impl ServeConfig {
                 ..real
             },
             archive,
+            replication,
         })
     }
 

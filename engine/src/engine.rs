@@ -108,6 +108,63 @@ pub enum EngineError {
     /// The checkpoint signing key cannot be used.
     #[error("the checkpoint key: {0}")]
     Key(#[from] KeyFileError),
+    /// A replicated leader could not make the command's records durable in
+    /// the replicated medium: nothing was acknowledged, the engine's state
+    /// was folded again from its log, and the engine no longer leads.
+    #[error(transparent)]
+    Replication(#[from] ReplicationError),
+    /// Records copied from the leader or a peer do not continue this log.
+    #[error(transparent)]
+    Import(#[from] ingest_events::log::ImportError),
+    /// This engine is a follower of a replicated group: it takes no
+    /// commands (its clients are sent to the leader).
+    #[error("this engine follows; commands go to the leader")]
+    NotLeader,
+}
+
+/// Where a replicated leader sends each group's records before its own log
+/// takes them (implemented over ZooKeeper by `ingest-replication`).
+///
+/// The engine calls it from its writer with the frames of the commands it
+/// staged ([`ingest_events::frame`]), one per command; the records are
+/// committed to the local log only when it returns `Ok`, so nothing the
+/// medium does not hold is ever in a leader's log.
+pub trait Replicator: Send {
+    /// Makes `frames` durable in the replicated medium, in order.
+    ///
+    /// # Errors
+    /// [`ReplicationError`]: the group is not acknowledged and the engine
+    /// stops leading.
+    fn replicate(&mut self, frames: &[Vec<u8>]) -> Result<(), ReplicationError>;
+}
+
+/// A replicated write did not go through.
+///
+/// ### Handling
+/// Every variant means this engine must stop leading (its clients are sent
+/// to the new leader or told to retry): `Deposed` and `NoQuorum` say nothing
+/// was written; for `Unknown` the records may still reach the replicas
+/// through the medium, never through this engine.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplicationError {
+    /// Another engine took leadership (the fencing epoch moved).
+    #[error("this engine no longer leads: {0}")]
+    Deposed(String),
+    /// The medium has no quorum (or cannot be reached) and said so.
+    #[error("no ZooKeeper quorum: {0}")]
+    NoQuorum(String),
+    /// The write's outcome is unknown.
+    #[error("the outcome of the replicated write is unknown: {0}")]
+    Unknown(String),
+    /// One command's records exceed what the medium can carry atomically.
+    #[error("the command's records are {bytes} bytes; a replicated command carries at most {limit}")]
+    TooLarge {
+        /// The command's size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
 }
 
 /// Each command's outcome in a group, and the last position written.
@@ -133,6 +190,8 @@ pub struct Engine {
     checkpoints: CheckpointPolicy,
     key: Option<SigningKeyFile>,
     last_checkpoint: (u64, Instant),
+    /// Set while this engine leads a replicated group.
+    replicator: Option<Box<dyn Replicator>>,
     /// How long the start-up fold took, and over how many events.
     pub startup: Startup,
 }
@@ -212,18 +271,7 @@ impl Engine {
         let readable = log.needs_repair().map_or(head, |(p, _)| p - 1);
         let loaded = snapshot::load_prefetched(prefetched, &log, readable, &mut snapshot_load);
         let folding = Instant::now();
-        let (mut state, mut frontier, from) = match loaded {
-            Some(s) => {
-                let p = s.state.position;
-                (s.state, s.frontier, Some(p))
-            }
-            None => (State::new(), Frontier::new(), None),
-        };
-        for record in log.read_range(state.position + 1, readable) {
-            let record = record?;
-            state.apply(&record)?;
-            frontier.push(&record.envelope.hash);
-        }
+        let (state, frontier, from) = fold(&log, loaded, readable)?;
         let startup = Startup {
             events: state.position - from.unwrap_or(0),
             snapshot: from,
@@ -252,8 +300,73 @@ impl Engine {
             snapshots: config.snapshots,
             checkpoints: config.checkpoints,
             key,
+            replicator: None,
             startup,
         })
+    }
+
+    /// Folds the state and the Merkle tree again from the newest snapshot
+    /// and the log: after a replicated write failed, the state staged for
+    /// it is thrown away.
+    ///
+    /// # Errors
+    /// As [`Engine::open`].
+    pub fn refold(&mut self) -> Result<(), EngineError> {
+        let dir = snapshot::snapshot_dir(&self.data_dir);
+        let mut times = snapshot::LoadTimes::default();
+        let prefetched = snapshot::prefetch(&dir, &mut times);
+        let head = self.log.head().0;
+        let loaded = snapshot::load_prefetched(prefetched, &self.log, head, &mut times);
+        let (state, frontier, _) = fold(&self.log, loaded, head)?;
+        self.state = state;
+        self.frontier = frontier;
+        Ok(())
+    }
+
+    /// Leads a replicated group from now on (`Some`), or stops leading
+    /// (`None`).
+    pub fn set_replicator(&mut self, replicator: Option<Box<dyn Replicator>>) {
+        self.replicator = replicator;
+    }
+
+    /// Whether this engine holds a replicator (leads a replicated group).
+    pub fn is_replicating(&self) -> bool {
+        self.replicator.is_some()
+    }
+
+    /// Writes records copied from the leader or a peer (a frame, see
+    /// [`ingest_events::frame`]) after checking them against the log, and
+    /// folds them. Unflushed: wait with [`Engine::wait_durable`] before
+    /// counting them as applied.
+    ///
+    /// # Errors
+    /// [`EngineError::Import`] when they do not continue this log (nothing
+    /// is written), [`EngineError::Fold`] when a record does not fit the
+    /// state (the log is then ahead of the state: reopen).
+    pub fn import(&mut self, frame: &[u8]) -> Result<Vec<Recorded>, EngineError> {
+        let records = self.log.import(frame)?;
+        self.absorb(&records)?;
+        Ok(records)
+    }
+
+    /// Commits a staged group: through the replicator first when this
+    /// engine leads a replicated group. When the replicator fails, nothing
+    /// is written, the state is folded again and the error is returned.
+    fn commit_staged(
+        &mut self,
+        group: ingest_events::log::Group<'_>,
+    ) -> Result<Option<u64>, EngineError> {
+        if let Some(replicator) = self.replicator.as_mut() {
+            if !group.frames().is_empty() {
+                if let Err(e) = replicator.replicate(group.frames()) {
+                    drop(group);
+                    self.replicator = None;
+                    self.refold()?;
+                    return Err(EngineError::Replication(e));
+                }
+            }
+        }
+        Ok(group.commit()?)
     }
 
     /// Applies appended records to the state and the Merkle tree.
@@ -373,8 +486,7 @@ impl Engine {
                 event: Event::LogCheckpointed(event),
             }],
         };
-        let appended = self.log.append_unflushed(&request)??;
-        self.absorb(&appended.records)?;
+        let appended = self.append_one(&request)?;
         self.last_checkpoint = (self.state.position, Instant::now());
         Ok(Some(Outcome {
             records: appended.records,
@@ -446,11 +558,24 @@ impl Engine {
             expectations: decision.expectations,
             events: decision.events,
         };
-        let appended = self.log.append_unflushed(&request)??;
-        self.absorb(&appended.records)?;
+        let appended = self.append_one(&request)?;
         Ok(Outcome {
             records: appended.records,
         })
+    }
+
+    /// Stages one request, commits it (through the replicator when leading)
+    /// and folds it.
+    fn append_one(
+        &mut self,
+        request: &AppendRequest,
+    ) -> Result<ingest_events::log::Appended, EngineError> {
+        let log = Arc::clone(&self.log);
+        let mut group = log.begin_group();
+        let appended = group.stage(request)??;
+        self.commit_staged(group)?;
+        self.absorb(&appended.records)?;
+        Ok(appended)
     }
 
     /// Decides and stages a group of commands, each against the state left
@@ -498,8 +623,25 @@ impl Engine {
             };
             outcomes.push(outcome);
         }
-        let last = group.commit()?;
-        Ok((outcomes, last))
+        match self.commit_staged(group) {
+            Ok(last) => Ok((outcomes, last)),
+            Err(EngineError::Replication(e)) => {
+                // Nothing of the group was written: each command that had
+                // records is refused with the replication error; rejections
+                // stay as they were.
+                let outcomes = outcomes
+                    .into_iter()
+                    .map(|o| match o {
+                        Ok(o) if !o.records.is_empty() => {
+                            Err(EngineError::Replication(e.clone()))
+                        }
+                        other => other,
+                    })
+                    .collect();
+                Ok((outcomes, None))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Blocks until `position` is durable.
@@ -583,4 +725,25 @@ pub fn status_view(
         jobs_by_state,
         startup_fold_ms: u64::try_from(startup.as_millis()).unwrap_or(u64::MAX),
     }
+}
+
+/// Folds the log from a loaded snapshot (or from the start) up to `to`.
+fn fold(
+    log: &Log,
+    loaded: Option<snapshot::Snapshot>,
+    to: u64,
+) -> Result<(State, Frontier, Option<u64>), EngineError> {
+    let (mut state, mut frontier, from) = match loaded {
+        Some(s) => {
+            let p = s.state.position;
+            (s.state, s.frontier, Some(p))
+        }
+        None => (State::new(), Frontier::new(), None),
+    };
+    for record in log.read_range(state.position + 1, to) {
+        let record = record?;
+        state.apply(&record)?;
+        frontier.push(&record.envelope.hash);
+    }
+    Ok((state, frontier, from))
 }

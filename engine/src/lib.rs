@@ -32,5 +32,5 @@ pub mod service;
 pub mod snapshot;
 pub mod tree;
 
-pub use engine::{Engine, EngineConfig, EngineError, Outcome};
+pub use engine::{Engine, EngineConfig, EngineError, Outcome, ReplicationError, Replicator};
 pub use service::{EngineHandle, EngineService, ServiceError};

@@ -21,16 +21,20 @@ use ingest_events::event::StreamId;
 use ingest_events::lifecycle::BatchState;
 use ingest_events::log::{Log, LogError};
 use ingest_events::{Actor, Bid, Lifecycle, Recorded, State};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use uuid::Uuid;
 
-use crate::engine::{Engine, EngineError, Outcome};
+use crate::engine::{Engine, EngineError, Outcome, Replicator};
 
 /// How many queued commands one group commit takes at most.
 const MAX_GROUP: usize = 512;
 
 enum Msg {
     Command(Box<Request>),
+    /// Records copied from the leader: write, flush, fold, publish.
+    Import(Vec<u8>, oneshot::Sender<Result<u64, EngineError>>),
+    /// Lead a replicated group through this replicator (`None`: follow).
+    Role(Option<Box<dyn Replicator>>, oneshot::Sender<()>),
     Shutdown,
 }
 
@@ -46,6 +50,10 @@ struct Request {
 struct Published {
     state: RwLock<State>,
     reporting: RwLock<BTreeMap<BatchState, BTreeSet<Bid>>>,
+    /// The position of the published state, each time it moves.
+    position: watch::Sender<u64>,
+    /// Whether the writer leads (replicated) or takes commands (single).
+    leading: watch::Sender<bool>,
 }
 
 /// Whether batches in `status` are kept in the reporting index.
@@ -59,9 +67,12 @@ impl Published {
         for b in state.batches.values().filter(|b| is_reporting(b.status)) {
             reporting.entry(b.status).or_default().insert(b.bid);
         }
+        let position = watch::Sender::new(state.position);
         Published {
             state: RwLock::new(state),
             reporting: RwLock::new(reporting),
+            position,
+            leading: watch::Sender::new(false),
         }
     }
 }
@@ -97,8 +108,20 @@ pub enum ServiceError {
 }
 
 impl EngineService {
-    /// Starts the writer thread over an opened engine.
+    /// Starts the writer thread over an opened engine (a single engine: it
+    /// takes every command).
     pub fn start(engine: Engine) -> EngineService {
+        Self::start_with(engine, false)
+    }
+
+    /// Starts the writer thread of one engine of a replicated group: it
+    /// takes commands only while it leads ([`EngineHandle::lead`]), and
+    /// imports the leader's records otherwise ([`EngineHandle::import`]).
+    pub fn start_replicated(engine: Engine) -> EngineService {
+        Self::start_with(engine, true)
+    }
+
+    fn start_with(engine: Engine, replicated: bool) -> EngineService {
         let (tx, rx) = mpsc::channel(4096);
         let published = Arc::new(Published::new(engine.state().clone()));
         let handle = EngineHandle {
@@ -111,7 +134,7 @@ impl EngineService {
         };
         let thread = std::thread::Builder::new()
             .name("ingest-writer".into())
-            .spawn(move || writer_loop(engine, rx, published))
+            .spawn(move || writer_loop(engine, rx, published, replicated))
             .ok();
         EngineService { handle, thread }
     }
@@ -131,13 +154,20 @@ impl EngineService {
     }
 }
 
-fn writer_loop(mut engine: Engine, mut rx: mpsc::Receiver<Msg>, published: Arc<Published>) {
+fn writer_loop(
+    mut engine: Engine,
+    mut rx: mpsc::Receiver<Msg>,
+    published: Arc<Published>,
+    replicated: bool,
+) {
     let mut group: Vec<Request> = Vec::with_capacity(MAX_GROUP);
     let mut stopping = false;
     while !stopping {
+        let mut controls = Vec::new();
         match rx.blocking_recv() {
             Some(Msg::Command(r)) => group.push(*r),
             Some(Msg::Shutdown) | None => stopping = true,
+            Some(other) => controls.push(other),
         }
         // Take what else is queued, so it shares this flush; on shutdown, take
         // everything so no queued caller is left without an answer.
@@ -145,25 +175,100 @@ fn writer_loop(mut engine: Engine, mut rx: mpsc::Receiver<Msg>, published: Arc<P
             match rx.try_recv() {
                 Ok(Msg::Command(r)) => group.push(*r),
                 Ok(Msg::Shutdown) => stopping = true,
+                Ok(other) => {
+                    controls.push(other);
+                    break;
+                }
                 Err(_) => break,
             }
         }
         if stopping {
             rx.close();
-            while let Ok(Msg::Command(r)) = rx.try_recv() {
-                group.push(*r);
+            while let Ok(msg) = rx.try_recv() {
+                match msg {
+                    Msg::Command(r) => group.push(*r),
+                    other => controls.push(other),
+                }
             }
         }
-        if !commit_group(&mut engine, &mut group, &published) {
+        let taking = !replicated || engine.is_replicating();
+        if taking {
+            if !commit_group(&mut engine, &mut group, &published) {
+                return;
+            }
+        } else {
+            for r in group.drain(..) {
+                let _ = r.reply.send(Err(EngineError::NotLeader));
+            }
+        }
+        for control in controls {
+            if !control_message(&mut engine, control, &published) {
+                return;
+            }
+        }
+        published.leading.send_if_modified(|leading| {
+            let now = engine.is_replicating();
+            std::mem::replace(leading, now) != now
+        });
+        if (!replicated || engine.is_replicating()) && !housekeeping(&mut engine, &published) {
             return;
         }
-        if !housekeeping(&mut engine, &published) {
-            return;
+        if replicated && !engine.is_replicating() {
+            // Followers keep snapshots too (checkpoints are the leader's).
+            engine.maybe_snapshot();
         }
     }
     // The next start-up folds nothing when the state at the stop is saved.
     engine.snapshot_if_advanced();
     tracing::info!("the writer stopped");
+}
+
+/// Imports records or changes the role. Returns false when the writer
+/// must stop (the log or the state cannot go on).
+fn control_message(engine: &mut Engine, msg: Msg, published: &Published) -> bool {
+    match msg {
+        Msg::Import(frame, reply) => {
+            let imported = engine.import(&frame).and_then(|records| {
+                if let Some(last) = records.last() {
+                    engine.wait_durable(last.envelope.position)?;
+                }
+                Ok(records)
+            });
+            match imported {
+                Ok(records) => {
+                    publish(published, records.iter());
+                    let _ = reply.send(Ok(engine.state().position));
+                    true
+                }
+                Err(e @ (EngineError::Import(_) | EngineError::NotLeader)) => {
+                    // Nothing was written: the state still matches the log.
+                    let _ = reply.send(Err(e));
+                    true
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "copied records could not be made durable or folded; the writer stops (restart the engine to re-read the log)");
+                    let _ = reply.send(Err(e));
+                    false
+                }
+            }
+        }
+        Msg::Role(replicator, reply) => {
+            let leads = replicator.is_some();
+            engine.set_replicator(replicator);
+            tracing::info!(
+                leading = leads,
+                position = engine.state().position,
+                "the writer's role changed"
+            );
+            let _ = reply.send(());
+            true
+        }
+        Msg::Command(r) => {
+            let _ = r.reply.send(Err(EngineError::NotLeader));
+            true
+        }
+        Msg::Shutdown => true,
+    }
 }
 
 /// Between groups: a signed checkpoint and a snapshot when they are due.
@@ -242,6 +347,20 @@ fn commit_group(engine: &mut Engine, group: &mut Vec<Request>, published: &Publi
 
 fn publish<'a>(published: &Published, records: impl Iterator<Item = &'a Recorded>) {
     let mut state = published.state.write().unwrap_or_else(|e| e.into_inner());
+    publish_into(&mut state, published, records);
+    let position = state.position;
+    published.position.send_if_modified(|p| {
+        let moved = *p != position;
+        *p = position;
+        moved
+    });
+}
+
+fn publish_into<'a>(
+    state: &mut State,
+    published: &Published,
+    records: impl Iterator<Item = &'a Recorded>,
+) {
     let mut touched: BTreeSet<Bid> = BTreeSet::new();
     for r in records {
         if let Err(e) = state.apply(r) {
@@ -302,6 +421,58 @@ impl EngineHandle {
             .await
             .map_err(|_| ServiceError::Stopped)?;
         Ok(rx.await.map_err(|_| ServiceError::Stopped)??)
+    }
+
+    /// Writes records copied from the leader (a frame) through the writer,
+    /// after checking them against the log; returns the position applied.
+    ///
+    /// # Errors
+    /// [`ServiceError::Engine`] with [`EngineError::Import`] when they do not
+    /// continue the log (nothing written), [`ServiceError::Stopped`].
+    pub async fn import(&self, frame: Vec<u8>) -> Result<u64, ServiceError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::Import(frame, reply))
+            .await
+            .map_err(|_| ServiceError::Stopped)?;
+        Ok(rx.await.map_err(|_| ServiceError::Stopped)??)
+    }
+
+    /// Leads a replicated group through `replicator` (`None`: follow). The
+    /// writer takes it between two groups.
+    ///
+    /// # Errors
+    /// [`ServiceError::Stopped`].
+    pub async fn set_role(&self, replicator: Option<Box<dyn Replicator>>) -> Result<(), ServiceError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::Role(replicator, reply))
+            .await
+            .map_err(|_| ServiceError::Stopped)?;
+        rx.await.map_err(|_| ServiceError::Stopped)
+    }
+
+    /// Whether the writer leads a replicated group, each time it changes
+    /// (a failed replicated write makes it stop leading by itself).
+    pub fn leading(&self) -> watch::Receiver<bool> {
+        self.published.leading.subscribe()
+    }
+
+    /// The position of the published state, each time it moves.
+    pub fn position(&self) -> watch::Receiver<u64> {
+        self.published.position.subscribe()
+    }
+
+    /// Waits (at most `timeout`) until the published state reaches
+    /// `position`; returns the position reached.
+    pub async fn wait_for_position(&self, position: u64, timeout: std::time::Duration) -> u64 {
+        let mut rx = self.position();
+        let reached = tokio::time::timeout(timeout, rx.wait_for(|p| *p >= position))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .map(|p| *p);
+        reached.unwrap_or_else(|| *rx.borrow())
     }
 
     /// Reads the published (durable) state.

@@ -68,6 +68,7 @@ mod audit_keys;
 pub mod codec;
 pub mod command;
 pub mod event;
+pub mod frame;
 pub mod ids;
 pub mod lifecycle;
 #[cfg(feature = "log")]

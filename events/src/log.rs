@@ -138,6 +138,29 @@ pub enum LogError {
     Unrepairable(String),
 }
 
+/// Records copied from another log could not be imported.
+///
+/// ### Handling
+/// `Refused` means the records do not continue this log (another history,
+/// a gap, damaged bytes): nothing was written; the copy must come from a
+/// log this one is a prefix of (a replica bootstraps again). `Log` is as for
+/// appends.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImportError {
+    /// A record does not continue this log; nothing was written.
+    #[error("a copied record does not continue this log{}: {reason}", .position.map(|p| format!(" at position {p}")).unwrap_or_default())]
+    Refused {
+        /// The position this log expected next, when a record was read.
+        position: Option<u64>,
+        /// What did not fit.
+        reason: String,
+    },
+    /// The log failed.
+    #[error(transparent)]
+    Log(#[from] LogError),
+}
+
 /// Options for opening a log.
 #[derive(Debug, Clone)]
 pub struct LogConfig {
@@ -231,9 +254,18 @@ pub struct Group<'a> {
     versions: std::collections::HashMap<StreamId, u64>,
     staged: usize,
     actor_run: Option<ActorRun>,
+    /// One frame per staged command ([`crate::frame`]): what a replicated
+    /// leader sends before it commits.
+    frames: Vec<Vec<u8>>,
 }
 
 impl Group<'_> {
+    /// The frames of the commands staged so far, one per command, in order:
+    /// each holds the command's records exactly as they will be stored.
+    pub fn frames(&self) -> &[Vec<u8>] {
+        &self.frames
+    }
+
     /// The current version of a stream, counting what this group staged.
     fn version(&self, stream: StreamId) -> Result<u64, LogError> {
         match self.versions.get(&stream) {
@@ -330,6 +362,11 @@ impl Group<'_> {
             });
             prev_hash = hash;
         }
+        let mut frame = Vec::new();
+        for (_, _, _, bytes) in &encoded {
+            crate::frame::push(&mut frame, bytes);
+        }
+        self.frames.push(frame);
         for (pos, stream, version, bytes) in encoded {
             self.batch.insert(&event_key(pos), bytes);
             self.batch
@@ -798,7 +835,149 @@ impl Log {
             batch: sled::Batch::default(),
             versions: std::collections::HashMap::new(),
             staged: 0,
+            frames: Vec::new(),
         }
+    }
+
+    /// Writes records copied from another engine's log (a replicated tail,
+    /// a bootstrap, a restore) after checking each against this log: it
+    /// must decode and verify its own hash, follow the head (position + 1,
+    /// previous hash, a stream version one past the stream's, a timestamp
+    /// not before the head's). Every record of `frame` is written in one
+    /// sled batch, with its index and audit entries, or none is; the caller
+    /// waits for [`Log::wait_durable`] before it counts them as applied.
+    ///
+    /// # Errors
+    /// [`ImportError::Refused`] names the first record that does not fit
+    /// (nothing is written); [`ImportError::Log`] for I/O or a log that
+    /// needs repair.
+    pub fn import(&self, frame: &[u8]) -> Result<Vec<Recorded>, ImportError> {
+        let raw = crate::frame::split(frame).map_err(|e| ImportError::Refused {
+            position: None,
+            reason: e.to_string(),
+        })?;
+        let mut w = lock(&self.writer);
+        if let Some((position, reason)) = &w.needs_repair {
+            return Err(ImportError::Log(LogError::NeedsRepair {
+                position: *position,
+                reason: reason.clone(),
+            }));
+        }
+        let (mut head, mut head_hash, mut head_time) = (w.head, w.head_hash, w.head_time);
+        let mut actor_run = w.actor_run;
+        let mut versions: std::collections::HashMap<StreamId, u64> = Default::default();
+        let mut batch = sled::Batch::default();
+        let mut records = Vec::with_capacity(raw.len());
+        for bytes in raw {
+            let expected = head + 1;
+            let refuse = |reason: String| ImportError::Refused {
+                position: Some(expected),
+                reason,
+            };
+            let r = decode_record(bytes).map_err(|e| refuse(e.to_string()))?;
+            let e = &r.envelope;
+            if e.position != expected {
+                return Err(refuse(format!("the record claims position {}", e.position)));
+            }
+            if e.prev_hash != head_hash {
+                return Err(refuse(format!(
+                    "its previous hash {} is not the head's {}",
+                    hex::encode(e.prev_hash),
+                    hex::encode(head_hash)
+                )));
+            }
+            if e.timestamp < head_time {
+                return Err(refuse("its timestamp is before the head's".into()));
+            }
+            let current = match versions.get(&e.stream) {
+                Some(v) => *v,
+                None => self.stream_version(e.stream).map_err(ImportError::Log)?,
+            };
+            if e.version != current + 1 {
+                return Err(refuse(format!(
+                    "stream {} is at version {current}, the record says {}",
+                    e.stream, e.version
+                )));
+            }
+            versions.insert(e.stream, e.version);
+            batch.insert(&event_key(e.position), bytes);
+            batch.insert(&index_key(e.stream, e.version), &e.position.to_be_bytes());
+            actor_run = Some(ai::stage_actor(
+                &mut batch,
+                actor_run,
+                &e.actor,
+                e.position..=e.position,
+            ));
+            ai::stage_collection(&mut batch, e.stream, &r.event);
+            head = e.position;
+            head_hash = e.hash;
+            head_time = e.timestamp;
+            records.push(r);
+        }
+        if records.is_empty() {
+            return Ok(records);
+        }
+        self.tree
+            .apply_batch(batch)
+            .map_err(|e| ImportError::Log(e.into()))?;
+        w.head = head;
+        w.head_hash = head_hash;
+        w.head_time = head_time;
+        w.actor_run = actor_run;
+        Ok(records)
+    }
+
+    /// The stored bytes of the records from `from` to `to` (clamped to the
+    /// written head), as frames of at most about `max_bytes` each (a record
+    /// larger than that gets a frame of its own): what a peer bootstraps
+    /// from and a backup holds.
+    pub fn read_frames(
+        &self,
+        from: u64,
+        to: u64,
+        max_bytes: usize,
+    ) -> impl Iterator<Item = Result<(u64, Vec<u8>), LogError>> + '_ {
+        let from = from.max(1);
+        let to = to.min(self.head().0);
+        let mut iter = self.tree.range(event_key(from)..=event_key(to.max(from)));
+        let mut expected = from;
+        let mut done = from > to;
+        std::iter::from_fn(move || {
+            if done {
+                return None;
+            }
+            let mut frame = Vec::new();
+            let mut last = expected.saturating_sub(1);
+            while frame.len() < max_bytes {
+                match iter.next() {
+                    None => {
+                        done = true;
+                        break;
+                    }
+                    Some(Err(e)) => {
+                        done = true;
+                        return Some(Err(e.into()));
+                    }
+                    Some(Ok((k, v))) => {
+                        let position = be_u64(&k[1..]).unwrap_or(0);
+                        if position != expected {
+                            done = true;
+                            return Some(Err(LogError::Corrupt {
+                                position: expected,
+                                reason: "missing (gap in positions)".into(),
+                            }));
+                        }
+                        crate::frame::push(&mut frame, &v);
+                        last = position;
+                        expected += 1;
+                    }
+                }
+            }
+            if frame.is_empty() {
+                return None;
+            }
+            Some(Ok((last, frame)))
+        })
     }
 
     /// Blocks until `position` is durable, flushing if no flush is running

@@ -1322,3 +1322,86 @@ fn a_log_reopens_with_the_storage_settings_it_was_created_with() {
     let log = Log::open(compressed.path(), &plain).expect("re-open a compressed log");
     assert_eq!(log.read_one(1).expect("read").envelope.position, 1);
 }
+
+// ---------------------------------------------------------------------------
+// Copies between logs (replication, bootstrap, backup, restore)
+// ---------------------------------------------------------------------------
+
+/// Every frame of `log` from `from` on, at most `max_bytes` each.
+fn frames_of(log: &Log, from: u64, max_bytes: usize) -> Vec<Vec<u8>> {
+    log.read_frames(from, u64::MAX, max_bytes)
+        .map(|f| f.expect("read a frame").1)
+        .collect()
+}
+
+#[test]
+fn a_copied_log_has_the_same_records_indexes_and_head() {
+    let (a_dir, b_dir) = (tempdir(), tempdir());
+    let (a, b) = (open(a_dir.path()), open(b_dir.path()));
+    append_notes(&a, 20);
+    // Two events of one stream in one command, so stream versions move by two.
+    append(
+        &a,
+        &request(
+            vec![
+                proposed(StreamId::Batch(Bid(3)), note("x")),
+                proposed(StreamId::Batch(Bid(3)), note("y")),
+            ],
+            vec![],
+        ),
+    );
+    let frames = frames_of(&a, 1, 300);
+    assert!(frames.len() > 1, "small frames split the log");
+    for f in &frames {
+        b.import(f).expect("import a frame");
+    }
+    assert_eq!(a.head(), b.head());
+    assert_eq!(read_all(&a), read_all(&b));
+    assert_eq!(
+        b.stream_version(StreamId::Batch(Bid(3))).unwrap(),
+        a.stream_version(StreamId::Batch(Bid(3))).unwrap()
+    );
+    assert_eq!(b.read_stream(StreamId::Batch(Bid(3))).unwrap().len(), 3);
+    b.wait_durable(b.head().0).unwrap();
+    let report = b.verify(|_| {}).expect("verify the copy");
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    // The copy goes on as a log of its own.
+    append_notes(&b, 1);
+    assert_eq!(b.head().0, 23);
+}
+
+#[test]
+fn a_record_that_does_not_continue_the_log_is_refused_and_nothing_is_written() {
+    let (a_dir, b_dir, c_dir) = (tempdir(), tempdir(), tempdir());
+    let (a, b, c) = (open(a_dir.path()), open(b_dir.path()), open(c_dir.path()));
+    append_notes(&a, 5);
+    append_notes(&c, 5); // another history: other timestamps and ids
+    let whole = frames_of(&a, 1, usize::MAX).concat();
+
+    // Starting past the head: a gap.
+    let from_three = frames_of(&a, 3, usize::MAX).concat();
+    let err = b.import(&from_three).unwrap_err();
+    assert!(err.to_string().contains("position 1"), "{err}");
+    assert_eq!(b.head().0, 0);
+
+    // One flipped byte inside a record: its hash fails; nothing of the frame lands.
+    let mut tampered = whole.clone();
+    let at = tampered.len() - 10;
+    tampered[at] ^= 0x40;
+    assert!(b.import(&tampered).is_err());
+    assert_eq!(b.head().0, 0, "all or nothing");
+
+    // A cut frame.
+    assert!(b.import(&whole[..whole.len() - 3]).is_err());
+    assert_eq!(b.head().0, 0);
+
+    // Records of another history after this one's head.
+    b.import(&whole).unwrap();
+    let other = frames_of(&c, 6, usize::MAX).concat();
+    append_notes(&c, 1);
+    let other_next = frames_of(&c, 6, usize::MAX).concat();
+    assert!(other.is_empty());
+    let err = b.import(&other_next).unwrap_err();
+    assert!(err.to_string().contains("previous hash"), "{err}");
+    assert_eq!(b.head(), a.head());
+}

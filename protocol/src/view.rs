@@ -143,4 +143,17 @@ pub struct Readiness {
     pub seconds_behind: Option<f64>,
     /// What keeps the server from being ready, one line each.
     pub reasons: Vec<String>,
+    /// In a replicated group: this engine's role (`leader`, `follower`,
+    /// `starting`, `bootstrapping`, `disconnected`, `divergent`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// In a replicated group: the fencing epoch this engine last saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u64>,
+    /// The position of the state this engine serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied: Option<u64>,
+    /// In a replicated group: the leader's URL, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<String>,
 }

@@ -406,6 +406,11 @@ impl Metrics {
             .map(|p| p.status.borrow().clone())
     }
 
+    /// The projector's status watch, when one is attached.
+    pub fn projector_status_receiver(&self) -> Option<watch::Receiver<SinkStatus>> {
+        lock(&self.projector).as_ref().map(|p| p.status.clone())
+    }
+
     /// Shows the projector's lag (from the sink's status watch) from now on.
     /// A second call replaces the first watch.
     pub fn attach_projector(&self, status: watch::Receiver<SinkStatus>) {

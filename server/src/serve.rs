@@ -82,7 +82,18 @@ async fn serve(config: ServeConfig) -> Result<i32> {
         startup_ms = engine.startup.total.as_millis() as u64,
         "engine opened"
     );
-    let service = EngineService::start(engine);
+    let replicated = config.replication.is_replicated();
+    if replicated && config.zookeeper.zk_config().is_none() {
+        anyhow::bail!(
+            "--replicas {} needs ZooKeeper (--zk-hosts): the group elects its leader and replicates its log through it",
+            config.replication.replicas
+        );
+    }
+    let service = if replicated {
+        EngineService::start_replicated(engine)
+    } else {
+        EngineService::start(engine)
+    };
     let (inventory, minter) = ingest_engine::objects::open(
         service.handle().log(),
         &ingest_engine::objects::MinterSettings {
@@ -99,6 +110,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
     let shutdown = ingest_config::shutdown::on_signal();
     let zk_config = config.zookeeper.zk_config();
     let gate = ingest_projections::ProjectorGate::new();
+    let mut replication_duties: Option<ingest_replication::LeaderDuties> = None;
     let (locks, sink_task): (Arc<dyn LockChecker>, _) = match &zk_config {
         None => {
             tracing::warn!("no ZooKeeper configured: nothing is projected and every fenced worker report is refused");
@@ -113,29 +125,70 @@ async fn serve(config: ServeConfig) -> Result<i32> {
             );
             // A rebuild that died half-way is finished by this projector
             // once it leads, before it projects.
-            let resume = ingest_projections::Resume::new(
+            let resume = Arc::new(ingest_projections::Resume::new(
                 Arc::clone(handle.log()),
                 ingest_projections::AdminConfig::new(zk_config.clone(), identity.clone()),
-            );
-            let mut sink_config = SinkConfig::new(zk_config.clone(), identity);
-            sink_config.gate = gate.clone();
-            sink_config.resume = Some(ingest_projections::Resumer(Arc::new(resume)));
-            let sink = Sink::new(Arc::clone(handle.log()), sink_config)?;
-            metrics.attach_projector(sink.status());
-            // Not a child of the shutdown token: the projector stops last,
-            // once what the stopping workers reported is in the tree.
-            let stop = CancellationToken::new();
-            let status = sink.status();
-            let run = stop.clone();
-            let task = tokio::spawn(async move { sink.run(RunMode::Follow, run).await });
+            ));
+            let start_sink = {
+                let (log, zk_config, gate, metrics) = (
+                    Arc::clone(handle.log()),
+                    zk_config.clone(),
+                    gate.clone(),
+                    Arc::clone(&metrics),
+                );
+                move |stop: CancellationToken| -> Result<tokio::task::JoinHandle<()>> {
+                    let mut sink_config = SinkConfig::new(zk_config.clone(), identity.clone());
+                    sink_config.gate = gate.clone();
+                    sink_config.resume = Some(ingest_projections::Resumer(resume.clone()));
+                    let sink = Sink::new(Arc::clone(&log), sink_config)
+                        .context("cannot start the projector")?;
+                    metrics.attach_projector(sink.status());
+                    Ok(tokio::spawn(async move {
+                        match sink.run(RunMode::Follow, stop).await {
+                            Ok(report) => tracing::info!(?report, "the projector stopped"),
+                            Err(e) => tracing::error!(error = %e, "the projector had stopped with an error"),
+                        }
+                    }))
+                }
+            };
+            let sink_task = if replicated {
+                // Only the leader projects: the replication controller starts
+                // the projector when this engine takes over and stops it when
+                // it steps down.
+                replication_duties = Some(Arc::new(move |stop: CancellationToken| {
+                    match start_sink(stop) {
+                        Ok(task) => task,
+                        Err(e) => {
+                            tracing::error!(error = %format!("{e:#}"), "cannot start the projector");
+                            tokio::spawn(async {})
+                        }
+                    }
+                }) as ingest_replication::LeaderDuties);
+                None
+            } else {
+                // Not a child of the shutdown token: the projector stops last,
+                // once what the stopping workers reported is in the tree.
+                let stop = CancellationToken::new();
+                let task = start_sink(stop.clone())?;
+                let status = metrics
+                    .projector_status_receiver()
+                    .context("the projector's status")?;
+                Some((task, stop, status))
+            };
             let checker = ZkLocks::new(zk_config.clone(), Arc::clone(&metrics));
             (
                 Arc::new(checker) as Arc<dyn LockChecker>,
-                Some((task, stop, status)),
+                sink_task,
             )
         }
     };
 
+    let replication_cell = replicated.then(|| {
+        ingest_replication::StatusCell::new(ingest_replication::ReplicaStatus {
+            role: ingest_replication::Role::Starting,
+            ..ingest_replication::ReplicaStatus::single()
+        })
+    });
     let router = api::router(ApiConfig {
         handle: handle.clone(),
         tokens: config.tokens.clone(),
@@ -155,6 +208,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
         pages: Some(crate::ui::pages(config.ui.clone())),
         storage_targets: target_specs(&config.real.storage_targets)?,
         content_nodes: content_nodes(&config.real)?,
+        replication: replication_cell.clone(),
     });
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -162,6 +216,33 @@ async fn serve(config: ServeConfig) -> Result<i32> {
     let local = listener
         .local_addr()
         .context("cannot read the listening address")?;
+    let replication_task = match (&replication_cell, replication_duties.take(), &zk_config) {
+        (Some(cell), Some(duties), Some(zk_config)) => {
+            let id = match &config.replication.engine_id {
+                Some(id) => id.clone(),
+                None => ingest_replication::engine_id(&config.data_dir)?,
+            };
+            let url = config
+                .replication
+                .advertise_url
+                .clone()
+                .unwrap_or_else(|| format!("http://{local}"));
+            let mut rc = ingest_replication::ReplicationConfig::new(zk_config.clone(), id, url);
+            rc.max_lag_events = config.replication.max_lag_events;
+            rc.max_lag_bytes = config.replication.max_lag_bytes;
+            rc.peer_token = Some(config.tokens.admin.expose().to_string());
+            let stop = CancellationToken::new();
+            let task = tokio::spawn(ingest_replication::run(
+                handle.clone(),
+                rc,
+                cell.clone(),
+                duties,
+                stop.clone(),
+            ));
+            Some((task, stop))
+        }
+        _ => None,
+    };
     // One line a supervisor or a test can wait for.
     println!("ingest serve listening on http://{local}");
     tracing::info!(%local, "listening");
@@ -215,13 +296,17 @@ async fn serve(config: ServeConfig) -> Result<i32> {
         .await
         .context("the HTTP server failed")?;
     tracing::info!("the API stopped taking requests");
+    if let Some((task, stop)) = replication_task {
+        // A leader steps down (stopping its projector); the next leader
+        // projects what this one did not.
+        stop.cancel();
+        let _ = task.await;
+    }
     if let Some((task, stop, status)) = sink_task {
         drain_projector(handle.log().head().0, status).await;
         stop.cancel();
-        match task.await {
-            Ok(Ok(report)) => tracing::info!(?report, "the projector stopped"),
-            Ok(Err(e)) => tracing::error!(error = %e, "the projector had stopped with an error"),
-            Err(e) => tracing::error!(error = %e, "the projector task failed"),
+        if let Err(e) = task.await {
+            tracing::error!(error = %e, "the projector task failed");
         }
     }
     service.shutdown().await;

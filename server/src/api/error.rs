@@ -248,6 +248,28 @@ impl From<ServiceError> for ApiError {
                     "the event log disagrees with the rules that wrote it ({e}); the command's outcome is unknown and an operator must run `ingest verify`"
                 ))
             }
+            ServiceError::Engine(EngineError::NotLeader) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not_leader",
+                "this engine follows and takes no commands; send them to the leader (GET /replication names it); nothing was appended",
+            ),
+            ServiceError::Engine(EngineError::Replication(e)) => {
+                let code = match e {
+                    ingest_engine::ReplicationError::NoQuorum(_) => "no_quorum",
+                    ingest_engine::ReplicationError::TooLarge { .. } => "record_too_large",
+                    _ => "not_leader",
+                };
+                let status = if code == "record_too_large" {
+                    StatusCode::PAYLOAD_TOO_LARGE
+                } else {
+                    StatusCode::SERVICE_UNAVAILABLE
+                };
+                ApiError::new(
+                    status,
+                    code,
+                    format!("{e}; this command was not acknowledged: retry it (with the leader, once one leads)"),
+                )
+            }
             ServiceError::Stopped => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "engine_stopped",

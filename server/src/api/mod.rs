@@ -58,6 +58,7 @@ mod listing;
 pub mod locks;
 mod objects;
 pub(crate) mod ops;
+mod replication;
 mod worker;
 
 use ingest_protocol::api::*;
@@ -141,6 +142,8 @@ pub struct ApiConfig {
     /// The storage targets `GET /content/{node}/…` serves files from, by
     /// Merritt node id (empty: every content request is 404).
     pub content_nodes: Vec<ContentNode>,
+    /// This engine's place in a replicated group (`None`: a single engine).
+    pub replication: Option<ingest_replication::StatusCell>,
 }
 
 /// Routes mounted beside the API's own, made from the router's state (the
@@ -166,6 +169,7 @@ pub(crate) struct Inner {
     pub(crate) inventory: Option<ingest_steps::inventory::Inventory>,
     pub(crate) storage_targets: Vec<ingest_engine::consistency::TargetSpec>,
     pub(crate) content_nodes: Vec<ContentNode>,
+    pub(crate) replication: Option<ingest_replication::StatusCell>,
     pub(crate) minter: Option<ingest_engine::ezid::ArkMinter>,
     pub(crate) outbound: ingest_protocol::outbound::OutboundPolicy,
     /// Bytes above which an assembly request goes to the large access
@@ -352,6 +356,9 @@ fn table() -> Vec<Entry> {
         entry(M::GET, "/openapi.yaml", Public, openapi),
         entry(M::GET, "/healthz", Public, healthz),
         entry(M::GET, "/readyz", Public, readyz),
+        // Replication.
+        entry(M::GET, "/replication", Reader, replication::status),
+        entry(M::GET, "/replication/frames", Admin, replication::frames),
     ]
 }
 
@@ -378,6 +385,7 @@ pub fn router(config: ApiConfig) -> Router {
             inventory: config.inventory,
             storage_targets: config.storage_targets,
             content_nodes: config.content_nodes,
+            replication: config.replication,
             minter: config.minter,
             outbound: config.outbound,
             access_size_limit: ingest_events::event::AccessQueue::DEFAULT_SIZE_LIMIT,
@@ -417,6 +425,10 @@ pub fn router(config: ApiConfig) -> Router {
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), limit_body))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            replication::route,
+        ))
         .layer(DefaultBodyLimit::max(max_body))
         .layer(middleware::from_fn_with_state(
             state.clone(),
@@ -563,6 +575,9 @@ async fn metrics(State(app): State<AppState>) -> Result<Response, ApiError> {
     Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], page).into_response())
 }
 
+/// The most events a follower may be behind the leader and be ready.
+pub const READY_MAX_REPLICA_LAG: u64 = 10_000;
+
 /// The largest projector lag, in seconds, at which the server is ready.
 pub const READY_MAX_SECONDS_BEHIND: f64 = 60.0;
 
@@ -584,7 +599,42 @@ async fn readyz(State(app): State<AppState>) -> Response {
         reasons.push("the engine's writer has stopped and takes no commands".to_string());
         kinds.push("writer".into());
     }
-    let status = app.inner.metrics.projector_status();
+    let replica = app.inner.replication.as_ref().map(|c| c.get());
+    if let Some(r) = &replica {
+        use ingest_replication::Role;
+        match r.role {
+            Role::Leader | Role::Single => {}
+            Role::Follower => {
+                if r.lag.unwrap_or(0) > READY_MAX_REPLICA_LAG {
+                    reasons.push(format!(
+                        "this follower is {} events behind the leader (at most {READY_MAX_REPLICA_LAG})",
+                        r.lag.unwrap_or(0)
+                    ));
+                }
+            }
+            other => reasons.push(format!(
+                "this engine is {}{}",
+                serde_json::to_value(other)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                r.reason
+                    .as_deref()
+                    .map(|why| format!(": {why}"))
+                    .unwrap_or_default()
+            )),
+        }
+    }
+    // Only the leader projects: a follower's last projector status (from
+    // when it led) says nothing now.
+    let projects = replica
+        .as_ref()
+        .is_none_or(|r| matches!(r.role, ingest_replication::Role::Leader));
+    let status = app
+        .inner
+        .metrics
+        .projector_status()
+        .filter(|_| projects);
     let projector = status.as_ref().map(|s| {
         use ingest_projections::SinkState;
         match &s.state {
@@ -638,6 +688,15 @@ async fn readyz(State(app): State<AppState>) -> Response {
         events_behind: status.as_ref().map(|s| s.events_behind),
         seconds_behind: status.as_ref().map(|s| s.seconds_behind),
         reasons,
+        role: replica.as_ref().map(|r| {
+            serde_json::to_value(r.role)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default()
+        }),
+        epoch: replica.as_ref().and_then(|r| r.epoch),
+        applied: Some(app.inner.handle.state().position),
+        leader: replica.as_ref().and_then(|r| r.leader_url.clone()),
     };
     log_readiness_change(&app, body.ready, &kinds, &body.reasons);
     let code = match body.ready {

@@ -1,0 +1,237 @@
+//! The tail's nodes: names, and the packing of a group's frames into them.
+//!
+//! A node's data is a chunk of the stream of frames the leader committed
+//! ([`ingest_events::frame`]). Its name says everything a reader needs
+//! before reading it: its sequence number, the position of the last record
+//! that ends in it, whether it ends at a command boundary (`c`) or inside a
+//! command (`p`), and its length in bytes. A follower applies only up to a
+//! `c` node, so a command is applied whole or not at all, even when its
+//! records span several nodes.
+
+use std::fmt;
+
+use ingest_events::frame;
+
+/// The most bytes one node carries (ZooKeeper's default `jute.maxbuffer` is
+/// 1 MiB for a whole request).
+pub const NODE_BYTES: usize = 768 * 1024;
+
+/// The most node bytes one `multi` carries.
+pub const MULTI_BYTES: usize = 900 * 1024;
+
+/// A tail node's name, parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NodeName {
+    /// The node's sequence number (1, 2, …; never reused).
+    pub seq: u64,
+    /// The position of the last record ending in this node (for a `p` node
+    /// that ends no record, the position before it).
+    pub pos: u64,
+    /// Whether the node ends at a command boundary.
+    pub complete: bool,
+    /// The data's length.
+    pub len: usize,
+}
+
+impl fmt::Display for NodeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "t{:020}-{:020}-{}-{}",
+            self.seq,
+            self.pos,
+            if self.complete { 'c' } else { 'p' },
+            self.len
+        )
+    }
+}
+
+impl NodeName {
+    /// Parses a child name of the tail; `None` for anything else (a node
+    /// someone else put there is ignored, never read).
+    pub fn parse(name: &str) -> Option<NodeName> {
+        let rest = name.strip_prefix('t')?;
+        let mut parts = rest.splitn(4, '-');
+        let seq = parts.next()?;
+        let pos = parts.next()?;
+        let kind = parts.next()?;
+        let len = parts.next()?;
+        if seq.len() != 20 || pos.len() != 20 || len.len() > 8 {
+            return None;
+        }
+        let complete = match kind {
+            "c" => true,
+            "p" => false,
+            _ => return None,
+        };
+        let len: usize = len.parse().ok()?;
+        if len > NODE_BYTES {
+            return None;
+        }
+        Some(NodeName {
+            seq: seq.parse().ok()?,
+            pos: pos.parse().ok()?,
+            complete,
+            len,
+        })
+    }
+}
+
+/// One node to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    /// Its name.
+    pub name: NodeName,
+    /// Its data.
+    pub data: Vec<u8>,
+}
+
+/// Packs the frames of a group (one per command, in order) into nodes
+/// numbered from `next_seq`, whose first record is at `head + 1`. Whole
+/// frames share a node while they fit; a frame larger than a node is cut
+/// over several, all but the last marked incomplete.
+///
+/// # Errors
+/// A frame that does not split into records (the engine wrote it, so this
+/// is a fault of the caller).
+pub fn pack(
+    frames: &[Vec<u8>],
+    next_seq: u64,
+    head: u64,
+) -> Result<Vec<Chunk>, frame::FrameError> {
+    let mut out = Vec::new();
+    let mut seq = next_seq;
+    let mut pos = head;
+    let mut current: Vec<u8> = Vec::new();
+    let mut flush = |current: &mut Vec<u8>, pos: u64, complete: bool, out: &mut Vec<Chunk>| {
+        if current.is_empty() {
+            return;
+        }
+        let data = std::mem::take(current);
+        out.push(Chunk {
+            name: NodeName {
+                seq,
+                pos,
+                complete,
+                len: data.len(),
+            },
+            data,
+        });
+        seq += 1;
+    };
+    for f in frames {
+        let records = frame::split(f)?.len() as u64;
+        if current.len() + f.len() > NODE_BYTES {
+            flush(&mut current, pos, true, &mut out);
+        }
+        if f.len() <= NODE_BYTES {
+            current.extend_from_slice(f);
+            pos += records;
+            continue;
+        }
+        // A command larger than a node: cut it; only its last piece ends it.
+        let pieces: Vec<&[u8]> = f.chunks(NODE_BYTES).collect();
+        let last = pieces.len() - 1;
+        for (i, piece) in pieces.into_iter().enumerate() {
+            current.extend_from_slice(piece);
+            if i == last {
+                pos += records;
+                flush(&mut current, pos, true, &mut out);
+            } else {
+                flush(&mut current, pos, false, &mut out);
+            }
+        }
+    }
+    flush(&mut current, pos, true, &mut out);
+    Ok(out)
+}
+
+/// Splits chunks into the runs one `multi` each carries (at most
+/// [`MULTI_BYTES`] of data, at least one chunk).
+pub fn multis(chunks: &[Chunk]) -> Vec<&[Chunk]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut bytes = 0;
+    for (i, c) in chunks.iter().enumerate() {
+        if i > start && bytes + c.data.len() > MULTI_BYTES {
+            out.push(&chunks[start..i]);
+            start = i;
+            bytes = 0;
+        }
+        bytes += c.data.len();
+    }
+    if start < chunks.len() {
+        out.push(&chunks[start..]);
+    }
+    out
+}
+
+/// The tail's nodes in order, from a listing (foreign names left out).
+pub fn sorted(children: &[String]) -> Vec<NodeName> {
+    let mut nodes: Vec<NodeName> = children.iter().filter_map(|c| NodeName::parse(c)).collect();
+    nodes.sort();
+    nodes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame_of(sizes: &[usize]) -> Vec<u8> {
+        let mut f = Vec::new();
+        for s in sizes {
+            frame::push(&mut f, &vec![7u8; *s]);
+        }
+        f
+    }
+
+    #[test]
+    fn names_round_trip_and_sort_by_sequence() {
+        let n = NodeName {
+            seq: 12,
+            pos: 3456,
+            complete: true,
+            len: 99,
+        };
+        let s = n.to_string();
+        assert_eq!(s, "t00000000000000000012-00000000000000003456-c-99");
+        assert_eq!(NodeName::parse(&s), Some(n));
+        for bad in ["x", "t1-2-c-3", "t00000000000000000012-00000000000000003456-x-9", "c-1"] {
+            assert_eq!(NodeName::parse(bad), None, "{bad}");
+        }
+        let big = format!("t{:020}-{:020}-c-{}", 1, 1, NODE_BYTES + 1);
+        assert_eq!(NodeName::parse(&big), None);
+    }
+
+    #[test]
+    fn small_commands_share_a_node_that_ends_at_the_last() {
+        let frames = vec![frame_of(&[10, 20]), frame_of(&[5])];
+        let chunks = pack(&frames, 7, 100).unwrap();
+        assert_eq!(chunks.len(), 1);
+        assert_eq!(chunks[0].name.seq, 7);
+        assert_eq!(chunks[0].name.pos, 103);
+        assert!(chunks[0].name.complete);
+        assert_eq!(chunks[0].data, frames.concat());
+    }
+
+    #[test]
+    fn a_command_larger_than_a_node_spans_nodes_complete_only_at_its_end() {
+        let big = frame_of(&[NODE_BYTES, NODE_BYTES / 2]);
+        let frames = vec![frame_of(&[10]), big.clone(), frame_of(&[3])];
+        let chunks = pack(&frames, 1, 0).unwrap();
+        let kinds: Vec<(u64, u64, bool)> =
+            chunks.iter().map(|c| (c.name.seq, c.name.pos, c.name.complete)).collect();
+        assert_eq!(
+            kinds,
+            vec![(1, 1, true), (2, 1, false), (3, 3, true), (4, 4, true)]
+        );
+        assert!(chunks.iter().all(|c| c.data.len() <= NODE_BYTES));
+        let joined: Vec<u8> = chunks.iter().flat_map(|c| c.data.clone()).collect();
+        assert_eq!(joined, frames.concat());
+        // Each multi stays under its budget.
+        for m in multis(&chunks) {
+            let bytes: usize = m.iter().map(|c| c.data.len()).sum();
+            assert!(bytes <= MULTI_BYTES || m.len() == 1);
+        }
+    }
+}
