@@ -77,6 +77,8 @@ pub enum ClientError {
         method: String,
         /// The URL called.
         url: String,
+        /// Whether no connection was made (nothing was sent).
+        connect: bool,
         /// What the transport said.
         message: String,
     },
@@ -147,7 +149,10 @@ impl ClientError {
 #[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
-    base: String,
+    /// The engines of a group, in the order given (one for a single engine).
+    bases: std::sync::Arc<Vec<String>>,
+    /// The one calls go to: the leader, once one answered or redirected.
+    current: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     token: String,
     observer: Option<std::sync::Arc<dyn Observer>>,
 }
@@ -155,7 +160,7 @@ pub struct Client {
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("base", &self.base)
+            .field("base", &self.base())
             .field("observed", &self.observer.is_some())
             .finish_non_exhaustive()
     }
@@ -185,12 +190,19 @@ pub trait Observer: Send + Sync {
     fn observe(&self, call: &Call<'_>);
 }
 
+/// The most engines one client is given.
+pub const MAX_ENGINES: usize = 16;
+
 /// The default timeout of one call.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Client {
     /// A client of the API at `base` (`http://host:port`) using `token`,
-    /// with [`DEFAULT_TIMEOUT`].
+    /// with [`DEFAULT_TIMEOUT`]. `base` may name several engines of a
+    /// replicated group, separated by commas: calls go to the one that
+    /// leads (a follower's `307` to another of them is followed, and an
+    /// engine that cannot be reached or that answers `not_leader` is left for
+    /// the next).
     ///
     /// # Errors
     /// [`ClientError::InvalidBase`] when `base` is not an http(s) URL.
@@ -207,18 +219,33 @@ impl Client {
             base: ingest_protocol::cut(base, 200).into_owned(),
             reason,
         };
-        let url = reqwest::Url::parse(base).map_err(|e| invalid(e.to_string()))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(invalid("the URL must be http:// or https://".into()));
+        let mut bases = Vec::new();
+        for one in base.split(',').map(str::trim).filter(|b| !b.is_empty()) {
+            let url = reqwest::Url::parse(one).map_err(|e| invalid(e.to_string()))?;
+            if !matches!(url.scheme(), "http" | "https") {
+                return Err(invalid("the URL must be http:// or https://".into()));
+            }
+            bases.push(one.trim_end_matches('/').to_string());
+        }
+        if bases.is_empty() {
+            return Err(invalid("no URL given".into()));
+        }
+        if bases.len() > MAX_ENGINES {
+            return Err(invalid(format!("at most {MAX_ENGINES} engines")));
         }
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(Duration::from_secs(10).min(timeout))
+            // A follower's redirect is followed by the client itself, and
+            // only to an engine it was given (never with the token to a
+            // host a follower names).
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| invalid(e.to_string()))?;
         Ok(Client {
             http,
-            base: base.trim_end_matches('/').to_string(),
+            bases: std::sync::Arc::new(bases),
+            current: std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             token: token.to_string(),
             observer: None,
         })
@@ -230,9 +257,40 @@ impl Client {
         self
     }
 
-    /// The server's base URL.
+    /// The base URL calls go to now (of the engines given, the one that
+    /// last answered as the leader).
     pub fn base(&self) -> &str {
-        &self.base
+        let i = self.current.load(std::sync::atomic::Ordering::Relaxed);
+        &self.bases[i.min(self.bases.len() - 1)]
+    }
+
+    /// Every engine this client was given.
+    pub fn bases(&self) -> &[String] {
+        &self.bases
+    }
+
+    /// Makes `base` (one of [`Client::bases`]) the one calls go to;
+    /// false when it is not one of them.
+    fn switch_to(&self, base: &str) -> bool {
+        match self.bases.iter().position(|b| b == base) {
+            Some(i) => {
+                self.current.store(i, std::sync::atomic::Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Moves on to the next engine given (after one that cannot be reached
+    /// or does not lead).
+    fn rotate(&self, from: usize) {
+        let next = (from + 1) % self.bases.len();
+        let _ = self.current.compare_exchange(
+            from,
+            next,
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     async fn raw<B: Serialize + ?Sized>(
@@ -253,7 +311,58 @@ impl Client {
         body: Option<&B>,
         fence: Option<&FenceSecret>,
     ) -> Result<(reqwest::StatusCode, String, String), ClientError> {
-        let url = format!("{}{path}", self.base);
+        // With several engines: at most one try per engine, plus one for
+        // the redirect of a follower to the leader.
+        let tries = if self.bases.len() > 1 {
+            self.bases.len() + 1
+        } else {
+            1
+        };
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let at = self.current.load(std::sync::atomic::Ordering::Relaxed) % self.bases.len();
+            let result = self
+                .raw_once(&method, path, body, fence, &self.bases[at])
+                .await;
+            if attempt >= tries {
+                return result;
+            }
+            match &result {
+                // Not even connected: nothing was sent; the next engine.
+                Err(ClientError::Transport { connect: true, .. }) => self.rotate(at),
+                Ok((status, _, text)) if status.as_u16() == 307 => {
+                    let leader = serde_json::from_str::<ErrorBody>(text)
+                        .ok()
+                        .and_then(|b| b.error.leader);
+                    match leader {
+                        Some(l) if self.switch_to(l.trim_end_matches('/')) => {}
+                        _ => self.rotate(at),
+                    }
+                }
+                Ok((status, _, text))
+                    if status.as_u16() == 503
+                        && serde_json::from_str::<ErrorBody>(text)
+                            .is_ok_and(|b| b.error.code == "not_leader") =>
+                {
+                    self.rotate(at)
+                }
+                _ => return result,
+            }
+        }
+    }
+
+    /// One call to the engine at `base`.
+    async fn raw_once<B: Serialize + ?Sized>(
+        &self,
+        method: &Method,
+        path: &str,
+        body: Option<&B>,
+        fence: Option<&FenceSecret>,
+        base: &str,
+    ) -> Result<(reqwest::StatusCode, String, String), ClientError> {
+        let method = method.clone();
+        let url = format!("{base}{path}");
         let mut req = self
             .http
             .request(method.clone(), &url)
@@ -267,6 +376,7 @@ impl Client {
         let transport = |e: reqwest::Error| ClientError::Transport {
             method: method.to_string(),
             url: url.clone(),
+            connect: e.is_connect(),
             message: e.to_string(),
         };
         let started = std::time::Instant::now();

@@ -49,8 +49,8 @@
 
 pub use crate::admins::{NamedAdmin, SHARED_ADMIN_NAME};
 pub use crate::archive::ArchiveArgs;
-pub use crate::replication::ReplicationArgs;
 pub use crate::logging::{init_tracing, LogFormat};
+pub use crate::replication::ReplicationArgs;
 pub use crate::steps::{RealArgs, StepsArgs, StepsKind};
 pub use crate::ui::UiSettings;
 pub use crate::zk::{ZkArgs, ZooKeeperSettings};

@@ -158,7 +158,9 @@ pub enum ReplicationError {
     #[error("the outcome of the replicated write is unknown: {0}")]
     Unknown(String),
     /// One command's records exceed what the medium can carry atomically.
-    #[error("the command's records are {bytes} bytes; a replicated command carries at most {limit}")]
+    #[error(
+        "the command's records are {bytes} bytes; a replicated command carries at most {limit}"
+    )]
     TooLarge {
         /// The command's size.
         bytes: usize,
@@ -632,9 +634,7 @@ impl Engine {
                 let outcomes = outcomes
                     .into_iter()
                     .map(|o| match o {
-                        Ok(o) if !o.records.is_empty() => {
-                            Err(EngineError::Replication(e.clone()))
-                        }
+                        Ok(o) if !o.records.is_empty() => Err(EngineError::Replication(e.clone())),
                         other => other,
                     })
                     .collect();

@@ -443,7 +443,10 @@ impl EngineHandle {
     ///
     /// # Errors
     /// [`ServiceError::Stopped`].
-    pub async fn set_role(&self, replicator: Option<Box<dyn Replicator>>) -> Result<(), ServiceError> {
+    pub async fn set_role(
+        &self,
+        replicator: Option<Box<dyn Replicator>>,
+    ) -> Result<(), ServiceError> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Msg::Role(replicator, reply))

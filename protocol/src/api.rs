@@ -566,6 +566,9 @@ pub struct ErrorDetail {
     /// A message for people; never parsed.
     #[serde(default)]
     pub message: String,
+    /// With `not_leader`: the URL of the engine that leads, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<String>,
 }
 
 // ---- answers of the object routes

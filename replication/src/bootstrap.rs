@@ -47,7 +47,10 @@ fn bounded(s: impl std::fmt::Display) -> String {
 
 /// The URL of `peer`'s frames from `from` on.
 pub fn frames_url(peer: &str, from: u64) -> String {
-    format!("{}/replication/frames?from={from}", peer.trim_end_matches('/'))
+    format!(
+        "{}/replication/frames?from={from}",
+        peer.trim_end_matches('/')
+    )
 }
 
 /// Copies `peer`'s records after this engine's head into it; returns the
@@ -116,7 +119,9 @@ fn whole_records(buffer: &[u8]) -> Result<usize, String> {
     while let Some(prefix) = buffer.get(at..at + 4) {
         let len = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
         if len > MAX_RECORD_BYTES {
-            return Err(format!("a record of {len} bytes (at most {MAX_RECORD_BYTES})"));
+            return Err(format!(
+                "a record of {len} bytes (at most {MAX_RECORD_BYTES})"
+            ));
         }
         if buffer.len() < at + 4 + len {
             break;

@@ -24,8 +24,7 @@ use crate::ReplicationConfig;
 /// What the leader runs besides appending (the projector): called with a
 /// token when this engine starts leading; the token is cancelled and the
 /// task awaited when it stops.
-pub type LeaderDuties =
-    Arc<dyn Fn(CancellationToken) -> tokio::task::JoinHandle<()> + Send + Sync>;
+pub type LeaderDuties = Arc<dyn Fn(CancellationToken) -> tokio::task::JoinHandle<()> + Send + Sync>;
 
 /// A replica's registration node.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -220,7 +219,9 @@ impl Machine<'_> {
                 return self.lead(&client, &candidate).await;
             }
             if !candidates.iter().any(|c| c == &candidate) {
-                return Err(End::StepDown("our candidacy is gone (session lost?)".into()));
+                return Err(End::StepDown(
+                    "our candidacy is gone (session lost?)".into(),
+                ));
             }
             tokio::select! {
                 () = self.cancel.cancelled() => {}
@@ -242,12 +243,30 @@ impl Machine<'_> {
         ] {
             let acl = self.acl(path);
             let options = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acl));
-            match call(self.deadline(), "create", path, client.create(path, b"", &options)).await {
+            match call(
+                self.deadline(),
+                "create",
+                path,
+                client.create(path, b"", &options),
+            )
+            .await
+            {
                 Ok(_) => {}
                 Err(e) if is(&e, zk::Error::NodeExists) => {}
                 Err(e) if is(&e, zk::Error::NoNode) => {
-                    ingest_projections::leader::ensure_engine_node(client, &self.config.zk.access, self.deadline()).await?;
-                    call(self.deadline(), "create", path, client.create(path, b"", &options)).await?;
+                    ingest_projections::leader::ensure_engine_node(
+                        client,
+                        &self.config.zk.access,
+                        self.deadline(),
+                    )
+                    .await?;
+                    call(
+                        self.deadline(),
+                        "create",
+                        path,
+                        client.create(path, b"", &options),
+                    )
+                    .await?;
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -268,13 +287,19 @@ impl Machine<'_> {
             match follow::locate(&base, &nodes, head, &hash) {
                 Ok(c) => return Ok(Some(c)),
                 Err(FollowError::Behind { head, base }) => {
-                    tracing::warn!(head, base, "this engine's log ends before the replicated tail; copying from a peer");
+                    tracing::warn!(
+                        head,
+                        base,
+                        "this engine's log ends before the replicated tail; copying from a peer"
+                    );
                     self.copy(client).await?;
                 }
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(End::StepDown("could not catch up with the tail after 5 copies".into()))
+        Err(End::StepDown(
+            "could not catch up with the tail after 5 copies".into(),
+        ))
     }
 
     /// Copies the log from the leader or another registered replica.
@@ -286,11 +311,25 @@ impl Machine<'_> {
                 peers.push(l.url);
             }
         }
-        for id in call(self.deadline(), "list", paths::REPLICAS, client.list_children(paths::REPLICAS)).await? {
+        for id in call(
+            self.deadline(),
+            "list",
+            paths::REPLICAS,
+            client.list_children(paths::REPLICAS),
+        )
+        .await?
+        {
             if id == self.config.id {
                 continue;
             }
-            if let Ok((data, _)) = call(self.deadline(), "get", paths::REPLICAS, client.get_data(&paths::replica(&id))).await {
+            if let Ok((data, _)) = call(
+                self.deadline(),
+                "get",
+                paths::REPLICAS,
+                client.get_data(&paths::replica(&id)),
+            )
+            .await
+            {
                 if let Ok(r) = serde_json::from_slice::<Registration>(&data) {
                     if !r.dropped && !peers.contains(&r.url) {
                         peers.push(r.url);
@@ -300,7 +339,8 @@ impl Machine<'_> {
         }
         let started = std::time::Instant::now();
         let before = self.engine.log().head().0;
-        let reached = bootstrap::from_peers(&peers, self.config.peer_token.as_deref(), self.engine).await?;
+        let reached =
+            bootstrap::from_peers(&peers, self.config.peer_token.as_deref(), self.engine).await?;
         tracing::info!(
             from = before,
             reached,
@@ -322,10 +362,23 @@ impl Machine<'_> {
         .unwrap_or_default();
         let acl = self.acl(&path);
         let options = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acl));
-        match call(self.deadline(), "create", &path, client.create(&path, &data, &options)).await {
+        match call(
+            self.deadline(),
+            "create",
+            &path,
+            client.create(&path, &data, &options),
+        )
+        .await
+        {
             Ok((stat, _)) => self.registration_version = Some(stat.version),
             Err(e) if is(&e, zk::Error::NodeExists) => {
-                let stat = call(self.deadline(), "set", &path, client.set_data(&path, &data, None)).await?;
+                let stat = call(
+                    self.deadline(),
+                    "set",
+                    &path,
+                    client.set_data(&path, &data, None),
+                )
+                .await?;
                 self.registration_version = Some(stat.version);
             }
             Err(e) => return Err(e.into()),
@@ -352,7 +405,14 @@ impl Machine<'_> {
         r.applied = applied;
         r.url = self.config.url.clone();
         let data = serde_json::to_vec(&r).unwrap_or_default();
-        match call(self.deadline(), "set", &path, client.set_data(&path, &data, Some(stat.version))).await {
+        match call(
+            self.deadline(),
+            "set",
+            &path,
+            client.set_data(&path, &data, Some(stat.version)),
+        )
+        .await
+        {
             Ok(stat) => {
                 self.registration_version = Some(stat.version);
                 Ok(false)
@@ -379,7 +439,14 @@ impl Machine<'_> {
     }
 
     async fn read_leader(&self, client: &zk::Client) -> Result<Option<LeaderNode>, End> {
-        match call(self.deadline(), "get", paths::LEADER, client.get_data(paths::LEADER)).await {
+        match call(
+            self.deadline(),
+            "get",
+            paths::LEADER,
+            client.get_data(paths::LEADER),
+        )
+        .await
+        {
             Ok((data, _)) => Ok(serde_json::from_slice(&data).ok()),
             Err(e) if is(&e, zk::Error::NoNode) => Ok(None),
             Err(e) => Err(e.into()),
@@ -390,8 +457,16 @@ impl Machine<'_> {
     async fn lead(&mut self, client: &zk::Client, candidate: &str) -> Result<(), End> {
         // 1. Fence: from here on, anything an earlier leader sends fails its
         //    epoch check.
-        let (_, stat) = call(self.deadline(), "get", paths::EPOCH, client.get_data(paths::EPOCH)).await?;
-        let me = serde_json::to_vec(&serde_json::json!({"id": self.config.id, "url": self.config.url})).unwrap_or_default();
+        let (_, stat) = call(
+            self.deadline(),
+            "get",
+            paths::EPOCH,
+            client.get_data(paths::EPOCH),
+        )
+        .await?;
+        let me =
+            serde_json::to_vec(&serde_json::json!({"id": self.config.id, "url": self.config.url}))
+                .unwrap_or_default();
         let fenced = call(
             self.deadline(),
             "set",
@@ -414,7 +489,11 @@ impl Machine<'_> {
                 // The group's first leader: the tail starts at its head.
                 let (head, hash) = hex_head(self.engine);
                 let seq = nodes.iter().map(|n| n.seq).max().unwrap_or(0);
-                let base = Base { seq, pos: head, hash };
+                let base = Base {
+                    seq,
+                    pos: head,
+                    hash,
+                };
                 let data = serde_json::to_vec(&base).unwrap_or_default();
                 let acl = self.acl(paths::BASE);
                 let options = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acl));
@@ -430,10 +509,16 @@ impl Machine<'_> {
         //    acknowledged: remove it, so the tail ends at a command boundary.
         let nodes = follow::list_tail(client, self.deadline()).await?;
         let max_seq = nodes.iter().map(|n| n.seq).max().unwrap_or(cursor.seq);
-        let trailing: Vec<NodeName> = nodes.iter().copied().filter(|n| n.seq > cursor.seq).collect();
+        let trailing: Vec<NodeName> = nodes
+            .iter()
+            .copied()
+            .filter(|n| n.seq > cursor.seq)
+            .collect();
         if !trailing.is_empty() {
             if trailing.iter().any(|n| n.complete) {
-                return Err(End::StepDown("the tail grew while this engine took over".into()));
+                return Err(End::StepDown(
+                    "the tail grew while this engine took over".into(),
+                ));
             }
             let mut w = client.new_multi_writer();
             let mut add = || -> Result<(), zk::Error> {
@@ -461,12 +546,22 @@ impl Machine<'_> {
             epoch,
         })
         .unwrap_or_default();
-        let _ = call(self.deadline(), "delete", paths::LEADER, client.delete(paths::LEADER, None)).await;
+        let _ = call(
+            self.deadline(),
+            "delete",
+            paths::LEADER,
+            client.delete(paths::LEADER, None),
+        )
+        .await;
         call(
             self.deadline(),
             "create",
             paths::LEADER,
-            client.create(paths::LEADER, &leader, &ingest_projections::acl::lock_options()),
+            client.create(
+                paths::LEADER,
+                &leader,
+                &ingest_projections::acl::lock_options(),
+            ),
         )
         .await?;
         let end = Arc::new(TailEnd::default());
@@ -532,14 +627,28 @@ impl Machine<'_> {
 
     /// The leader's upkeep: read every replica, drop the ones too far
     /// behind, trim what all the others applied.
-    async fn keep_tail(&mut self, client: &zk::Client, epoch_version: i32, end: &TailEnd) -> Result<(), ZkError> {
+    async fn keep_tail(
+        &mut self,
+        client: &zk::Client,
+        epoch_version: i32,
+        end: &TailEnd,
+    ) -> Result<(), ZkError> {
         let head = end.head.load(Ordering::Acquire);
         let nodes = follow::list_tail(client, self.deadline()).await?;
         let tail_bytes: u64 = nodes.iter().map(|n| n.len as u64).sum();
         let mut replicas = Vec::new();
-        for id in call(self.deadline(), "list", paths::REPLICAS, client.list_children(paths::REPLICAS)).await? {
+        for id in call(
+            self.deadline(),
+            "list",
+            paths::REPLICAS,
+            client.list_children(paths::REPLICAS),
+        )
+        .await?
+        {
             let path = paths::replica(&id);
-            let Ok((data, stat)) = call(self.deadline(), "get", &path, client.get_data(&path)).await else {
+            let Ok((data, stat)) =
+                call(self.deadline(), "get", &path, client.get_data(&path)).await
+            else {
                 continue;
             };
             let Ok(r) = serde_json::from_slice::<Registration>(&data) else {
@@ -548,11 +657,15 @@ impl Machine<'_> {
             replicas.push((id, r, stat.version));
         }
         // Keep this engine's own registration current.
-        if let Some((_, r, version)) = replicas.iter_mut().find(|(id, _, _)| id == &self.config.id) {
+        if let Some((_, r, version)) = replicas.iter_mut().find(|(id, _, _)| id == &self.config.id)
+        {
             if r.applied != head {
                 r.applied = head;
                 let data = serde_json::to_vec(r).unwrap_or_default();
-                if let Ok(stat) = client.set_data(&paths::replica(&self.config.id), &data, Some(*version)).await {
+                if let Ok(stat) = client
+                    .set_data(&paths::replica(&self.config.id), &data, Some(*version))
+                    .await
+                {
                     *version = stat.version;
                 }
             }
@@ -566,12 +679,15 @@ impl Machine<'_> {
                 .min_by_key(|(_, (_, r, _))| r.applied)
                 .map(|(i, _)| i)
         };
-        let over_bytes = tail_bytes > self.config.max_lag_bytes || nodes.len() > self.config.max_tail_nodes;
+        let over_bytes =
+            tail_bytes > self.config.max_lag_bytes || nodes.len() > self.config.max_tail_nodes;
         let mut to_drop: Vec<usize> = replicas
             .iter()
             .enumerate()
             .filter(|(_, (id, r, _))| {
-                id != &self.config.id && !r.dropped && head.saturating_sub(r.applied) > self.config.max_lag_events
+                id != &self.config.id
+                    && !r.dropped
+                    && head.saturating_sub(r.applied) > self.config.max_lag_events
             })
             .map(|(i, _)| i)
             .collect();
@@ -582,7 +698,10 @@ impl Machine<'_> {
             let (id, r, version) = &mut replicas[i];
             r.dropped = true;
             let data = serde_json::to_vec(r).unwrap_or_default();
-            match client.set_data(&paths::replica(id), &data, Some(*version)).await {
+            match client
+                .set_data(&paths::replica(id), &data, Some(*version))
+                .await
+            {
                 Ok(_) => tracing::error!(
                     replica = %id,
                     applied = r.applied,
@@ -591,7 +710,9 @@ impl Machine<'_> {
                     tail_nodes = nodes.len(),
                     "a replica fell too far behind and was dropped from the set that holds the tail; it rejoins by copying the log from a peer"
                 ),
-                Err(e) => tracing::warn!(replica = %id, error = %e, "could not drop a lagging replica"),
+                Err(e) => {
+                    tracing::warn!(replica = %id, error = %e, "could not drop a lagging replica")
+                }
             }
         }
         // Trim everything every remaining replica applied.
@@ -602,9 +723,18 @@ impl Machine<'_> {
             .min()
             .unwrap_or(head)
             .min(head);
-        let cut = nodes.iter().filter(|n| n.complete && n.pos <= min_applied).map(|n| *n).max_by_key(|n| n.seq);
+        let cut = nodes
+            .iter()
+            .filter(|n| n.complete && n.pos <= min_applied)
+            .map(|n| *n)
+            .max_by_key(|n| n.seq);
         if let Some(cut) = cut {
-            let doomed: Vec<NodeName> = nodes.iter().copied().filter(|n| n.seq <= cut.seq).take(1000).collect();
+            let doomed: Vec<NodeName> = nodes
+                .iter()
+                .copied()
+                .filter(|n| n.seq <= cut.seq)
+                .take(1000)
+                .collect();
             // Only a prefix that ends at a complete node is trimmed.
             if doomed.last().map(|n| n.seq) == Some(cut.seq) {
                 let hash = self
@@ -612,8 +742,19 @@ impl Machine<'_> {
                     .log()
                     .read_one(cut.pos)
                     .map(|r| hex::encode(r.envelope.hash))
-                    .map_err(|e| ZkError::new("read", "the log", ZkErrorKind::Server(zk::Error::UnexpectedError(e.to_string()))))?;
-                let base = serde_json::to_vec(&Base { seq: cut.seq, pos: cut.pos, hash }).unwrap_or_default();
+                    .map_err(|e| {
+                        ZkError::new(
+                            "read",
+                            "the log",
+                            ZkErrorKind::Server(zk::Error::UnexpectedError(e.to_string())),
+                        )
+                    })?;
+                let base = serde_json::to_vec(&Base {
+                    seq: cut.seq,
+                    pos: cut.pos,
+                    hash,
+                })
+                .unwrap_or_default();
                 let mut w = client.new_multi_writer();
                 let mut add = || -> Result<(), zk::Error> {
                     w.add_check_version(paths::EPOCH, epoch_version)?;
@@ -640,7 +781,10 @@ impl Machine<'_> {
                 dropped: r.dropped,
             })
             .collect();
-        let nodes_left = follow::list_tail(client, self.deadline()).await.map(|n| n.len()).unwrap_or(nodes.len());
+        let nodes_left = follow::list_tail(client, self.deadline())
+            .await
+            .map(|n| n.len())
+            .unwrap_or(nodes.len());
         self.status.update(|s| {
             s.applied = head;
             s.replicas = views;
@@ -653,5 +797,8 @@ impl Machine<'_> {
 
 /// The sequence number of a candidate's name (`c-0000000042`).
 fn sequence_of(name: &str) -> u64 {
-    name.rsplit('-').next().and_then(|s| s.parse().ok()).unwrap_or(u64::MAX)
+    name.rsplit('-')
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(u64::MAX)
 }

@@ -58,14 +58,19 @@ impl FollowError {
 }
 
 /// Reads the base node, `None` when the group has none yet.
-pub(crate) async fn read_base(client: &zk::Client, deadline: Duration) -> Result<Option<(Base, i32)>, ZkError> {
+pub(crate) async fn read_base(
+    client: &zk::Client,
+    deadline: Duration,
+) -> Result<Option<(Base, i32)>, ZkError> {
     match call(deadline, "get", paths::BASE, client.get_data(paths::BASE)).await {
         Ok((data, stat)) => {
             let base: Base = serde_json::from_slice(&data).map_err(|_| {
                 ZkError::new(
                     "decode",
                     paths::BASE,
-                    ZkErrorKind::Server(zk::Error::UnexpectedError("the base node is not JSON".into())),
+                    ZkErrorKind::Server(zk::Error::UnexpectedError(
+                        "the base node is not JSON".into(),
+                    )),
                 )
             })?;
             Ok(Some((base, stat.version)))
@@ -76,8 +81,17 @@ pub(crate) async fn read_base(client: &zk::Client, deadline: Duration) -> Result
 }
 
 /// The tail's nodes, in order.
-pub(crate) async fn list_tail(client: &zk::Client, deadline: Duration) -> Result<Vec<NodeName>, ZkError> {
-    let children = call(deadline, "list", paths::TAIL, client.list_children(paths::TAIL)).await?;
+pub(crate) async fn list_tail(
+    client: &zk::Client,
+    deadline: Duration,
+) -> Result<Vec<NodeName>, ZkError> {
+    let children = call(
+        deadline,
+        "list",
+        paths::TAIL,
+        client.list_children(paths::TAIL),
+    )
+    .await?;
     Ok(tail::sorted(&children))
 }
 
@@ -109,7 +123,10 @@ pub(crate) fn locate(
     // Past the base: the complete node that ends at the head (the hash is
     // checked by the next record's previous hash when it is imported).
     match nodes.iter().find(|n| n.complete && n.pos == head) {
-        Some(n) => Ok(Cursor { seq: n.seq, pos: head }),
+        Some(n) => Ok(Cursor {
+            seq: n.seq,
+            pos: head,
+        }),
         None => Err(FollowError::Divergent(format!(
             "no command of the replicated tail ends at this log's head {head}"
         ))),
@@ -126,7 +143,11 @@ pub(crate) async fn catch_up(
     nodes: &[NodeName],
     deadline: Duration,
 ) -> Result<usize, FollowError> {
-    let after: Vec<NodeName> = nodes.iter().copied().filter(|n| n.seq > cursor.seq).collect();
+    let after: Vec<NodeName> = nodes
+        .iter()
+        .copied()
+        .filter(|n| n.seq > cursor.seq)
+        .collect();
     let Some(last_complete) = after.iter().rposition(|n| n.complete) else {
         return Ok(0);
     };
@@ -166,7 +187,12 @@ pub(crate) async fn catch_up(
                             base: n.pos,
                         });
                     }
-                    return Err(ZkError::new("get", paths::tail_node(&n.to_string()), ZkErrorKind::Server(err)).into());
+                    return Err(ZkError::new(
+                        "get",
+                        paths::tail_node(&n.to_string()),
+                        ZkErrorKind::Server(err),
+                    )
+                    .into());
                 }
                 _ => {
                     return Err(FollowError::Divergent(
@@ -237,10 +263,22 @@ mod tests {
         );
         assert!(matches!(
             locate(&base, &nodes, 99, "x"),
-            Err(FollowError::Behind { head: 99, base: 100 })
+            Err(FollowError::Behind {
+                head: 99,
+                base: 100
+            })
         ));
-        assert!(matches!(locate(&base, &nodes, 100, "bb"), Err(FollowError::Divergent(_))));
-        assert!(matches!(locate(&base, &nodes, 105, "x"), Err(FollowError::Divergent(_))));
-        assert!(matches!(locate(&base, &nodes, 130, "x"), Err(FollowError::Divergent(_))));
+        assert!(matches!(
+            locate(&base, &nodes, 100, "bb"),
+            Err(FollowError::Divergent(_))
+        ));
+        assert!(matches!(
+            locate(&base, &nodes, 105, "x"),
+            Err(FollowError::Divergent(_))
+        ));
+        assert!(matches!(
+            locate(&base, &nodes, 130, "x"),
+            Err(FollowError::Divergent(_))
+        ));
     }
 }

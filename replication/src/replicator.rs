@@ -37,8 +37,9 @@ impl Replicator for ZkReplicator {
     fn replicate(&mut self, frames: &[Vec<u8>]) -> Result<(), ReplicationError> {
         let next_seq = self.end.next_seq.load(Ordering::Acquire);
         let head = self.end.head.load(Ordering::Acquire);
-        let chunks = tail::pack(frames, next_seq, head)
-            .map_err(|e| ReplicationError::Unknown(format!("a staged frame does not split: {e}")))?;
+        let chunks = tail::pack(frames, next_seq, head).map_err(|e| {
+            ReplicationError::Unknown(format!("a staged frame does not split: {e}"))
+        })?;
         let runs = tail::multis(&chunks);
         let total = runs.len();
         for (i, run) in runs.into_iter().enumerate() {
@@ -54,7 +55,9 @@ impl Replicator for ZkReplicator {
                 });
             }
             if let Some(last) = run.last() {
-                self.end.next_seq.store(last.name.seq + 1, Ordering::Release);
+                self.end
+                    .next_seq
+                    .store(last.name.seq + 1, Ordering::Release);
                 self.end.head.store(last.name.pos, Ordering::Release);
             }
         }
@@ -73,7 +76,8 @@ impl ZkReplicator {
             }
             Ok(())
         };
-        add().map_err(|e| ReplicationError::Unknown(format!("cannot build the tail write: {e}")))?;
+        add()
+            .map_err(|e| ReplicationError::Unknown(format!("cannot build the tail write: {e}")))?;
         match tokio::time::timeout(self.deadline, writer.commit()).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(zk::MultiWriteError::OperationFailed { index, source })) => {

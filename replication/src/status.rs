@@ -57,6 +57,10 @@ pub struct ReplicaStatus {
     pub epoch: Option<u64>,
     /// The position of its published state.
     pub applied: u64,
+    /// The hash of the record at `applied` (hex), as served by
+    /// `GET /replication`: equal on every engine at the same position.
+    #[serde(default)]
+    pub head_hash: Option<String>,
     /// The leader's URL, when one is known.
     pub leader_url: Option<String>,
     /// The leader's identity, when one is known.
@@ -82,6 +86,7 @@ impl ReplicaStatus {
             role: Role::Single,
             epoch: None,
             applied: 0,
+            head_hash: None,
             leader_url: None,
             leader_id: None,
             lag: None,

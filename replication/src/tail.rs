@@ -94,11 +94,7 @@ pub struct Chunk {
 /// # Errors
 /// A frame that does not split into records (the engine wrote it, so this
 /// is a fault of the caller).
-pub fn pack(
-    frames: &[Vec<u8>],
-    next_seq: u64,
-    head: u64,
-) -> Result<Vec<Chunk>, frame::FrameError> {
+pub fn pack(frames: &[Vec<u8>], next_seq: u64, head: u64) -> Result<Vec<Chunk>, frame::FrameError> {
     let mut out = Vec::new();
     let mut seq = next_seq;
     let mut pos = head;
@@ -196,7 +192,12 @@ mod tests {
         let s = n.to_string();
         assert_eq!(s, "t00000000000000000012-00000000000000003456-c-99");
         assert_eq!(NodeName::parse(&s), Some(n));
-        for bad in ["x", "t1-2-c-3", "t00000000000000000012-00000000000000003456-x-9", "c-1"] {
+        for bad in [
+            "x",
+            "t1-2-c-3",
+            "t00000000000000000012-00000000000000003456-x-9",
+            "c-1",
+        ] {
             assert_eq!(NodeName::parse(bad), None, "{bad}");
         }
         let big = format!("t{:020}-{:020}-c-{}", 1, 1, NODE_BYTES + 1);
@@ -219,8 +220,10 @@ mod tests {
         let big = frame_of(&[NODE_BYTES, NODE_BYTES / 2]);
         let frames = vec![frame_of(&[10]), big.clone(), frame_of(&[3])];
         let chunks = pack(&frames, 1, 0).unwrap();
-        let kinds: Vec<(u64, u64, bool)> =
-            chunks.iter().map(|c| (c.name.seq, c.name.pos, c.name.complete)).collect();
+        let kinds: Vec<(u64, u64, bool)> = chunks
+            .iter()
+            .map(|c| (c.name.seq, c.name.pos, c.name.complete))
+            .collect();
         assert_eq!(
             kinds,
             vec![(1, 1, true), (2, 1, false), (3, 3, true), (4, 4, true)]

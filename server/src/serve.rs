@@ -146,7 +146,9 @@ async fn serve(config: ServeConfig) -> Result<i32> {
                     Ok(tokio::spawn(async move {
                         match sink.run(RunMode::Follow, stop).await {
                             Ok(report) => tracing::info!(?report, "the projector stopped"),
-                            Err(e) => tracing::error!(error = %e, "the projector had stopped with an error"),
+                            Err(e) => {
+                                tracing::error!(error = %e, "the projector had stopped with an error")
+                            }
                         }
                     }))
                 }
@@ -155,15 +157,15 @@ async fn serve(config: ServeConfig) -> Result<i32> {
                 // Only the leader projects: the replication controller starts
                 // the projector when this engine takes over and stops it when
                 // it steps down.
-                replication_duties = Some(Arc::new(move |stop: CancellationToken| {
-                    match start_sink(stop) {
+                replication_duties = Some(
+                    Arc::new(move |stop: CancellationToken| match start_sink(stop) {
                         Ok(task) => task,
                         Err(e) => {
                             tracing::error!(error = %format!("{e:#}"), "cannot start the projector");
                             tokio::spawn(async {})
                         }
-                    }
-                }) as ingest_replication::LeaderDuties);
+                    }) as ingest_replication::LeaderDuties,
+                );
                 None
             } else {
                 // Not a child of the shutdown token: the projector stops last,
@@ -176,10 +178,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
                 Some((task, stop, status))
             };
             let checker = ZkLocks::new(zk_config.clone(), Arc::clone(&metrics));
-            (
-                Arc::new(checker) as Arc<dyn LockChecker>,
-                sink_task,
-            )
+            (Arc::new(checker) as Arc<dyn LockChecker>, sink_task)
         }
     };
 

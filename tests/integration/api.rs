@@ -173,6 +173,7 @@ impl Server {
             pages: None,
             storage_targets: Vec::new(),
             content_nodes: Vec::new(),
+            replication: None,
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

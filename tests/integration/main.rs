@@ -13,6 +13,7 @@ mod first_deposit;
 mod holds;
 mod ingest;
 mod remote;
+mod replication;
 mod serve;
 mod server;
 mod service;

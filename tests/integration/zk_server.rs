@@ -46,7 +46,7 @@ pub fn zk_tool() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/zk"))
 }
 
-fn run_tool(args: &[&str]) -> Result<String, String> {
+pub fn run_tool(args: &[&str]) -> Result<String, String> {
     // Run from the temporary directory: a JVM heap dump of a server lands
     // there, not in the repository.
     let out = Command::new(zk_tool())
@@ -157,12 +157,20 @@ impl Drop for ZkServer {
 /// A process that stops the server of `dir` once our end of its stdin
 /// closes (see the module docs). `None` when it cannot be started.
 fn spawn_watchdog(dir: &Path) -> Option<(Child, ChildStdin)> {
-    let script = r#"trap '' INT TERM HUP; cat >/dev/null; "$0" stop --dir "$1" >/dev/null 2>&1; rm -rf "$1""#;
+    spawn_watchdog_for(dir, "stop")
+}
+
+/// As [`spawn_watchdog`], stopping with `tools/zk STOP --dir DIR` (`stop`
+/// for one server, `ensemble stop` for an ensemble).
+pub fn spawn_watchdog_for(dir: &Path, stop: &str) -> Option<(Child, ChildStdin)> {
+    let script =
+        r#"trap '' INT TERM HUP; cat >/dev/null; "$0" $2 --dir "$1" >/dev/null 2>&1; rm -rf "$1""#;
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(script)
         .arg(zk_tool())
         .arg(dir)
+        .arg(stop)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

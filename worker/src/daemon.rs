@@ -2017,6 +2017,7 @@ mod tests {
                         error: ErrorDetail {
                             code: "lock_not_held".into(),
                             message: "nobody holds it".into(),
+                            ..ErrorDetail::default()
                         },
                     };
                     (StatusCode::CONFLICT, axum::Json(refused))

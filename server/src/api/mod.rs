@@ -40,6 +40,7 @@
 //!     pages: None,
 //!     storage_targets: Vec::new(),
 //!     content_nodes: Vec::new(),
+//!     replication: None,
 //! });
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:7878").await?;
 //! api::serve(listener, router, api::Limits::default(), async { let _ = tokio::signal::ctrl_c().await; }).await
@@ -630,11 +631,7 @@ async fn readyz(State(app): State<AppState>) -> Response {
     let projects = replica
         .as_ref()
         .is_none_or(|r| matches!(r.role, ingest_replication::Role::Leader));
-    let status = app
-        .inner
-        .metrics
-        .projector_status()
-        .filter(|_| projects);
+    let status = app.inner.metrics.projector_status().filter(|_| projects);
     let projector = status.as_ref().map(|s| {
         use ingest_projections::SinkState;
         match &s.state {
@@ -863,6 +860,7 @@ mod tests {
             pages: None,
             storage_targets: Vec::new(),
             content_nodes: Vec::new(),
+            replication: None,
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

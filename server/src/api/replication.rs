@@ -44,7 +44,10 @@ pub(crate) async fn status(State(app): State<AppState>) -> Response {
         Some(cell) => cell.get(),
         None => ReplicaStatus::single(),
     };
-    status.applied = app.inner.handle.state().position;
+    let state = app.inner.handle.state();
+    status.applied = state.position;
+    status.head_hash = Some(hex::encode(state.head_hash));
+    drop(state);
     axum::Json(status).into_response()
 }
 

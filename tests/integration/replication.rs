@@ -1,0 +1,565 @@
+//! Replicated engines (issue 22) against a real ZooKeeper ensemble of three
+//! on loopback and three real `ingest serve --replicas 3` processes:
+//!
+//! - the leader killed (SIGKILL) under a stream of submissions, twice, the
+//!   second time with its data directory deleted: every acknowledged
+//!   submission is on every engine afterwards, writes resume on a new
+//!   leader, the wiped engine rejoins by copying the log from a peer, and
+//!   every engine ends at the same position with the same head hash;
+//! - the leader paused (SIGSTOP) past its session timeout: another engine
+//!   takes over; resumed, the old leader appends nothing more and sends its
+//!   clients to the new leader;
+//! - one of three ZooKeeper servers stopped: writes go on; two of three:
+//!   writes are refused with 503 `no_quorum`, nothing acknowledged is lost,
+//!   and writes resume when they return.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::server::{ADMIN, DEPOSITOR};
+use crate::util::ingest_bin;
+use crate::zk_server::{run_tool, spawn_watchdog_for};
+
+/// How long a test waits for a condition before it fails (never a sleep).
+const DEADLINE: Duration = Duration::from_secs(90);
+
+/// A ZooKeeper ensemble of three on loopback (`tools/zk ensemble`), stopped
+/// when dropped or, if the test process dies, by its watchdog.
+struct Ensemble {
+    dir: PathBuf,
+    hosts: String,
+    _watchdog: Option<(Child, ChildStdin)>,
+}
+
+impl Ensemble {
+    fn start(name: &str) -> Ensemble {
+        let dir = std::env::temp_dir().join(format!("ingest-ens-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let watchdog = spawn_watchdog_for(&dir, "ensemble stop");
+        let d = dir.to_string_lossy().into_owned();
+        run_tool(&["ensemble", "start", "--dir", &d]).unwrap_or_else(|e| panic!("{e}"));
+        let hosts = run_tool(&["ensemble", "hosts", "--dir", &d])
+            .unwrap_or_else(|e| panic!("{e}"))
+            .trim()
+            .to_string();
+        Ensemble {
+            dir,
+            hosts,
+            _watchdog: watchdog,
+        }
+    }
+
+    fn member(&self, n: usize) -> String {
+        self.dir
+            .join(format!("member-{n}"))
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    fn stop_member(&self, n: usize) {
+        run_tool(&["stop", "--dir", &self.member(n), "--grace", "5"])
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    fn restart_member(&self, n: usize) {
+        run_tool(&["restart", "--dir", &self.member(n)]).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+impl Drop for Ensemble {
+    fn drop(&mut self) {
+        let _ = run_tool(&["ensemble", "stop", "--dir", &self.dir.to_string_lossy()]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One `ingest serve --replicas 3` process.
+struct Engine {
+    name: String,
+    data: PathBuf,
+    dir: PathBuf,
+    listen: String,
+    child: Option<Child>,
+    base: String,
+}
+
+impl Engine {
+    fn start(dir: &Path, name: &str, hosts: &str, root: &str) -> Engine {
+        // A fixed port per engine, so a restarted engine keeps its URL.
+        let port = run_tool(&["free-port"]).unwrap_or_else(|e| panic!("{e}"));
+        let mut e = Engine {
+            name: name.to_string(),
+            data: dir.join(name).join("data"),
+            dir: dir.join(name),
+            listen: format!("127.0.0.1:{}", port.trim()),
+            child: None,
+            base: String::new(),
+        };
+        e.launch(hosts, root);
+        e
+    }
+
+    fn launch(&mut self, hosts: &str, root: &str) {
+        std::fs::create_dir_all(&self.dir).expect("engine dir");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("serve.log"))
+            .expect("log");
+        let mut child = Command::new(ingest_bin())
+            .arg("--data-dir")
+            .arg(&self.data)
+            .args([
+                "serve",
+                "--listen",
+                &self.listen,
+                "--zk",
+                hosts,
+                "--zk-root",
+                root,
+                "--zk-session-timeout",
+                "2",
+                "--replicas",
+                "3",
+                "--engine-id",
+                &self.name,
+                "--working-storage",
+            ])
+            .arg(self.dir.join("work"))
+            .env("INGEST_ADMIN_TOKEN", ADMIN)
+            .env("INGEST_DEPOSITOR_TOKEN", DEPOSITOR)
+            .env("INGEST_WORKER_TOKEN", crate::server::WORKER)
+            .env("RUST_LOG", "info")
+            .env_remove("INGEST_DATA_DIR")
+            .env_remove("INGEST_CONFIG")
+            .env_remove("INGEST_WORKER_STEPS")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("start ingest serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+            .expect("read the listening line");
+        self.base = line
+            .trim()
+            .strip_prefix("ingest serve listening on ")
+            .unwrap_or_else(|| panic!("{}: unexpected first line {line:?}", self.name))
+            .to_string();
+        self.child = Some(child);
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        let ok = Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill {sig} {pid}");
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("serve.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            let _ = Command::new("kill")
+                .args(["-CONT", &c.id().to_string()])
+                .status();
+        }
+        self.kill();
+        if std::thread::panicking() {
+            let log = self.log();
+            let tail: String = log
+                .lines()
+                .rev()
+                .take(40)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n");
+            eprintln!("--- {} serve.log (tail) ---\n{tail}", self.name);
+        }
+    }
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("client")
+}
+
+async fn replication(http: &reqwest::Client, base: &str) -> Option<Value> {
+    let r = http
+        .get(format!("{base}/replication"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .ok()?;
+    r.json().await.ok()
+}
+
+/// Waits until exactly one live engine leads; returns its index.
+async fn leader(http: &reqwest::Client, engines: &[&Engine]) -> usize {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let mut leaders = Vec::new();
+        for (i, e) in engines.iter().enumerate() {
+            if e.child.is_none() {
+                continue;
+            }
+            if let Some(s) = replication(http, &e.base).await {
+                if s["role"] == "leader" {
+                    leaders.push(i);
+                }
+            }
+        }
+        if leaders.len() == 1 {
+            return leaders[0];
+        }
+        assert!(Instant::now() < deadline, "no single leader: {leaders:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn submission(n: usize) -> Value {
+    json!({
+        "submitter": "alice",
+        "profile": "demo",
+        "type": "object-manifest",
+        "payload_url": format!("https://example.org/batch-{n}.checkm"),
+        "manifest": [format!("https://example.org/a-{n}.checkm loc{n}")],
+        "erc_what": format!("Object {n}"),
+    })
+}
+
+/// One submission to `base`: the bid when it was acknowledged (201), the
+/// status otherwise (a redirect is not followed here).
+async fn submit_once(http: &reqwest::Client, base: &str, n: usize) -> Result<String, u16> {
+    let r = http
+        .post(format!("{base}/batches"))
+        .bearer_auth(DEPOSITOR)
+        .json(&submission(n))
+        .send()
+        .await
+        .map_err(|_| 0u16)?;
+    let status = r.status().as_u16();
+    if status != 201 {
+        return Err(status);
+    }
+    let v: Value = r.json().await.map_err(|_| 1u16)?;
+    Ok(v["bid"].as_str().expect("bid").to_string())
+}
+
+/// Waits until every live engine applied the same position with the same
+/// head hash; returns it.
+async fn converged(http: &reqwest::Client, engines: &[&Engine]) -> (u64, String) {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let mut seen = Vec::new();
+        for e in engines.iter().filter(|e| e.child.is_some()) {
+            let s = replication(http, &e.base).await.unwrap_or(Value::Null);
+            seen.push((
+                s["applied"].as_u64().unwrap_or(0),
+                s["head_hash"].as_str().unwrap_or("").to_string(),
+                s["role"].clone(),
+            ));
+        }
+        if !seen.is_empty()
+            && seen.iter().all(|s| s.0 == seen[0].0 && s.1 == seen[0].1)
+            && seen.iter().all(|s| s.2 == "leader" || s.2 == "follower")
+        {
+            return (seen[0].0, seen[0].1.clone());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "engines did not converge: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every acknowledged bid is readable on every live engine (reads are
+/// served by followers too).
+async fn all_present(http: &reqwest::Client, engines: &[&Engine], acked: &[String]) {
+    for e in engines.iter().filter(|e| e.child.is_some()) {
+        for bid in acked {
+            let r = http
+                .get(format!("{}/batches/{bid}", e.base))
+                .bearer_auth(ADMIN)
+                .send()
+                .await
+                .expect("read a batch");
+            assert_eq!(r.status().as_u16(), 200, "{bid} missing on {}", e.name);
+        }
+    }
+}
+
+fn three(dir: &Path, ens: &Ensemble, root: &str) -> Vec<Engine> {
+    (1..=3)
+        .map(|i| Engine::start(dir, &format!("e{i}"), &ens.hosts, root))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_kills_lose_no_acknowledged_command_and_replicas_converge() {
+    let ens = Ensemble::start("kill");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let root = "/ingest-repl-kill";
+    let mut engines = three(tmp.path(), &ens, root);
+    let http = http();
+    let all = || engines.iter().collect::<Vec<_>>();
+    let mut acked: Vec<String> = Vec::new();
+    let mut n = 0;
+
+    // A follower sends a command to the leader.
+    let l = leader(&http, &all()).await;
+    let follower = (l + 1) % 3;
+    let r = http
+        .post(format!("{}/batches", engines[follower].base))
+        .bearer_auth(DEPOSITOR)
+        .json(&submission(0))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(r.status().as_u16(), 307);
+    assert_eq!(
+        r.headers()[reqwest::header::LOCATION].to_str().unwrap(),
+        format!("{}/batches", engines[l].base)
+    );
+
+    // The typed client, given every engine, finds the leader by itself.
+    let bases = engines
+        .iter()
+        .map(|e| e.base.clone())
+        .collect::<Vec<_>>()
+        .join(",");
+    let client = ingest_client::Client::new(&bases, DEPOSITOR).expect("client");
+    for _ in 0..5 {
+        n += 1;
+        let s = client
+            .submit(&submission(n))
+            .await
+            .expect("submit through any engine");
+        acked.push(s.bid.to_string());
+    }
+
+    for round in 0..2 {
+        let l = leader(&http, &engines.iter().collect::<Vec<_>>()).await;
+        // Load while the leader dies: every engine is tried, in turn.
+        for _ in 0..10 {
+            n += 1;
+            if let Ok(bid) = submit_once(&http, &engines[l].base, n).await {
+                acked.push(bid);
+            }
+        }
+        engines[l].kill();
+        if round == 1 {
+            // The disk is lost too: the engine rejoins by copying from a peer.
+            std::fs::remove_dir_all(&engines[l].data).expect("wipe the data directory");
+        }
+        // Writes resume on a new leader.
+        let deadline = Instant::now() + DEADLINE;
+        let resumed = loop {
+            n += 1;
+            let mut got = None;
+            for e in engines.iter().filter(|e| e.child.is_some()) {
+                if let Ok(bid) = submit_once(&http, &e.base, n).await {
+                    got = Some(bid);
+                    break;
+                }
+            }
+            if let Some(bid) = got {
+                break bid;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no engine took writes after the leader died"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        acked.push(resumed);
+        let hosts = ens.hosts.clone();
+        engines[l].launch(&hosts, root);
+        for _ in 0..5 {
+            n += 1;
+            let s = client
+                .submit(&submission(n))
+                .await
+                .expect("submit after failover");
+            acked.push(s.bid.to_string());
+        }
+        let (position, _) = converged(&http, &engines.iter().collect::<Vec<_>>()).await;
+        assert!(position >= acked.len() as u64);
+        all_present(&http, &engines.iter().collect::<Vec<_>>(), &acked).await;
+    }
+    let wiped = engines
+        .iter()
+        .find(|e| e.log().contains("copied the log from a peer"));
+    assert!(
+        wiped.is_some(),
+        "the wiped engine copied the log from a peer"
+    );
+    // Every engine's own log verifies.
+    for e in &engines {
+        let r = http
+            .get(format!("{}/verify", e.base))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .expect("verify");
+        assert_eq!(r.status().as_u16(), 200, "{}", e.name);
+        let v: Value = r.json().await.expect("json");
+        assert_eq!(
+            v["problems"].as_array().map(Vec::len),
+            Some(0),
+            "{}: {v}",
+            e.name
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_leader_appends_nothing_more_and_steps_down() {
+    let ens = Ensemble::start("pause");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let engines = three(tmp.path(), &ens, "/ingest-repl-pause");
+    let http = http();
+    let all: Vec<&Engine> = engines.iter().collect();
+    let old = leader(&http, &all).await;
+    let mut acked = vec![submit_once(&http, &engines[old].base, 1)
+        .await
+        .expect("first")];
+    engines[old].signal("-STOP");
+    // Another engine takes over once the paused one's session expires.
+    let others: Vec<&Engine> = engines
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != old)
+        .map(|(_, e)| e)
+        .collect();
+    let new = leader(&http, &others).await;
+    acked.push(
+        submit_once(&http, &others[new].base, 2)
+            .await
+            .expect("written on the new leader"),
+    );
+    engines[old].signal("-CONT");
+    // Resumed, the old leader acknowledges nothing: it sends its clients on.
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        match submit_once(&http, &engines[old].base, 3).await {
+            Ok(bid) => panic!("the deposed leader acknowledged {bid}"),
+            Err(307) => break,
+            Err(_) => {}
+        }
+        assert!(Instant::now() < deadline, "the old leader never redirected");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let s = replication(&http, &engines[old].base)
+        .await
+        .expect("status");
+    assert_eq!(s["role"], "follower", "{s}");
+    assert_eq!(s["leader_url"].as_str(), Some(others[new].base.as_str()));
+    converged(&http, &all).await;
+    all_present(&http, &all, &acked).await;
+    assert!(
+        engines[old].log().contains("stopped leading"),
+        "the old leader says it stepped down"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_zookeeper_quorum_writes_are_refused_and_nothing_is_lost() {
+    let ens = Ensemble::start("quorum");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let engines = three(tmp.path(), &ens, "/ingest-repl-quorum");
+    let http = http();
+    let all: Vec<&Engine> = engines.iter().collect();
+    let bases = engines
+        .iter()
+        .map(|e| e.base.clone())
+        .collect::<Vec<_>>()
+        .join(",");
+    let client = ingest_client::Client::new(&bases, DEPOSITOR).expect("client");
+    leader(&http, &all).await;
+    let mut acked = Vec::new();
+    acked.push(
+        client
+            .submit(&submission(1))
+            .await
+            .expect("before")
+            .bid
+            .to_string(),
+    );
+    // One of three away: the quorum holds, writes go on.
+    ens.stop_member(1);
+    for n in 2..5 {
+        acked.push(
+            client
+                .submit(&submission(n))
+                .await
+                .expect("with two of three")
+                .bid
+                .to_string(),
+        );
+    }
+    // Two of three away: no engine can acknowledge anything.
+    ens.stop_member(2);
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let mut codes = Vec::new();
+        for e in &engines {
+            let r = http
+                .post(format!("{}/batches", e.base))
+                .bearer_auth(DEPOSITOR)
+                .json(&submission(99))
+                .send()
+                .await
+                .expect("post");
+            let status = r.status().as_u16();
+            assert_ne!(status, 201, "a write was acknowledged without a quorum");
+            let v: Value = r.json().await.unwrap_or(Value::Null);
+            codes.push(v["error"]["code"].as_str().unwrap_or("").to_string());
+        }
+        if codes.iter().all(|c| c == "no_quorum") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every engine said no_quorum: {codes:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The quorum returns: writes resume, nothing acknowledged was lost.
+    ens.restart_member(1);
+    ens.restart_member(2);
+    let deadline = Instant::now() + DEADLINE;
+    let bid = loop {
+        match client.submit(&submission(5)).await {
+            Ok(s) => break s.bid.to_string(),
+            Err(e) => assert!(Instant::now() < deadline, "writes did not resume: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    acked.push(bid);
+    converged(&http, &all).await;
+    all_present(&http, &all, &acked).await;
+}
