@@ -726,7 +726,7 @@ impl Machine<'_> {
         let cut = nodes
             .iter()
             .filter(|n| n.complete && n.pos <= min_applied)
-            .map(|n| *n)
+            .copied()
             .max_by_key(|n| n.seq);
         if let Some(cut) = cut {
             let doomed: Vec<NodeName> = nodes
