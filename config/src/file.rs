@@ -95,6 +95,7 @@ pub(crate) struct FileHttp {
     pub(crate) max_record_bytes: Option<usize>,
     pub(crate) header_read_timeout_secs: Option<u64>,
     pub(crate) max_connections: Option<usize>,
+    pub(crate) max_connections_per_client: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -57,6 +57,7 @@ max_body_bytes = 1048576
 max_record_bytes = 268435456
 header_read_timeout_secs = 30
 max_connections = 1024
+max_connections_per_client = 128
 
 [ui]
 secure_cookies = false
@@ -144,6 +145,9 @@ pub struct ServeArgs {
     /// The most connections the API keeps open; further ones are closed at once [default: 1024].
     #[arg(long, env = "INGEST_MAX_CONNECTIONS", value_name = "N")]
     pub max_connections: Option<usize>,
+    /// The most connections one client address keeps open (IPv6: one /64), under --max-connections; further ones from it are closed at once, so one client cannot take every connection from workers and probes [default: 128].
+    #[arg(long, env = "INGEST_MAX_CONNECTIONS_PER_CLIENT", value_name = "N")]
+    pub max_connections_per_client: Option<usize>,
     /// Where arks come from.
     #[command(flatten)]
     pub ids: IdArgs,
@@ -243,6 +247,9 @@ pub struct ServeConfig {
     pub header_read_timeout: Duration,
     /// The most connections the API keeps open at once.
     pub max_connections: usize,
+    /// The most connections one client address keeps open at once (at
+    /// most `max_connections`).
+    pub max_connections_per_client: usize,
     /// The NAAN and shoulder of minted arks.
     pub minter: (String, String),
     /// EZID, when arks come from it.
@@ -690,6 +697,21 @@ impl ServeConfig {
             1..=1_000_000,
             "",
         )?;
+        let max_connections_per_client = layer_in(
+            (
+                file.http.max_connections_per_client,
+                args.max_connections_per_client,
+            ),
+            &file_origin,
+            (
+                "--max-connections-per-client or INGEST_MAX_CONNECTIONS_PER_CLIENT",
+                "http.max_connections_per_client",
+            ),
+            DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+            1..=1_000_000,
+            "",
+        )?
+        .min(max_connections);
 
         let request_timeout = args
             .zookeeper
@@ -741,6 +763,7 @@ impl ServeConfig {
             max_record_bytes: max_record.max(max_body),
             header_read_timeout: Duration::from_secs(header_timeout),
             max_connections,
+            max_connections_per_client,
             minter: (ids.naan.clone(), ids.shoulder.clone()),
             ezid: ezid_settings(&ids)?,
             steps,

@@ -109,6 +109,7 @@ fn the_example_files_load_and_agree() {
         assert_eq!(c.max_body_bytes, 1024 * 1024);
         assert_eq!(c.header_read_timeout, Duration::from_secs(30));
         assert_eq!(c.max_connections, 1024);
+        assert_eq!(c.max_connections_per_client, 128);
         assert!(c.lifecycle().is_ok());
         if ext == "yaml" {
             // The sections that mirror flags, and the worker's view of the
@@ -263,6 +264,10 @@ fn flags_and_their_variables() {
         ("max-body-bytes", "INGEST_MAX_BODY_BYTES"),
         ("header-read-timeout", "INGEST_HEADER_READ_TIMEOUT"),
         ("max-connections", "INGEST_MAX_CONNECTIONS"),
+        (
+            "max-connections-per-client",
+            "INGEST_MAX_CONNECTIONS_PER_CLIENT",
+        ),
     ] {
         assert_eq!(env_of(long).as_deref(), Some(env), "--{long}");
     }

@@ -290,6 +290,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
     let limits = api::Limits {
         header_read_timeout: config.header_read_timeout,
         max_connections: config.max_connections,
+        max_connections_per_client: config.max_connections_per_client,
     };
     api::serve(listener, router, limits, api_stop)
         .await

@@ -222,3 +222,79 @@ async fn readyz_names_a_zookeeper_down_while_idle_and_logs_it_once() {
     let text = std::fs::read_to_string(&server.log).expect("log");
     assert!(text.contains("ready again"), "the recovery is logged");
 }
+
+/// A TCP connection to `base` (`http://HOST:PORT`) from the source address
+/// `from`.
+async fn connect_from(from: &str, base: &str) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(format!("{from}:0").parse().expect("source address"))
+        .expect("bind the source address");
+    let to = base.trim_start_matches("http://").parse().expect("address");
+    socket.connect(to).await.expect("connect")
+}
+
+/// Issue 25, finding 5: the connection limit was global, so one client
+/// holding slow connections (1,024 of them by default) refused every other
+/// request, worker reports and `/readyz` included. Each client address now
+/// has a budget of its own under the global one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_holding_its_connection_budget_does_not_starve_others() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let zk_server = shared();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = crate::server::start_with(
+        dir.path(),
+        &zk_server.hosts(),
+        &unique_root("per-client"),
+        None,
+        "simulate",
+        &[
+            "--max-connections".into(),
+            "6".into(),
+            "--max-connections-per-client".into(),
+            "3".into(),
+        ],
+    );
+    // 127.0.0.2 opens connections and sends nothing (a slow client) until
+    // the server closes one at once: it holds its budget, not the server's.
+    let mut held = Vec::new();
+    let refused = loop {
+        let mut s = connect_from("127.0.0.2", &server.base).await;
+        let _ = s.write_all(b"GET /healthz HTTP/1.1\r\n").await;
+        let mut buf = [0u8; 64];
+        // A refused connection is closed at once (read gives 0 or an
+        // error); a held one stays open with nothing to read.
+        match tokio::time::timeout(std::time::Duration::from_millis(500), s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break held.len(),
+            Ok(Ok(_)) => panic!("an unfinished request was answered"),
+            Err(_) => held.push(s),
+        }
+        assert!(
+            held.len() <= 6,
+            "no per-client limit: the client took every connection"
+        );
+    };
+    assert_eq!(refused, 3, "the client's budget");
+    // Another client is still served: a probe and a worker's read.
+    let (code, _) = server.call(Method::GET, "/readyz", "", None).await;
+    assert!(code == 200 || code == 503, "{code}");
+    let (code, body) = server
+        .call(
+            Method::GET,
+            "/reporting-batches?status=Reporting",
+            WORKER,
+            None,
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
+    let log = std::fs::read_to_string(&server.log).expect("log");
+    assert!(
+        log.lines().any(
+            |l| l.contains("this client holds its most open connections")
+                && l.contains("127.0.0.2")
+        ),
+        "the refusal names the client"
+    );
+    drop(held);
+}

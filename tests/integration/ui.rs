@@ -48,7 +48,11 @@ fn http() -> reqwest::Client {
 
 /// Logs in through the form; the session cookie (`name=value`).
 pub(crate) async fn login(s: &Server, token: &str) -> reqwest::Response {
-    http()
+    login_with(&http(), s, token).await
+}
+
+async fn login_with(client: &reqwest::Client, s: &Server, token: &str) -> reqwest::Response {
+    client
         .post(format!("{}/ui/login", s.base))
         .header(header::ORIGIN, &s.base)
         .form(&[("token", token)])
@@ -249,6 +253,46 @@ async fn ui_sessions_csrf_cookies_logout_and_escaping() {
         login(&s, "not-a-token-0123456789").await;
     }
     assert_eq!(login(&s, ALICE).await.status(), 429);
+}
+
+/// A login through the form from the source address `from`.
+async fn login_from(s: &Server, from: &str, token: &str) -> reqwest::Response {
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .local_address(from.parse::<std::net::IpAddr>().expect("address"))
+        .build()
+        .expect("client");
+    login_with(&client, s, token).await
+}
+
+/// Issue 25, finding 4: the failed-login limit was global, so ten wrong
+/// logins a minute from anyone locked every admin out (429 for the right
+/// token too), and the log named no client. The limit is per client address
+/// (and per token tried): the guessing address is throttled, an admin
+/// elsewhere logs in, and the log names the address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_logins_throttle_their_client_and_never_another() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_zk, s) = start(dir.path(), None, &[]);
+    for i in 0..10 {
+        let res = login_from(&s, "127.0.0.2", &format!("not-a-token-{i:012}")).await;
+        assert_eq!(res.status(), 401);
+    }
+    assert_eq!(login_from(&s, "127.0.0.2", ALICE).await.status(), 429);
+    let res = login_from(&s, "127.0.0.1", ALICE).await;
+    assert_eq!(res.status(), 303, "a correct login from another client");
+    assert!(cookie_of(&res).is_some());
+    let log = std::fs::read_to_string(&s.log).expect("log");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("login refused") && l.contains("127.0.0.2")),
+        "the refusal names the client"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("a login failed") && l.contains("127.0.0.2")),
+        "a failure names the client"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

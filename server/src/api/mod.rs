@@ -87,7 +87,7 @@ pub(crate) use auth::{admin_by_token, AdminName};
 pub use auth::{Access, Role};
 pub use content::ContentNode;
 pub use error::{ApiError, ApiJson, ApiPath};
-pub use listen::{serve, Limits};
+pub use listen::{client_key, serve, Limits};
 pub use locks::{LockCheckError, LockChecker, LockFuture, LockHolder, NoLocks};
 pub use worker::batch_priority;
 

@@ -383,7 +383,12 @@ async fn login_page() -> Response {
     respond(StatusCode::OK, login_form(None))
 }
 
-async fn login(State(ui): State<Ui>, headers: HeaderMap, Form(form): Form<LoginForm>) -> Response {
+async fn login(
+    State(ui): State<Ui>,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
     if !same_origin(&headers) {
         return error_page(
             StatusCode::FORBIDDEN,
@@ -391,24 +396,34 @@ async fn login(State(ui): State<Ui>, headers: HeaderMap, Form(form): Form<LoginF
             "refused: the form was not sent from this server's pages (Origin/Referer)",
         );
     }
-    if !ui.sessions.login_allowed() {
-        tracing::warn!("admin web UI: login refused, too many failed logins");
+    // The connection's peer (the accept loop puts it on every request); a
+    // router served otherwise counts every login as one client.
+    let client = peer.map_or(std::net::IpAddr::from([0, 0, 0, 0]), |p| {
+        crate::api::client_key(p.0 .0.ip())
+    });
+    let token = form.token.trim().as_bytes();
+    if let Err(why) = ui.sessions.login_allowed(client, token) {
+        let by = match why {
+            session::Throttled::Client => "this client",
+            session::Throttled::Token => "this token",
+        };
+        tracing::warn!(%client, by, "admin web UI: login refused, too many failed logins");
         return respond(
             StatusCode::TOO_MANY_REQUESTS,
             login_form(Some("Too many failed logins: wait a minute and try again.")),
         );
     }
-    let name = crate::api::admin_by_token(&ui.app.inner.tokens, form.token.trim().as_bytes());
+    let name = crate::api::admin_by_token(&ui.app.inner.tokens, token);
     let Some(name) = name else {
-        ui.sessions.login_failed();
-        tracing::info!("admin web UI: a login failed");
+        ui.sessions.login_failed(client, token);
+        tracing::info!(%client, "admin web UI: a login failed");
         return respond(StatusCode::UNAUTHORIZED, login_form(Some("Login failed.")));
     };
     let id = match ui.sessions.create(&name) {
         Ok(id) => id,
         Err(e) => return error_page(StatusCode::INTERNAL_SERVER_ERROR, None, &e.to_string()),
     };
-    tracing::info!(admin = %name, "admin web UI: logged in");
+    tracing::info!(admin = %name, %client, "admin web UI: logged in");
     let cookie = session::set_cookie(&id, ui.sessions.settings());
     (
         StatusCode::SEE_OTHER,

@@ -8,8 +8,18 @@
 //! created and last used. A session ends on logout, after the idle time or
 //! the absolute time; the store holds at most [`MAX_SESSIONS`] (the oldest
 //! is dropped to make room).
+//!
+//! Failed logins are counted per client address (an IPv6 client by its
+//! /64) and per token tried (a keyed hash of it, never the token): a client
+//! with [`MAX_FAILURES`] failures in [`FAILURE_WINDOW`] is refused, and so is
+//! a token tried and refused that often from anywhere. A correct token is
+//! never counted, so a login from another client always goes through (the
+//! limit was global: ten wrong logins a minute from anyone locked every
+//! admin out).
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, Hash};
+use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -21,9 +31,13 @@ pub const COOKIE: &str = "ingest_ui";
 /// The most sessions kept at once.
 pub const MAX_SESSIONS: usize = 1024;
 
-/// Failed logins allowed in [`FAILURE_WINDOW`] before every login is
-/// refused until the window has moved on.
+/// Failed logins allowed in [`FAILURE_WINDOW`] from one client (or with one
+/// token) before its logins are refused until the window has moved on.
 pub const MAX_FAILURES: usize = 10;
+
+/// The most clients (and tokens) whose failures are kept; past it the
+/// expired ones are dropped, then the one whose last failure is oldest.
+pub const MAX_TRACKED: usize = 4096;
 
 /// The window failed logins are counted over.
 pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
@@ -65,17 +79,88 @@ fn random_hex() -> Result<String, SessionError> {
     Ok(hex::encode(bytes))
 }
 
-/// The sessions and the failed-login counter.
+/// The sessions and the failed-login counters.
 #[derive(Debug)]
 pub struct Sessions {
     settings: UiSettings,
     inner: Mutex<Inner>,
+    /// Keys the hash that stands for a token tried (random per process).
+    token_hasher: std::collections::hash_map::RandomState,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
     by_id: HashMap<String, Session>,
-    failures: VecDeque<Instant>,
+    by_client: Failures<IpAddr>,
+    by_token: Failures<u64>,
+}
+
+/// Why a login is refused before its token is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Throttled {
+    /// This client failed too often.
+    Client,
+    /// This token was refused too often.
+    Token,
+}
+
+/// Recent failures by key, at most [`MAX_TRACKED`] keys.
+#[derive(Debug)]
+struct Failures<K> {
+    by_key: HashMap<K, VecDeque<Instant>>,
+}
+
+impl<K> Default for Failures<K> {
+    fn default() -> Self {
+        Failures {
+            by_key: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Hash + Eq + Copy> Failures<K> {
+    /// Whether `key` has fewer than [`MAX_FAILURES`] in the window.
+    fn allowed(&mut self, key: K, now: Instant) -> bool {
+        let Some(times) = self.by_key.get_mut(&key) else {
+            return true;
+        };
+        while times
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= FAILURE_WINDOW)
+        {
+            times.pop_front();
+        }
+        if times.is_empty() {
+            self.by_key.remove(&key);
+            return true;
+        }
+        times.len() < MAX_FAILURES
+    }
+
+    fn failed(&mut self, key: K, now: Instant) {
+        if !self.by_key.contains_key(&key) && self.by_key.len() >= MAX_TRACKED {
+            self.by_key.retain(|_, times| {
+                times
+                    .back()
+                    .is_some_and(|t| now.duration_since(*t) < FAILURE_WINDOW)
+            });
+            if self.by_key.len() >= MAX_TRACKED {
+                let oldest = self
+                    .by_key
+                    .iter()
+                    .min_by_key(|(_, times)| times.back().copied())
+                    .map(|(k, _)| *k);
+                if let Some(k) = oldest {
+                    self.by_key.remove(&k);
+                }
+            }
+        }
+        let times = self.by_key.entry(key).or_default();
+        times.push_back(now);
+        while times.len() > MAX_FAILURES {
+            times.pop_front();
+        }
+    }
 }
 
 impl Sessions {
@@ -84,6 +169,7 @@ impl Sessions {
         Sessions {
             settings,
             inner: Mutex::new(Inner::default()),
+            token_hasher: std::collections::hash_map::RandomState::new(),
         }
     }
 
@@ -178,28 +264,30 @@ impl Sessions {
         self.len() == 0
     }
 
-    /// Whether a login may be tried now (fewer than [`MAX_FAILURES`]
-    /// failures in the last [`FAILURE_WINDOW`]).
-    pub fn login_allowed(&self) -> bool {
+    /// Whether `client` may try a login with `token` now: `Err` when the
+    /// client, or the token, has [`MAX_FAILURES`] failures in the last
+    /// [`FAILURE_WINDOW`]. `client` is the address the connection came
+    /// from (see `api::client_key`).
+    pub fn login_allowed(&self, client: IpAddr, token: &[u8]) -> Result<(), Throttled> {
         let now = Instant::now();
+        let token = self.token_hasher.hash_one(token);
         let mut inner = self.lock();
-        while inner
-            .failures
-            .front()
-            .is_some_and(|t| now.duration_since(*t) >= FAILURE_WINDOW)
-        {
-            inner.failures.pop_front();
+        if !inner.by_client.allowed(client, now) {
+            return Err(Throttled::Client);
         }
-        inner.failures.len() < MAX_FAILURES
+        if !inner.by_token.allowed(token, now) {
+            return Err(Throttled::Token);
+        }
+        Ok(())
     }
 
-    /// Counts a failed login.
-    pub fn login_failed(&self) {
+    /// Counts a failed login of `client` with `token`.
+    pub fn login_failed(&self, client: IpAddr, token: &[u8]) {
+        let now = Instant::now();
+        let token = self.token_hasher.hash_one(token);
         let mut inner = self.lock();
-        inner.failures.push_back(Instant::now());
-        while inner.failures.len() > MAX_FAILURES {
-            inner.failures.pop_front();
-        }
+        inner.by_client.failed(client, now);
+        inner.by_token.failed(token, now);
     }
 }
 
@@ -283,13 +371,35 @@ mod tests {
     }
 
     #[test]
-    fn failed_logins_are_limited() {
+    fn failed_logins_are_limited_by_client_and_by_token() {
         let s = Sessions::new(settings(1000, 1000));
-        for _ in 0..MAX_FAILURES {
-            assert!(s.login_allowed());
-            s.login_failed();
+        let a: IpAddr = "127.0.0.2".parse().expect("ip");
+        let b: IpAddr = "127.0.0.3".parse().expect("ip");
+        for i in 0..MAX_FAILURES {
+            assert_eq!(s.login_allowed(a, format!("wrong-{i}").as_bytes()), Ok(()));
+            s.login_failed(a, format!("wrong-{i}").as_bytes());
         }
-        assert!(!s.login_allowed());
+        assert_eq!(s.login_allowed(a, b"right"), Err(Throttled::Client));
+        assert_eq!(s.login_allowed(b, b"right"), Ok(()), "another client");
+        // One wrong token tried from many clients.
+        let s = Sessions::new(settings(1000, 1000));
+        for i in 0..MAX_FAILURES {
+            let c = IpAddr::from([10, 0, 0, i as u8]);
+            s.login_failed(c, b"guess");
+        }
+        assert_eq!(s.login_allowed(b, b"guess"), Err(Throttled::Token));
+        assert_eq!(s.login_allowed(b, b"right"), Ok(()));
+    }
+
+    #[test]
+    fn the_failure_counters_stay_bounded() {
+        let s = Sessions::new(settings(1000, 1000));
+        for i in 0..(MAX_TRACKED + 100) as u32 {
+            s.login_failed(IpAddr::from(i.to_be_bytes()), &i.to_be_bytes());
+        }
+        let inner = s.lock();
+        assert!(inner.by_client.by_key.len() <= MAX_TRACKED);
+        assert!(inner.by_token.by_key.len() <= MAX_TRACKED);
     }
 
     #[test]
