@@ -31,6 +31,13 @@ pub trait StateKind: Copy + Ord + fmt::Debug + fmt::Display + 'static {
     const ITEM: &'static str;
     /// The state an item is created in.
     const INITIAL: Self;
+    /// The moves only an admin command makes, beside the lifecycle file's
+    /// table: `(from, to, command)`. mrt-zk's code and Merritt's admin tool
+    /// make them although its `states.yml` does not list them (a Completed
+    /// item's "Queue Del", an access request's requeue). They are part of
+    /// the table the engine enforces ([`Machine::admin_can`]) and that
+    /// `ingest lifecycle` prints, whatever file is loaded.
+    const ADMIN_MOVES: &'static [(Self, Self, &'static str)];
     /// The name as written in the lifecycle file and in ZooKeeper status nodes.
     fn name(self) -> &'static str;
     /// Looks a state up by its name as written in the lifecycle file.
@@ -40,7 +47,8 @@ pub trait StateKind: Copy + Ord + fmt::Debug + fmt::Display + 'static {
 }
 
 macro_rules! state_enum {
-    ($(#[$doc:meta])* $name:ident, $section:literal, $item:literal, [$($variant:ident),+ $(,)?]) => {
+    ($(#[$doc:meta])* $name:ident, $section:literal, $item:literal, [$($variant:ident),+ $(,)?],
+     admin: [$(($from:ident, $to:ident, $cmd:literal)),* $(,)?]) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
         #[allow(missing_docs)]
@@ -51,6 +59,8 @@ macro_rules! state_enum {
             const SECTION: &'static str = $section;
             const ITEM: &'static str = $item;
             const INITIAL: Self = Self::Pending;
+            const ADMIN_MOVES: &'static [(Self, Self, &'static str)] =
+                &[$((Self::$from, Self::$to, $cmd)),*];
             fn name(self) -> &'static str {
                 match self { $(Self::$variant => stringify!($variant)),+ }
             }
@@ -87,14 +97,16 @@ state_enum!(
     JobState,
     "job_states",
     "job",
-    [Pending, Held, Estimating, Provisioning, Downloading, Processing, Storing, Recording, Notify, Completed, Failed, Deleted]
+    [Pending, Held, Estimating, Provisioning, Downloading, Processing, Storing, Recording, Notify, Completed, Failed, Deleted],
+    admin: [(Completed, Deleted, "delete")]
 );
 state_enum!(
     /// The eight states of a batch.
     BatchState,
     "batch_states",
     "batch",
-    [Pending, Held, Processing, Reporting, UpdateReporting, Completed, Failed, Deleted]
+    [Pending, Held, Processing, Reporting, UpdateReporting, Completed, Failed, Deleted],
+    admin: [(Completed, Deleted, "delete")]
 );
 
 state_enum!(
@@ -103,16 +115,9 @@ state_enum!(
     AccessState,
     "access_states",
     "access request",
-    [Pending, Processing, Completed, Deleted, Failed]
+    [Pending, Processing, Completed, Deleted, Failed],
+    admin: [(Completed, Deleted, "delete"), (Failed, Pending, "requeue")]
 );
-
-impl AccessState {
-    /// Whether Merritt's admin tool offers delete in this state (its
-    /// "Queue Del" button: Completed and Failed).
-    pub fn is_deletable(self) -> bool {
-        matches!(self, Self::Completed | Self::Failed)
-    }
-}
 
 impl JobState {
     /// The lower-case name used in `/jobs/states/<state>` queue paths.
@@ -189,6 +194,23 @@ impl<S: StateKind> Machine<S> {
     /// Where failure leads from `from`.
     pub fn fail(&self, from: S) -> Option<S> {
         self.rule(from).fail
+    }
+
+    /// Whether an admin command may move an item `from → to`: a move of the
+    /// table, or one of [`StateKind::ADMIN_MOVES`].
+    pub fn admin_can(&self, from: S, to: S) -> bool {
+        self.can(from, to)
+            || S::ADMIN_MOVES
+                .iter()
+                .any(|(f, t, _)| *f == from && *t == to)
+    }
+
+    /// The admin-only moves out of `from`, with the command of each.
+    pub fn admin_moves(&self, from: S) -> impl Iterator<Item = (S, &'static str)> + '_ {
+        S::ADMIN_MOVES
+            .iter()
+            .filter(move |(f, t, _)| *f == from && !self.can(from, *t))
+            .map(|(_, t, c)| (*t, *c))
     }
 
     /// A terminal state has no way out; only items in a terminal state are
@@ -350,26 +372,58 @@ impl Lifecycle {
         }
     }
 
-    /// The table as Markdown-ish text: one row per state with its targets.
-    pub fn table(&self) -> String {
+    /// The tables of `items` (every kind when empty) as aligned text: one
+    /// row per state with its targets, including the admin-only moves the
+    /// engine allows ([`StateKind::ADMIN_MOVES`]).
+    pub fn table(&self, items: &[ItemKind]) -> String {
         let mut out = String::new();
-        render_table(&mut out, "Jobs", &self.jobs);
-        out.push('\n');
-        render_table(&mut out, "Batches", &self.batches);
-        out.push('\n');
-        render_table(&mut out, "Access requests", &self.access);
+        for item in ItemKind::or_all(items) {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            match item {
+                ItemKind::Job => render_table(&mut out, "Jobs", &self.jobs),
+                ItemKind::Batch => render_table(&mut out, "Batches", &self.batches),
+                ItemKind::Access => render_table(&mut out, "Access requests", &self.access),
+            }
+        }
         out
     }
 
-    /// A Mermaid `stateDiagram-v2` generated from the table.
-    pub fn mermaid(&self) -> String {
+    /// ONE Mermaid `stateDiagram-v2` of `item`, generated from the table the
+    /// engine enforces (admin-only moves labelled `admin COMMAND`): a
+    /// renderer reads one diagram per input.
+    pub fn mermaid(&self, item: ItemKind) -> String {
         let mut out = String::new();
-        render_mermaid(&mut out, "Job", &self.jobs);
-        out.push('\n');
-        render_mermaid(&mut out, "Batch", &self.batches);
-        out.push('\n');
-        render_mermaid(&mut out, "Access request", &self.access);
+        match item {
+            ItemKind::Job => render_mermaid(&mut out, "Job", &self.jobs),
+            ItemKind::Batch => render_mermaid(&mut out, "Batch", &self.batches),
+            ItemKind::Access => render_mermaid(&mut out, "Access request", &self.access),
+        }
         out
+    }
+}
+
+/// The kinds of items with a lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemKind {
+    /// Jobs.
+    Job,
+    /// Batches.
+    Batch,
+    /// Access (assembly) requests.
+    Access,
+}
+
+impl ItemKind {
+    /// Every kind, in the order `ingest lifecycle` prints them.
+    pub const ALL: [ItemKind; 3] = [ItemKind::Job, ItemKind::Batch, ItemKind::Access];
+
+    fn or_all(items: &[ItemKind]) -> &[ItemKind] {
+        match items.is_empty() {
+            true => &Self::ALL,
+            false => items,
+        }
     }
 }
 
@@ -382,12 +436,20 @@ fn render_table<S: StateKind>(out: &mut String, title: &str, m: &Machine<S>) {
         .max(5);
     out.push_str(&format!("{title} ({} states)\n", S::ALL.len()));
     out.push_str(&format!(
-        "{:<w$}  {:<w$}  {:<w$}  {:<8}  allowed targets\n",
+        "{:<w$}  {:<w$}  {:<w$}  {:<8}  allowed targets (admin only: command)\n",
         "state", "success", "fail", "terminal"
     ));
     for (s, rule) in m.iter() {
         let name = |o: Option<S>| o.map_or("-", |s| s.name());
-        let targets: Vec<&str> = rule.targets.iter().map(|t| t.name()).collect();
+        let targets: Vec<String> = rule
+            .targets
+            .iter()
+            .map(|t| t.name().to_string())
+            .chain(
+                m.admin_moves(s)
+                    .map(|(t, c)| format!("{} (admin: {c})", t.name())),
+            )
+            .collect();
         out.push_str(&format!(
             "{:<w$}  {:<w$}  {:<w$}  {:<8}  {}\n",
             s.name(),
@@ -417,6 +479,13 @@ fn render_mermaid<S: StateKind>(out: &mut String, title: &str, m: &Machine<S>) {
                 (false, false) => "",
             };
             out.push_str(&format!("    {} --> {}{}\n", s.name(), t.name(), label));
+        }
+        for (t, command) in m.admin_moves(s) {
+            out.push_str(&format!(
+                "    {} --> {} : admin {command}\n",
+                s.name(),
+                t.name()
+            ));
         }
         if m.is_terminal(s) {
             out.push_str(&format!("    {} --> [*]\n", s.name()));
@@ -1001,7 +1070,7 @@ mod tests {
     #[test]
     fn mermaid_is_generated_from_the_table() {
         let l = Lifecycle::builtin();
-        let m = l.mermaid();
+        let m = l.mermaid(ItemKind::Job);
         for (s, rule) in l.jobs.iter() {
             for t in &rule.targets {
                 assert!(
@@ -1010,6 +1079,50 @@ mod tests {
                 );
             }
         }
-        assert!(m.contains("Processing --> Reporting : success / fail"));
+        // B16: one diagram per output.
+        assert_eq!(m.matches("stateDiagram-v2").count(), 1, "{m}");
+        assert!(l
+            .mermaid(ItemKind::Batch)
+            .contains("Processing --> Reporting : success / fail"));
+    }
+
+    // D3: the engine allowed moves the printed table did not show (a
+    // Completed job deleted, an access request requeued from Failed).
+    #[test]
+    fn the_admin_moves_the_engine_allows_are_in_the_table_and_the_diagrams() {
+        let l = Lifecycle::builtin();
+        assert!(l.jobs.admin_can(JobState::Completed, JobState::Deleted));
+        assert!(!l.jobs.admin_can(JobState::Notify, JobState::Deleted));
+        assert!(l
+            .batches
+            .admin_can(BatchState::Completed, BatchState::Deleted));
+        assert!(l
+            .access
+            .admin_can(AccessState::Failed, AccessState::Pending));
+        assert!(l
+            .access
+            .admin_can(AccessState::Completed, AccessState::Deleted));
+        assert!(!l
+            .access
+            .admin_can(AccessState::Processing, AccessState::Pending));
+        let table = l.table(&[]);
+        let row = |title: &str, state: &str| -> String {
+            let section = table.split(title).nth(1).expect(title);
+            section
+                .lines()
+                .find(|r| r.split_whitespace().next() == Some(state))
+                .unwrap_or_else(|| panic!("{title} {state}: {table}"))
+                .to_string()
+        };
+        assert!(row("Jobs", "Completed").ends_with("Deleted (admin: delete)"));
+        assert!(row("Batches", "Completed").ends_with("Deleted (admin: delete)"));
+        assert!(row("Access requests", "Failed").contains("Pending (admin: requeue)"));
+        assert!(l
+            .mermaid(ItemKind::Access)
+            .contains("    Failed --> Pending : admin requeue\n"));
+        assert!(l
+            .mermaid(ItemKind::Job)
+            .contains("    Completed --> Deleted : admin delete\n"));
+        assert_eq!(l.table(&[ItemKind::Batch]).matches("states)").count(), 1);
     }
 }

@@ -69,6 +69,27 @@ pub enum LifecycleFormat {
     Mermaid,
 }
 
+/// The kinds of items with a lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LifecycleItem {
+    /// Jobs.
+    Job,
+    /// Batches.
+    Batch,
+    /// Access (assembly) requests.
+    Access,
+}
+
+impl From<LifecycleItem> for ingest_events::lifecycle::ItemKind {
+    fn from(i: LifecycleItem) -> Self {
+        match i {
+            LifecycleItem::Job => Self::Job,
+            LifecycleItem::Batch => Self::Batch,
+            LifecycleItem::Access => Self::Access,
+        }
+    }
+}
+
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
@@ -123,11 +144,14 @@ pub enum Cmd {
         #[arg(long)]
         yes: bool,
     },
-    /// Print the job and batch lifecycle.
+    /// Print the lifecycle the engine enforces: the lifecycle file's table and the admin-only moves beside it.
     Lifecycle {
         /// Output format.
         #[arg(long, value_enum, default_value_t = LifecycleFormat::Table)]
         format: LifecycleFormat,
+        /// Only this kind of item (required with --format mermaid: one diagram per output).
+        #[arg(long, value_enum, required_if_eq("format", "mermaid"))]
+        of: Option<LifecycleItem>,
     },
     /// Act on a batch.
     Batch {

@@ -19,6 +19,7 @@
 //! - `output.rs`: YAML, JSON, tables; a closed pipe ends quietly.
 
 use anyhow::{Context, Result};
+use ingest_events::lifecycle::ItemKind;
 use ingest_events::{Actor, Lifecycle};
 
 use ingest_engine::{Engine, EngineConfig, EngineError};
@@ -69,12 +70,14 @@ pub fn run_with(cli: Cli, globals: ingest_config::GlobalOverrides) -> Result<i32
         Some(p) => Lifecycle::load(p)?,
         None => Lifecycle::builtin(),
     };
-    if let Cmd::Lifecycle { format } = &cli.command {
+    if let Cmd::Lifecycle { format, of } = &cli.command {
+        let of: Vec<ItemKind> = of.iter().map(|i| (*i).into()).collect();
         print!(
             "{}",
-            match format {
-                LifecycleFormat::Table => lifecycle.table(),
-                LifecycleFormat::Mermaid => lifecycle.mermaid(),
+            match (format, of.first()) {
+                (LifecycleFormat::Mermaid, Some(item)) => lifecycle.mermaid(*item),
+                // clap requires --of with mermaid.
+                (LifecycleFormat::Table | LifecycleFormat::Mermaid, _) => lifecycle.table(&of),
             }
         );
         return Ok(0);

@@ -369,7 +369,22 @@ fn a_lifecycle_file_is_validated_with_lines() {
         table.contains("Jobs (12 states)") && table.contains("Batches (8 states)"),
         "{table}"
     );
-    let mermaid = ing.run(&["lifecycle", "--format", "mermaid"]).ok().stdout;
+    // D3: the table shows the admin-only moves the engine allows.
+    assert!(table.contains("Deleted (admin: delete)"), "{table}");
+    assert!(table.contains("Pending (admin: requeue)"), "{table}");
+    // B16: one diagram per output; which one must be said.
+    let none = ing.run(&["lifecycle", "--format", "mermaid"]).failed();
+    assert_eq!(none.code, 2, "{}", none.stderr);
+    assert!(none.stderr.contains("--of"), "{}", none.stderr);
+    let mermaid = ing
+        .run(&["lifecycle", "--format", "mermaid", "--of", "job"])
+        .ok()
+        .stdout;
+    assert_eq!(mermaid.matches("stateDiagram-v2").count(), 1, "{mermaid}");
+    assert!(
+        mermaid.contains("Completed --> Deleted : admin delete"),
+        "{mermaid}"
+    );
     let lc = ingest_events::Lifecycle::builtin();
     for (s, rule) in lc.jobs.iter() {
         for t in &rule.targets {

@@ -173,7 +173,7 @@ pub(super) fn requeue_access(
     reason: &str,
 ) -> Result<(), Rejection> {
     let a = request(state, qid)?;
-    if a.status != AccessState::Failed {
+    if !lc.access.admin_can(a.status, AccessState::Pending) {
         return Err(Rejection::IllegalTransition {
             item: Item::Access(a.qid),
             current: a.status.to_string(),
@@ -195,7 +195,7 @@ pub(super) fn delete_access(
     reason: &str,
 ) -> Result<(), Rejection> {
     let a = request(state, qid)?;
-    if !a.status.is_deletable() {
+    if !lc.access.admin_can(a.status, AccessState::Deleted) {
         return Err(illegal(a, lc, AccessState::Deleted));
     }
     moved(state, d, a, AccessState::Deleted, reason, false);

@@ -5,7 +5,7 @@ use uuid::Uuid;
 
 use crate::event::{self, StreamId, Submission};
 use crate::ids::{Bid, Jid};
-use crate::lifecycle::{BatchState, JobState, Lifecycle};
+use crate::lifecycle::{BatchState, JobState, Lifecycle, StateKind};
 use crate::state::State;
 
 use super::rules::*;
@@ -201,9 +201,9 @@ pub(super) fn delete_batch(
     let b = live_batch(state, *bid)?;
     // A Completed batch may be deleted as Merritt's admin tool offers it
     // ("Queue Del" on Failed and Completed batches: the batch's status
-    // only; its completed jobs stay Completed).
-    if b.status != BatchState::Completed {
-        batch_move(lc, b, BatchState::Deleted)?;
+    // only; its completed jobs stay Completed): an admin-only move.
+    if !lc.batches.admin_can(b.status, BatchState::Deleted) {
+        return Err(batch_illegal(lc, b, BatchState::Deleted.name()));
     }
     let deletable = |s: JobState| lc.jobs.can(s, JobState::Deleted);
     let active: Vec<(Jid, JobState)> = state

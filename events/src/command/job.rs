@@ -3,7 +3,7 @@
 
 use crate::event::{self, FailureKind, Identifiers, InventoryParams, StoreParams, StreamId};
 use crate::ids::Jid;
-use crate::lifecycle::{BatchState, JobState, Lifecycle};
+use crate::lifecycle::{BatchState, JobState, Lifecycle, StateKind};
 use crate::state::State;
 
 use super::rules::*;
@@ -491,16 +491,10 @@ pub(super) fn release_job(
 }
 
 /// An admin deletes a job (soft: status Deleted, its history and stored
-/// object kept). Besides the lifecycle's moves to Deleted, a Completed job
-/// may be deleted: mrt-zk's `Job.delete` treats Completed as deletable and
-/// Merritt's admin tool offers it ("Queue Del").
+/// object kept): a move of the lifecycle's table or an admin-only one (a
+/// Completed job, as mrt-zk's `Job.delete` allows and Merritt's admin tool
+/// offers, "Queue Del"; [`JobState::ADMIN_MOVES`]).
 /// (`Command::DeleteJob`.)
-/// Whether a job in `status` may be deleted although the lifecycle has no
-/// move from it to Deleted: Completed, as mrt-zk's `Job.delete` allows.
-pub(super) fn deletable_beside_the_lifecycle(status: JobState) -> bool {
-    status == JobState::Completed
-}
-
 pub(super) fn delete_job(
     state: &State,
     lc: &Lifecycle,
@@ -509,8 +503,8 @@ pub(super) fn delete_job(
     reason: &str,
 ) -> Result<(), Rejection> {
     let j = live_job(state, *jid)?;
-    if !deletable_beside_the_lifecycle(j.status) {
-        job_move(lc, j, JobState::Deleted)?;
+    if !lc.jobs.admin_can(j.status, JobState::Deleted) {
+        return Err(illegal(lc, j, JobState::Deleted.name()));
     }
     d.push(
         state,
