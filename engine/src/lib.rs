@@ -22,6 +22,7 @@
 #![deny(missing_docs)]
 
 pub mod audit;
+pub mod backup;
 pub mod consistency;
 pub mod engine;
 pub mod ezid;

@@ -230,6 +230,10 @@ pub enum Cmd {
         #[arg(long, value_enum, default_value_t = Format::Yaml)]
         format: Format,
     },
+    /// Take a consistent copy of the log (positions 1 to the durable head) into one file, from a running engine with --engine (leader or follower, nothing stops) or from a data directory no server holds. The copy's chain is checked as it is written and its Merkle root recorded; `ingest restore` builds a data directory from it.
+    Backup(super::backup::BackupArgs),
+    /// Build a new data directory (--data-dir) from a backup and verify it: every record against the chain, the head and the Merkle root against the backup, then every signed checkpoint. --to-position or --at restores to an earlier point (the last whole command at or before it).
+    Restore(super::backup::RestoreArgs),
     /// Export a stored object version: `export bagit ARK DIR` writes a BagIt 1.0 bag read from a storage target (storage is only read).
     Export {
         /// The format.

@@ -234,7 +234,7 @@ pub struct Remote {
 }
 
 /// Reads a token from `var` or the file `file_var` names.
-fn token_from(var: &str, file_var: &str) -> Result<Option<String>> {
+pub(super) fn token_from(var: &str, file_var: &str) -> Result<Option<String>> {
     if let Some(v) = std::env::var(var).ok().filter(|v| !v.trim().is_empty()) {
         return Ok(Some(v.trim().to_string()));
     }

@@ -25,6 +25,8 @@ pub(super) fn local_only(local: &mut Local, command: Cmd) -> Result<i32> {
         | Cmd::Worker(_)
         | Cmd::Keys { .. }
         | Cmd::Export { .. }
+        | Cmd::Backup(_)
+        | Cmd::Restore(_)
         | Cmd::Completions { .. }
         | Cmd::Man => Ok(0),
         Cmd::Access { action } => super::access::local(local, action),

@@ -32,6 +32,7 @@ mod admin;
 pub mod args;
 mod audit;
 pub mod backend;
+mod backup;
 pub mod check;
 pub mod exit;
 mod list;
@@ -114,6 +115,18 @@ pub fn run_with(cli: Cli, globals: ingest_config::GlobalOverrides) -> Result<i32
     if let Cmd::ZkDigest { auth_file } = &cli.command {
         // Stands alone: no data directory, no server, no ZooKeeper.
         return zk::digest(auth_file.as_deref());
+    }
+    if let Cmd::Backup(args) = &cli.command {
+        return backup::backup(args, cli.engine.as_deref(), &cli.data_dir);
+    }
+    if let Cmd::Restore(args) = &cli.command {
+        if cli.engine.is_some() {
+            return Err(exit::Usage(
+                "restore writes a new data directory (--data-dir) on this machine: it takes no --engine".into(),
+            )
+            .into());
+        }
+        return backup::restore(args, &cli.data_dir);
     }
     if let Cmd::Export { what } = &cli.command {
         if cli.engine.is_some() {

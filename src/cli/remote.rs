@@ -35,6 +35,8 @@ fn run_inner(remote: &Remote, command: Cmd) -> Result<i32> {
         | Cmd::Worker(_)
         | Cmd::Keys { .. }
         | Cmd::Export { .. }
+        | Cmd::Backup(_)
+        | Cmd::Restore(_)
         | Cmd::Completions { .. }
         | Cmd::Man => Ok(0),
         Cmd::Access { action } => super::access::remote(remote, action),

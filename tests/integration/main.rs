@@ -4,6 +4,7 @@
 mod access;
 mod api;
 mod audit;
+mod backup;
 mod cli;
 mod deploy;
 mod dispatch;
