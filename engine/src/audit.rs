@@ -65,6 +65,35 @@ pub struct FullReport {
     pub checkpoints_checked: u64,
     /// Snapshots compared with the full fold.
     pub snapshots_checked: u64,
+    /// The kind of each problem of `log.problems`, in the same order.
+    pub kinds: Vec<ProblemKind>,
+}
+
+/// What a problem `verify` found is about: what the record or the
+/// structure checked was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProblemKind {
+    /// The hash chain, a record, or the stream index.
+    Chain,
+    /// A signed checkpoint (its tree size, root or signature).
+    Checkpoint,
+    /// The full fold of the log into the state.
+    Fold,
+    /// A snapshot in the data directory.
+    Snapshot,
+}
+
+impl ProblemKind {
+    /// The name shown in grouped problems.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProblemKind::Chain => "hash chain and index",
+            ProblemKind::Checkpoint => "signed checkpoint",
+            ProblemKind::Fold => "fold",
+            ProblemKind::Snapshot => "snapshot",
+        }
+    }
 }
 
 /// Re-checks the whole log in one pass: the hash chain and the index, every
@@ -103,8 +132,9 @@ pub fn verify(
     };
     let mut report = log.verify_with(progress, |r| checker.record(r))?;
     let end = report.head_position;
-    for (position, path) in checker.snapshots.by_ref() {
-        checker.problems.push(VerifyProblem {
+    let past: Vec<(u64, PathBuf)> = checker.snapshots.by_ref().collect();
+    for (position, path) in past {
+        checker.push(ProblemKind::Snapshot, VerifyProblem {
             position,
             message: format!(
                 "snapshot {} was taken at position {position}, past the end of the verified log ({end}): positions {}..={position} are missing (a truncated log, or a data directory restored from an older copy; start-up ignores the snapshot)",
@@ -113,12 +143,20 @@ pub fn verify(
             ),
         });
     }
-    report.problems.append(&mut checker.problems);
-    report.problems.sort_by_key(|p| p.position);
+    let mut tagged: Vec<(ProblemKind, VerifyProblem)> = report
+        .problems
+        .drain(..)
+        .map(|p| (ProblemKind::Chain, p))
+        .chain(checker.problems.drain(..))
+        .collect();
+    tagged.sort_by_key(|(_, p)| p.position);
+    let (kinds, problems) = tagged.into_iter().unzip();
+    report.problems = problems;
     Ok(FullReport {
         log: report,
         checkpoints_checked: checker.checkpoints,
         snapshots_checked: checker.snapshots_checked,
+        kinds,
     })
 }
 
@@ -128,31 +166,41 @@ struct Checker {
     fold_ok: bool,
     pinned: Option<[u8; 32]>,
     snapshots: std::iter::Peekable<std::vec::IntoIter<(u64, PathBuf)>>,
-    problems: Vec<VerifyProblem>,
+    problems: Vec<(ProblemKind, VerifyProblem)>,
     checkpoints: u64,
     snapshots_checked: u64,
 }
 
 impl Checker {
+    fn push(&mut self, kind: ProblemKind, problem: VerifyProblem) {
+        self.problems.push((kind, problem));
+    }
+
     fn record(&mut self, r: &Recorded) {
         let position = r.envelope.position;
         if let Event::LogCheckpointed(c) = &r.event {
             self.checkpoints += 1;
             if let Some(problem) = check_checkpoint(c, &self.frontier, self.pinned) {
-                self.problems.push(VerifyProblem {
-                    position,
-                    message: problem,
-                });
+                self.push(
+                    ProblemKind::Checkpoint,
+                    VerifyProblem {
+                        position,
+                        message: problem,
+                    },
+                );
             }
         }
         self.frontier.push(&r.envelope.hash);
         if self.fold_ok {
             if let Err(e) = self.state.apply(r) {
                 self.fold_ok = false;
-                self.problems.push(VerifyProblem {
-                    position,
-                    message: format!("the fold stops here: {e}"),
-                });
+                self.push(
+                    ProblemKind::Fold,
+                    VerifyProblem {
+                        position,
+                        message: format!("the fold stops here: {e}"),
+                    },
+                );
             }
         }
         while let Some((p, path)) = self.snapshots.next_if(|(p, _)| *p <= position) {
@@ -174,10 +222,13 @@ impl Checker {
                 Ok(_) => None,
             };
             if let Some(message) = message {
-                self.problems.push(VerifyProblem {
-                    position: p,
-                    message,
-                });
+                self.push(
+                    ProblemKind::Snapshot,
+                    VerifyProblem {
+                        position: p,
+                        message,
+                    },
+                );
             }
         }
     }

@@ -709,6 +709,7 @@ pub fn status_view(
     for j in state.jobs.values().filter(|j| !j.cleaned_up) {
         *jobs_by_state.entry(j.status.to_string()).or_insert(0) += 1;
     }
+    let last_verify = crate::verified::last(data_dir);
     ingest_protocol::view::StatusView {
         data_dir: data_dir.display().to_string(),
         head_position,
@@ -716,7 +717,9 @@ pub fn status_view(
         durable_position: log.durable_position(),
         needs_repair: log
             .needs_repair()
-            .map(|(p, r)| format!("position {p}: {r}")),
+            .map(|(p, r)| format!("position {p}: {r}"))
+            .or_else(|| last_verify.as_ref().and_then(crate::verified::damage)),
+        last_verify,
         paused: state.paused,
         held_collections: state.held_collections.iter().cloned().collect(),
         live_batches: batches_by_state.values().sum(),

@@ -32,6 +32,7 @@ pub mod objects;
 pub mod service;
 pub mod snapshot;
 pub mod tree;
+pub mod verified;
 
 pub use engine::{Engine, EngineConfig, EngineError, Outcome, ReplicationError, Replicator};
 pub use service::{EngineHandle, EngineService, ServiceError};

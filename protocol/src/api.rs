@@ -166,10 +166,47 @@ pub struct Verified {
     /// Snapshots compared with the full fold.
     #[serde(default)]
     pub snapshots_checked: u64,
+    /// The first problem by position: the cause to look at first. What the
+    /// others are follows from where it is (a damaged record makes every
+    /// signed checkpoint after it fail, and every snapshot after it
+    /// differ).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_cause: Option<ProblemView>,
+    /// The problems after the first cause, grouped by what they are about.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after_first: Vec<ProblemGroup>,
+}
+
+/// Problems of one kind after a verify's first cause.
+#[derive(Debug, PartialEq, Eq, Clone, Serialize, Deserialize)]
+pub struct ProblemGroup {
+    /// What they are about (`signed checkpoint`, `snapshot`, `fold`,
+    /// `hash chain and index`).
+    pub kind: String,
+    /// How many.
+    pub count: u64,
+    /// The first one's position.
+    pub first_position: u64,
+    /// The last one's position.
+    pub last_position: u64,
+}
+
+/// What the last `verify` of a data directory found, as `status` shows it.
+#[derive(Debug, PartialEq, Eq, Clone, Serialize, Deserialize)]
+pub struct LastVerify {
+    /// When it ran (RFC 3339, UTC).
+    pub at: String,
+    /// The head position it verified up to.
+    pub head_position: u64,
+    /// How many problems it found.
+    pub problems: u64,
+    /// The first of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_cause: Option<ProblemView>,
 }
 
 /// The problem view.
-#[derive(Debug, PartialEq, Clone, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Clone, Serialize, Deserialize)]
 pub struct ProblemView {
     /// A log position.
     pub position: u64,

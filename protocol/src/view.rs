@@ -109,8 +109,13 @@ pub struct StatusView {
     pub head_hash: String,
     /// The last position flushed to disk.
     pub durable_position: u64,
-    /// Why the log needs `ingest repair`, if it does.
+    /// Why the log needs repair, if it does: a torn tail found at start-up
+    /// (`ingest repair`), or the damage the last verify found.
     pub needs_repair: Option<String>,
+    /// What the last `verify` of this data directory found (none yet:
+    /// absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_verify: Option<crate::api::LastVerify>,
     /// Whether the ingest queue is paused.
     pub paused: bool,
     /// Collections on hold.

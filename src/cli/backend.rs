@@ -11,7 +11,7 @@ use ingest_engine::{Engine, EngineError};
 use ingest_events::command::Command;
 use ingest_events::{Actor, Bid, Jid};
 use ingest_projections::Views;
-use ingest_protocol::api::{AdminBody, ProblemView, Submitted, Verified};
+use ingest_protocol::api::{AdminBody, Submitted, Verified};
 use ingest_protocol::history::{HistoryQuery, HistoryRow};
 use ingest_protocol::listing::{BatchPage, BatchQuery, JobPage, JobQuery};
 use ingest_protocol::report::BatchView;
@@ -204,23 +204,7 @@ impl Backend for Local {
 
 /// A full verification report in the protocol's shape.
 pub(super) fn verified(full: ingest_engine::audit::FullReport) -> Verified {
-    let report = full.log;
-    Verified {
-        checkpoints_checked: full.checkpoints_checked,
-        snapshots_checked: full.snapshots_checked,
-        events_checked: report.events_checked,
-        index_entries_checked: report.index_entries_checked,
-        head_position: report.head_position,
-        head_hash: hex::encode(report.head_hash),
-        problems: report
-            .problems
-            .iter()
-            .map(|p| ProblemView {
-                position: p.position,
-                message: p.message.clone(),
-            })
-            .collect(),
-    }
+    ingest_engine::verified::view(&full)
 }
 
 /// A running server, through its HTTP API.

@@ -26,6 +26,22 @@ pub(super) fn print_rows(rows: &[HistoryRow]) {
 
 /// Prints a verification and gives its exit code (1 when it failed).
 pub(super) fn print_verified(v: &ingest_protocol::api::Verified) -> i32 {
+    if let Some(first) = &v.first_cause {
+        println!(
+            "first cause, position {}: {}",
+            first.position,
+            cell(&first.message)
+        );
+        for g in &v.after_first {
+            println!(
+                "  after it: {} {} problem(s), positions {}..={}",
+                g.count, g.kind, g.first_position, g.last_position
+            );
+        }
+        if v.problems.len() > 1 {
+            println!("every problem:");
+        }
+    }
     for p in &v.problems {
         println!("position {}: {}", p.position, p.message);
     }

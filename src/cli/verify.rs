@@ -105,7 +105,17 @@ pub fn run(data_dir: &Path, args: &VerifyArgs) -> Result<i32> {
         compare_with_zookeeper(&log, &args.zk, &mut verified);
     }
     verified.problems.sort_by_key(|p| p.position);
+    if verified.first_cause.is_none() {
+        verified.first_cause = verified.problems.first().cloned();
+    }
     drop(log);
+    // Kept for `status`, which says what the last verify found; not for a
+    // private copy of a read-only directory, which is never written.
+    if copy.is_none() {
+        if let Err(e) = ingest_engine::verified::remember(data_dir, &verified, chrono::Utc::now()) {
+            eprintln!("note: the result is not kept for `ingest status`: {e}");
+        }
+    }
     drop(copy);
     Ok(print_verified(&verified))
 }

@@ -237,3 +237,94 @@ fn consistency_proofs_verify_with_both_verifiers_and_a_changed_node_fails() {
         );
     }
 }
+
+// D19: one edited record gave `verify` a list of problems where one is the
+// cause, while `status` said `needs_repair: null` (the record was older
+// than the tail start-up re-checks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_names_the_first_cause_and_status_reports_what_it_found() {
+    let (ing, key, _) = queue_with_key();
+    ing.run(&["batch", "bid0000000001", "acquire"]).ok();
+    ing.run(&["batch", "bid0000000003", "acquire"]).ok();
+    {
+        let out = ing.data_dir().with_extension("bundle.json");
+        ing.run(&[
+            "audit",
+            "export",
+            "--batch",
+            "bid0000000002",
+            "--out",
+            out.to_str().expect("utf-8"),
+            "--checkpoint-key",
+            key.to_str().expect("utf-8"),
+        ])
+        .ok();
+    }
+    let head = ing.head();
+    assert!(
+        head > 70,
+        "the damage must be older than the re-checked tail: {head}"
+    );
+    {
+        let log = ingest_events::Log::open(&ing.data_dir().join("log"), &Default::default())
+            .expect("open log");
+        // Record 2 rewritten by someone with its own hash made anew: it
+        // decodes, and the link of record 3 to it breaks.
+        let k = ingest_events::Log::raw_event_key(2);
+        let bytes = log.raw_tree().get(k).unwrap().unwrap().to_vec();
+        let mut r = ingest_events::codec::decode_record(&bytes).expect("record 2");
+        r.envelope.actor = "admin:mallory".parse().expect("actor");
+        let (edited, _) = ingest_events::codec::encode_for_fixture(&r.envelope, &r.event);
+        log.raw_tree().insert(k, edited).unwrap();
+        log.raw_tree().flush().unwrap();
+    }
+    // Before any verify, nothing says so (start-up re-checks the tail).
+    let status = ing.run(&["status", "--format", "json"]).ok().stdout;
+    let status: serde_json::Value = serde_json::from_str(&status).expect("status JSON");
+    assert_eq!(status["needs_repair"], serde_json::Value::Null, "{status}");
+
+    let out = ing.run(&["verify"]).failed();
+    assert!(
+        out.stdout
+            .starts_with("first cause, position 3: previous-hash link broken"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("  after it: 1 signed checkpoint problem(s), positions "),
+        "{}",
+        out.stdout
+    );
+    let status = ing.run(&["status", "--format", "json"]).ok().stdout;
+    let status: serde_json::Value = serde_json::from_str(&status).expect("status JSON");
+    let damage = status["needs_repair"].as_str().unwrap_or_default();
+    assert!(damage.contains("at position 3:"), "{status}");
+    assert_eq!(status["last_verify"]["problems"], 2, "{status}");
+
+    // Through a running server: `GET /verify` groups the same way and
+    // `GET /status` says what it found.
+    let zk_server = crate::zk_server::shared();
+    let root = crate::zk_server::unique_root("verify-status");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server =
+        crate::server::start_with_data(dir.path(), ing.data_dir(), &zk_server.hosts(), &root);
+    std::fs::remove_file(ing.data_dir().join("last-verify.json")).expect("remove");
+    assert_eq!(
+        server.get("/status").await["needs_repair"],
+        serde_json::Value::Null
+    );
+    let verified = server.get("/verify").await;
+    assert_eq!(verified["first_cause"]["position"], 3, "{verified}");
+    assert_eq!(
+        verified["after_first"][0]["kind"], "signed checkpoint",
+        "{verified}"
+    );
+    let status = server.get("/status").await;
+    assert!(
+        status["needs_repair"]
+            .as_str()
+            .is_some_and(|d| d.contains("at position 3:")),
+        "{status}"
+    );
+}

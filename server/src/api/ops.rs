@@ -108,23 +108,12 @@ pub(crate) async fn verify(State(app): State<AppState>) -> Result<Json<Verified>
     .await
     .map_err(|e| ApiError::internal(format!("the verify task failed: {e}")))?
     .map_err(|e| ApiError::internal(format!("cannot verify the log: {e}")))?;
-    let report = full.log;
-    Ok(Json(Verified {
-        checkpoints_checked: full.checkpoints_checked,
-        snapshots_checked: full.snapshots_checked,
-        events_checked: report.events_checked,
-        index_entries_checked: report.index_entries_checked,
-        head_position: report.head_position,
-        head_hash: hex::encode(report.head_hash),
-        problems: report
-            .problems
-            .into_iter()
-            .map(|p| ProblemView {
-                position: p.position,
-                message: p.message,
-            })
-            .collect(),
-    }))
+    let verified = ingest_engine::verified::view(&full);
+    let data_dir = app.inner.handle.data_dir();
+    if let Err(e) = ingest_engine::verified::remember(data_dir, &verified, chrono::Utc::now()) {
+        tracing::warn!(error = %e, "cannot keep the verify's result for status");
+    }
+    Ok(Json(verified))
 }
 
 /// `GET /tree`: the tree the log projects (as of `at`), as YAML.
