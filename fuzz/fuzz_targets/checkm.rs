@@ -10,6 +10,7 @@ fuzz_target!(|data: &[u8]| {
         max_bytes: 1 << 20,
         max_entries: 10_000,
         max_fields: 64,
+        max_line_bytes: 64 * 1024,
     };
     match parse_with_limits(data, &limits) {
         Ok(manifest) => {

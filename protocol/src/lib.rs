@@ -61,6 +61,56 @@ pub fn encode_segment(value: &str) -> String {
     percent_encoding::utf8_percent_encode(value, UNRESERVED).to_string()
 }
 
+/// `value` as it is displayed, cut to [`MAX_MESSAGE_BYTES`] with [`cut`]'s
+/// marker, without formatting more than that first: what every log line
+/// and message that can carry outside input quotes (`error = %bounded(&e)`).
+pub fn bounded<T: std::fmt::Display>(value: T) -> Bounded<T> {
+    Bounded(value)
+}
+
+/// A value displayed at most [`MAX_MESSAGE_BYTES`] long ([`bounded`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Bounded<T>(pub T);
+
+impl<T: std::fmt::Display> std::fmt::Display for Bounded<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut limited = Limited {
+            out: f,
+            left: MAX_MESSAGE_BYTES,
+            cut: 0,
+        };
+        std::fmt::write(&mut limited, format_args!("{}", self.0))?;
+        let cut = limited.cut;
+        if cut > 0 {
+            write!(f, "… [{cut} more bytes cut]")?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes through at most `left` bytes and counts the rest.
+struct Limited<'a, 'b> {
+    out: &'a mut std::fmt::Formatter<'b>,
+    left: usize,
+    cut: usize,
+}
+
+impl std::fmt::Write for Limited<'_, '_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        if s.len() <= self.left {
+            self.left -= s.len();
+            return self.out.write_str(s);
+        }
+        let mut end = self.left;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.cut += s.len() - end;
+        self.left = 0;
+        self.out.write_str(&s[..end])
+    }
+}
+
 /// `text` cut to at most `max` bytes (at a character boundary), with a
 /// marker saying how many bytes were cut; unchanged when it fits.
 pub fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
@@ -80,7 +130,7 @@ pub fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
 
 #[cfg(test)]
 mod tests {
-    use super::{cut, encode_segment};
+    use super::{bounded, cut, encode_segment, MAX_MESSAGE_BYTES};
 
     /// One encoder for the admin pages' links and the storage manifest's
     /// content URLs: an ark and a file path each stay one segment.
@@ -100,5 +150,20 @@ mod tests {
         let c = cut(&long, 5);
         assert!(c.starts_with("éé…"), "{c}");
         assert!(c.ends_with("[16 more bytes cut]"), "{c}");
+    }
+
+    #[test]
+    fn bounded_displays_what_cut_gives_across_pieces() {
+        assert_eq!(bounded("short").to_string(), "short");
+        let huge = "x".repeat(20 * 1024 * 1024);
+        let shown = bounded(format_args!("line 4: {huge} | a")).to_string();
+        assert_eq!(
+            shown,
+            cut(&format!("line 4: {huge} | a"), MAX_MESSAGE_BYTES)
+        );
+        assert!(shown.len() < MAX_MESSAGE_BYTES + 64, "{}", shown.len());
+        let multi = "é".repeat(MAX_MESSAGE_BYTES);
+        let shown = bounded(&multi).to_string();
+        assert_eq!(shown, cut(&multi, MAX_MESSAGE_BYTES));
     }
 }

@@ -72,6 +72,10 @@ pub struct ParseLimits {
     pub max_entries: usize,
     /// The most fields a `#%fields` line may declare (default 256).
     pub max_fields: usize,
+    /// The longest line accepted, in bytes (default 64 KiB, the engine's
+    /// cap on one field of a job): a longer one is refused naming its line,
+    /// never quoted.
+    pub max_line_bytes: usize,
 }
 
 impl Default for ParseLimits {
@@ -80,6 +84,7 @@ impl Default for ParseLimits {
             max_bytes: 64 * 1024 * 1024,
             max_entries: 1_000_000,
             max_fields: 256,
+            max_line_bytes: 64 * 1024,
         }
     }
 }
@@ -320,6 +325,16 @@ pub fn parse_with_limits(input: &[u8], limits: &ParseLimits) -> Result<Manifest,
         let number = index + 1;
         if !raw.is_empty() {
             last_line = number;
+        }
+        if raw.len() > limits.max_line_bytes {
+            return Err(ManifestError::new(
+                number,
+                format!(
+                    "the line is {} bytes, more than {} bytes",
+                    raw.len(),
+                    limits.max_line_bytes
+                ),
+            ));
         }
         parser.line(number, decode(number, raw)?)?;
     }

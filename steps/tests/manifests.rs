@@ -526,8 +526,29 @@ fn limits_refuse_large_manifests() {
         ParseLimits {
             max_bytes: 64 * 1024 * 1024,
             max_entries: 1_000_000,
-            max_fields: 256
+            max_fields: 256,
+            max_line_bytes: 64 * 1024,
         }
+    );
+}
+
+// Regression (issue 25, finding 3): one 20 MB line was parsed into a job
+// whose acquire the server refused as too large, for ever.
+#[test]
+fn a_line_over_the_limit_is_refused_naming_it_without_quoting_it() {
+    let mut text = b"#%checkm_0.7\n#%fields | nfo:fileUrl | nfo:fileName\n".to_vec();
+    text.extend(std::iter::repeat_n(b'x', 2 * 1024 * 1024));
+    text.extend_from_slice(b" | a\n#%eof\n");
+    let e = ingest_steps::checkm::parse(&text).unwrap_err();
+    assert_eq!(e.line, 3);
+    assert!(e.to_string().len() < 100, "{e}");
+    let limits = ParseLimits {
+        max_line_bytes: 12,
+        ..ParseLimits::default()
+    };
+    assert_eq!(
+        parse_with_limits(b"#%checkm_0.7\nhttp://x/1234\n#%eof\n", &limits).unwrap_err(),
+        ManifestError::new(2, "the line is 13 bytes, more than 12 bytes")
     );
 }
 

@@ -841,6 +841,63 @@ async fn a_single_file_payload_whose_digest_differs_fails_for_good() {
         .await;
 }
 
+/// Issue 25, finding 3: a manifest with one 20 MB line logged a WARN line
+/// of 20 MB at every attempt, and the batch never failed: its failure
+/// report quoted the line, exceeded the server's `--max-body-bytes` (413)
+/// and was retried every 10 s, downloading the manifest again each time.
+/// The batch now fails once with a cut message and the log stays small.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_with_a_huge_line_fails_its_batch_once_with_a_cut_message() {
+    let rig = rig("huge-line", &[]).await;
+    let b = rig.base.clone();
+    const HEAD: &[u8] = b"#%checkm_0.7\n#%profile | http://uc3.cdlib.org/registry/ingest/manifest/mrt-single-file-batch-manifest\n#%fields | nfo:fileUrl | nfo:fileName\n";
+    // Serves `lines` as a single-file batch manifest and submits it; the
+    // batch, once it failed, and its message.
+    let failed = async |name: &str, lines: Vec<u8>| {
+        let mut body = HEAD.to_vec();
+        body.extend(lines);
+        body.extend_from_slice(b"#%eof\n");
+        add(&rig.depot, name, &body);
+        let bid = rig
+            .submit(json!({"profile": "demo", "submitter": "alice", "type": "single-file-batch-manifest", "payload_url": format!("{b}/files/{name}")}))
+            .await;
+        let batch = rig.finished(&bid).await;
+        assert_eq!(batch["status"], "Failed", "{batch}");
+        let message = batch["message"].as_str().unwrap_or_default().to_string();
+        assert!(
+            message.len() <= ingest_protocol::MAX_MESSAGE_BYTES,
+            "{} bytes",
+            message.len()
+        );
+        // Failed once: one acquisition and one failure in its history.
+        let history = rig.server.get(&format!("/batches/{bid}/history")).await;
+        let count = |kind: &str| {
+            history["events"]
+                .as_array()
+                .map_or(0, |e| e.iter().filter(|e| e["event"] == kind).count())
+        };
+        assert_eq!(count("BatchFailed"), 1, "{history}");
+        assert_eq!(count("BatchAcquired"), 1, "{history}");
+        message
+    };
+    let mut huge = vec![b'x'; 20 * 1024 * 1024];
+    huge.extend_from_slice(b" | a\n");
+    let message = failed("huge.checkm", huge).await;
+    assert!(message.contains("does not expand"), "{message}");
+    // Lines under the line limit whose jobs together are more than the
+    // server's body limit (1 MiB): the acquire is refused 413, and the batch
+    // fails once with a report that fits.
+    let mut many = Vec::new();
+    for i in 0..40 {
+        let path = "y".repeat(40 * 1024);
+        many.extend_from_slice(format!("{b}/files/{path}{i} | f{i}\n").as_bytes());
+    }
+    let message = failed("many.checkm", many).await;
+    assert!(message.contains("413"), "{message}");
+    let size = std::fs::metadata(&rig.server.log).expect("log").len();
+    assert!(size < 1024 * 1024, "the log is {size} bytes");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_manifest_fails_the_batch_naming_the_line() {
     let rig = rig("corrupt", &[]).await;

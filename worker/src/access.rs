@@ -63,12 +63,12 @@ pub async fn run(shared: Arc<Shared>, queue: AccessQueue, task: u32, stop: Cance
             Ok(client) => match take_one(&shared, &client, queue).await {
                 Ok(took) => took,
                 Err(e) => {
-                    tracing::warn!(queue = %queue, error = %e, "the access queue could not be read; trying again");
+                    tracing::warn!(queue = %queue, error = %ingest_protocol::bounded(&e), "the access queue could not be read; trying again");
                     false
                 }
             },
             Err(e) => {
-                tracing::debug!(error = %e, "no ZooKeeper session yet");
+                tracing::debug!(error = %ingest_protocol::bounded(&e), "no ZooKeeper session yet");
                 false
             }
         };
@@ -151,7 +151,7 @@ async fn assemble(
         .report::<_, AccessMoved>(&format!("/access/{qid}/start"), fence, &who)
         .await?;
     if let Reply::Refused { code, message } = started {
-        tracing::info!(%qid, %code, %message, "the access request was not started");
+        tracing::info!(%qid, %code, message = %ingest_protocol::bounded(&message), "the access request was not started");
         return Ok(());
     }
     let token = match client.get_data(&format!("{path}/token")).await {
@@ -186,7 +186,7 @@ async fn assemble(
             tracing::info!(%qid, status = %moved.request.status, "assembly reported");
         }
         Reply::Refused { code, message } => {
-            tracing::warn!(%qid, %code, %message, "the assembly's outcome was refused");
+            tracing::warn!(%qid, %code, message = %ingest_protocol::bounded(&message), "the assembly's outcome was refused");
         }
     }
     Ok(())

@@ -69,7 +69,7 @@ fn runtime() -> Option<&'static Runtime> {
             match built {
                 Ok(rt) => Some(rt),
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot start the bulk threads; bulk work shares the worker's threads");
+                    tracing::warn!(error = %ingest_protocol::bounded(&e), "cannot start the bulk threads; bulk work shares the worker's threads");
                     None
                 }
             }
@@ -87,7 +87,7 @@ fn lower_priority() {
     }
     if let Err(e) = rustix::process::setpriority_process(Some(tid), BULK_NICE) {
         WARNED.get_or_init(|| {
-            tracing::warn!(error = %e, nice = BULK_NICE, "cannot lower the priority of bulk threads; downloads and stores compete with coordination for the CPU");
+            tracing::warn!(error = %ingest_protocol::bounded(&e), nice = BULK_NICE, "cannot lower the priority of bulk threads; downloads and stores compete with coordination for the CPU");
         });
     }
 }

@@ -638,7 +638,7 @@ async fn run_lister(
             Err(e) => {
                 failures = failures.saturating_add(1);
                 if failures == 1 || failures.is_power_of_two() {
-                    tracing::warn!(?target, failures, error = %format!("{e:#}"), "cannot list the queue");
+                    tracing::warn!(?target, failures, error = %ingest_protocol::bounded(format_args!("{e:#}")), "cannot list the queue");
                 }
                 let wait = RetryPolicy {
                     retries: 0,
@@ -873,7 +873,7 @@ pub async fn run_task(
                     // which settles the claim when it ends.
                     Ok(None) => continue,
                     Err(e) => {
-                        tracing::warn!(daemon = %kind, task, item = %item.id, error = %format!("{e:#}"), "daemon try failed");
+                        tracing::warn!(daemon = %kind, task, item = %item.id, error = %ingest_protocol::bounded(format_args!("{e:#}")), "daemon try failed");
                         Tried::Failed
                     }
                 };
@@ -1341,7 +1341,7 @@ async fn run_chain(shared: &Shared, chain: Box<Chain>, stop: &CancellationToken)
     };
     let_go(&chain.client, &chain.held, until).await;
     let tried = result.unwrap_or_else(|e| {
-        tracing::warn!(jid = %id, state = %chain.state, error = %format!("{e:#}"), "a chained step failed");
+        tracing::warn!(jid = %id, state = %chain.state, error = %ingest_protocol::bounded(format_args!("{e:#}")), "a chained step failed");
         Tried::Failed
     });
     // Whatever came of the last step, the earlier ones were done.
@@ -1488,11 +1488,32 @@ async fn locked(
                 };
                 match expansion {
                     super::step::Expansion::Jobs(jobs) => body.jobs = Some(jobs),
-                    super::step::Expansion::Failed(why) => body.expansion_error = Some(why),
+                    super::step::Expansion::Failed(why) => {
+                        // The depositor's input quoted: bounded, so the
+                        // report fits any server's body limit.
+                        body.expansion_error = Some(
+                            ingest_protocol::cut(&why, ingest_protocol::MAX_MESSAGE_BYTES)
+                                .into_owned(),
+                        )
+                    }
                 }
             }
             let path = format!("/batches/{}/acquire", item.id);
-            let (tried, answer) = report::<Acquired>(shared, &path, &held.fence, &body).await?;
+            let (tried, answer) = match report::<Acquired>(shared, &path, &held.fence, &body).await
+            {
+                // The expansion is more than the server reads in one request:
+                // the batch fails once, with a report that fits, instead of
+                // being expanded and refused again every turn.
+                Err(e) if too_large(&e) && body.jobs.is_some() => {
+                    let jobs = body.jobs.take().map_or(0, |j| j.len());
+                    tracing::warn!(bid = %item.id, jobs, "the batch's expansion is larger than the server accepts; the batch fails");
+                    body.expansion_error = Some(format!(
+                        "the payload expands into {jobs} job(s), more than the server accepts in one request (413 payload_too_large): split the batch"
+                    ));
+                    report::<Acquired>(shared, &path, &held.fence, &body).await?
+                }
+                other => other?,
+            };
             match answer {
                 // Its collection is held: the batch went Held, not
                 // acquired, and comes back to Pending when released.
@@ -1513,7 +1534,7 @@ async fn locked(
                         // depositor hears of it here.
                         if let Some(work) = &shared.steps.batch {
                             if let Some(e) = work.failed(&batch_ctx(), &a.message).await {
-                                tracing::warn!(bid = %item.id, error = %e, "cannot notify the depositor of the batch's failure");
+                                tracing::warn!(bid = %item.id, error = %ingest_protocol::bounded(&e), "cannot notify the depositor of the batch's failure");
                             }
                         }
                     }
@@ -1672,13 +1693,17 @@ pub(crate) async fn release(client: &zk::Client, lock: &str, created: &zk::Stat)
         {
             match client.delete(lock, Some(now.version)).await {
                 Ok(()) | Err(zk::Error::NoNode) => {}
-                Err(e) => tracing::debug!(%lock, error = %e, "cannot release the lock"),
+                Err(e) => {
+                    tracing::debug!(%lock, error = %ingest_protocol::bounded(&e), "cannot release the lock")
+                }
             }
         }
         Ok(Some(_)) => tracing::debug!(%lock, "the lock is another worker's now; left alone"),
         Ok(None) => {}
         // The session is gone or unreachable: its ephemeral node goes with it.
-        Err(e) => tracing::debug!(%lock, error = %e, "cannot check the lock"),
+        Err(e) => {
+            tracing::debug!(%lock, error = %ingest_protocol::bounded(&e), "cannot check the lock")
+        }
     }
 }
 
@@ -1698,10 +1723,17 @@ async fn report<R: serde::de::DeserializeOwned>(
         }
         Reply::Refused { code, message } => {
             shared.stats.refused.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(%path, %code, %message, "the report was refused; its result is discarded");
+            tracing::warn!(%path, %code, message = %ingest_protocol::bounded(&message), "the report was refused; its result is discarded");
             Ok((Tried::Refused, None))
         }
     }
+}
+
+/// Whether `e` is the server's 413: the request body is over its limit.
+fn too_large(e: &BoxError) -> bool {
+    e.downcast_ref::<ingest_client::ClientError>()
+        .and_then(ingest_client::ClientError::status)
+        == Some(413)
 }
 
 /// Waits (bounded) until the status node at `path` no longer says `old`.

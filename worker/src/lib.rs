@@ -213,7 +213,7 @@ impl Workers {
 async fn futures_join(tasks: Vec<JoinHandle<()>>) {
     for t in tasks {
         if let Err(e) = t.await {
-            tracing::error!(error = %e, "a daemon task failed");
+            tracing::error!(error = %ingest_protocol::bounded(&e), "a daemon task failed");
         }
     }
 }

@@ -121,7 +121,7 @@ where
                 match job {
                     Some(job) => job.record_retry(attempt + 1, &message).await,
                     None => {
-                        tracing::warn!(attempt = attempt + 1, %message, "recoverable error; retrying")
+                        tracing::warn!(attempt = attempt + 1, message = %ingest_protocol::bounded(&message), "recoverable error; retrying")
                     }
                 }
                 tokio::time::sleep(policy.backoff(attempt)).await;

@@ -394,7 +394,7 @@ impl JobCtx {
     /// (`POST /jobs/JID/retries`), so the history shows every retry. A
     /// refusal or an unreachable API is logged: the retry goes on.
     pub async fn record_retry(&self, attempt: u32, message: &str) {
-        tracing::warn!(jid = %self.jid, state = %self.state, attempt, %message, "recoverable error; retrying");
+        tracing::warn!(jid = %self.jid, state = %self.state, attempt, message = %ingest_protocol::bounded(&message), "recoverable error; retrying");
         let Some(api) = &self.api else {
             return;
         };
@@ -411,7 +411,7 @@ impl JobCtx {
             .report::<_, JobMoved>(&path, &api.fence, &body)
             .await
         {
-            tracing::warn!(jid = %self.jid, error = %e, "cannot record the retry");
+            tracing::warn!(jid = %self.jid, error = %ingest_protocol::bounded(&e), "cannot record the retry");
         }
     }
 

@@ -83,7 +83,7 @@ impl Batches {
         let jobs = match self.jobs_of(submission).await {
             Ok(jobs) => jobs,
             Err(e) => {
-                tracing::warn!(%bid, error = %e, "the batch's payload does not expand");
+                tracing::warn!(%bid, error = %ingest_protocol::bounded(&e), "the batch's payload does not expand");
                 return Expansion::Failed(e);
             }
         };
@@ -124,7 +124,9 @@ impl Batches {
         // the outbox keeps the message when SMTP fails, and the log says so.
         match self.outbox.send(&n.emails, &subject, &body).await {
             Ok(delivery) => tracing::info!(%bid, ?delivery, "summary at queueing sent"),
-            Err(e) => tracing::warn!(%bid, error = %e, "cannot send the summary at queueing"),
+            Err(e) => {
+                tracing::warn!(%bid, error = %ingest_protocol::bounded(&e), "cannot send the summary at queueing")
+            }
         }
     }
 

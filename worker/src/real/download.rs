@@ -108,7 +108,7 @@ impl Step for Download {
                     .with_space_needed(report.bytes)
                 }
                 Err(failure) => {
-                    tracing::warn!(jid = %job.jid, state = %job.state, message = %failure.message, kind = ?failure.kind, "download failed");
+                    tracing::warn!(jid = %job.jid, state = %job.state, message = %ingest_protocol::bounded(&failure.message), kind = ?failure.kind, "download failed");
                     failure.into()
                 }
             };

@@ -70,7 +70,7 @@ impl Step for Estimate {
                 // A failure with a kind (an object manifest whose digest is
                 // not the depositor's) is known now and fails the job now.
                 Err(failure) if failure.kind.is_some() => {
-                    tracing::warn!(jid = %job.jid, state = %job.state, message = %failure.message, "the payload's digest does not match");
+                    tracing::warn!(jid = %job.jid, state = %job.state, message = %ingest_protocol::bounded(&failure.message), "the payload's digest does not match");
                     return StepResult::Report(failure.into());
                 }
                 Err(reason) => Sizes {
@@ -331,7 +331,7 @@ fn outcome(job: &JobCtx, sizes: &Sizes) -> Outcome {
         }
         Some(reason) => {
             let priority = dropped_priority(job.priority);
-            tracing::warn!(jid = %job.jid, state = %job.state, %reason, priority, "size unknown");
+            tracing::warn!(jid = %job.jid, state = %job.state, reason = %ingest_protocol::bounded(&reason), priority, "size unknown");
             Outcome::success(format!(
                 "size unknown ({reason}); priority lowered from {} to {priority}",
                 job.priority

@@ -87,13 +87,13 @@ where
     let (jobs, bids) = match listed {
         Ok((jobs, bids, errors)) => {
             for e in &errors {
-                tracing::warn!(error = %e, "janitor");
+                tracing::warn!(error = %ingest_protocol::bounded(&e), "janitor");
             }
             report.errors = errors;
             (jobs, bids)
         }
         Err(e) => {
-            tracing::warn!(error = %e, "janitor");
+            tracing::warn!(error = %ingest_protocol::bounded(&e), "janitor");
             report.errors.push(e);
             return report;
         }
@@ -103,7 +103,7 @@ where
             Ok(s) => s,
             Err(e) => {
                 let e = format!("the status of {} cannot be read: {e}", job.jid);
-                tracing::warn!(jid = %job.jid, error = %e, "janitor keeps the job's files");
+                tracing::warn!(jid = %job.jid, error = %ingest_protocol::bounded(&e), "janitor keeps the job's files");
                 report.errors.push(e);
                 report.kept += 1;
                 continue;
@@ -136,7 +136,7 @@ where
             }
             Err(e) => {
                 let e = format!("{}: {e}", job.path.display());
-                tracing::warn!(jid = %job.jid, error = %e, "janitor cannot remove a job's working files");
+                tracing::warn!(jid = %job.jid, error = %ingest_protocol::bounded(&e), "janitor cannot remove a job's working files");
                 report.errors.push(e);
                 report.kept += 1;
             }
@@ -150,7 +150,7 @@ where
         tracing::info!(bid = %bid, "janitor removed an empty batch directory");
     }
     for e in &emptied.1 {
-        tracing::warn!(error = %e, "janitor");
+        tracing::warn!(error = %ingest_protocol::bounded(&e), "janitor");
     }
     report.removed_batches = emptied.0;
     report.errors.extend(emptied.1);
@@ -384,7 +384,7 @@ impl Janitor {
                     }
                     Ok(_) => tracing::debug!("janitor: the session is not connected; no sweep"),
                     Err(e) => {
-                        tracing::warn!(error = %format!("{e:#}"), "janitor: no ZooKeeper session");
+                        tracing::warn!(error = %ingest_protocol::bounded(format_args!("{e:#}")), "janitor: no ZooKeeper session");
                     }
                 }
             };

@@ -167,7 +167,7 @@ pub async fn release(client: &zk::Client, path: &str, jid: &str) {
         Ok(found) => found,
         Err(zk::Error::NoNode) => return,
         Err(e) => {
-            tracing::warn!(%path, %jid, error = %e, "cannot read the lock to release it");
+            tracing::warn!(%path, %jid, error = %ingest_protocol::bounded(&e), "cannot read the lock to release it");
             return;
         }
     };
@@ -176,7 +176,9 @@ pub async fn release(client: &zk::Client, path: &str, jid: &str) {
     }
     match client.delete(path, Some(found.1.version)).await {
         Ok(()) | Err(zk::Error::NoNode | zk::Error::BadVersion) => {}
-        Err(e) => tracing::warn!(%path, %jid, error = %e, "cannot release the lock"),
+        Err(e) => {
+            tracing::warn!(%path, %jid, error = %ingest_protocol::bounded(&e), "cannot release the lock")
+        }
     }
 }
 

@@ -67,7 +67,7 @@ impl Notify {
             // The depositor has been told; failing now would only call the
             // callback again on requeue. The directory is left for an admin.
             Err(e) => {
-                tracing::warn!(jid = %job.jid, error = %e, "cannot remove the working directory");
+                tracing::warn!(jid = %job.jid, error = %ingest_protocol::bounded(&e), "cannot remove the working directory");
                 format!("kept the working directory: {e}")
             }
         };

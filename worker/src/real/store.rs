@@ -945,7 +945,7 @@ impl TargetWork {
                 );
                 // What a failed move left is rebuilt by the next attempt.
                 if let Err(e) = remove_staged(&source) {
-                    tracing::warn!(error = %e, "cannot remove the staged object");
+                    tracing::warn!(error = %ingest_protocol::bounded(&e), "cannot remove the staged object");
                 }
                 let stored = stored?;
                 let report = if self.moving {
