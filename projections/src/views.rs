@@ -281,6 +281,11 @@ impl Views {
             jobs_by_state,
             successful_jobs: ids_in(JobState::Completed),
             failed_jobs: ids_in(JobState::Failed),
+            update_report_due: b.status == BatchState::Failed
+                && jobs.iter().any(|j| j.status == JobState::Completed)
+                && jobs
+                    .iter()
+                    .all(|j| matches!(j.status, JobState::Completed | JobState::Deleted)),
             retries,
             timings,
             report: b.report.as_ref().map(|r| ReportView {

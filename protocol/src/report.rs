@@ -37,6 +37,13 @@ pub struct BatchView {
     pub successful_jobs: Vec<String>,
     /// Its failed jobs.
     pub failed_jobs: Vec<String>,
+    /// The batch is Failed but none of its jobs is any more: each failed
+    /// job was requeued and completed (or was deleted), and at least one
+    /// completed. Its depositor still has the report that said it failed
+    /// until an admin asks for an update report (`ingest batch BID
+    /// update-reporting`, the UI's "Update report").
+    #[serde(default)]
+    pub update_report_due: bool,
     /// Retries of its jobs.
     pub retries: Retries,
     /// When it reached each stage.

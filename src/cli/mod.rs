@@ -220,7 +220,7 @@ fn common(backend: &mut dyn Backend, command: Cmd, actor: Option<Actor>) -> Resu
             })
         }
         Cmd::Show { what, format } => match what {
-            ShowWhat::Batch { bid } => backend.batch(bid).and_then(|v| emit(&v, format)),
+            ShowWhat::Batch { bid } => backend.batch(bid).and_then(|v| show_batch(&v, format)),
             ShowWhat::Job { jid } => backend.job(jid).and_then(|v| emit(&v, format)),
         },
         Cmd::History {
@@ -259,7 +259,7 @@ fn common(backend: &mut dyn Backend, command: Cmd, actor: Option<Actor>) -> Resu
         Cmd::Batch {
             bid,
             action: BatchAction::Show(ShowFormat { format }),
-        } => backend.batch(bid).and_then(|v| emit(&v, format)),
+        } => backend.batch(bid).and_then(|v| show_batch(&v, format)),
         Cmd::Job {
             jid,
             action: JobAction::Show(ShowFormat { format }),
@@ -315,4 +315,17 @@ fn refused_or(e: anyhow::Error) -> Result<i32> {
         }
         None => Err(e),
     }
+}
+
+/// Prints a batch; says on stderr when an update report is due (its
+/// depositor's report still says it failed).
+fn show_batch(v: &ingest_protocol::report::BatchView, format: Format) -> Result<()> {
+    emit(v, format)?;
+    if v.update_report_due {
+        eprintln!(
+            "note: batch {} is Failed but every failed job of it has since completed (or was deleted); its depositor's report still says it failed: send an update report with `ingest batch {} update-reporting --reason '…'`",
+            v.bid, v.bid
+        );
+    }
+    Ok(())
 }

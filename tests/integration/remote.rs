@@ -348,6 +348,43 @@ async fn an_armed_fault_fails_the_next_job_of_a_step_and_requeue_resumes_there()
         1,
         "the requeue must not redo Processing: {moves:?}"
     );
+
+    // The batch stays Failed, its depositor's report saying so: an update
+    // report is offered, in the batch's data and by `show batch` (issue 26).
+    let batch = server.get(&format!("/batches/{bid}")).await;
+    assert_eq!(batch["status"], "Failed", "{batch}");
+    assert_eq!(batch["update_report_due"], true, "{batch}");
+    let engine = server.base.clone();
+    let shown = tokio::task::block_in_place(|| {
+        crate::util::ingest_remote(
+            &engine,
+            &[("INGEST_ADMIN_TOKEN", ADMIN)],
+            &["show", "batch", &bid],
+        )
+    })
+    .ok();
+    assert!(
+        shown
+            .stderr
+            .contains(&format!("ingest batch {bid} update-reporting")),
+        "{}",
+        shown.stderr
+    );
+    let (status, body) = server
+        .call(
+            Method::POST,
+            &format!("/batches/{bid}/update-reporting"),
+            ADMIN,
+            Some(json!({"reason": "the job completed"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let batch = eventually("the update report", 60, async || {
+        let b = server.get(&format!("/batches/{bid}")).await;
+        (b["status"] == "Completed").then_some(b)
+    })
+    .await;
+    assert_eq!(batch["update_report_due"], false, "{batch}");
 }
 
 /// `status`, `show batch`, `show job`, `history`, `batches` and `jobs`
