@@ -49,6 +49,12 @@ pub struct RebuildMarker {
     pub target: u64,
     /// The hash of that position's record (hex): which log it is.
     pub hash: String,
+    /// Started with `--force` (a take-over of a tree whose checkpoint was
+    /// not this log's): only another forced rebuild may finish it, so the
+    /// admin's confirmation and its `TreeRepaired` record are not skipped.
+    /// Absent in markers written before it (not forced).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub forced: bool,
 }
 
 impl RebuildMarker {
@@ -68,7 +74,8 @@ impl fmt::Display for RebuildMarker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "a rebuild by {} started at {} towards position {}",
+            "a {}rebuild by {} started at {} towards position {}",
+            if self.forced { "forced " } else { "" },
             ingest_protocol::cut(&self.by, 200),
             ingest_protocol::cut(&self.started, 40),
             self.target

@@ -588,6 +588,14 @@ async fn rebuild_led(
         }
         _ => false,
     };
+    if let Some(Some(m)) = &marker {
+        if m.forced && !cfg.force {
+            return Err(SinkError::ForcedRebuildUnfinished {
+                root: cfg.zk.root.clone(),
+                marker: m.to_string(),
+            });
+        }
+    }
     if let Some(m) = &marker {
         let what = m.as_ref().map_or_else(
             || "an unreadable rebuild marker".to_string(),
@@ -618,6 +626,7 @@ async fn rebuild_led(
         started: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         target,
         hash: hex::encode(target_hash),
+        forced: cfg.force,
     };
     begin(client, cfg, &mark, &info, marker.is_some(), &mut version).await?;
     // The pause is the rebuild's while it runs; at the end the tree gets

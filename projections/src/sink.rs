@@ -372,6 +372,19 @@ pub enum SinkError {
         /// What is wrong.
         reason: String,
     },
+    /// A rebuild started with `--force` did not finish, and this one (a
+    /// plain `rebuild`, or a projector finishing it) is not forced.
+    ///
+    /// ### Handling
+    /// An admin runs `ingest rebuild --force`, which shows what it changes,
+    /// asks and records the take-over; nothing was changed.
+    #[error("the tree under {root} is incomplete: {marker} did not finish; only `ingest rebuild --force` finishes it (it shows what it changes, asks, and records it)")]
+    ForcedRebuildUnfinished {
+        /// The root.
+        root: String,
+        /// What the marker says.
+        marker: String,
+    },
     /// A rebuild or repair marked the checkpoint and did not finish.
     ///
     /// ### Handling

@@ -16,6 +16,7 @@ use ingest_events::command::Command;
 use ingest_events::Actor;
 use ingest_projections::rebuild::{self, Progress};
 use ingest_projections::zk::{self as zkio, ReadOptions};
+use ingest_projections::SinkError;
 use ingest_projections::{
     AdminConfig, RunMode, Sink, SinkConfig, SinkState, SinkStatus, Tree, TxnLimits, ZkConfig,
 };
@@ -597,6 +598,17 @@ pub fn diff(engine: &mut Engine, actor: &Actor, args: DiffArgs) -> Result<i32> {
     progress.finish();
     let report = match found {
         Ok(r) => r,
+        // A checkpoint that is not this log's (tampered, foreign, ahead, or
+        // not a checkpoint at all) is drift of the tree, not an outage: exit
+        // 1, as for any other difference (it was 3, "cannot reach").
+        Err(
+            e @ (SinkError::ForeignTree { .. }
+            | SinkError::CheckpointAhead { .. }
+            | SinkError::BadCheckpoint { .. }),
+        ) => {
+            println!("drift: {e}");
+            return Ok(super::exit::REFUSED);
+        }
         Err(e) => {
             eprintln!("error: cannot compare the tree under {root} with the log: {e}");
             return Ok(super::exit::UNREACHABLE);

@@ -15,10 +15,23 @@ async fn exists(zk: &ZkConfig, path: &str) -> bool {
 /// Starts a slow `ingest rebuild` and SIGKILLs it once the marker is there
 /// and part of the jobs are in the tree.
 async fn kill_a_rebuild_half_way(f: &Fixture, hosts: &str, root: &str, zk: &ZkConfig, jobs: usize) {
+    kill_a_rebuild_half_way_with(f, hosts, root, zk, jobs, &[]).await;
+}
+
+/// [`kill_a_rebuild_half_way`] with more arguments to `rebuild`.
+async fn kill_a_rebuild_half_way_with(
+    f: &Fixture,
+    hosts: &str,
+    root: &str,
+    zk: &ZkConfig,
+    jobs: usize,
+    args: &[&str],
+) {
     let mut child = std::process::Command::new(crate::util::ingest_bin())
         .arg("--data-dir")
         .arg(f.ingest.data_dir())
         .args(["rebuild", "--zk", hosts, "--zk-root", root])
+        .args(args)
         .args(["--max-txn-ops", "24", "--txn-pause-ms", "100"])
         .env("INGEST_LOG", "warn")
         .stdout(std::process::Stdio::null())
@@ -224,6 +237,7 @@ async fn rebuild_force_retakes_a_tampered_tree_after_showing_what_it_changes() {
         started: "2026-01-01T00:00:00Z".into(),
         target: 99_999,
         hash: "00".into(),
+        forced: false,
     };
     anon.create(REBUILDING_NODE, &marker.to_json(), &zkio::open_acl())
         .await
@@ -242,4 +256,86 @@ async fn rebuild_force_retakes_a_tampered_tree_after_showing_what_it_changes() {
         "{body}"
     );
     s.terminate(30).await;
+}
+
+/// Issue 25, finding 9: a `rebuild --force` killed half-way was finished by
+/// a plain `rebuild`, without the preview and confirmation and with no
+/// `TreeRepaired` event; and `ingest diff` exited 3 ("cannot reach") on a
+/// tampered checkpoint, which is drift (1). A forced take-over now stays
+/// forced until it finishes, and the finish is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_forced_take_over_is_finished_only_by_a_forced_rebuild() {
+    let server = shared();
+    let hosts = server.hosts();
+    let root = unique_root("killed-force");
+    let zk = zk_config(&hosts, &root);
+    let mut f = Fixture::new();
+    f.walk_batches(30, 6, false);
+    let head = f.head();
+    // A root holding only a checkpoint of another log, so the forced
+    // rebuild has the whole tree to write (and is killed half-way).
+    let top = zkio::connect(&zk_config(&hosts, "/"))
+        .await
+        .expect("connect");
+    let open = zkio::open_acl();
+    let forged = Checkpoint::at(head, [7u8; 32]).to_json();
+    for (path, data) in [
+        (root.clone(), &b""[..]),
+        (format!("{root}/ingest-engine"), &b""[..]),
+        (format!("{root}{CHECKPOINT_NODE}"), &forged[..]),
+    ] {
+        top.create(&path, data, &open).await.expect("create");
+    }
+    let anon = zkio::connect(&zk).await.expect("connect");
+    f.close();
+    let zk_args = ["--zk", hosts.as_str(), "--zk-root", root.as_str()];
+    let diff = f.ingest.run(&[&["diff"][..], &zk_args].concat());
+    assert_eq!(diff.code, 1, "a tampered checkpoint is drift: {diff:?}");
+    assert!(diff.stdout.contains("drift:"), "{}", diff.stdout);
+    kill_a_rebuild_half_way_with(&f, &hosts, &root, &zk, 180, &["--force", "--yes"]).await;
+    let (data, _) = anon.get_data(REBUILDING_NODE).await.expect("the marker");
+    let marker = ingest_projections::checkpoint::RebuildMarker::from_json(&data).expect("marker");
+    assert!(marker.forced, "{marker:?}");
+    // A plain rebuild refuses, changing nothing.
+    let refused = f.ingest.run(&[&["rebuild"][..], &zk_args].concat());
+    assert_eq!(refused.code, 1, "{refused:?}");
+    assert!(
+        refused
+            .stderr
+            .contains("only `ingest rebuild --force` finishes it"),
+        "{}",
+        refused.stderr
+    );
+    assert!(exists(&zk, REBUILDING_NODE).await, "the marker stays");
+    let before = {
+        f.open();
+        let h = f.head();
+        f.close();
+        h
+    };
+    let done = f
+        .ingest
+        .run(&[&["rebuild", "--force", "--yes"][..], &zk_args].concat())
+        .ok();
+    assert!(
+        done.stdout
+            .contains("a rebuild that had not finished was found"),
+        "{}",
+        done.stdout
+    );
+    assert!(!exists(&zk, REBUILDING_NODE).await);
+    f.open();
+    assert_eq!(f.head(), before + 1, "the finish is recorded");
+    let last = f.log().read_one(f.head()).expect("last event");
+    assert!(
+        matches!(&last.event, Event::TreeRepaired(_)),
+        "{:?}",
+        last.event
+    );
+    assert_same_tree(
+        &log_tree(&f.log()),
+        &live_tree(&zk).await,
+        "after the forced finish",
+    );
+    f.close();
 }
