@@ -621,6 +621,27 @@ impl Client {
         self.send::<(), _>(Method::GET, "/verify", None).await
     }
 
+    /// `GET /audit/bundle?batch=BID`: the batch's audit bundle, as the JSON
+    /// text `ingest audit export` writes.
+    ///
+    /// # Errors
+    /// As [`Client::get_text`]; 409 `audit_refused` when no signed
+    /// checkpoint covers the batch yet.
+    pub async fn audit_bundle(&self, bid: &str) -> Result<String, ClientError> {
+        self.get_text(&format!("/audit/bundle?batch={bid}")).await
+    }
+
+    /// `GET /audit/proof?from=POS&to=POS`: the consistency proof between
+    /// two signed checkpoints, as the JSON text `ingest audit prove` writes.
+    ///
+    /// # Errors
+    /// As [`Client::get_text`]; 409 `audit_refused` when a position is not
+    /// a signed checkpoint.
+    pub async fn audit_proof(&self, from: u64, to: u64) -> Result<String, ClientError> {
+        self.get_text(&format!("/audit/proof?from={from}&to={to}"))
+            .await
+    }
+
     /// `GET /diff`.
     ///
     /// # Errors

@@ -41,7 +41,7 @@ use ingest_events::codec::RecordParts;
 use ingest_events::event::{Event, LogCheckpointed, StreamId};
 use ingest_events::log::{Log, LogError, VerifyProblem, VerifyReport};
 use ingest_events::merkle::{self, Frontier, Node, Tree};
-use ingest_events::{Bid, Recorded, State};
+use ingest_events::{Bid, Jid, Recorded, State};
 use ingest_steps::signing;
 use serde::{Deserialize, Serialize};
 
@@ -412,8 +412,18 @@ pub fn export_batch(log: &Log, state: &State, bid: Bid) -> Result<Bundle, Export
         .batches
         .get(&bid)
         .ok_or_else(|| ExportError::Refused(format!("batch {bid} does not exist")))?;
+    export_batch_jobs(log, bid, &batch.jobs)
+}
+
+/// [`export_batch`] of batch `bid` whose jobs are `jobs` (read from the
+/// state beforehand, so a server does not hold its state while it reads
+/// the log).
+///
+/// # Errors
+/// As [`export_batch`].
+pub fn export_batch_jobs(log: &Log, bid: Bid, jobs: &[Jid]) -> Result<Bundle, ExportError> {
     let mut records = log.read_stream(StreamId::Batch(bid))?;
-    for jid in &batch.jobs {
+    for jid in jobs {
         records.extend(log.read_stream(StreamId::Job(*jid))?);
     }
     records.sort_by_key(|r| r.envelope.position);

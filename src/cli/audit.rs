@@ -78,6 +78,47 @@ pub(super) fn run(engine: &mut Engine, action: AuditAction) -> Result<i32> {
     }
 }
 
+/// `audit export` and `audit prove` through a running server (`GET
+/// /audit/bundle`, `GET /audit/proof`): the same files, while it runs.
+pub(super) fn remote(remote: &super::backend::Remote, action: AuditAction) -> Result<i32> {
+    let client = remote.admin_api()?;
+    let (text, out) = match action {
+        AuditAction::Export {
+            checkpoint_key: Some(_),
+            ..
+        } => anyhow::bail!(super::exit::Usage(
+            "--checkpoint-key signs with a data directory's engine; a server signs its checkpoints with its own key (`ingest serve --checkpoint-key`, every --checkpoint-every-events)".into()
+        )),
+        AuditAction::Export { batch, out, .. } => {
+            (remote.run(client.audit_bundle(&batch.to_string()))?, out)
+        }
+        AuditAction::Prove { from, to, out } => (remote.run(client.audit_proof(from, to))?, out),
+        AuditAction::Verify { file, key } => return verify(&file, key.as_deref()),
+    };
+    write_out(out.as_deref(), text.trim_end())?;
+    // Say what was written, read back as `audit verify` reads it.
+    match audit::verify_file(text.as_bytes(), None) {
+        Ok(Verified::Bundle { batch, head, events, .. }) => eprintln!(
+            "{} events of {batch} with inclusion proofs against the signed head at position {} (tree size {})",
+            events.len(),
+            head.checkpoint_position,
+            head.tree_size
+        ),
+        Ok(Verified::Consistency { from, to, .. }) => eprintln!(
+            "consistency proof from tree size {} to {}",
+            from.tree_size, to.tree_size
+        ),
+        Err(failures) => {
+            eprintln!(
+                "warning: the server's file does not verify ({} problem(s)); run `ingest audit verify` on it",
+                failures.len()
+            );
+            return Ok(1);
+        }
+    }
+    Ok(0)
+}
+
 fn write_out(out: Option<&Path>, text: &str) -> Result<()> {
     match out {
         Some(path) => std::fs::write(path, format!("{text}\n"))

@@ -122,7 +122,7 @@ fn run_inner(remote: &Remote, command: Cmd) -> Result<i32> {
             print_rows(&done.events);
             Ok(0)
         }
-        Cmd::Audit { .. } => bail!("`audit export` and `audit prove` read the log's records and proofs from its data directory: run them where the data directory is (`audit verify` needs neither)"),
+        Cmd::Audit { action } => super::audit::remote(remote, action),
         Cmd::ZkDigest { .. } => bail!("`zk-digest` is run before a server is reached"),
         Cmd::Batch { bid, .. } => bail!(worker_only("batch", &bid.to_string())),
         Cmd::Job { jid, .. } => bail!(worker_only("job", &jid.to_string())),

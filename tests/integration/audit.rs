@@ -328,3 +328,129 @@ async fn verify_names_the_first_cause_and_status_reports_what_it_found() {
         "{status}"
     );
 }
+
+// D4: with `serve` running, `audit export` and `audit prove` on the data
+// directory said "run it through the server", and through `--engine` they
+// said "run it where the data directory is".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_and_prove_through_a_running_server_verify_independently() {
+    let zk_server = crate::zk_server::shared();
+    let root = crate::zk_server::unique_root("audit-serve");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (key, public) = generate_key(&dir.path().join("keys"), "engine");
+    let args: Vec<String> = [
+        "--checkpoint-key",
+        key.to_str().expect("utf-8"),
+        "--checkpoint-every-events",
+        "1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let server = crate::server::start_with(
+        dir.path(),
+        &zk_server.hosts(),
+        &root,
+        None,
+        "simulate",
+        &args,
+    );
+    let bid = server.submit(2).await;
+    server.submit(1).await;
+    let admin = [("INGEST_ADMIN_TOKEN", crate::server::ADMIN)];
+    let checkpoints = crate::server::eventually("two signed checkpoints", 30, async || {
+        let history = server.get("/history").await;
+        let positions: Vec<u64> = history["events"]
+            .as_array()?
+            .iter()
+            .filter(|r| r["event"] == "LogCheckpointed")
+            .filter_map(|r| r["position"].as_u64())
+            .collect();
+        (positions.len() >= 2).then_some(positions)
+    })
+    .await;
+
+    // On the data directory the server holds, the CLI says to use the server.
+    let data = dir.path().join("data");
+    let local = tokio::task::block_in_place(|| {
+        Run::from_output(
+            Command::new(ingest_bin())
+                .arg("--data-dir")
+                .arg(&data)
+                .args(["audit", "export", "--batch", &bid])
+                .env_remove("INGEST_ENGINE")
+                .env_remove("INGEST_DATA_DIR")
+                .output()
+                .expect("run ingest"),
+        )
+    })
+    .failed();
+    assert!(
+        local.stderr.contains(&format!("--engine {}", server.base)),
+        "{}",
+        local.stderr
+    );
+
+    let bundle = dir.path().join("bundle.json");
+    let proof = dir.path().join("proof.json");
+    let engine = server.base.clone();
+    tokio::task::block_in_place(|| {
+        let out = crate::util::ingest_remote(
+            &engine,
+            &admin,
+            &[
+                "audit",
+                "export",
+                "--batch",
+                &bid,
+                "--out",
+                bundle.to_str().expect("utf-8"),
+            ],
+        )
+        .ok();
+        assert!(
+            out.stderr.contains(&format!("events of {bid}")),
+            "{}",
+            out.stderr
+        );
+        crate::util::ingest_remote(
+            &engine,
+            &admin,
+            &[
+                "audit",
+                "prove",
+                "--from",
+                &checkpoints[0].to_string(),
+                "--to",
+                &checkpoints[checkpoints.len() - 1].to_string(),
+                "--out",
+                proof.to_str().expect("utf-8"),
+            ],
+        )
+        .ok();
+        for file in [&bundle, &proof] {
+            rust_verify(file, Some(&public)).ok();
+            python_verify(file, Some(&public)).ok();
+        }
+        // A position that is no checkpoint is refused, saying so.
+        let refused = crate::util::ingest_remote(
+            &engine,
+            &admin,
+            &[
+                "audit",
+                "prove",
+                "--from",
+                "1",
+                "--to",
+                &checkpoints[0].to_string(),
+            ],
+        )
+        .failed();
+        assert_eq!(refused.code, 1, "{refused:?}");
+        assert!(
+            refused.stderr.contains("not a signed checkpoint"),
+            "{}",
+            refused.stderr
+        );
+    });
+}

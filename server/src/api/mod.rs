@@ -49,6 +49,7 @@
 
 pub(crate) mod access;
 pub(crate) mod admin;
+mod audit;
 mod auth;
 pub(crate) mod consistency;
 mod content;
@@ -325,6 +326,8 @@ fn table() -> Vec<Entry> {
         entry(M::POST, "/cleanup", Admin, admin::cleanup),
         entry(M::GET, "/status", Admin, admin::status),
         entry(M::GET, "/verify", Admin, ops::verify),
+        entry(M::GET, "/audit/bundle", Admin, audit::bundle),
+        entry(M::GET, "/audit/proof", Admin, audit::proof),
         entry(M::GET, "/tree", Admin, ops::tree),
         entry(M::GET, "/diff", Admin, ops::diff),
         entry(M::GET, "/consistency", Admin, consistency::report),
