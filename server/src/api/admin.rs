@@ -310,7 +310,7 @@ pub(crate) async fn cleanup(
 ) -> Result<Json<CleanedUp>, ApiError> {
     let actor = admin_actor(&who, body.actor.as_deref())?;
     let reason = check_reason(&body.reason)?;
-    tracing::info!(actor = %actor, reason = %reason, correlation_id = %cid.0, "cleanup");
+    tracing::info!(actor = %actor, reason = %ingest_protocol::bounded(&reason), correlation_id = %cid.0, "cleanup");
     let outcome = app
         .execute(
             actor,

@@ -120,7 +120,7 @@ pub(crate) async fn repair(
         })
     })
     .await?;
-    tracing::warn!(finding = %applied.finding.id, %actor, %reason, summary = %applied.summary, "consistency repair applied");
+    tracing::warn!(finding = %applied.finding.id, %actor, reason = %ingest_protocol::bounded(&reason), summary = %applied.summary, "consistency repair applied");
     let outcome = app.execute(actor, cid, applied.command).await?;
     let position = outcome.records.last().map_or(0, |r| r.envelope.position);
     Ok(Json(RepairDone {

@@ -48,7 +48,7 @@ pub(crate) async fn arm_fault(
             format!("{count} is outside 1-{MAX_FAULTS}"),
         ));
     }
-    tracing::warn!(%state, count, %actor, %reason, "fault armed");
+    tracing::warn!(%state, count, %actor, reason = %ingest_protocol::bounded(&reason), "fault armed");
     app.execute(
         actor,
         cid,
