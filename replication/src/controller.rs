@@ -790,6 +790,8 @@ impl Machine<'_> {
             s.replicas = views;
             s.tail_nodes = nodes_left as u64;
             s.tail_bytes = tail_bytes;
+            s.tail_writes = end.writes.load(Ordering::Relaxed);
+            s.records_replicated = end.records.load(Ordering::Relaxed);
         });
         Ok(())
     }

@@ -20,6 +20,10 @@ pub(crate) struct TailEnd {
     pub next_seq: AtomicU64,
     /// The position of the last record written to the tail.
     pub head: AtomicU64,
+    /// Tail `multi`s written in this term.
+    pub writes: AtomicU64,
+    /// Records written to the tail in this term.
+    pub records: AtomicU64,
 }
 
 /// Writes to the tail for a leader in one epoch.

@@ -75,6 +75,13 @@ pub struct ReplicaStatus {
     pub tail_nodes: u64,
     /// Bytes of the tail (on the leader).
     pub tail_bytes: u64,
+    /// On the leader: ZooKeeper `multi`s written to the tail in this term.
+    #[serde(default)]
+    pub tail_writes: u64,
+    /// On the leader: records written to the tail in this term (records
+    /// per write is the group commit's effect).
+    #[serde(default)]
+    pub records_replicated: u64,
 }
 
 impl ReplicaStatus {
@@ -94,6 +101,8 @@ impl ReplicaStatus {
             replicas: Vec::new(),
             tail_nodes: 0,
             tail_bytes: 0,
+            tail_writes: 0,
+            records_replicated: 0,
         }
     }
 

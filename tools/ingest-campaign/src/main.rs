@@ -1,0 +1,795 @@
+//! `ingest-campaign`: the fault campaign behind `tools/campaign` (issue 22).
+//!
+//! `faults` starts a ZooKeeper ensemble of three on loopback (`tools/zk
+//! ensemble`) and three `ingest serve --replicas 3` engines, keeps
+//! submitting batches through the typed client (given all three engines),
+//! and records every acknowledged one. Meanwhile it injects faults: the
+//! leader killed (SIGKILL), the leader killed with its data directory
+//! deleted, the leader paused (SIGSTOP) past its session timeout, a
+//! follower killed (and wiped), one then two of the three ZooKeeper
+//! servers stopped. It measures, for each leader loss, the time from the
+//! kill to the next acknowledged submission. At the end every engine must
+//! be at the same position with the same head hash and hold every
+//! acknowledged batch; the exit code says whether it held (0), not (1).
+//!
+//! `throughput` submits the same burst to a single engine and to the
+//! leader of three, in one run, and prints the ratio and the records per
+//! ZooKeeper write of the replicated tail.
+//!
+//! Everything runs on loopback and stops by itself: every phase has a
+//! deadline, `--max-seconds` bounds the whole run, and every process it
+//! started is stopped when it ends (also on failure).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use serde_json::{json, Value};
+use tokio::io::AsyncBufReadExt;
+use tokio_util::sync::CancellationToken;
+
+const ADMIN: &str = "campaign-admin-token-0123456789";
+const DEPOSITOR: &str = "campaign-depositor-token-0123456789";
+const WORKER: &str = "campaign-worker-token-0123456789";
+
+#[derive(Debug, Parser)]
+#[command(about = "Fault campaign and throughput of replicated ingest engines (issue 22)")]
+struct Cli {
+    /// The `ingest` binary.
+    #[arg(long, value_name = "PATH")]
+    ingest: PathBuf,
+    /// `tools/zk`.
+    #[arg(long, value_name = "PATH")]
+    zk_tool: PathBuf,
+    /// A directory for the engines' data, logs and ZooKeeper (made; emptied first).
+    #[arg(long, value_name = "DIR")]
+    work: PathBuf,
+    /// The engines' ZooKeeper session timeout, in seconds (how long a dead leader holds its place).
+    #[arg(long, default_value_t = 2)]
+    session_timeout: u64,
+    #[command(subcommand)]
+    mode: Mode,
+}
+
+#[derive(Debug, Subcommand)]
+enum Mode {
+    /// Faults under load, then checks that nothing acknowledged was lost.
+    Faults(FaultArgs),
+    /// A single engine against the leader of three, in one run.
+    Throughput(ThroughputArgs),
+}
+
+#[derive(Debug, Args)]
+struct FaultArgs {
+    /// Leader kills (SIGKILL) with the data directory kept.
+    #[arg(long, default_value_t = 10)]
+    leader_kills: usize,
+    /// Leader kills with the data directory deleted (the engine rejoins by copying from a peer).
+    #[arg(long, default_value_t = 2)]
+    disk_losses: usize,
+    /// Leader pauses (SIGSTOP) past the session timeout.
+    #[arg(long, default_value_t = 1)]
+    pauses: usize,
+    /// Followers killed (every other one also wiped).
+    #[arg(long, default_value_t = 1)]
+    follower_kills: usize,
+    /// ZooKeeper outages: one of three servers stopped, then two (no quorum), then both back.
+    #[arg(long, default_value_t = 1)]
+    zk_outages: usize,
+    /// Submissions in flight.
+    #[arg(long, default_value_t = 4)]
+    submitters: usize,
+    /// The order of the faults is shuffled with this seed (printed; 0: from the clock).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// The whole campaign's bound, in seconds.
+    #[arg(long, default_value_t = 1800)]
+    max_seconds: u64,
+}
+
+#[derive(Debug, Args)]
+struct ThroughputArgs {
+    /// Batches submitted to each.
+    #[arg(long, default_value_t = 2000)]
+    batches: usize,
+    /// Submissions in flight.
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    let code = match run(cli).await {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(e) => {
+            eprintln!("ingest-campaign: {e:#}");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+async fn run(cli: Cli) -> Result<bool> {
+    let _ = std::fs::remove_dir_all(&cli.work);
+    std::fs::create_dir_all(&cli.work)
+        .with_context(|| format!("cannot create {}", cli.work.display()))?;
+    let ctx = Ctx {
+        ingest: cli.ingest.clone(),
+        zk_tool: cli.zk_tool.clone(),
+        work: cli.work.clone(),
+        session_timeout: cli.session_timeout,
+    };
+    match cli.mode {
+        Mode::Faults(args) => faults(&ctx, args).await,
+        Mode::Throughput(args) => throughput(&ctx, args).await,
+    }
+}
+
+struct Ctx {
+    ingest: PathBuf,
+    zk_tool: PathBuf,
+    work: PathBuf,
+    session_timeout: u64,
+}
+
+impl Ctx {
+    fn zk(&self, args: &[&str]) -> Result<String> {
+        let out = std::process::Command::new(&self.zk_tool)
+            .args(args)
+            .current_dir(std::env::temp_dir())
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("cannot run {}", self.zk_tool.display()))?;
+        if !out.status.success() {
+            bail!(
+                "tools/zk {} failed: {}{}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+}
+
+/// ZooKeeper servers this run started: stopped when dropped.
+struct ZkGuard<'a> {
+    ctx: &'a Ctx,
+    stop: Vec<String>,
+}
+
+impl Drop for ZkGuard<'_> {
+    fn drop(&mut self) {
+        let args: Vec<&str> = self.stop.iter().map(String::as_str).collect();
+        let _ = self.ctx.zk(&args);
+    }
+}
+
+/// One `ingest serve`.
+struct Engine {
+    name: String,
+    dir: PathBuf,
+    listen: String,
+    base: String,
+    child: Option<tokio::process::Child>,
+    replicas: u32,
+}
+
+impl Engine {
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    async fn start(ctx: &Ctx, name: &str, hosts: &str, replicas: u32) -> Result<Engine> {
+        let port = ctx.zk(&["free-port"])?;
+        let mut e = Engine {
+            name: name.to_string(),
+            dir: ctx.work.join(name),
+            listen: format!("127.0.0.1:{port}"),
+            base: String::new(),
+            child: None,
+            replicas,
+        };
+        e.launch(ctx, hosts).await?;
+        Ok(e)
+    }
+
+    async fn launch(&mut self, ctx: &Ctx, hosts: &str) -> Result<()> {
+        std::fs::create_dir_all(&self.dir)?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("serve.log"))?;
+        let mut cmd = tokio::process::Command::new(&ctx.ingest);
+        cmd.arg("--data-dir")
+            .arg(self.data())
+            .args([
+                "serve",
+                "--listen",
+                &self.listen,
+                "--zk",
+                hosts,
+                "--zk-root",
+                "/campaign",
+            ])
+            .args(["--zk-session-timeout", &ctx.session_timeout.to_string()])
+            .arg("--working-storage")
+            .arg(self.dir.join("work"))
+            .env("INGEST_ADMIN_TOKEN", ADMIN)
+            .env("INGEST_DEPOSITOR_TOKEN", DEPOSITOR)
+            .env("INGEST_WORKER_TOKEN", WORKER)
+            .env_remove("INGEST_CONFIG")
+            .env_remove("INGEST_DATA_DIR")
+            .env_remove("INGEST_WORKER_STEPS")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .kill_on_drop(true);
+        if self.replicas > 1 {
+            cmd.args([
+                "--replicas",
+                &self.replicas.to_string(),
+                "--engine-id",
+                &self.name,
+            ]);
+        }
+        let mut child = cmd.spawn().context("cannot start ingest serve")?;
+        let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
+        let mut line = String::new();
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            tokio::io::BufReader::new(stdout).read_line(&mut line),
+        )
+        .await
+        .map_err(|_| anyhow!("{} did not start listening within 60 s", self.name))??;
+        self.base = line
+            .trim()
+            .strip_prefix("ingest serve listening on ")
+            .ok_or_else(|| anyhow!("{}: unexpected first line {line:?}", self.name))?
+            .to_string();
+        self.child = Some(child);
+        Ok(())
+    }
+
+    async fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.start_kill();
+            let _ = c.wait().await;
+        }
+    }
+
+    fn signal(&self, sig: &str) -> Result<()> {
+        let pid = self
+            .child
+            .as_ref()
+            .and_then(tokio::process::Child::id)
+            .ok_or_else(|| anyhow!("{} is not running", self.name))?;
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()?
+            .success();
+        if !ok {
+            bail!("kill {sig} {pid} failed");
+        }
+        Ok(())
+    }
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap_or_default()
+}
+
+async fn status(http: &reqwest::Client, base: &str) -> Option<Value> {
+    http.get(format!("{base}/replication"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()
+}
+
+async fn wait<T, F, Fut>(what: &str, within: Duration, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f().await {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            bail!("{what}: not within {} s", within.as_secs());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The index of the one live engine that leads.
+async fn leader(http: &reqwest::Client, engines: &[Engine]) -> Result<usize> {
+    wait("one leader", Duration::from_secs(60), || async {
+        let mut leaders = Vec::new();
+        for (i, e) in engines
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.child.is_some())
+        {
+            if status(http, &e.base)
+                .await
+                .is_some_and(|s| s["role"] == "leader")
+            {
+                leaders.push(i);
+            }
+        }
+        (leaders.len() == 1).then(|| leaders[0])
+    })
+    .await
+}
+
+/// Waits until every live engine is at the same position and head hash.
+async fn converged(
+    http: &reqwest::Client,
+    engines: &[Engine],
+    within: Duration,
+) -> Result<(u64, String)> {
+    wait(
+        "every engine at the same position and head hash",
+        within,
+        || async {
+            let mut seen = Vec::new();
+            for e in engines.iter().filter(|e| e.child.is_some()) {
+                let s = status(http, &e.base).await?;
+                let role = s["role"].as_str()?.to_string();
+                if role != "leader" && role != "follower" {
+                    return None;
+                }
+                seen.push((s["applied"].as_u64()?, s["head_hash"].as_str()?.to_string()));
+            }
+            let first = seen.first()?.clone();
+            seen.iter().all(|s| *s == first).then_some(first)
+        },
+    )
+    .await
+}
+
+fn submission(n: u64) -> Value {
+    json!({
+        "submitter": "campaign",
+        "profile": "demo",
+        "type": "object-manifest",
+        "payload_url": format!("https://example.org/campaign-{n}.checkm"),
+        "manifest": [format!("https://example.org/object-{n}.checkm loc{n}")],
+        "erc_what": format!("Campaign object {n}"),
+    })
+}
+
+/// What the submitters saw.
+#[derive(Default)]
+struct Acks {
+    /// Each acknowledged batch, with when its request was sent and when
+    /// its answer came.
+    acked: Vec<(String, Instant, Instant)>,
+    refused: std::collections::BTreeMap<String, u64>,
+}
+
+fn spawn_submitters(
+    bases: &str,
+    n: usize,
+    acks: Arc<Mutex<Acks>>,
+    stop: CancellationToken,
+) -> Result<Vec<tokio::task::JoinHandle<()>>> {
+    let client = ingest_client::Client::with_timeout(bases, DEPOSITOR, Duration::from_secs(10))?;
+    let counter = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    Ok((0..n)
+        .map(|_| {
+            let (client, acks, stop, counter) = (
+                client.clone(),
+                Arc::clone(&acks),
+                stop.clone(),
+                Arc::clone(&counter),
+            );
+            tokio::spawn(async move {
+                while !stop.is_cancelled() {
+                    let i = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let sent = Instant::now();
+                    match client.submit(&submission(i)).await {
+                        Ok(s) => {
+                            let mut a = acks.lock().unwrap_or_else(|e| e.into_inner());
+                            a.acked.push((s.bid.to_string(), sent, Instant::now()));
+                        }
+                        Err(e) => {
+                            let code = match &e {
+                                ingest_client::ClientError::Status { code, status, .. } => {
+                                    format!("{status} {code}")
+                                }
+                                ingest_client::ClientError::Transport { .. } => "transport".into(),
+                                _ => "other".into(),
+                            };
+                            *acks
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .refused
+                                .entry(code)
+                                .or_default() += 1;
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    }
+                }
+            })
+        })
+        .collect())
+}
+
+/// When the first submission sent after `t` was acknowledged.
+fn first_ack_after(acks: &Mutex<Acks>, t: Instant) -> Option<Instant> {
+    let a = acks.lock().unwrap_or_else(|e| e.into_inner());
+    a.acked
+        .iter()
+        .rev()
+        .take_while(|(_, _, answered)| *answered > t)
+        .filter(|(_, sent, _)| *sent > t)
+        .map(|(_, _, answered)| *answered)
+        .min()
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    LeaderKill { wipe: bool },
+    Pause,
+    FollowerKill { wipe: bool },
+    ZkOutage,
+}
+
+async fn faults(ctx: &Ctx, args: FaultArgs) -> Result<bool> {
+    let started = Instant::now();
+    let bound = Duration::from_secs(args.max_seconds);
+    let zk_dir = ctx.work.join("zk").to_string_lossy().into_owned();
+    let _zk = ZkGuard {
+        ctx,
+        stop: vec![
+            "ensemble".into(),
+            "stop".into(),
+            "--dir".into(),
+            zk_dir.clone(),
+        ],
+    };
+    ctx.zk(&["ensemble", "start", "--dir", &zk_dir])?;
+    let hosts = ctx.zk(&["ensemble", "hosts", "--dir", &zk_dir])?;
+    let mut engines = Vec::new();
+    for i in 1..=3 {
+        engines.push(Engine::start(ctx, &format!("e{i}"), &hosts, 3).await?);
+    }
+    let http = http();
+    leader(&http, &engines).await?;
+    let bases = engines
+        .iter()
+        .map(|e| e.base.clone())
+        .collect::<Vec<_>>()
+        .join(",");
+    let acks = Arc::new(Mutex::new(Acks::default()));
+    let stop = CancellationToken::new();
+    let submitters = spawn_submitters(&bases, args.submitters, Arc::clone(&acks), stop.clone())?;
+
+    let seed = if args.seed == 0 {
+        fastrand::u64(..)
+    } else {
+        args.seed
+    };
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut plan: Vec<Fault> = Vec::new();
+    plan.extend((0..args.leader_kills).map(|_| Fault::LeaderKill { wipe: false }));
+    plan.extend((0..args.disk_losses).map(|_| Fault::LeaderKill { wipe: true }));
+    plan.extend((0..args.pauses).map(|_| Fault::Pause));
+    plan.extend((0..args.follower_kills).map(|i| Fault::FollowerKill { wipe: i % 2 == 1 }));
+    plan.extend((0..args.zk_outages).map(|_| Fault::ZkOutage));
+    rng.shuffle(&mut plan);
+    println!(
+        "campaign: {} faults, seed {seed}, session timeout {} s",
+        plan.len(),
+        ctx.session_timeout
+    );
+
+    let mut failovers: Vec<Duration> = Vec::new();
+    let mut no_quorum_refusals = 0u64;
+    let mut done = 0usize;
+    for (k, fault) in plan.iter().enumerate() {
+        if started.elapsed() > bound {
+            println!("campaign: --max-seconds reached after {done} faults");
+            break;
+        }
+        // Some load between faults.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        match *fault {
+            Fault::LeaderKill { wipe } => {
+                let l = leader(&http, &engines).await?;
+                engines[l].kill().await;
+                let t0 = Instant::now();
+                if wipe {
+                    std::fs::remove_dir_all(engines[l].data())?;
+                }
+                let at = wait(
+                    "a write acknowledged after the leader died",
+                    Duration::from_secs(60),
+                    || async { first_ack_after(&acks, t0) },
+                )
+                .await?;
+                failovers.push(at - t0);
+                engines[l].launch(ctx, &hosts).await?;
+                converged(&http, &engines, Duration::from_secs(120)).await?;
+            }
+            Fault::Pause => {
+                let l = leader(&http, &engines).await?;
+                engines[l].signal("-STOP")?;
+                tokio::time::sleep(Duration::from_millis(ctx.session_timeout * 1000 + 1500)).await;
+                engines[l].signal("-CONT")?;
+                let old = engines[l].base.clone();
+                wait(
+                    "the paused leader follows",
+                    Duration::from_secs(60),
+                    || async {
+                        status(&http, &old)
+                            .await
+                            .filter(|s| s["role"] == "follower")
+                            .map(|_| ())
+                    },
+                )
+                .await?;
+                converged(&http, &engines, Duration::from_secs(120)).await?;
+            }
+            Fault::FollowerKill { wipe } => {
+                let l = leader(&http, &engines).await?;
+                let f = (l + 1 + rng.usize(0..2)) % 3;
+                engines[f].kill().await;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if wipe {
+                    std::fs::remove_dir_all(engines[f].data())?;
+                }
+                engines[f].launch(ctx, &hosts).await?;
+                converged(&http, &engines, Duration::from_secs(120)).await?;
+            }
+            Fault::ZkOutage => {
+                let a = 1 + rng.usize(0..3);
+                let b = 1 + (a % 3);
+                let member = |m: usize| format!("{zk_dir}/member-{m}");
+                ctx.zk(&["stop", "--dir", &member(a), "--grace", "5"])?;
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                let before = acks
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .refused
+                    .get("503 no_quorum")
+                    .copied()
+                    .unwrap_or(0);
+                ctx.zk(&["stop", "--dir", &member(b), "--grace", "5"])?;
+                tokio::time::sleep(Duration::from_secs(ctx.session_timeout + 3)).await;
+                let after = acks
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .refused
+                    .get("503 no_quorum")
+                    .copied()
+                    .unwrap_or(0);
+                no_quorum_refusals += after - before;
+                ctx.zk(&["restart", "--dir", &member(a)])?;
+                ctx.zk(&["restart", "--dir", &member(b)])?;
+                let t0 = Instant::now();
+                wait(
+                    "writes after the quorum returned",
+                    Duration::from_secs(90),
+                    || async { first_ack_after(&acks, t0) },
+                )
+                .await?;
+                converged(&http, &engines, Duration::from_secs(120)).await?;
+            }
+        }
+        done += 1;
+        let n = acks.lock().unwrap_or_else(|e| e.into_inner()).acked.len();
+        println!(
+            "campaign: fault {}/{} {fault:?} done; {n} acknowledged so far ({:.0} s)",
+            k + 1,
+            plan.len(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    stop.cancel();
+    for s in submitters {
+        let _ = s.await;
+    }
+    let (position, head) = converged(&http, &engines, Duration::from_secs(120)).await?;
+    let acked: Vec<String> = acks
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .acked
+        .iter()
+        .map(|(b, _, _)| b.clone())
+        .collect();
+    // Every acknowledged batch on every engine.
+    let mut lost = 0usize;
+    for e in &engines {
+        let missing = check_present(&http, &e.base, &acked).await;
+        if missing > 0 {
+            println!(
+                "campaign: {} is missing {missing} acknowledged batches",
+                e.name
+            );
+        }
+        lost += missing;
+    }
+    let refused = acks
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .refused
+        .clone();
+    failovers.sort();
+    let pct = |p: f64| -> f64 {
+        if failovers.is_empty() {
+            return 0.0;
+        }
+        let i = ((failovers.len() as f64 - 1.0) * p).round() as usize;
+        failovers[i].as_secs_f64()
+    };
+    println!();
+    println!("| faults done | leader kills (disk lost) | acknowledged | lost | replicas at | identical head | failover s min / p50 / p90 / max | no_quorum refusals | wall s |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "| {done} of {} | {} ({}) | {} | {lost} | {position} | {} | {:.2} / {:.2} / {:.2} / {:.2} | {no_quorum_refusals} | {:.0} |",
+        plan.len(),
+        failovers.len(),
+        plan.iter().filter(|f| matches!(f, Fault::LeaderKill { wipe: true })).count(),
+        acked.len(),
+        &head[..12.min(head.len())],
+        pct(0.0),
+        pct(0.5),
+        pct(0.9),
+        pct(1.0),
+        started.elapsed().as_secs_f64()
+    );
+    println!("refusals seen by the submitters (retried): {refused:?}");
+    for e in &mut engines {
+        e.kill().await;
+    }
+    Ok(lost == 0 && done == plan.len())
+}
+
+async fn check_present(http: &reqwest::Client, base: &str, bids: &[String]) -> usize {
+    let mut missing = 0;
+    for chunk in bids.chunks(32) {
+        let checks = chunk.iter().map(|bid| {
+            let url = format!("{base}/batches/{bid}");
+            let http = http.clone();
+            async move {
+                http.get(url)
+                    .bearer_auth(ADMIN)
+                    .send()
+                    .await
+                    .map(|r| r.status().as_u16())
+                    .unwrap_or(0)
+            }
+        });
+        let mut set = tokio::task::JoinSet::new();
+        for c in checks {
+            set.spawn(c);
+        }
+        while let Some(r) = set.join_next().await {
+            if r.unwrap_or(0) != 200 {
+                missing += 1;
+            }
+        }
+    }
+    missing
+}
+
+async fn burst(bases: &str, n: usize, concurrency: usize) -> Result<Duration> {
+    let client = ingest_client::Client::new(bases, DEPOSITOR)?;
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let t0 = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..concurrency {
+        let (client, next) = (client.clone(), Arc::clone(&next));
+        set.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= n {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                client.submit(&submission(i as u64)).await?;
+            }
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r??;
+    }
+    Ok(t0.elapsed())
+}
+
+async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
+    let http = http();
+    // A single engine on a standalone ZooKeeper (which it only projects into).
+    let single_dir = ctx.work.join("zk-single").to_string_lossy().into_owned();
+    let single_elapsed;
+    let single_events;
+    {
+        let _zk = ZkGuard {
+            ctx,
+            stop: vec!["stop".into(), "--dir".into(), single_dir.clone()],
+        };
+        let port = ctx.zk(&["free-port"])?;
+        ctx.zk(&["start", "--port", &port, "--dir", &single_dir])?;
+        let mut e = Engine::start(ctx, "single", &format!("127.0.0.1:{port}"), 1).await?;
+        burst(&e.base, args.batches / 10, args.concurrency).await?; // warm-up
+        let before = status(&http, &e.base)
+            .await
+            .and_then(|s| s["applied"].as_u64())
+            .unwrap_or(0);
+        single_elapsed = burst(&e.base, args.batches, args.concurrency).await?;
+        single_events = status(&http, &e.base)
+            .await
+            .and_then(|s| s["applied"].as_u64())
+            .unwrap_or(0)
+            - before;
+        e.kill().await;
+    }
+    // The leader of three on an ensemble of three.
+    let zk_dir = ctx.work.join("zk").to_string_lossy().into_owned();
+    let _zk = ZkGuard {
+        ctx,
+        stop: vec![
+            "ensemble".into(),
+            "stop".into(),
+            "--dir".into(),
+            zk_dir.clone(),
+        ],
+    };
+    ctx.zk(&["ensemble", "start", "--dir", &zk_dir])?;
+    let hosts = ctx.zk(&["ensemble", "hosts", "--dir", &zk_dir])?;
+    let mut engines = Vec::new();
+    for i in 1..=3 {
+        engines.push(Engine::start(ctx, &format!("r{i}"), &hosts, 3).await?);
+    }
+    let l = leader(&http, &engines).await?;
+    let bases = engines
+        .iter()
+        .map(|e| e.base.clone())
+        .collect::<Vec<_>>()
+        .join(",");
+    burst(&bases, args.batches / 10, args.concurrency).await?; // warm-up
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let s0 = status(&http, &engines[l].base).await.unwrap_or(Value::Null);
+    let replicated_elapsed = burst(&bases, args.batches, args.concurrency).await?;
+    let s1 = wait("the leader's counters", Duration::from_secs(10), || async {
+        let s = status(&http, &engines[l].base).await?;
+        (s["records_replicated"].as_u64()? >= s0["records_replicated"].as_u64()? + 1).then_some(s)
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let s1 = status(&http, &engines[l].base).await.unwrap_or(s1);
+    let events = s1["applied"].as_u64().unwrap_or(0) - s0["applied"].as_u64().unwrap_or(0);
+    let writes = s1["tail_writes"].as_u64().unwrap_or(0) - s0["tail_writes"].as_u64().unwrap_or(0);
+    converged(&http, &engines, Duration::from_secs(60)).await?;
+    let single_rate = single_events as f64 / single_elapsed.as_secs_f64();
+    let replicated_rate = events as f64 / replicated_elapsed.as_secs_f64();
+    println!("| batches | in flight | single events/s | replicated events/s | replicated / single | events per ZooKeeper write |");
+    println!("|---|---|---|---|---|---|");
+    println!(
+        "| {} | {} | {single_rate:.0} | {replicated_rate:.0} | {:.2} | {:.1} |",
+        args.batches,
+        args.concurrency,
+        replicated_rate / single_rate,
+        events as f64 / writes.max(1) as f64
+    );
+    for e in &mut engines {
+        e.kill().await;
+    }
+    let _ = Path::new(&ctx.work);
+    Ok(true)
+}
