@@ -768,7 +768,7 @@ async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
     let replicated_elapsed = burst(&bases, args.batches, args.concurrency).await?;
     let s1 = wait("the leader's counters", Duration::from_secs(10), || async {
         let s = status(&http, &engines[l].base).await?;
-        (s["records_replicated"].as_u64()? >= s0["records_replicated"].as_u64()? + 1).then_some(s)
+        (s["records_replicated"].as_u64()? > s0["records_replicated"].as_u64()?).then_some(s)
     })
     .await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
