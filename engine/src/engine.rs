@@ -727,6 +727,7 @@ pub fn status_view(
         batches_by_state,
         jobs_by_state,
         startup_fold_ms: u64::try_from(startup.as_millis()).unwrap_or(u64::MAX),
+        replication: None,
     }
 }
 

@@ -130,6 +130,44 @@ pub struct StatusView {
     pub jobs_by_state: BTreeMap<String, usize>,
     /// How long the engine took to fold the log when it opened, in ms.
     pub startup_fold_ms: u64,
+    /// In a replicated group: this engine's place in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication: Option<ReplicationSummary>,
+}
+
+/// An engine's place in a replicated group, as `ingest status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicationSummary {
+    /// This engine's identity.
+    pub id: String,
+    /// Its role (`leader`, `follower`, `starting`, `bootstrapping`,
+    /// `disconnected`, `divergent`).
+    pub role: String,
+    /// The fencing epoch it last saw.
+    pub epoch: Option<u64>,
+    /// The leader's URL, when known.
+    pub leader: Option<String>,
+    /// Events it is behind the tail.
+    pub lag: Option<u64>,
+    /// Why it is not serving in its role, when it is not.
+    pub reason: Option<String>,
+    /// On the leader: every registered replica.
+    pub replicas: Vec<ReplicaLag>,
+}
+
+/// One registered replica, as the leader sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaLag {
+    /// Its identity.
+    pub id: String,
+    /// Its URL.
+    pub url: String,
+    /// The position it applied.
+    pub applied: u64,
+    /// Events behind the leader.
+    pub lag: u64,
+    /// Dropped from the set that holds the tail.
+    pub dropped: bool,
 }
 
 /// `GET /readyz`: whether the server can do its work now, and why not.

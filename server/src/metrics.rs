@@ -26,6 +26,10 @@
 //! | `ingest_projector_checkpoint_position` | gauge | | the position the live tree holds |
 //! | `ingest_projector_state` | gauge | `state` | 1 for what the projector is doing |
 //! | `ingest_build_info` | gauge | `version` | always 1 |
+//! | `ingest_replication_role` | gauge | `role` | with `--replicas`: 1 for this engine's role ([`Metrics::attach_replication`]) |
+//! | `ingest_replication_epoch`, `ingest_replication_applied_position`, `ingest_replication_lag_events` | gauge | | the fencing epoch seen, the position applied, events behind the tail |
+//! | `ingest_replication_replica_lag_events` | gauge | `replica` | on the leader: each registered replica's lag |
+//! | `ingest_replication_tail_bytes` | gauge | | on the leader: bytes of the tail in ZooKeeper |
 //! | `ingest_collection_jobs` | gauge | `collection` | live jobs by collection ([`MAX_COLLECTION_LABELS`] largest; the rest summed as `_other`) |
 //! | `ingest_collection_jobs_failed` | gauge | `collection` | live jobs in Failed by collection |
 //! | `ingest_collection_batches` | gauge | `collection` | live batches by collection |
@@ -140,6 +144,41 @@ pub enum MetricsError {
     Encode(#[from] std::fmt::Error),
 }
 
+/// The gauges of a replicated engine ([`Metrics::attach_replication`]).
+struct Replication {
+    cell: ingest_replication::StatusCell,
+    role: Family<RoleLabel, Gauge>,
+    epoch: Gauge,
+    applied: Gauge,
+    lag: Gauge,
+    replica_lag: Family<ReplicaLabel, Gauge>,
+    tail_bytes: Gauge,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RoleLabel {
+    role: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReplicaLabel {
+    replica: String,
+}
+
+/// The roles the role gauge always shows (1 for the current one).
+const ROLES: [&str; 7] = [
+    "single",
+    "starting",
+    "follower",
+    "leader",
+    "bootstrapping",
+    "disconnected",
+    "divergent",
+];
+
+/// The most replicas labelled (a group is 3 or 5 engines).
+const MAX_REPLICA_LABELS: usize = 16;
+
 struct Projector {
     status: watch::Receiver<SinkStatus>,
     events_behind: Gauge,
@@ -169,6 +208,7 @@ pub struct Metrics {
     zk_session: Family<StateLabel, Gauge>,
     zk_watch: Mutex<Option<zookeeper_client::StateWatcher>>,
     projector: Mutex<Option<Projector>>,
+    replication: Mutex<Option<Replication>>,
     collection_jobs: Family<CollectionLabel, Gauge>,
     collection_failed: Family<CollectionLabel, Gauge>,
     collection_batches: Family<CollectionLabel, Gauge>,
@@ -209,6 +249,7 @@ impl Metrics {
             zk_session: Family::default(),
             zk_watch: Mutex::new(None),
             projector: Mutex::new(None),
+            replication: Mutex::new(None),
             collection_jobs: Family::default(),
             collection_failed: Family::default(),
             collection_batches: Family::default(),
@@ -450,6 +491,87 @@ impl Metrics {
         *slot = Some(p);
     }
 
+    /// Shows this engine's place in a replicated group from now on:
+    /// `ingest_replication_role{role}` (1 for the current role),
+    /// `ingest_replication_epoch`, `ingest_replication_applied_position`,
+    /// `ingest_replication_lag_events` (behind the leader's tail), and on
+    /// the leader `ingest_replication_replica_lag_events{replica}` and
+    /// `ingest_replication_tail_bytes`.
+    pub fn attach_replication(&self, cell: ingest_replication::StatusCell) {
+        let r = Replication {
+            cell,
+            role: Family::default(),
+            epoch: Gauge::default(),
+            applied: Gauge::default(),
+            lag: Gauge::default(),
+            replica_lag: Family::default(),
+            tail_bytes: Gauge::default(),
+        };
+        let mut reg = lock(&self.registry);
+        reg.register(
+            "ingest_replication_role",
+            "1 for this engine's role in its replicated group",
+            r.role.clone(),
+        );
+        reg.register(
+            "ingest_replication_epoch",
+            "The fencing epoch this engine last saw",
+            r.epoch.clone(),
+        );
+        reg.register(
+            "ingest_replication_applied_position",
+            "The log position this engine applied",
+            r.applied.clone(),
+        );
+        reg.register(
+            "ingest_replication_lag_events",
+            "Events this engine is behind the replicated tail",
+            r.lag.clone(),
+        );
+        reg.register(
+            "ingest_replication_replica_lag_events",
+            "On the leader: events each registered replica is behind",
+            r.replica_lag.clone(),
+        );
+        reg.register(
+            "ingest_replication_tail_bytes",
+            "On the leader: bytes of the replicated tail held in ZooKeeper",
+            r.tail_bytes.clone(),
+        );
+        *lock(&self.replication) = Some(r);
+    }
+
+    fn refresh_replication(&self) {
+        let slot = lock(&self.replication);
+        let Some(r) = slot.as_ref() else {
+            return;
+        };
+        let s = r.cell.get();
+        let current = serde_json::to_value(s.role)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        for role in ROLES {
+            r.role
+                .get_or_create(&RoleLabel {
+                    role: role.to_string(),
+                })
+                .set(i64::from(role == current));
+        }
+        r.epoch.set(to_i64(s.epoch.unwrap_or(0)));
+        r.applied.set(to_i64(self.handle.state().position));
+        r.lag.set(to_i64(s.lag.unwrap_or(0)));
+        r.replica_lag.clear();
+        for replica in s.replicas.iter().take(MAX_REPLICA_LABELS) {
+            r.replica_lag
+                .get_or_create(&ReplicaLabel {
+                    replica: replica.id.clone(),
+                })
+                .set(to_i64(replica.lag));
+        }
+        r.tail_bytes.set(to_i64(s.tail_bytes));
+    }
+
     /// Computes the gauges, counts the events appended since the last
     /// scrape, and encodes the page. Reads the log: call it from a blocking
     /// context (`spawn_blocking`).
@@ -462,6 +584,7 @@ impl Metrics {
         self.refresh_state();
         self.refresh_queue(chrono::Utc::now());
         self.refresh_projector();
+        self.refresh_replication();
         let followed = lock(&self.zk_watch).as_ref().map(|w| w.peek_state());
         if let Some(state) = followed {
             self.set_zookeeper_session(state);

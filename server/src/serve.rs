@@ -188,6 +188,9 @@ async fn serve(config: ServeConfig) -> Result<i32> {
             ..ingest_replication::ReplicaStatus::single()
         })
     });
+    if let Some(cell) = &replication_cell {
+        metrics.attach_replication(cell.clone());
+    }
     let router = api::router(ApiConfig {
         handle: handle.clone(),
         tokens: config.tokens.clone(),

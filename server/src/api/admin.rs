@@ -332,7 +332,33 @@ pub(crate) async fn cleanup(
 
 /// `GET /status`: counts by state, holds, pause, log head.
 pub(crate) async fn status(State(app): State<AppState>) -> Json<StatusView> {
-    Json(app.inner.handle.status_view())
+    let mut view = app.inner.handle.status_view();
+    view.replication = app.inner.replication.as_ref().map(|cell| {
+        let s = cell.get();
+        ingest_protocol::view::ReplicationSummary {
+            id: s.id,
+            role: serde_json::to_value(s.role)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            epoch: s.epoch,
+            leader: s.leader_url,
+            lag: s.lag,
+            reason: s.reason,
+            replicas: s
+                .replicas
+                .into_iter()
+                .map(|r| ingest_protocol::view::ReplicaLag {
+                    id: r.id,
+                    url: r.url,
+                    applied: r.applied,
+                    lag: r.lag,
+                    dropped: r.dropped,
+                })
+                .collect(),
+        }
+    });
+    Json(view)
 }
 
 /// `GET /queue`: live jobs by state and priority.
