@@ -50,7 +50,7 @@
 //! The server runs on the same machine: the rebuild's CPU work competes
 //! with the ZooKeeper JVM, which a dedicated ensemble would not.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command as Process, Stdio};
 use std::time::{Duration, Instant};
 
@@ -93,33 +93,6 @@ fn bench_zk(hosts: &str, root: &str) -> ZkConfig {
 
 fn rate(n: u64, d: Duration) -> f64 {
     n as f64 / d.as_secs_f64()
-}
-
-/// Builds the data directory `data` (log and a snapshot at its head) unless
-/// it already has a log.
-fn data_dir(data: &Path, events: u64) {
-    let log_dir = ingest_engine::engine::log_dir(data);
-    if log_dir.exists() {
-        println!("reusing the data directory {}", data.display());
-        return;
-    }
-    std::fs::create_dir_all(&log_dir).expect("create the data directory");
-    let started = Instant::now();
-    let log = Log::open(&log_dir, &LogConfig::default()).expect("open the log");
-    let jobs = log_builder::jobs_for_events(events, JOBS_PER_BATCH);
-    let built = log_builder::build(log, jobs, JOBS_PER_BATCH);
-    println!(
-        "built {} events ({} jobs) in {:.1} s",
-        built.position,
-        built.jobs.len(),
-        started.elapsed().as_secs_f64()
-    );
-    // An engine that takes snapshots starts from one near the head.
-    let mut engine = ingest_engine::engine::Engine::open(ingest_engine::engine::EngineConfig::new(
-        data.to_path_buf(),
-    ))
-    .expect("open the engine");
-    engine.snapshot_now().expect("write a snapshot");
 }
 
 /// One measured phase: time, ZooKeeper requests, and what it wrote.
@@ -214,7 +187,7 @@ fn main() {
                 (t.path().to_path_buf(), Some(t))
             }
         };
-    data_dir(&data, events);
+    log_builder::data_dir(&data, events, JOBS_PER_BATCH);
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

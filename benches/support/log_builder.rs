@@ -209,3 +209,30 @@ impl Staging<'_, '_> {
         });
     }
 }
+
+/// Builds the data directory `data` (log and a snapshot at its head) of
+/// about `events` events unless it already has a log.
+pub fn data_dir(data: &std::path::Path, events: u64, per_batch: u64) {
+    let log_dir = ingest_engine::engine::log_dir(data);
+    if log_dir.exists() {
+        println!("reusing the data directory {}", data.display());
+        return;
+    }
+    std::fs::create_dir_all(&log_dir).expect("create the data directory");
+    let started = Instant::now();
+    let log = Log::open(&log_dir, &ingest_events::log::LogConfig::default()).expect("open the log");
+    let jobs = jobs_for_events(events, per_batch);
+    let built = build(log, jobs, per_batch);
+    println!(
+        "built {} events ({} jobs) in {:.1} s",
+        built.position,
+        built.jobs.len(),
+        started.elapsed().as_secs_f64()
+    );
+    // An engine that takes snapshots starts from one near the head.
+    let mut engine = ingest_engine::engine::Engine::open(ingest_engine::engine::EngineConfig::new(
+        data.to_path_buf(),
+    ))
+    .expect("open the engine");
+    engine.snapshot_now().expect("write a snapshot");
+}
