@@ -340,10 +340,13 @@ impl Client {
                         _ => self.rotate(at),
                     }
                 }
+                // This engine does not lead, or cannot reach ZooKeeper: another
+                // may (the last one's answer is returned when none does).
                 Ok((status, _, text))
                     if status.as_u16() == 503
-                        && serde_json::from_str::<ErrorBody>(text)
-                            .is_ok_and(|b| b.error.code == "not_leader") =>
+                        && serde_json::from_str::<ErrorBody>(text).is_ok_and(|b| {
+                            matches!(b.error.code.as_str(), "not_leader" | "no_quorum")
+                        }) =>
                 {
                     self.rotate(at)
                 }

@@ -100,8 +100,15 @@ pub async fn run(
             Err(End::Stopped) => break,
             Err(e) => {
                 tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64, "replication session ended; starting a new one");
+                // Only a ZooKeeper that cannot be reached is "no quorum";
+                // a failed copy or a step-down is this engine's own state.
+                let role = match &e {
+                    End::Zk(_) | End::Follow(FollowError::Zk(_)) => Role::Disconnected,
+                    End::Copy(_) => Role::Bootstrapping,
+                    _ => Role::Starting,
+                };
                 status.update(|s| {
-                    s.role = Role::Disconnected;
+                    s.role = role;
                     s.reason = reason(&e);
                     s.leader_url = None;
                     s.leader_id = None;
