@@ -98,7 +98,7 @@ pub const DEFAULT_HEADER_READ_TIMEOUT_SECS: u64 = 30;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
 /// The default of `--max-connections-per-client`.
-pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 128;
+pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 512;
 /// The ZooKeeper session timeout used when none is configured.
 pub const DEFAULT_ZK_SESSION_TIMEOUT_SECS: f64 = 6.0;
 /// The shortest bearer token accepted.

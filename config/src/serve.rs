@@ -57,7 +57,7 @@ max_body_bytes = 1048576
 max_record_bytes = 268435456
 header_read_timeout_secs = 30
 max_connections = 1024
-max_connections_per_client = 128
+max_connections_per_client = 512
 
 [ui]
 secure_cookies = false
@@ -145,7 +145,7 @@ pub struct ServeArgs {
     /// The most connections the API keeps open; further ones are closed at once [default: 1024].
     #[arg(long, env = "INGEST_MAX_CONNECTIONS", value_name = "N")]
     pub max_connections: Option<usize>,
-    /// The most connections one client address keeps open (IPv6: one /64), under --max-connections; further ones from it are closed at once, so one client cannot take every connection from workers and probes [default: 128].
+    /// The most connections one client address keeps open (IPv6: one /64), under --max-connections; further ones from it are closed at once, so one client cannot take every connection from workers and probes [default: 512].
     #[arg(long, env = "INGEST_MAX_CONNECTIONS_PER_CLIENT", value_name = "N")]
     pub max_connections_per_client: Option<usize>,
     /// Where arks come from.
