@@ -138,6 +138,16 @@ pub fn run_with(cli: Cli, globals: ingest_config::GlobalOverrides) -> Result<i32
         return local::export(what);
     }
     if let Some(base) = cli.engine.clone() {
+        // Two places named for one command: refuse rather than silently
+        // run against the server (the data directory was ignored).
+        if let Some(dir) = &globals.data_dir {
+            return Err(exit::Usage(format!(
+                "both a server (--engine or INGEST_ENGINE: {}) and a data directory (--data-dir or INGEST_DATA_DIR: {}) are given; a command runs against one: unset INGEST_ENGINE (or drop --engine) to use the data directory, or drop --data-dir (and INGEST_DATA_DIR) to use the server",
+                ingest_protocol::cut(&base, 200),
+                dir.display()
+            ))
+            .into());
+        }
         let admin_name = match &cli.actor {
             Some(a) => a.strip_prefix("admin:").unwrap_or(a).to_string(),
             None => std::env::var("USER").unwrap_or_else(|_| "cli".into()),

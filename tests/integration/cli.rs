@@ -570,10 +570,33 @@ fn exit_codes_tell_refusals_typos_and_outages_apart() {
     // Refused by the queue: an unknown job.
     let (code, stderr) = run(&["job", "jid0000000099", "hold", "--reason", "x"]);
     assert_eq!(code, Some(1), "{stderr}");
-    // Cannot reach: a server that does not answer.
+    // D17: a data directory and a server both given: refused (the data
+    // directory was silently ignored), the flag or the environment alike.
     let (code, stderr) = run(&["--engine", "http://127.0.0.1:9", "status"]);
-    assert_eq!(code, Some(3), "{stderr}");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("both a server") && stderr.contains("no-such-dir"),
+        "{stderr}"
+    );
+    // Cannot reach: a server that does not answer.
+    let out = std::process::Command::new(crate::util::ingest_bin())
+        .args(["--engine", "http://127.0.0.1:9", "status"])
+        .env_remove("INGEST_DATA_DIR")
+        .env_remove("INGEST_ENGINE")
+        .env("INGEST_ADMIN_TOKEN", "admin-token-0123456789")
+        .output()
+        .expect("run ingest");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("cannot reach"), "{stderr}");
+    let out = std::process::Command::new(crate::util::ingest_bin())
+        .args(["status"])
+        .env("INGEST_DATA_DIR", &missing)
+        .env("INGEST_ENGINE", "http://127.0.0.1:9")
+        .env("INGEST_ADMIN_TOKEN", "admin-token-0123456789")
+        .output()
+        .expect("run ingest");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
     // Usage: clap's own errors.
     let (code, _) = run(&["no-such-command"]);
     assert_eq!(code, Some(2));

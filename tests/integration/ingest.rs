@@ -792,8 +792,6 @@ async fn a_single_file_payload_whose_digest_differs_fails_for_good() {
     }
     let cli = tokio::task::block_in_place(|| {
         std::process::Command::new(crate::util::ingest_bin())
-            .arg("--data-dir")
-            .arg(rig._dir.path().join("data"))
             .args(["job", &jid, "requeue", "--reason", "try again"])
             .env("INGEST_ENGINE", &rig.server.base)
             .env("INGEST_ADMIN_TOKEN", ADMIN)

@@ -12,12 +12,14 @@ use crate::util::{ingest_bin, Run};
 use crate::zk_server::{shared, unique_root};
 
 /// Runs `ingest ARGS` with `env` set (and nothing inherited that would
-/// point it elsewhere).
+/// point it elsewhere): on the data directory `data`, or through the
+/// server when `env` names one (`INGEST_ENGINE`; both at once are refused).
 fn ingest(data: &Path, env: &[(&str, &str)], args: &[&str]) -> Run {
     let mut cmd = Command::new(ingest_bin());
-    cmd.arg("--data-dir")
-        .arg(data)
-        .args(args)
+    if !env.iter().any(|(k, _)| *k == "INGEST_ENGINE") {
+        cmd.arg("--data-dir").arg(data);
+    }
+    cmd.args(args)
         .env("INGEST_ACTOR", "admin:tester")
         .env_remove("INGEST_ENGINE")
         .env_remove("INGEST_ADMIN_TOKEN")
