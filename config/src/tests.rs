@@ -772,10 +772,14 @@ mod worker {
                 (DaemonKind::BatchPending, 1)
             ]
         );
-        for bad in [&["nope"][..], &["notify=0"], &[]] {
+        for bad in [&["nope"][..], &["notify=0"], &["notify=off"]] {
             let e = args(bad).resolve_with_env(&env).expect_err("refused");
             assert!(e.to_string().contains("worker.daemons"), "{e}");
         }
+        // D12: none named runs every daemon with one task (it refused).
+        let c = args(&[]).resolve_with_env(&env).expect("resolves");
+        assert_eq!(c.daemons.len(), DaemonKind::ALL.len());
+        assert!(c.daemons.iter().all(|(_, tasks)| *tasks == 1));
     }
 
     /// Regression: `ingest worker` had no configuration file at all.

@@ -25,7 +25,7 @@ pub struct WorkerArgs {
     /// Where ZooKeeper is.
     #[command(flatten)]
     pub zookeeper: ZkArgs,
-    /// The daemons to run, comma-separated, as `serve --daemons` takes them: NAME, NAME=on, NAME=off or NAME=TASKS; names are job states (downloading, processing, …) or batch_pending, batch_reporting, batch_update_reporting, job_pending.
+    /// The daemons to run, comma-separated, as `serve --daemons` takes them: NAME, NAME=on, NAME=off or NAME=TASKS; names are job states (downloading, processing, …) or batch_pending, batch_reporting, batch_update_reporting, job_pending, access_small, access_large. Default: every daemon, one task each.
     /// (`--states` is the CLI's global lifecycle-file option, hence `--daemons`.)
     #[arg(
         long,
@@ -175,7 +175,21 @@ impl WorkerArgs {
             &self.daemons
         };
         let mut daemons: Vec<(DaemonKind, u32)> = Vec::new();
-        for n in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        let mut names = names
+            .iter()
+            .map(|n| n.trim())
+            .filter(|n| !n.is_empty())
+            .peekable();
+        if names.peek().is_none() {
+            // None named: every daemon with one task, as `serve` runs them
+            // in process (it refused to start before).
+            daemons = crate::daemons::Daemons::default()
+                .iter()
+                .filter(|(_, s)| s.enabled)
+                .map(|(k, s)| (k, s.tasks))
+                .collect();
+        }
+        for n in names {
             let (kind, settings) =
                 parse_daemon(n).map_err(|r| invalid(&origin, "worker.daemons", r))?;
             daemons.retain(|(k, _)| *k != kind);
@@ -187,7 +201,7 @@ impl WorkerArgs {
             return Err(invalid(
                 &Origin::Named("--daemons or INGEST_WORKER_DAEMONS".into()),
                 "worker.daemons",
-                "names no daemon to run",
+                "switches every daemon off",
             ));
         }
         let token = token(

@@ -213,7 +213,7 @@ pub enum Cmd {
     },
     /// Run the queue service: the engine, the ZooKeeper projector and the HTTP API in one process (until SIGTERM or Ctrl-C).
     Serve(Box<ingest_config::ServeArgs>),
-    /// Run worker daemons (simulated steps) against a server's API and ZooKeeper (until SIGTERM or Ctrl-C).
+    /// Run worker daemons (simulated steps unless --steps real) against a server's API and ZooKeeper (until SIGTERM or Ctrl-C).
     Worker(Box<ingest_worker::WorkerArgs>),
     /// An object in the inventory: by ark, or by collection and local id.
     Inventory {

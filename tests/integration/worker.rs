@@ -448,7 +448,7 @@ pub(crate) const ALL_DAEMONS: &str =
 
 /// The second walk: the server runs no daemons; two separate
 /// `ingest worker` processes share the work over ZooKeeper locks, and every
-/// job still leaves each state exactly once.
+/// job still leaves each state exactly once; one runs without `--daemons`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_worker_processes_share_a_batch_and_do_every_job_once() {
     let zk_server = shared();
@@ -460,6 +460,12 @@ async fn two_worker_processes_share_a_batch_and_do_every_job_once() {
     let s = start(dir.path(), &hosts, &root, Some(&off));
     let mut workers: Vec<std::process::Child> = (1..=2)
         .map(|n| {
+            // D12: the second runs without --daemons: every daemon by
+            // default (it refused to start).
+            let daemons: &[&str] = match n {
+                1 => &["--daemons", ALL_DAEMONS],
+                _ => &[],
+            };
             Command::new(ingest_bin())
                 .args([
                     "worker",
@@ -469,9 +475,8 @@ async fn two_worker_processes_share_a_batch_and_do_every_job_once() {
                     &hosts,
                     "--zk-root",
                     &root,
-                    "--daemons",
-                    ALL_DAEMONS,
                 ])
+                .args(daemons)
                 .args([
                     "--name",
                     &format!("proc{n}"),
