@@ -44,6 +44,12 @@ pub struct SubmissionInput {
     pub erc_where: Option<String>,
     /// `ALGORITHM:HEX`, the depositor's digest of a single-file payload.
     pub digest: Option<String>,
+    /// The submission's uuid (Merritt's `batchID`), when the depositor
+    /// gives one: a second submission with the same uuid is the same batch.
+    /// The server makes one otherwise. A field of its own, so that the
+    /// unknown-field error lists it among the accepted ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
     /// Further fields, kept as given.
     #[serde(default)]
     pub extra: BTreeMap<String, String>,
@@ -69,6 +75,7 @@ impl SubmissionInput {
             erc_when: self.erc_when.or(other.erc_when),
             erc_where: self.erc_where.or(other.erc_where),
             digest: self.digest.or(other.digest),
+            uuid: self.uuid.or(other.uuid),
             extra: if self.extra.is_empty() {
                 other.extra
             } else {

@@ -82,9 +82,17 @@ impl Local {
 
 impl Backend for Local {
     fn submit(&mut self, input: SubmissionInput, actor: Option<Actor>) -> Result<Submitted> {
+        let uuid = match input.uuid.as_deref() {
+            Some(u) => uuid::Uuid::parse_str(u.trim()).map_err(|e| {
+                super::exit::Usage(format!(
+                    "uuid {:?} is not a uuid ({e})",
+                    ingest_protocol::cut(u, 64)
+                ))
+            })?,
+            None => uuid::Uuid::new_v4(),
+        };
         let submission = input.build().context("invalid submission")?;
         let actor = actor.unwrap_or_else(|| Actor::depositor(submission.submitter.clone()));
-        let uuid = uuid::Uuid::new_v4();
         self.execute(&actor, &Command::SubmitBatch { uuid, submission })?;
         let bid = self
             .engine

@@ -175,6 +175,7 @@ pub(super) fn submission_input(args: SubmitArgs) -> Result<SubmissionInput> {
         erc_when: args.erc_when,
         erc_where: args.erc_where,
         digest: args.digest,
+        uuid: None,
         extra: Default::default(),
     };
     Ok(match &args.file {

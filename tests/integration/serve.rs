@@ -298,3 +298,65 @@ async fn a_client_holding_its_connection_budget_does_not_starve_others() {
     );
     drop(held);
 }
+
+// B15: an unknown field in a JSON submission was refused with a list of
+// the accepted fields that left out `uuid` (taken out of the body before
+// the rest was parsed); the uuid itself still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_submission_field_is_refused_listing_uuid_among_the_accepted() {
+    let zk_server = shared();
+    let root = unique_root("submission-fields");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = start(dir.path(), &zk_server.hosts(), &root, None);
+    let body = |extra: (&str, serde_json::Value)| {
+        let mut b = json!({
+            "submitter": "alice", "profile": "demo", "type": "file",
+            "payload_url": "https://example.org/a.txt",
+        });
+        b[extra.0] = extra.1;
+        b
+    };
+    let (status, reply) = s
+        .call(
+            Method::POST,
+            "/batches",
+            DEPOSITOR,
+            Some(body(("colour", json!("blue")))),
+        )
+        .await;
+    assert_eq!(status, 422, "{reply}");
+    let message = reply["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("colour") && message.contains("`uuid`"),
+        "{reply}"
+    );
+    let uuid = "9b2d5f0e-3c41-4c55-9a51-0d6c2b0f7a11";
+    let (status, first) = s
+        .call(
+            Method::POST,
+            "/batches",
+            DEPOSITOR,
+            Some(body(("uuid", json!(uuid)))),
+        )
+        .await;
+    assert_eq!(status, 201, "{first}");
+    let (_, again) = s
+        .call(
+            Method::POST,
+            "/batches",
+            DEPOSITOR,
+            Some(body(("uuid", json!(uuid)))),
+        )
+        .await;
+    assert_eq!(again["bid"], first["bid"], "{again}");
+    let (status, reply) = s
+        .call(
+            Method::POST,
+            "/batches",
+            DEPOSITOR,
+            Some(body(("uuid", json!(7)))),
+        )
+        .await;
+    assert_eq!(status, 422, "{reply}");
+    assert_eq!(reply["error"]["field"], "uuid", "{reply}");
+}

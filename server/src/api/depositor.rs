@@ -73,15 +73,14 @@ fn json_submission(bytes: &[u8]) -> Result<SubmissionBody, ApiError> {
             "a submission is a JSON object",
         ));
     };
-    let uuid = match object.remove("uuid") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(parse_uuid(&s)?),
-        Some(_) => return Err(ApiError::invalid_field("uuid", "must be a string")),
-    };
-    // Parse the rest again through axum so type errors name their field.
+    if matches!(object.get("uuid"), Some(v) if !v.is_string() && !v.is_null()) {
+        return Err(ApiError::invalid_field("uuid", "must be a string"));
+    }
+    // Parse again through axum so type errors name their field.
     let rest = serde_json::to_vec(&value)
         .map_err(|e| ApiError::internal(format!("re-encoding the body: {e}")))?;
-    let Json(input) = Json::<SubmissionInput>::from_bytes(&rest).map_err(json_rejection)?;
+    let Json(mut input) = Json::<SubmissionInput>::from_bytes(&rest).map_err(json_rejection)?;
+    let uuid = input.uuid.take().map(|s| parse_uuid(&s)).transpose()?;
     Ok(SubmissionBody { input, uuid })
 }
 
