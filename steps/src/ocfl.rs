@@ -261,11 +261,12 @@ pub enum StorageError {
     ///
     /// ### Handling
     /// Not recoverable: re-read what exists ([`OcflTarget::versions`]).
-    #[error("not found in object {ark}: {detail}")]
+    #[error("{}", missing(.ark, .detail))]
     NotFound {
         /// The object's ark.
         ark: String,
-        /// What was missing, in rocfl's words.
+        /// What was missing, in rocfl's words (`Object ARK version v2 path
+        /// a.txt`); empty for the object itself.
         detail: String,
     },
     /// rocfl's lock on the object is held. rocfl's locks live in this
@@ -1263,7 +1264,31 @@ fn root_error(root: &Path, error: RocflError) -> StorageError {
 fn not_found(ark: &str) -> StorageError {
     StorageError::NotFound {
         ark: ark.to_string(),
-        detail: format!("Object {ark}"),
+        detail: String::new(),
+    }
+}
+
+/// What is missing, said once: rocfl's detail repeats the object (`Object
+/// ARK version v3 path a.txt`), which the message quoted after naming the
+/// object itself ("not found in object ARK: Object ARK …").
+fn missing(ark: &str, detail: &str) -> String {
+    let rest = detail
+        .strip_prefix("Object ")
+        .and_then(|d| d.strip_prefix(ark))
+        .map(str::trim);
+    match rest {
+        _ if detail.is_empty() => format!("object {ark} does not exist"),
+        Some("") => format!("object {ark} does not exist"),
+        Some(rest) => match rest.strip_prefix("version ") {
+            Some(v) => match v.split_once(" path ") {
+                Some((version, path)) => {
+                    format!("object {ark} has no file {path} in version {version}")
+                }
+                None => format!("object {ark} has no version {v}"),
+            },
+            None => format!("not found in object {ark}: {rest}"),
+        },
+        None => format!("not found in object {ark}: {detail}"),
     }
 }
 

@@ -501,6 +501,8 @@ fn verify_and_read_of_a_missing_object_are_not_found() {
         target.read_file(ARK, None, "readme.txt"),
         Err(StorageError::NotFound { .. })
     ));
+    let text = target.versions(ARK).unwrap_err().to_string();
+    assert_eq!(text, format!("object {ARK} does not exist"));
 }
 
 /// A store whose commit fails halfway (the version directory is in the way)
@@ -1290,6 +1292,13 @@ mod bag {
         assert!(
             matches!(err, BagError::Storage(StorageError::NotFound { .. })),
             "{err}"
+        );
+        // D14: the message said "not found in object ARK: Object ARK
+        // version v7".
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("object {ARK} has no version v7")) && !text.contains("Object "),
+            "{text}"
         );
         assert!(!none.exists());
     }
