@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use ingest_events::state::{Batch, Job};
 use ingest_events::{Bid, JobState, State};
-use ingest_protocol::cut;
+use ingest_protocol::cut_middle;
 use ingest_protocol::listing::{
     batch_cursor, job_cursor, BatchPage, BatchQuery, BatchSummary, JobPage, JobQuery, JobSummary,
     QueryError, LISTED_MESSAGE_BYTES,
@@ -86,7 +86,7 @@ pub fn batch_summary(state: &State, b: &Batch) -> BatchSummary {
         created: b.created,
         last_modified: b.last_modified,
         cleaned_up: b.cleaned_up,
-        message: cut(&b.message, LISTED_MESSAGE_BYTES).into_owned(),
+        message: cut_middle(&b.message, LISTED_MESSAGE_BYTES).into_owned(),
     }
 }
 
@@ -113,7 +113,7 @@ pub fn job_summary(state: &State, j: &Job) -> JobSummary {
         created: j.created,
         last_modified: j.last_modified,
         cleaned_up: j.cleaned_up,
-        message: cut(&j.message, LISTED_MESSAGE_BYTES).into_owned(),
+        message: cut_middle(&j.message, LISTED_MESSAGE_BYTES).into_owned(),
     }
 }
 

@@ -128,9 +128,48 @@ pub fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
     ))
 }
 
+/// `text` cut to about `max` bytes by taking out its middle, with a marker
+/// saying how many bytes were cut; unchanged when it fits. For messages
+/// whose end says what to do ("… a new submission is required"), which
+/// [`cut`] would drop.
+pub fn cut_middle(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut head = max / 2;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - (max - max / 2);
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    std::borrow::Cow::Owned(format!(
+        "{} … [{} bytes cut] … {}",
+        &text[..head],
+        tail - head,
+        &text[tail..]
+    ))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{bounded, cut, encode_segment, MAX_MESSAGE_BYTES};
+    use super::{bounded, cut, cut_middle, encode_segment, MAX_MESSAGE_BYTES};
+
+    #[test]
+    fn cut_middle_keeps_both_ends() {
+        let text = format!(
+            "{}é{} a new submission is required",
+            "a".repeat(300),
+            "b".repeat(300)
+        );
+        let cut = cut_middle(&text, 100);
+        assert!(cut.starts_with("aaaa"), "{cut}");
+        assert!(cut.ends_with("a new submission is required"), "{cut}");
+        assert!(cut.contains("bytes cut]"), "{cut}");
+        assert!(cut.len() < 160, "{cut}");
+        assert_eq!(cut_middle("short", 100), "short");
+    }
 
     /// One encoder for the admin pages' links and the storage manifest's
     /// content URLs: an ark and a file path each stay one segment.

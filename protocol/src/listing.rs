@@ -39,7 +39,8 @@ pub const DEFAULT_LIMIT: usize = 100;
 pub const MAX_LIMIT: usize = 1000;
 /// The longest value of a text filter (collection, submitter), in bytes.
 pub const MAX_FILTER_BYTES: usize = 256;
-/// The longest message kept in a listed item (the full one is in `show`).
+/// The longest message kept in a listed item, cut from the middle so that
+/// its end (what to do) stays (the full one is in `show`).
 pub const LISTED_MESSAGE_BYTES: usize = 256;
 /// How many states one `state` filter may name.
 const MAX_STATES: usize = 16;

@@ -491,3 +491,47 @@ async fn local_and_remote_commands_print_the_same_shape() {
         );
     }
 }
+
+// D15: a listed job's message was cut from its end, in JSON too, which cut
+// what it says to do; it is now cut from the middle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listed_messages_keep_their_end() {
+    let zk_server = shared();
+    let root = unique_root("listed-messages");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start(dir.path(), &zk_server.hosts(), &root, Some(&[]));
+    let admin = |path: &'static str, body: Value| {
+        let server = &server;
+        async move {
+            let (status, reply) = server.call(Method::POST, path, ADMIN, Some(body)).await;
+            assert!(status < 300, "{path}: {reply}");
+        }
+    };
+    admin("/queue/pause", json!({"reason": "arm a fault first"})).await;
+    let reason = format!("{} then ask the depositor again", "x".repeat(600));
+    admin("/faults", json!({"state": "Storing", "reason": reason})).await;
+    let bid = server.submit(1).await;
+    admin("/queue/resume", json!({"reason": "go"})).await;
+    let listed = eventually("the job failed", 60, async || {
+        let page = server.get(&format!("/jobs?batch={bid}")).await;
+        let job = page["jobs"].get(0)?.clone();
+        (job["status"] == "Failed").then_some(job)
+    })
+    .await;
+    let message = listed["message"].as_str().expect("message");
+    assert!(
+        message.ends_with("then ask the depositor again"),
+        "{message}"
+    );
+    assert!(message.contains("bytes cut]"), "{message}");
+    assert!(message.len() < 400, "{message}");
+    // The full message is in the job itself.
+    let jid = listed["jid"].as_str().expect("jid");
+    let full = server.get(&format!("/jobs/{jid}")).await;
+    assert!(
+        full["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&reason)),
+        "{full}"
+    );
+}
