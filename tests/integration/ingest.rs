@@ -1070,12 +1070,18 @@ async fn a_version_committed_without_its_marker_is_adopted_by_the_requeued_job()
 struct Dial {
     percent: Mutex<f64>,
     reads: std::sync::atomic::AtomicU32,
+    /// The whole working storage, in bytes.
+    capacity: std::sync::atomic::AtomicU64,
 }
 
 impl ingest_worker::step::StorageProbe for Dial {
     fn used_percent(&self, _: &std::path::Path) -> std::io::Result<f64> {
         self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(*self.percent.lock().expect("dial"))
+    }
+
+    fn capacity_bytes(&self, _: &std::path::Path) -> std::io::Result<u64> {
+        Ok(self.capacity.load(std::sync::atomic::Ordering::SeqCst))
     }
 }
 
@@ -1096,6 +1102,7 @@ async fn a_job_waits_in_provisioning_while_working_storage_is_over_the_threshold
     let dial = Arc::new(Dial {
         percent: Mutex::new(95.0),
         reads: std::sync::atomic::AtomicU32::new(0),
+        capacity: std::sync::atomic::AtomicU64::new(u64::MAX),
     });
     let storage = dir.path().join("ocfl");
     let args = RealArgs {
@@ -1165,6 +1172,32 @@ async fn a_job_waits_in_provisioning_while_working_storage_is_over_the_threshold
         (server.get(&format!("/jobs/{jid}")).await["status"] == "Completed").then_some(())
     })
     .await;
+    // D8: a job larger than the whole working storage fails at once, saying
+    // so (it waited for ever).
+    dial.capacity.store(4, std::sync::atomic::Ordering::SeqCst);
+    let (status, reply) = server
+        .call(
+            Method::POST,
+            "/batches",
+            DEPOSITOR,
+            Some(json!({"profile": "demo", "submitter": "alice", "type": "file", "payload_url": format!("{base}/files/p.txt")})),
+        )
+        .await;
+    assert_eq!(status, 201, "{reply}");
+    let big = reply["bid"].as_str().expect("bid").to_string();
+    let failed = eventually("the oversized job failed", 60, async || {
+        let b = server.get(&format!("/batches/{big}")).await;
+        let jid = b["jobs"].get(0)?["jid"].as_str()?.to_string();
+        let job = server.get(&format!("/jobs/{jid}")).await;
+        (job["status"] == "Failed").then_some(job)
+    })
+    .await;
+    assert_eq!(failed["last_successful_status"], "Estimating", "{failed}");
+    let message = failed["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("can ever hold") && message.contains("--working-storage"),
+        "{failed}"
+    );
     workers.shutdown().await;
     let history = server.get(&format!("/jobs/{jid}/history")).await;
     let left: Vec<&Value> = history["events"]

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::ctx::JobCtx;
-use super::{Step, StepFuture, StepResult};
+use super::{Outcome, Step, StepFuture, StepResult};
 
 /// How full a file system is.
 pub trait StorageProbe: Send + Sync {
@@ -21,6 +21,16 @@ pub trait StorageProbe: Send + Sync {
     /// # Errors
     /// When it cannot be measured.
     fn available_bytes(&self, _path: &Path) -> std::io::Result<u64> {
+        Ok(u64::MAX)
+    }
+
+    /// The most bytes an unprivileged writer could ever have on the file
+    /// system holding `path`: what is available when everything written is
+    /// removed (unbounded when the probe does not know).
+    ///
+    /// # Errors
+    /// When it cannot be measured.
+    fn capacity_bytes(&self, _path: &Path) -> std::io::Result<u64> {
         Ok(u64::MAX)
     }
 }
@@ -41,6 +51,16 @@ impl StorageProbe for DfProbe {
         let st = rustix::fs::statvfs(path).map_err(std::io::Error::from)?;
         Ok(st.f_bavail.saturating_mul(st.f_frsize))
     }
+
+    fn capacity_bytes(&self, path: &Path) -> std::io::Result<u64> {
+        let st = rustix::fs::statvfs(path).map_err(std::io::Error::from)?;
+        // The blocks reserved for root are never an unprivileged writer's.
+        let reserved = st.f_bfree.saturating_sub(st.f_bavail);
+        Ok(st
+            .f_blocks
+            .saturating_sub(reserved)
+            .saturating_mul(st.f_frsize))
+    }
 }
 
 /// `df`'s capacity from block counts: used over used plus available, in
@@ -54,15 +74,20 @@ pub fn used_percent(blocks: u64, free: u64, available: u64) -> f64 {
     used as f64 * 100.0 / usable as f64
 }
 
-/// A probe that answers what it is told (for tests): a fill level and the
-/// bytes available (unbounded unless set).
+/// A probe that answers what it is told (for tests): a fill level, the
+/// bytes available and the capacity (unbounded unless set).
 #[derive(Debug, Clone, Default)]
-pub struct FixedProbe(Arc<Mutex<(f64, Option<u64>)>>);
+pub struct FixedProbe(Arc<Mutex<(f64, Option<u64>)>>, Arc<Mutex<Option<u64>>>);
 
 impl FixedProbe {
     /// A probe answering `percent`.
     pub fn new(percent: f64) -> FixedProbe {
-        FixedProbe(Arc::new(Mutex::new((percent, None))))
+        FixedProbe(Arc::new(Mutex::new((percent, None))), Arc::default())
+    }
+
+    /// Changes the capacity.
+    pub fn set_capacity(&self, bytes: u64) {
+        *self.1.lock().unwrap_or_else(|e| e.into_inner()) = Some(bytes);
     }
 
     /// Changes the fill level.
@@ -87,6 +112,14 @@ impl StorageProbe for FixedProbe {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .1
+            .unwrap_or(u64::MAX))
+    }
+
+    fn capacity_bytes(&self, _: &Path) -> std::io::Result<u64> {
+        Ok(self
+            .1
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
             .unwrap_or(u64::MAX))
     }
 }
@@ -124,7 +157,11 @@ impl Step for Provision {
             let probe = Arc::clone(&self.probe);
             let path = self.working_storage.clone();
             let used = tokio::task::spawn_blocking(move || {
-                Ok::<_, std::io::Error>((probe.used_percent(&path)?, probe.available_bytes(&path)?))
+                Ok::<_, std::io::Error>((
+                    probe.used_percent(&path)?,
+                    probe.available_bytes(&path)?,
+                    probe.capacity_bytes(&path)?,
+                ))
             })
             .await;
             let needed = match job.space_needed().await {
@@ -136,12 +173,22 @@ impl Step for Provision {
             match used {
                 // Before, only the fill level counted: a 30 MB job passed on
                 // an empty 20 MiB working storage and failed in Downloading.
-                Ok(Ok((_, available))) if needed > available => StepResult::Wait(format!(
+                // Waiting would never end: the job is larger than the whole
+                // working storage (it waited for ever).
+                Ok(Ok((_, _, capacity))) if needed > capacity => {
+                    StepResult::Report(Outcome::failure(format!(
+                        "the job needs {needed} bytes of working storage, more than {} can ever hold ({capacity} bytes when empty): give the workers a larger --working-storage, then requeue the job",
+                        self.working_storage.display()
+                    )))
+                }
+                Ok(Ok((_, available, _))) if needed > available => StepResult::Wait(format!(
                     "working storage {} has {available} bytes free; the job needs {needed}",
                     self.working_storage.display()
                 )),
-                Ok(Ok((used, _))) if used <= self.threshold_percent => self.inner.run(job).await,
-                Ok(Ok((used, _))) => StepResult::Wait(format!(
+                Ok(Ok((used, _, _))) if used <= self.threshold_percent => {
+                    self.inner.run(job).await
+                }
+                Ok(Ok((used, _, _))) => StepResult::Wait(format!(
                     "working storage {} is {used:.1}% full (threshold {}%)",
                     self.working_storage.display(),
                     self.threshold_percent
