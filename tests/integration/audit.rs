@@ -28,7 +28,7 @@ fn rust_verify(file: &Path, key: Option<&Path>) -> Run {
     Run::from_output(cmd.output().expect("run ingest audit verify"))
 }
 
-fn python_verify(file: &Path, key: Option<&Path>) -> Run {
+pub(crate) fn python_verify(file: &Path, key: Option<&Path>) -> Run {
     let mut cmd = Command::new("python3");
     cmd.arg(python_verifier()).arg(file);
     if let Some(k) = key {
@@ -39,7 +39,7 @@ fn python_verify(file: &Path, key: Option<&Path>) -> Run {
 
 /// `ingest keys generate` beside `dir`; returns the key file and the public
 /// key file (what `keys generate` prints).
-fn generate_key(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+pub(crate) fn generate_key(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
     let key = dir.with_extension(format!("{name}.key"));
     let out = Command::new(ingest_bin())
         .args(["keys", "generate"])

@@ -84,10 +84,16 @@ struct Engine {
     listen: String,
     child: Option<Child>,
     base: String,
+    /// Further `serve` arguments.
+    extra: Vec<String>,
 }
 
 impl Engine {
     fn start(dir: &Path, name: &str, hosts: &str, root: &str) -> Engine {
+        Engine::start_with(dir, name, hosts, root, &[])
+    }
+
+    fn start_with(dir: &Path, name: &str, hosts: &str, root: &str, extra: &[String]) -> Engine {
         // A fixed port per engine, so a restarted engine keeps its URL.
         let port = run_tool(&["free-port"]).unwrap_or_else(|e| panic!("{e}"));
         let mut e = Engine {
@@ -97,6 +103,7 @@ impl Engine {
             listen: format!("127.0.0.1:{}", port.trim()),
             child: None,
             base: String::new(),
+            extra: extra.to_vec(),
         };
         e.launch(hosts, root);
         e
@@ -129,6 +136,7 @@ impl Engine {
                 "--working-storage",
             ])
             .arg(self.dir.join("work"))
+            .args(&self.extra)
             .env("INGEST_ADMIN_TOKEN", ADMIN)
             .env("INGEST_DEPOSITOR_TOKEN", DEPOSITOR)
             .env("INGEST_WORKER_TOKEN", crate::server::WORKER)
@@ -490,7 +498,25 @@ async fn a_paused_leader_appends_nothing_more_and_steps_down() {
 async fn without_a_zookeeper_quorum_writes_are_refused_and_nothing_is_lost() {
     let ens = Ensemble::start("quorum");
     let tmp = tempfile::tempdir().expect("tmp");
-    let engines = three(tmp.path(), &ens, "/ingest-repl-quorum");
+    // Every engine can sign checkpoints (whichever leads does).
+    let (key, public) = crate::audit::generate_key(&tmp.path().join("signing"), "engine");
+    let extra = vec![
+        "--checkpoint-key".to_string(),
+        key.to_string_lossy().into_owned(),
+        "--checkpoint-every-events".to_string(),
+        "3".to_string(),
+    ];
+    let engines: Vec<Engine> = (1..=3)
+        .map(|i| {
+            Engine::start_with(
+                tmp.path(),
+                &format!("e{i}"),
+                &ens.hosts,
+                "/ingest-repl-quorum",
+                &extra,
+            )
+        })
+        .collect();
     let http = http();
     let all: Vec<&Engine> = engines.iter().collect();
     let bases = engines
@@ -509,6 +535,56 @@ async fn without_a_zookeeper_quorum_writes_are_refused_and_nothing_is_lost() {
             .bid
             .to_string(),
     );
+    for n in 10..16 {
+        acked.push(
+            client
+                .submit(&submission(n))
+                .await
+                .expect("more")
+                .bid
+                .to_string(),
+        );
+    }
+    // Evidence from a follower while the leader takes load: an audit bundle
+    // and a consistency proof, checked by the independent verifier.
+    let l = leader(&http, &all).await;
+    let follower = &engines[(l + 1) % 3];
+    converged(&http, &all).await;
+    let checkpoints: Value = http
+        .get(format!("{}/history?actor=engine", follower.base))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .expect("history")
+        .json()
+        .await
+        .expect("json");
+    let at: Vec<u64> = checkpoints["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|r| r["event"] == "LogCheckpointed")
+        .filter_map(|r| r["position"].as_u64())
+        .collect();
+    assert!(at.len() >= 2, "signed checkpoints: {checkpoints}");
+    for (route, file) in [
+        (format!("/audit/bundle?batch={}", acked[0]), "bundle.json"),
+        (
+            format!("/audit/proof?from={}&to={}", at[0], at[at.len() - 1]),
+            "proof.json",
+        ),
+    ] {
+        let r = http
+            .get(format!("{}{route}", follower.base))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .expect("evidence");
+        assert_eq!(r.status().as_u16(), 200, "{route} from a follower");
+        let path = tmp.path().join(file);
+        std::fs::write(&path, r.bytes().await.expect("body")).expect("write");
+        crate::audit::python_verify(&path, Some(&public)).ok();
+    }
     // One of three away: the quorum holds, writes go on.
     ens.stop_member(1);
     for n in 2..5 {
