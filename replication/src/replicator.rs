@@ -59,10 +59,14 @@ impl Replicator for ZkReplicator {
                 });
             }
             if let Some(last) = run.last() {
+                let before = self.end.head.swap(last.name.pos, Ordering::AcqRel);
                 self.end
                     .next_seq
                     .store(last.name.seq + 1, Ordering::Release);
-                self.end.head.store(last.name.pos, Ordering::Release);
+                self.end.writes.fetch_add(1, Ordering::Relaxed);
+                self.end
+                    .records
+                    .fetch_add(last.name.pos.saturating_sub(before), Ordering::Relaxed);
             }
         }
         Ok(())
