@@ -295,6 +295,16 @@ async fn serve(config: ServeConfig) -> Result<i32> {
         max_connections: config.max_connections,
         max_connections_per_client: config.max_connections_per_client,
     };
+    // A writer stopped by a storage error (a full disk) cannot go on in this
+    // process: sled keeps its first I/O error for the life of the database.
+    // Once the data directory takes writes again, the server starts itself
+    // anew (the same process, re-executed), which reopens the log at its
+    // durable head; until then it serves reads and refuses commands.
+    tokio::spawn(restart_when_writable(
+        handle.clone(),
+        config.data_dir.clone(),
+        shutdown.clone(),
+    ));
     api::serve(listener, router, limits, api_stop)
         .await
         .context("the HTTP server failed")?;
@@ -468,4 +478,76 @@ pub fn target_specs(specs: &[String]) -> Result<Vec<ingest_engine::consistency::
             })
         })
         .collect()
+}
+
+/// How often a stopped writer's data directory is tried for writes.
+const WRITABLE_PROBE_EVERY: Duration = Duration::from_secs(2);
+/// The probe's size: a directory that takes it has room for a group.
+const WRITABLE_PROBE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Waits for the writer to stop on its own (not at shutdown); then tries,
+/// every [`WRITABLE_PROBE_EVERY`], to write and sync a probe file in the
+/// data directory, and once that works re-executes this process with the
+/// same arguments (see the call site).
+async fn restart_when_writable(
+    handle: ingest_engine::service::EngineHandle,
+    data_dir: std::path::PathBuf,
+    shutdown: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+        if !handle.is_running() {
+            break;
+        }
+    }
+    if shutdown.is_cancelled() {
+        return;
+    }
+    tracing::error!(
+        data_dir = %data_dir.display(),
+        "the engine's writer stopped on a storage error: commands are refused (503) and reads go on; the server starts itself again once the data directory takes writes (checked every {} s)",
+        WRITABLE_PROBE_EVERY.as_secs()
+    );
+    let probe = data_dir.join(".writable-probe");
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(WRITABLE_PROBE_EVERY) => {}
+        }
+        let path = probe.clone();
+        let writable = tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            let result = std::fs::File::create(&path).and_then(|mut f| {
+                f.write_all(&vec![0u8; WRITABLE_PROBE_BYTES])?;
+                f.sync_all()
+            });
+            let _ = std::fs::remove_file(&path);
+            result
+        })
+        .await;
+        match writable {
+            Ok(Ok(())) => break,
+            Ok(Err(e)) => tracing::debug!(error = %e, "the data directory still refuses writes"),
+            Err(e) => tracing::debug!(error = %e, "the write probe failed"),
+        }
+    }
+    tracing::warn!("the data directory takes writes again: the server starts itself anew to reopen the log at its durable head");
+    let error = reexec();
+    tracing::error!(error = %error, "cannot start the server anew; restart it by hand");
+}
+
+/// Replaces this process with a new run of the same program and arguments
+/// (open files and sockets close on exec, so the new run reopens the log);
+/// returns only on failure.
+fn reexec() -> std::io::Error {
+    use std::os::unix::process::CommandExt;
+    match std::env::current_exe() {
+        Ok(exe) => std::process::Command::new(exe)
+            .args(std::env::args_os().skip(1))
+            .exec(),
+        Err(e) => e,
+    }
 }

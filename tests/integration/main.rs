@@ -7,6 +7,7 @@ mod audit;
 mod backup;
 mod cli;
 mod deploy;
+mod disk_full;
 mod dispatch;
 mod docs;
 mod failover;
