@@ -66,6 +66,7 @@ pub struct Tokens {
 pub(crate) struct TokenSpec {
     pub(crate) role: &'static str,
     pub(crate) env: &'static str,
+    pub(crate) file_env: &'static str,
     pub(crate) file_flag: &'static str,
     pub(crate) what: &'static str,
 }
@@ -74,24 +75,28 @@ impl TokenSpec {
     pub(crate) const ADMIN: TokenSpec = TokenSpec {
         role: "admin",
         env: "INGEST_ADMIN_TOKEN",
+        file_env: "INGEST_ADMIN_TOKEN_FILE",
         file_flag: "--admin-token-file or INGEST_ADMIN_TOKEN_FILE",
         what: "admin token file",
     };
     pub(crate) const DEPOSITOR: TokenSpec = TokenSpec {
         role: "depositor",
         env: "INGEST_DEPOSITOR_TOKEN",
+        file_env: "INGEST_DEPOSITOR_TOKEN_FILE",
         file_flag: "--depositor-token-file or INGEST_DEPOSITOR_TOKEN_FILE",
         what: "depositor token file",
     };
     pub(crate) const WORKER: TokenSpec = TokenSpec {
         role: "worker",
         env: "INGEST_WORKER_TOKEN",
+        file_env: "INGEST_WORKER_TOKEN_FILE",
         file_flag: "--worker-token-file or INGEST_WORKER_TOKEN_FILE",
         what: "worker token file",
     };
     pub(crate) const METRICS: TokenSpec = TokenSpec {
         role: "metrics",
         env: "INGEST_METRICS_TOKEN",
+        file_env: "INGEST_METRICS_TOKEN_FILE",
         file_flag: "--metrics-token-file or INGEST_METRICS_TOKEN_FILE",
         what: "metrics token file",
     };
@@ -125,6 +130,40 @@ pub(crate) fn token(
         Some(path) => from_file(&path, file_origin).map(Some),
         None => Ok(None),
     }
+}
+
+/// The roles whose tokens a client (the CLI) reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TokenRole {
+    /// `INGEST_ADMIN_TOKEN_FILE`, else `INGEST_ADMIN_TOKEN`.
+    Admin,
+    /// `INGEST_DEPOSITOR_TOKEN_FILE`, else `INGEST_DEPOSITOR_TOKEN`.
+    Depositor,
+}
+
+/// A client's token of `role` from the environment, read exactly as the
+/// server reads its own ([`token`]: the `_FILE` variable wins over the
+/// value, and the same checks apply), so a CLI and the server it talks to
+/// never disagree on which token is meant.
+///
+/// # Errors
+/// An unreadable file, or a token the server would refuse to start with
+/// (too short, not printable ASCII); the token itself is never quoted.
+pub fn token_from_env(role: TokenRole) -> Result<Option<Secret>, ConfigError> {
+    let spec = match role {
+        TokenRole::Admin => &TokenSpec::ADMIN,
+        TokenRole::Depositor => &TokenSpec::DEPOSITOR,
+    };
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let file = env(spec.file_env).map(PathBuf::from);
+    token(
+        spec,
+        None,
+        file,
+        &Origin::Named("the environment".into()),
+        &env,
+    )
 }
 
 pub(crate) fn required_token(t: Option<Secret>, spec: &TokenSpec) -> Result<Secret, ConfigError> {

@@ -226,16 +226,10 @@ pub struct Remote {
 }
 
 /// Reads a token from `var` or the file `file_var` names.
-pub(super) fn token_from(var: &str, file_var: &str) -> Result<Option<String>> {
-    if let Some(v) = std::env::var(var).ok().filter(|v| !v.trim().is_empty()) {
-        return Ok(Some(v.trim().to_string()));
-    }
-    match std::env::var(file_var).ok().filter(|v| !v.is_empty()) {
-        Some(f) => std::fs::read_to_string(&f)
-            .map(|t| Some(t.trim().to_string()))
-            .with_context(|| format!("cannot read {file_var}={f}")),
-        None => Ok(None),
-    }
+pub(super) fn token_from(role: ingest_config::TokenRole) -> Result<Option<String>> {
+    // The server's own reader: `_FILE` wins over the value, with the same
+    // checks (the CLI read the value first, and unchecked).
+    Ok(ingest_config::token_from_env(role)?.map(|s| s.expose().to_string()))
 }
 
 impl Remote {
@@ -246,8 +240,8 @@ impl Remote {
     /// # Errors
     /// A base that is not a URL, an unreadable token file, no runtime.
     pub fn new(base: &str, admin_name: String) -> Result<Remote> {
-        let admin = token_from("INGEST_ADMIN_TOKEN", "INGEST_ADMIN_TOKEN_FILE")?;
-        let depositor = token_from("INGEST_DEPOSITOR_TOKEN", "INGEST_DEPOSITOR_TOKEN_FILE")?;
+        let admin = token_from(ingest_config::TokenRole::Admin)?;
+        let depositor = token_from(ingest_config::TokenRole::Depositor)?;
         let timeout = std::time::Duration::from_secs(300);
         let client = |t: &String| Client::with_timeout(base, t, timeout);
         let client_admin = admin.as_ref().map(client).transpose()?;

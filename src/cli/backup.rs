@@ -97,7 +97,7 @@ fn from_data_dir(data_dir: &Path, out: &Path) -> Result<backup::Trailer> {
 }
 
 fn from_server(base: &str, out: &Path) -> Result<backup::Trailer> {
-    let token = super::backend::token_from("INGEST_ADMIN_TOKEN", "INGEST_ADMIN_TOKEN_FILE")?
+    let token = super::backend::token_from(ingest_config::TokenRole::Admin)?
         .context("set INGEST_ADMIN_TOKEN (or INGEST_ADMIN_TOKEN_FILE): a backup reads the whole log, an admin action")?;
     // Any engine of a group can serve it: take the first given.
     let base = base

@@ -535,3 +535,36 @@ async fn listed_messages_keep_their_end() {
         "{full}"
     );
 }
+
+// Issue 26 (D18's token reader): the CLI read INGEST_ADMIN_TOKEN before
+// INGEST_ADMIN_TOKEN_FILE, the opposite of the server, and without its
+// checks; it now reads tokens with the server's own reader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_reads_tokens_as_the_server_does() {
+    let zk_server = shared();
+    let root = unique_root("cli-tokens");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = start(dir.path(), &zk_server.hosts(), &root, None);
+    let file = dir.path().join("admin-token");
+    std::fs::write(&file, format!("{ADMIN}\n")).expect("token file");
+    let file = file.to_str().expect("utf-8").to_string();
+    let engine = server.base.clone();
+    tokio::task::block_in_place(|| {
+        // The file wins over a stale value, as in `serve`.
+        crate::util::ingest_remote(
+            &engine,
+            &[
+                ("INGEST_ADMIN_TOKEN", "stale-token-0123456789"),
+                ("INGEST_ADMIN_TOKEN_FILE", &file),
+            ],
+            &["status"],
+        )
+        .ok();
+        // A token the server could never have is refused before any request.
+        let short =
+            crate::util::ingest_remote(&engine, &[("INGEST_ADMIN_TOKEN", "short")], &["status"])
+                .failed();
+        assert!(short.stderr.contains("shorter than"), "{}", short.stderr);
+        assert!(!short.stderr.contains("short\""), "{}", short.stderr);
+    });
+}
