@@ -471,7 +471,7 @@ pub fn target_specs(specs: &[String]) -> Result<Vec<ingest_engine::consistency::
     specs
         .iter()
         .map(|spec| {
-            let (name, dir) = ingest_worker::real::store::parse_spec(spec)?;
+            let (name, dir) = ingest_worker::real::marker::parse_spec(spec)?;
             Ok(ingest_engine::consistency::TargetSpec {
                 name: name.to_string(),
                 root: std::path::PathBuf::from(dir),

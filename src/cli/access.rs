@@ -10,9 +10,9 @@ use ingest_protocol::access::{AccessList, AccessRequestBody, AccessView};
 use ingest_protocol::api::AdminBody;
 use reqwest::Method;
 
-use super::args::{Format, Reason};
 use super::backend::Refused;
 use super::backend::{Local, Remote};
+use super::opts::{Format, Reason};
 use super::output::{emit, print_rows};
 
 /// Actions on the access (assembly) queue.

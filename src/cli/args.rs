@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use ingest_config::LogFormat;
 use ingest_events::{Bid, Jid, JobState};
 
+pub use super::opts::{Format, Reason};
 use super::zk;
 
 /// `ingest`: an event-sourced ingest queue for digital-preservation repositories.
@@ -47,17 +48,6 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Cmd,
-}
-
-/// Output formats of listings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// YAML.
-    Yaml,
-    /// JSON.
-    Json,
-    /// An aligned text table.
-    Table,
 }
 
 /// Lifecycle output formats.
@@ -554,14 +544,6 @@ pub struct MoveArgs {
     /// A new priority (0-99) set together with the move.
     #[arg(long)]
     pub priority: Option<u8>,
-}
-
-/// A reason recorded with an admin action.
-#[derive(Debug, Args)]
-pub struct Reason {
-    /// Why; recorded with the event.
-    #[arg(long, default_value = "")]
-    pub reason: String,
 }
 
 /// Actions on a collection.

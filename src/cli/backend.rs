@@ -202,12 +202,18 @@ impl Backend for Local {
     }
 
     fn list_batches(&mut self, query: &BatchQuery) -> Result<BatchPage> {
-        super::list::local_batches(self.engine.state(), query)
+        ingest_engine::listing::batches(self.engine.state(), query).map_err(refused_query)
     }
 
     fn list_jobs(&mut self, query: &JobQuery) -> Result<JobPage> {
-        super::list::local_jobs(self.engine.state(), query)
+        ingest_engine::listing::jobs(self.engine.state(), query).map_err(refused_query)
     }
+}
+
+/// A refused query (a server's 400 says the same) reads as the CLI's own
+/// refusal.
+fn refused_query(e: ingest_protocol::listing::QueryError) -> anyhow::Error {
+    Refused(e.to_string()).into()
 }
 
 /// A full verification report in the protocol's shape.

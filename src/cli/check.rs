@@ -22,9 +22,9 @@ use ingest_protocol::consistency::{ConsistencyReport, Finding, RepairBody, Repai
 
 use super::backend::{Refused, Remote};
 use super::exit;
+use super::opts::Format;
 use super::output::{emit, table, write_stdout};
 use super::zk::{self, TxnArgs, ZkArgs};
-use super::Format;
 
 /// `ingest check` options.
 #[derive(Debug, Args)]

@@ -6,8 +6,9 @@ use ingest_protocol::listing::{
     BatchPage, BatchQuery, Filters, JobPage, JobQuery, QueryError, MAX_LIMIT,
 };
 
-use super::args::{Format, ListBatchesArgs, ListFilters, ListJobsArgs};
-use super::backend::{Backend, Refused};
+use super::args::{ListBatchesArgs, ListFilters, ListJobsArgs};
+use super::backend::Backend;
+use super::opts::Format;
 use super::output::{emit, table, write_stdout};
 
 /// The most pages `--all` follows (a million items at the largest page).
@@ -226,19 +227,4 @@ fn print_jobs(page: &JobPage, format: Format) -> Result<()> {
     ));
     write_stdout(&out);
     Ok(())
-}
-
-/// A refused query (a server's 400) reads as the CLI's own refusal.
-pub(super) fn refused(e: QueryError) -> anyhow::Error {
-    Refused(e.to_string()).into()
-}
-
-/// Runs a listing on the engine's state (the [`super::backend::Local`] side).
-pub(super) fn local_batches(state: &ingest_events::State, q: &BatchQuery) -> Result<BatchPage> {
-    ingest_engine::listing::batches(state, q).map_err(refused)
-}
-
-/// Runs a listing on the engine's state (the [`super::backend::Local`] side).
-pub(super) fn local_jobs(state: &ingest_events::State, q: &JobQuery) -> Result<JobPage> {
-    ingest_engine::listing::jobs(state, q).map_err(refused)
 }

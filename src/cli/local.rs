@@ -9,8 +9,9 @@ use ingest_events::Actor;
 use ingest_protocol::history::HistoryRow;
 use ingest_protocol::submission::{expand_simple, split_local_ids, SubmissionInput};
 
-use super::args::{BatchAction, Cmd, ExportWhat, Format, JobAction, KeysAction, SubmitArgs};
+use super::args::{BatchAction, Cmd, ExportWhat, JobAction, KeysAction, SubmitArgs};
 use super::backend::Local;
+use super::opts::Format;
 use super::output::{emit, print_rows};
 use super::zk;
 
@@ -314,7 +315,7 @@ pub(super) fn export(what: &ExportWhat) -> Result<i32> {
     let mut specs = Vec::new();
     for spec in storage_targets {
         // The one parser of NAME=DIR, as serve and the workers read it.
-        let (name, root) = ingest_worker::real::store::parse_spec(spec)
+        let (name, root) = ingest_worker::real::marker::parse_spec(spec)
             .map_err(|e| super::exit::Usage(format!("--storage-target: {e}")))?;
         specs.push((name.to_string(), std::path::PathBuf::from(root)));
     }

@@ -37,6 +37,7 @@ pub mod check;
 pub mod exit;
 mod list;
 mod local;
+mod opts;
 mod output;
 pub mod remote;
 pub mod verify;

@@ -7,7 +7,7 @@ use anyhow::Result;
 use ingest_protocol::history::HistoryRow;
 use serde::Serialize;
 
-use super::args::Format;
+use super::opts::Format;
 
 /// Prints appended events, one line each (`nothing to do` for none).
 pub(super) fn print_rows(rows: &[HistoryRow]) {

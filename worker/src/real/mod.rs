@@ -35,6 +35,7 @@ pub mod fetch;
 pub mod janitor;
 pub mod locks;
 pub mod mail;
+pub mod marker;
 pub mod notify;
 pub mod outbound;
 pub mod process;

@@ -21,8 +21,8 @@ use ingest_steps::erc::ErcFields;
 use ingest_steps::inventory::{InventoryFile, ObjectVersionRecord};
 
 use super::fetch::RetryPolicy;
+use super::marker::{read_marker, target_names};
 use super::process::{self, call_api, erc_fields, job_data, local_ids, primary_id, MANIFEST_FILE};
-use super::store::{read_marker, target_names};
 use super::{locks, RealConfig};
 use crate::step::{JobCtx, JobData, Outcome, Step, StepFuture, StepResult};
 
@@ -101,7 +101,7 @@ impl Record {
                 return Outcome::failure(format!("building the inventory record failed: {e}"))
             }
         };
-        let manifest_url = match super::store::stored_manifest_url(
+        let manifest_url = match super::marker::stored_manifest_url(
             &self.targets,
             &record.ark,
             Some(record.version),
@@ -338,7 +338,7 @@ fn marker_targets(job_dir: &Path) -> Result<Vec<String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::real::store::{marker_path, StoredMarker};
+    use crate::real::marker::{marker_path, StoredMarker};
     use crate::step::ApiCtx;
     use ingest_client::Client as EngineClient;
     use ingest_events::JobState;
