@@ -33,6 +33,51 @@ fn the_deploy_files_pass_promtool_and_systemd_analyze() {
     }
 }
 
+/// In CI a deploy check that cannot run FAILS: without `systemd-analyze`
+/// on the `PATH` (every other program still there), `CI=true` makes
+/// `tools/check-deploy` fail instead of passing on "SKIPPED".
+#[test]
+fn the_deploy_check_fails_in_ci_without_systemd_analyze() {
+    let bin = tempfile::tempdir().expect("tempdir");
+    let path = std::env::var_os("PATH").expect("PATH");
+    for dir in std::env::split_paths(&path) {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let link = bin.path().join(&name);
+            if name != "systemd-analyze" && !link.exists() {
+                std::os::unix::fs::symlink(entry.path(), link).expect("symlink");
+            }
+        }
+    }
+    let run = |ci: &str| {
+        Command::new(repo().join("tools/check-deploy"))
+            .arg("--bin")
+            .arg(ingest_bin())
+            .env("PATH", bin.path())
+            .env("CI", ci)
+            .output()
+            .expect("run tools/check-deploy")
+    };
+    let out = run("true");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "passed in CI without systemd-analyze:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("systemd-analyze is not installed and CI is set"),
+        "{stderr}"
+    );
+    // Locally it says it skipped, and passes.
+    let out = run("false");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("SKIPPED (fails in CI)"), "{stderr}");
+}
+
 /// The metric names a text mentions (`ingest_…`), as their families.
 fn mentioned(text: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();

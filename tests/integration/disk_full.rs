@@ -33,11 +33,9 @@ impl Tmpfs {
                     Ok(o) => String::from_utf8_lossy(&o.stderr).into_owned(),
                     Err(e) => e.to_string(),
                 };
-                assert!(
-                    std::env::var("CI").as_deref() != Ok("true"),
+                crate::util::untested(&format!(
                     "cannot mount a tmpfs (root and mount(8) are needed): {why}"
-                );
-                eprintln!("note: not tested, cannot mount a tmpfs: {why}");
+                ));
                 None
             }
         }

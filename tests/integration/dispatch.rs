@@ -425,11 +425,18 @@ async fn a_worker_does_not_remove_the_watches_it_stops_waiting_on() {
         (batch["status"] == "Completed").then_some(())
     })
     .await;
-    // The proxy writes its counts every second: read them while the worker
-    // still runs (its exit drops what is parked).
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let counted: Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).expect("the counts")).expect("json");
+    // The proxy writes its counts every second: read the first counts it
+    // wrote after the batch completed, while the worker still runs (its exit
+    // drops what is parked).
+    let completed = std::time::SystemTime::now();
+    let counted: Value = eventually("the proxy's counts after completion", 30, async || {
+        let written = std::fs::metadata(&out).and_then(|m| m.modified()).ok()?;
+        if written <= completed {
+            return None;
+        }
+        serde_json::from_str(&std::fs::read_to_string(&out).ok()?).ok()
+    })
+    .await;
     let _ = worker.kill();
     let _ = worker.wait();
     stop_op_counter(&mut proxy);

@@ -162,7 +162,7 @@ async fn merritt_scenarios_project_the_expected_trees() {
 
 /// A Python with kazoo, in a virtual environment kept under the test
 /// target's temporary directory (made once); `None` when pip cannot reach
-/// the package index (the test is then skipped, saying why).
+/// the package index (the test then fails in CI and is skipped locally, saying so).
 fn kazoo_python() -> Option<PathBuf> {
     crate::util::venv_python("merritt-interop-venv", "kazoo==2.11.0", "kazoo")
 }

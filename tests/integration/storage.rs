@@ -258,11 +258,9 @@ impl ReadOnlyMount {
         };
         let bound = run(&["--bind", &from.to_string_lossy(), &at.to_string_lossy()]);
         if let Err(e) = bound {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
+            crate::util::untested(&format!(
                 "cannot make a bind mount (root and mount(8) are needed): {e}"
-            );
-            eprintln!("note: not tested, cannot make a bind mount: {e}");
+            ));
             return None;
         }
         let mount = ReadOnlyMount(at.to_path_buf());

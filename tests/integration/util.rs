@@ -114,10 +114,27 @@ impl Ingest {
     }
 }
 
+/// Whether this run is CI's (`CI` set, and not to `false`, as `tools/test`
+/// reads it).
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false")
+}
+
+/// A test cannot run because an outside tool is missing (`why`): in CI
+/// that FAILS the test (panics), so no check passes by skipping; locally it
+/// says so on stderr and the caller returns.
+pub fn untested(why: &str) {
+    assert!(
+        !in_ci(),
+        "an outside tool this test needs is missing, and CI is set: {why}"
+    );
+    eprintln!("SKIPPED (fails in CI): {why}");
+}
+
 /// A Python that can import `module`, in a virtual environment `name` kept
 /// under the test target's temporary directory (made once, `pip install
-/// SPEC` into it); `None` when pip cannot reach the package index (the
-/// caller skips its test, saying why).
+/// SPEC` into it); `None` when pip cannot reach the package index: the
+/// test then fails in CI ([`untested`]) and is skipped locally, saying so.
 pub fn venv_python(name: &str, spec: &str, module: &str) -> Option<PathBuf> {
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let python = venv.join("bin/python");
@@ -146,10 +163,10 @@ pub fn venv_python(name: &str, spec: &str, module: &str) -> Option<PathBuf> {
         .output()
         .expect("run pip");
     if !pip.status.success() {
-        eprintln!(
-            "SKIPPED: pip could not install {spec} (is the package index reachable?): {}",
+        untested(&format!(
+            "pip could not install {spec} (is the package index reachable?): {}",
             String::from_utf8_lossy(&pip.stderr)
-        );
+        ));
         return None;
     }
     assert!(

@@ -125,6 +125,7 @@ async fn a_fresh_workers_reporting_sweep_reads_no_finished_batch_from_zookeeper(
         .arg("--working-storage")
         .arg(dir.path().join("sweeper"))
         .env("INGEST_WORKER_TOKEN", WORKER)
+        .env("INGEST_LOG", "info,ingest_worker::daemon=debug")
         .env_remove("INGEST_DATA_DIR")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("log"))
@@ -139,8 +140,20 @@ async fn a_fresh_workers_reporting_sweep_reads_no_finished_batch_from_zookeeper(
         Some(rest.split_whitespace().next()?.to_string())
     })
     .await;
-    // Its first sweep runs at once, the second 10 s later.
-    tokio::time::sleep(std::time::Duration::from_secs(12)).await;
+    // Its first sweep runs at once, the second 10 s later: wait until each
+    // of its two daemons logged two sweeps.
+    eventually("two sweeps of each reporting daemon", 60, async || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let sweeps = |status: &str| {
+            text.lines()
+                .filter(|l| {
+                    l.contains("reporting sweep") && l.contains(&format!("status={status}"))
+                })
+                .count()
+        };
+        (sweeps("Reporting") >= 2 && sweeps("UpdateReporting") >= 2).then_some(())
+    })
+    .await;
     let sent = requests_of_session(&hosts, &sid)
         .await
         .expect("ZooKeeper's cons names the worker's session");

@@ -361,6 +361,7 @@ async fn list(
             // status node, 2,000 finished batches made a fresh worker's
             // first sweep 2,000 ZooKeeper reads).
             let page = shared.engine.reporting_batches(wanted).await?;
+            tracing::debug!(status = %wanted, batches = page.bids.len(), "reporting sweep");
             let items = page
                 .bids
                 .into_iter()
