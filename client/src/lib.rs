@@ -645,6 +645,30 @@ impl Client {
             .await
     }
 
+    /// `POST /jobs/{jid}/waiting`: why this worker keeps the job waiting in
+    /// `state` (shown with the job until it moves on).
+    ///
+    /// # Errors
+    /// As [`Client::send`]; 409 `not_in_state` when the job moved on.
+    pub async fn job_waiting(
+        &self,
+        jid: &str,
+        state: &str,
+        reason: &str,
+    ) -> Result<(), ClientError> {
+        let body = ingest_protocol::api::WaitingBody {
+            state: state.to_string(),
+            reason: reason.to_string(),
+        };
+        self.send::<_, serde_json::Value>(
+            Method::POST,
+            &format!("/jobs/{jid}/waiting"),
+            Some(&body),
+        )
+        .await
+        .map(|_| ())
+    }
+
     /// `GET /diff`.
     ///
     /// # Errors

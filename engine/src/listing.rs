@@ -110,6 +110,7 @@ pub fn job_summary(state: &State, j: &Job) -> JobSummary {
         step_retries: j.step_retries,
         failed_in: j.failed_in.map(|s| s.to_string()),
         failure: j.failure.map(|k| k.name().to_string()),
+        waiting: None,
         created: j.created,
         last_modified: j.last_modified,
         cleaned_up: j.cleaned_up,

@@ -307,6 +307,17 @@ pub struct WorkerRef {
     pub session_id: SessionId,
 }
 
+/// The body of `POST /jobs/{jid}/waiting`: why a worker keeps the job
+/// waiting in `state` (cut to [`crate::MAX_MESSAGE_BYTES`]).
+#[derive(Debug, PartialEq, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitingBody {
+    /// The state the job waits in.
+    pub state: String,
+    /// Why.
+    pub reason: String,
+}
+
 /// The answer of `POST /batches/{bid}/acquire`.
 #[derive(Debug, PartialEq, Clone, Serialize, Deserialize)]
 pub struct Acquired {

@@ -545,6 +545,10 @@ pub struct JobSummary {
     /// it cannot be requeued); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// Why a worker keeps it waiting in its state, as the worker last said
+    /// (through a server only; see `JobView::waiting`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
     /// When it was created.
     pub created: DateTime<Utc>,
     /// When its state last changed.

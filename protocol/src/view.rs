@@ -50,6 +50,11 @@ pub struct JobView {
     /// (`digest_mismatch`); absent for an ordinary failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<FailureView>,
+    /// Why a worker keeps the job waiting in its state (Provisioning:
+    /// working storage too full), as the worker last said; absent when no
+    /// worker said so, or the job moved on since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
 }
 
 /// The kind of a job's failure and what it means for the job.
@@ -94,6 +99,7 @@ impl From<&Job> for JobView {
             last_modified: j.last_modified.to_rfc3339(),
             cleaned_up: j.cleaned_up,
             failure: j.failure.map(FailureView::from),
+            waiting: None,
         }
     }
 }

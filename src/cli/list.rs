@@ -201,7 +201,12 @@ fn print_jobs(page: &JobPage, format: Format) -> Result<()> {
                 j.space_needed.to_string(),
                 j.retry_count.to_string(),
                 time(&j.last_modified),
-                j.message.clone(),
+                // Why a worker keeps it waiting says more than the message
+                // of its last move.
+                match &j.waiting {
+                    Some(w) => format!("waiting: {w}"),
+                    None => j.message.clone(),
+                },
             ]
         })
         .collect();

@@ -1166,6 +1166,30 @@ async fn a_job_waits_in_provisioning_while_working_storage_is_over_the_threshold
         server.get(&format!("/jobs/{jid}")).await["status"],
         "Provisioning"
     );
+    // D8: why it waits is shown with the job, in the listing and by the CLI.
+    let job = server.get(&format!("/jobs/{jid}")).await;
+    assert!(
+        job["waiting"]
+            .as_str()
+            .is_some_and(|w| w.contains("95.0% full (threshold 70%)")),
+        "{job}"
+    );
+    let listed = server.get(&format!("/jobs?batch={bid}")).await;
+    assert_eq!(listed["jobs"][0]["waiting"], job["waiting"], "{listed}");
+    let engine = server.base.clone();
+    let table = tokio::task::block_in_place(|| {
+        crate::util::ingest_remote(
+            &engine,
+            &[("INGEST_ADMIN_TOKEN", ADMIN)],
+            &["jobs", "--batch", &bid],
+        )
+    })
+    .ok();
+    assert!(
+        table.stdout.contains("waiting: working storage"),
+        "{}",
+        table.stdout
+    );
     // Space frees up: the job goes on to Completed.
     *dial.percent.lock().expect("dial") = 40.0;
     eventually("the job completed", 60, async || {

@@ -423,11 +423,13 @@ pub(crate) async fn job(
     ApiPath(jid): ApiPath<Jid>,
 ) -> Result<Json<JobView>, ApiError> {
     let state = app.inner.handle.state();
-    state
+    let mut view = state
         .jobs
         .get(&jid)
-        .map(|j| Json(JobView::from(j)))
-        .ok_or_else(|| ApiError::not_found(Item::Job(jid)))
+        .map(JobView::from)
+        .ok_or_else(|| ApiError::not_found(Item::Job(jid)))?;
+    view.waiting = app.inner.waits.of(jid, &view.status);
+    Ok(Json(view))
 }
 
 /// `GET /batch-uuids/{uuid}`.

@@ -58,7 +58,11 @@ pub(crate) async fn batches(
 pub(crate) async fn jobs(State(app): State<AppState>, uri: Uri) -> Result<Json<JobPage>, ApiError> {
     let q = JobQuery::from_pairs(query_pairs(&uri)?).map_err(query_error)?;
     let state = app.inner.handle.state();
-    ingest_engine::listing::jobs(&state, &q)
-        .map(Json)
-        .map_err(query_error)
+    let mut page = ingest_engine::listing::jobs(&state, &q).map_err(query_error)?;
+    for j in &mut page.jobs {
+        if let Ok(jid) = j.jid.parse() {
+            j.waiting = app.inner.waits.of(jid, &j.status);
+        }
+    }
+    Ok(Json(page))
 }

@@ -61,6 +61,7 @@ pub mod locks;
 mod objects;
 pub(crate) mod ops;
 mod replication;
+mod waiting;
 mod worker;
 
 use ingest_protocol::api::*;
@@ -182,6 +183,8 @@ pub(crate) struct Inner {
     /// What `/readyz` last logged (its readiness and the kinds of its
     /// reasons), so a change is logged once and not every probe.
     readiness_logged: Mutex<Option<String>>,
+    /// Why workers keep jobs waiting ([`waiting`]).
+    pub(crate) waits: waiting::Waits,
 }
 
 /// One route of the API.
@@ -268,6 +271,7 @@ fn table() -> Vec<Entry> {
             worker::reporting_batches,
         ),
         entry(M::POST, "/jobs/{jid}/start", Worker, worker::start_job),
+        entry(M::POST, "/jobs/{jid}/waiting", Worker, waiting::waiting),
         entry(M::POST, "/jobs/{jid}/outcome", Worker, worker::outcome),
         entry(M::POST, "/jobs/{jid}/retries", Worker, worker::retry),
         entry(M::POST, "/jobs/{jid}/ark", Worker, objects::ark),
@@ -395,6 +399,7 @@ pub fn router(config: ApiConfig) -> Router {
             access_size_limit: ingest_events::event::AccessQueue::DEFAULT_SIZE_LIMIT,
             views: Arc::new(Mutex::new(views)),
             readiness_logged: Mutex::new(None),
+            waits: waiting::Waits::default(),
         }),
     };
     let mut by_path: BTreeMap<&'static str, MethodRouter<AppState>> = BTreeMap::new();

@@ -410,7 +410,17 @@ async fn step_once(
     let outcome = match result {
         StepResult::Report(o) => o,
         StepResult::Wait(why) => {
-            let _logged = shared.note_waiting(&item.id, state, &why);
+            if shared.note_waiting(&item.id, state, &why) {
+                // Said to the engine when the reason changes, so that
+                // `ingest jobs`, `show job` and the UI show it.
+                if let Err(e) = shared
+                    .engine
+                    .job_waiting(&item.id, &state.to_string(), &why)
+                    .await
+                {
+                    tracing::debug!(jid = %item.id, error = %e, "cannot say why the job waits");
+                }
+            }
             return Ok((Tried::Waited, None));
         }
     };
