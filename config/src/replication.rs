@@ -20,7 +20,7 @@ pub struct ReplicationArgs {
     pub advertise_url: Option<String>,
     /// A follower more than this many events behind the leader is dropped from the set that holds the replicated tail in ZooKeeper; it rejoins by copying the log from a peer.
     #[arg(
-        long,
+        long = "max-replica-lag-events",
         env = "INGEST_MAX_REPLICA_LAG_EVENTS",
         value_name = "N",
         default_value_t = 1_000_000
@@ -28,7 +28,7 @@ pub struct ReplicationArgs {
     pub max_lag_events: u64,
     /// The replicated tail held in ZooKeeper for a lagging follower never grows past this many bytes: the furthest-behind follower is dropped instead.
     #[arg(
-        long,
+        long = "max-replica-lag-bytes",
         env = "INGEST_MAX_REPLICA_LAG_BYTES",
         value_name = "BYTES",
         default_value_t = 256 * 1024 * 1024

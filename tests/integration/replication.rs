@@ -690,3 +690,72 @@ fn the_fault_campaign_tool_loses_nothing_in_a_short_run() {
     let lost: Vec<&str> = row.split('|').map(str::trim).collect();
     assert_eq!(lost[4], "0", "{row}");
 }
+
+/// A follower further behind than `--max-replica-lag-events` is dropped
+/// from the set that holds the tail (the leader says so at ERROR), and when
+/// it comes back it sees it was dropped, says so at ERROR, copies the log
+/// from a peer and follows again at the same head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_left_too_far_behind_is_dropped_and_rejoins_by_copying() {
+    let ens = Ensemble::start("lag");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let extra = vec!["--max-replica-lag-events".to_string(), "5".to_string()];
+    let engines: Vec<Engine> = (1..=3)
+        .map(|i| {
+            Engine::start_with(
+                tmp.path(),
+                &format!("e{i}"),
+                &ens.hosts,
+                "/ingest-repl-lag",
+                &extra,
+            )
+        })
+        .collect();
+    let http = http();
+    let all: Vec<&Engine> = engines.iter().collect();
+    let l = leader(&http, &all).await;
+    let lagging = (l + 1) % 3;
+    engines[lagging].signal("-STOP");
+    let mut acked = Vec::new();
+    for n in 0..20 {
+        acked.push(
+            submit_once(&http, &engines[l].base, n)
+                .await
+                .expect("write"),
+        );
+    }
+    // The leader drops it.
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let s = replication(&http, &engines[l].base)
+            .await
+            .unwrap_or(Value::Null);
+        let dropped = s["replicas"].as_array().is_some_and(|r| {
+            r.iter()
+                .any(|r| r["id"] == engines[lagging].name.as_str() && r["dropped"] == true)
+        });
+        if dropped {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the lagging follower was never dropped: {s}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(engines[l]
+        .log()
+        .contains("was dropped from the set that holds the tail"));
+    engines[lagging].signal("-CONT");
+    converged(&http, &all).await;
+    all_present(&http, &all, &acked).await;
+    let log = engines[lagging].log();
+    assert!(
+        log.contains("was dropped from the replicated set"),
+        "the dropped follower says so"
+    );
+    assert!(
+        log.contains("copied the log from a peer"),
+        "and rejoins by copying"
+    );
+}
