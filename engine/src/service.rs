@@ -42,7 +42,7 @@ struct Request {
     actor: Actor,
     correlation_id: Uuid,
     command: Command,
-    reply: oneshot::Sender<Result<Outcome, EngineError>>,
+    reply: oneshot::Sender<Result<Outcome, ServiceError>>,
 }
 
 /// What the writer publishes after each flush: the state, and the batches
@@ -86,6 +86,9 @@ pub struct EngineHandle {
     lifecycle: Arc<Lifecycle>,
     data_dir: Arc<std::path::PathBuf>,
     startup: std::time::Duration,
+    /// Why the writer thread could not be started, if it could not: then
+    /// every call answers [`ServiceError::NoWriter`], not `Stopped`.
+    no_writer: Option<Arc<std::io::Error>>,
 }
 
 /// The engine service: owns the writer thread.
@@ -105,6 +108,23 @@ pub enum ServiceError {
     /// command's outcome is unknown if it was already sent.
     #[error("the engine has stopped; the command was not taken")]
     Stopped,
+    /// The command was decided and written, but the log failed before the
+    /// write was durable: it may or may not be in the log until the engine
+    /// restarts and re-reads it. The writer has stopped.
+    #[error("the outcome is unknown until the engine restarts and re-reads the log: {0}")]
+    OutcomeUnknown(#[source] Arc<EngineError>),
+    /// The writer thread could not be started: the engine takes no command.
+    #[error("the engine's writer thread could not be started: {0}")]
+    NoWriter(#[source] Arc<std::io::Error>),
+}
+
+impl EngineHandle {
+    /// Why a call found the writer gone: it never started, or it stopped.
+    fn gone(&self) -> ServiceError {
+        self.no_writer
+            .clone()
+            .map_or(ServiceError::Stopped, ServiceError::NoWriter)
+    }
 }
 
 impl EngineService {
@@ -124,18 +144,26 @@ impl EngineService {
     fn start_with(engine: Engine, replicated: bool) -> EngineService {
         let (tx, rx) = mpsc::channel(4096);
         let published = Arc::new(Published::new(engine.state().clone()));
-        let handle = EngineHandle {
+        let mut handle = EngineHandle {
             tx,
             published: Arc::clone(&published),
             log: engine.shared_log(),
             lifecycle: Arc::new(engine.lifecycle().clone()),
             data_dir: Arc::new(engine.data_dir().to_path_buf()),
             startup: engine.startup.elapsed,
+            no_writer: None,
         };
-        let thread = std::thread::Builder::new()
+        let thread = match std::thread::Builder::new()
             .name("ingest-writer".into())
             .spawn(move || writer_loop(engine, rx, published, replicated))
-            .ok();
+        {
+            Ok(thread) => Some(thread),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the engine's writer thread: no command will be taken");
+                handle.no_writer = Some(Arc::new(e));
+                None
+            }
+        };
         EngineService { handle, thread }
     }
 
@@ -198,7 +226,7 @@ fn writer_loop(
             }
         } else {
             for r in group.drain(..) {
-                let _ = r.reply.send(Err(EngineError::NotLeader));
+                let _ = r.reply.send(Err(EngineError::NotLeader.into()));
             }
         }
         for control in controls {
@@ -264,7 +292,7 @@ fn control_message(engine: &mut Engine, msg: Msg, published: &Published) -> bool
             true
         }
         Msg::Command(r) => {
-            let _ = r.reply.send(Err(EngineError::NotLeader));
+            let _ = r.reply.send(Err(EngineError::NotLeader.into()));
             true
         }
         Msg::Shutdown => true,
@@ -320,11 +348,9 @@ fn commit_group(engine: &mut Engine, group: &mut Vec<Request>, published: &Publi
         Ok(x) => x,
         Err(e) => {
             tracing::error!(error = %e, "the group could not be made durable; the writer stops (restart the engine to re-read the log)");
+            let e = Arc::new(e);
             for reply in replies {
-                let err = LogError::Storage(sled::Error::Io(std::io::Error::other(format!(
-                    "the outcome is unknown until the engine restarts and re-reads the log: {e}"
-                ))));
-                let _ = reply.send(Err(EngineError::Log(err)));
+                let _ = reply.send(Err(ServiceError::OutcomeUnknown(Arc::clone(&e))));
             }
             return false;
         }
@@ -340,7 +366,7 @@ fn commit_group(engine: &mut Engine, group: &mut Vec<Request>, published: &Publi
         tracing::debug!(commands = outcomes.len(), durable = last, "group committed");
     }
     for (reply, outcome) in replies.into_iter().zip(outcomes) {
-        let _ = reply.send(outcome);
+        let _ = reply.send(outcome.map_err(ServiceError::from));
     }
     true
 }
@@ -419,8 +445,8 @@ impl EngineHandle {
                 reply,
             })))
             .await
-            .map_err(|_| ServiceError::Stopped)?;
-        Ok(rx.await.map_err(|_| ServiceError::Stopped)??)
+            .map_err(|_| self.gone())?;
+        rx.await.map_err(|_| self.gone())?
     }
 
     /// Writes records copied from the leader (a frame) through the writer,
@@ -434,8 +460,8 @@ impl EngineHandle {
         self.tx
             .send(Msg::Import(frame, reply))
             .await
-            .map_err(|_| ServiceError::Stopped)?;
-        Ok(rx.await.map_err(|_| ServiceError::Stopped)??)
+            .map_err(|_| self.gone())?;
+        Ok(rx.await.map_err(|_| self.gone())??)
     }
 
     /// Leads a replicated group through `replicator` (`None`: follow). The
@@ -451,8 +477,8 @@ impl EngineHandle {
         self.tx
             .send(Msg::Role(replicator, reply))
             .await
-            .map_err(|_| ServiceError::Stopped)?;
-        rx.await.map_err(|_| ServiceError::Stopped)
+            .map_err(|_| self.gone())?;
+        rx.await.map_err(|_| self.gone())
     }
 
     /// Whether the writer leads a replicated group, each time it changes

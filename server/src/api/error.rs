@@ -270,6 +270,19 @@ impl From<ServiceError> for ApiError {
                     format!("{e}; this command was not acknowledged: retry it (with the leader, once one leads)"),
                 )
             }
+            ServiceError::OutcomeUnknown(e) => {
+                tracing::error!(error = %e, "a command's write did not become durable");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "outcome_unknown",
+                    format!("the event log failed ({e}); the command's outcome is unknown until the engine restarts: read the item again before retrying"),
+                )
+            }
+            ServiceError::NoWriter(e) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "engine_stopped",
+                format!("the engine's writer thread could not be started ({e}); it takes no commands"),
+            ),
             ServiceError::Stopped => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "engine_stopped",
@@ -569,6 +582,29 @@ mod tests {
         assert!(io.message.contains("outcome is unknown"), "{}", io.message);
         let stopped = ApiError::from(ServiceError::Stopped);
         assert_eq!(stopped.status, StatusCode::SERVICE_UNAVAILABLE);
+        // A write that did not become durable is its own error, not a
+        // made-up storage error.
+        let unknown = ApiError::from(ServiceError::OutcomeUnknown(std::sync::Arc::new(
+            EngineError::Log(LogError::Storage(sled::Error::Io(std::io::Error::other(
+                "flush failed",
+            )))),
+        )));
+        assert_eq!(unknown.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(unknown.code, "outcome_unknown");
+        assert!(
+            unknown.message.contains("until the engine restarts"),
+            "{}",
+            unknown.message
+        );
+        let no_writer = ApiError::from(ServiceError::NoWriter(std::sync::Arc::new(
+            std::io::Error::other("no threads"),
+        )));
+        assert_eq!(no_writer.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            no_writer.message.contains("writer thread"),
+            "{}",
+            no_writer.message
+        );
     }
 
     #[test]
