@@ -384,7 +384,7 @@ pub(crate) async fn job(State(ui): State<Ui>, admin: Admin, Path(jid): Path<Stri
     // repeated in the table.
     let mut summary = serde_json::to_value(&view).unwrap_or(Value::Null);
     if let Value::Object(fields) = &mut summary {
-        for shown in ["jid", "bid", "status", "failure"] {
+        for shown in ["jid", "bid", "status", "failure", "waiting"] {
             fields.remove(shown);
         }
     }
@@ -403,7 +403,9 @@ pub(crate) async fn job(State(ui): State<Ui>, admin: Admin, Path(jid): Path<Stri
         } @else if view.status == "Failed" && !view.message.is_empty() {
             p #job-failure { "Failure: " (cut(&view.message)) }
         }
-        @if view.status == "Provisioning" {
+        @if let Some(why) = &view.waiting {
+            p #job-waiting { "Waiting in " (cut(&view.status)) ": " (cut(why)) }
+        } @else if view.status == "Provisioning" {
             p #job-waiting {
                 "Waiting for working storage: the job needs " (bytes(view.space_needed))
                 "; provisioning holds it while the working storage is fuller than the provisioning threshold or has fewer bytes free than that."

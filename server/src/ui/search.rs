@@ -119,6 +119,9 @@ pub(crate) fn find(state: &Folded, q: &str) -> Found {
             more: false,
         };
     }
+    // Arks and local ids have no index of their own: a scan of the jobs
+    // and access requests under the published state's read lock, as the
+    // listing's filters do, bounded in what it keeps, not in what it reads.
     let mut found = Found::default();
     let mut add = |hit: Hit| {
         if found.hits.len() < MAX_HITS {
