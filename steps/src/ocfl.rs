@@ -43,7 +43,7 @@
 //! ```
 #![warn(missing_docs)]
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -52,8 +52,8 @@ use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
 
 use chrono::{DateTime, Local, Utc};
 use rocfl::ocfl::{
-    CommitMeta, DigestAlgorithm, InventoryPath, LayoutExtensionName, LogicalPath, OcflRepo,
-    RocflError, SpecVersion, StorageLayout, ValidationResult, VersionRef,
+    CommitMeta, DigestAlgorithm, LayoutExtensionName, LogicalPath, OcflRepo, RocflError,
+    SpecVersion, StorageLayout, ValidationResult, VersionRef,
 };
 use sha2::{Digest, Sha512};
 
@@ -738,18 +738,20 @@ impl OcflTarget {
         let vref = VersionRef::try_from(version).map_err(|e| rocfl_error(ark, e))?;
         let object = self
             .repo
-            .get_object(ark, vref)
+            .get_object_details(ark, vref)
             .map_err(|e| rocfl_error(ark, e))?;
-        let mut files = Vec::with_capacity(object.state.len());
-        for (path, details) in &object.state {
-            let on_disk = self.root.join(&details.storage_path);
+        let object_root = self.root.join(&object.object_root);
+        let state = version_state(ark, &object_root, version)?;
+        let mut files = Vec::with_capacity(state.len());
+        for entry in state {
+            let on_disk = object_root.join(&entry.content_path);
             let size = fs::metadata(&on_disk)
                 .map_err(|e| io_error(&on_disk, e))?
                 .len();
             files.push(StoredFile {
-                logical_path: path.to_string(),
+                logical_path: entry.logical_path,
                 size,
-                sha512: AsRef::<str>::as_ref(details.digest.as_ref()).to_string(),
+                sha512: entry.digest,
             });
         }
         files.sort_by(|a, b| a.logical_path.cmp(&b.logical_path));
@@ -816,7 +818,7 @@ impl OcflTarget {
         };
         let object = self
             .repo
-            .get_object(ark, version)
+            .get_object_details(ark, version)
             .map_err(|e| rocfl_error(ark, e))?;
         let hostile = |what: &str, path: &str, why: String| StorageError::Ocfl {
             ark: ark.to_string(),
@@ -877,9 +879,11 @@ impl OcflTarget {
                 Err(e) => return Err(hostile("logical path", logical, e.to_string())),
             }
         }
-        let mut files = Vec::with_capacity(object.state.len());
-        for (logical, details) in &object.state {
-            let logical = logical.as_str();
+        let state = version_state(ark, &object_root, number)?;
+        let digest_algorithm = object.digest_algorithm.to_string();
+        let mut files = Vec::with_capacity(state.len());
+        for entry in &state {
+            let logical = entry.logical_path.as_str();
             let name = crate::paths::normalized_name(logical)
                 .map_err(|e| hostile("logical path", logical, e.to_string()))?;
             if name != logical {
@@ -889,14 +893,14 @@ impl OcflTarget {
                     "it is not in normal form".into(),
                 ));
             }
-            let content = details.content_path.as_str();
+            let content = entry.content_path.as_str();
             let stored = crate::paths::normalized_name(content)
                 .map_err(|e| hostile("content path", content, e.to_string()))?;
             files.push(ContentFile {
                 logical_path: name,
                 path: object_root.join(stored),
-                digest_algorithm: details.digest_algorithm.to_string(),
-                digest: details.digest.to_string().to_ascii_lowercase(),
+                digest_algorithm: digest_algorithm.clone(),
+                digest: entry.digest.to_ascii_lowercase(),
             });
         }
         files.sort_by(|a, b| a.logical_path.cmp(&b.logical_path));
@@ -1354,5 +1358,192 @@ impl Drop for ArkGuard<'_> {
             .unwrap_or_else(PoisonError::into_inner);
         busy.remove(&self.ark);
         self.locks.freed.notify_all();
+    }
+}
+
+/// One file of a version's state, read from the inventory's own text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct StateEntry {
+    logical_path: String,
+    /// Relative to the object root.
+    content_path: String,
+    /// As the inventory spells it.
+    digest: String,
+}
+
+/// The parts of an inventory [`version_state`] reads.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawInventory {
+    #[serde(default)]
+    content_directory: Option<String>,
+    manifest: HashMap<String, Vec<String>>,
+    versions: HashMap<String, RawVersion>,
+}
+
+#[derive(serde::Deserialize)]
+struct RawVersion {
+    state: BTreeMap<String, Vec<String>>,
+}
+
+/// The number of an OCFL version directory name (`v3`, `v003`).
+fn version_number(name: &str) -> Option<u32> {
+    name.strip_prefix('v')?.parse().ok()
+}
+
+/// Every file of `version` of the object at `object_root`, with the
+/// content path that holds it, in time linear in the inventory's size.
+///
+/// rocfl's `get_object` resolves each logical path with
+/// `content_path_for_digest`, which walks every content path of the
+/// file's digest: a version of N files with one content is N² steps (issue
+/// 25: 30,000 one-byte files took 107 s). Here every content path is put
+/// in a set once; a logical path's own content path
+/// (`vK/CONTENT/LOGICAL`, K ≤ version) is a lookup, and only a
+/// deduplicated file takes its digest's first content path of a version
+/// up to `version` (rocfl's rule).
+///
+/// # Errors
+/// [`StorageError::Io`] when the inventory cannot be read,
+/// [`StorageError::Ocfl`] when it is not an inventory or lacks the version
+/// or a digest.
+fn version_state(
+    ark: &str,
+    object_root: &Path,
+    version: u32,
+) -> Result<Vec<StateEntry>, StorageError> {
+    let path = object_root.join("inventory.json");
+    let bytes = fs::read(&path).map_err(|e| io_error(&path, e))?;
+    let corrupt = |detail: String| StorageError::Ocfl {
+        ark: ark.to_string(),
+        detail,
+    };
+    let inventory: RawInventory = serde_json::from_slice(&bytes)
+        .map_err(|e| corrupt(format!("the inventory cannot be read: {e}")))?;
+    let content_dir = inventory.content_directory.as_deref().unwrap_or("content");
+    let state = inventory
+        .versions
+        .iter()
+        .find(|(name, _)| version_number(name) == Some(version))
+        .map(|(_, v)| &v.state)
+        .ok_or_else(|| corrupt(format!("the inventory has no version {version}")))?;
+    let in_version = |content: &str| {
+        content
+            .split('/')
+            .next()
+            .and_then(version_number)
+            .filter(|k| *k <= version)
+    };
+    // Each content path under the logical path and digest it was stored
+    // for (`vK/CONTENT/LOGICAL`), the newest version up to `version` kept.
+    let mut own: HashMap<(&str, &str), (u32, &str)> = HashMap::new();
+    for (digest, content) in inventory
+        .manifest
+        .iter()
+        .flat_map(|(d, ps)| ps.iter().map(move |p| (d.as_str(), p.as_str())))
+    {
+        let Some(k) = in_version(content) else {
+            continue;
+        };
+        let logical = content
+            .split_once('/')
+            .and_then(|(_, rest)| rest.strip_prefix(content_dir))
+            .and_then(|rest| rest.strip_prefix('/'));
+        if let Some(logical) = logical {
+            let kept = own.entry((logical, digest)).or_insert((k, content));
+            if k > kept.0 {
+                *kept = (k, content);
+            }
+        }
+    }
+    let mut entries = Vec::new();
+    for (digest, logicals) in state {
+        let first = inventory
+            .manifest
+            .get(digest)
+            .and_then(|ps| ps.iter().find(|p| in_version(p).is_some()));
+        for logical in logicals {
+            let own = own
+                .get(&(logical.as_str(), digest.as_str()))
+                .map(|(_, p)| (*p).to_string());
+            let content_path = match (own, first) {
+                (Some(own), _) => own,
+                (None, Some(first)) => first.clone(),
+                (None, None) => {
+                    return Err(corrupt(format!(
+                        "the digest of {:?} is not in the manifest",
+                        ingest_protocol::cut(logical, 200)
+                    )))
+                }
+            };
+            entries.push(StateEntry {
+                logical_path: logical.clone(),
+                content_path,
+                digest: digest.clone(),
+            });
+        }
+    }
+    entries.sort_by(|a, b| a.logical_path.cmp(&b.logical_path));
+    Ok(entries)
+}
+
+#[cfg(test)]
+mod state_tests {
+    use super::*;
+
+    fn inventory(dir: &Path, text: &str) {
+        fs::write(dir.join("inventory.json"), text).expect("written");
+    }
+
+    // Regression (issue 25, finding 2): the state is read from the
+    // inventory with one lookup per file, and each logical path still gets
+    // the content path rocfl would give it: its own when stored under its
+    // name (the newest up to the version, with the same digest), else its
+    // digest's first.
+    #[test]
+    fn each_file_gets_its_own_content_path_or_its_digests_first() {
+        let dir = tempfile::tempdir().expect("dir");
+        inventory(
+            dir.path(),
+            r#"{"contentDirectory":"content",
+                "manifest":{
+                  "aa":["v1/content/a","v1/content/b","v1/content/c"],
+                  "bb":["v2/content/a"]},
+                "versions":{
+                  "v1":{"state":{"aa":["a","b","c"]}},
+                  "v2":{"state":{"bb":["a"],"aa":["b","c","d"]}},
+                  "v3":{"state":{"aa":["a"]}}}}"#,
+        );
+        let read = |v| {
+            version_state("ark:/1/x", dir.path(), v)
+                .expect("read")
+                .into_iter()
+                .map(|e| (e.logical_path, e.content_path, e.digest))
+                .collect::<Vec<_>>()
+        };
+        let e = |l: &str, c: &str, d: &str| (l.to_string(), c.to_string(), d.to_string());
+        assert_eq!(
+            read(1),
+            vec![
+                e("a", "v1/content/a", "aa"),
+                e("b", "v1/content/b", "aa"),
+                e("c", "v1/content/c", "aa")
+            ]
+        );
+        assert_eq!(
+            read(2),
+            vec![
+                e("a", "v2/content/a", "bb"),
+                e("b", "v1/content/b", "aa"),
+                e("c", "v1/content/c", "aa"),
+                e("d", "v1/content/a", "aa")
+            ]
+        );
+        // `a` went back to its first content: v1's file, not v2's.
+        assert_eq!(read(3), vec![e("a", "v1/content/a", "aa")]);
+        assert!(matches!(
+            version_state("ark:/1/x", dir.path(), 4),
+            Err(StorageError::Ocfl { .. })
+        ));
     }
 }

@@ -1,0 +1,131 @@
+//! Storing a new object of N one-byte files, and the reads that check it,
+//! timed phase by phase at several sizes (issue 25, finding 2).
+//!
+//! Every file holds the same byte, the worst case for an OCFL manifest
+//! (one digest, N content paths). The phases are the ones a storing step
+//! runs for a new object moved into the first target
+//! (`OcflTarget::store_checked_with`, `verify_structure`) and the reads
+//! after it (`version_info`, the stored-manifest check's and the
+//! consistency check's; `version_content`, the content route's).
+//!
+//! ```text
+//! cargo bench -p ingest-steps --bench ocfl_store -- 10000 30000 100000
+//! ```
+//!
+//! Prints one line per size and phase with the time per file, so the
+//! curve is read as a ratio between sizes in one run. A phase that runs
+//! past `OCFL_BENCH_LIMIT_SECS` (default 600) ends the run for larger
+//! sizes (it is reported as not finished).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use ingest_steps::ocfl::{Checks, OcflTarget, VersionMeta};
+use sha2::{Digest, Sha256, Sha512};
+
+fn main() {
+    let sizes: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let sizes = if sizes.is_empty() {
+        vec![10_000, 30_000, 100_000]
+    } else {
+        sizes
+    };
+    let limit = Duration::from_secs(
+        std::env::var("OCFL_BENCH_LIMIT_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(600),
+    );
+    println!("files\tphase\ttotal_s\tper_file_us");
+    for n in sizes {
+        if !run(n, limit) {
+            println!("{n}\t(stopped: a phase ran past {} s)", limit.as_secs());
+            break;
+        }
+    }
+}
+
+/// Runs every phase for `n` files; `false` when one ran past `limit`.
+fn run(n: usize, limit: Duration) -> bool {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let root = dir.path().join("ocfl");
+    let source = dir.path().join("source");
+    std::fs::create_dir_all(&source).expect("the source directory");
+    let sha512 = hex::encode(Sha512::digest(b"x"));
+    let sha256 = hex::encode(Sha256::digest(b"x"));
+    let mut sha512s = BTreeMap::new();
+    let mut sha256s = BTreeMap::new();
+    for i in 0..n {
+        // 1,000 files per directory, as a deep object would be laid out.
+        let logical = format!("d{:04}/f{i:07}", i / 1000);
+        let path = source.join(&logical);
+        if i % 1000 == 0 {
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("a directory");
+        }
+        std::fs::write(&path, b"x").expect("a source file");
+        sha512s.insert(logical.clone(), sha512.clone());
+        sha256s.insert(logical, sha256.clone());
+    }
+    let unchanged: BTreeSet<String> = sha512s.keys().cloned().collect();
+    let target = OcflTarget::open_or_init("bench", &root).expect("a storage root");
+    let ark = "ark:/99999/fk4bench";
+    let meta = VersionMeta {
+        user_name: "bench".into(),
+        user_address: None,
+        message: "bench".into(),
+        created: Utc::now(),
+    };
+    let checks = Checks {
+        sha512: &sha512s,
+        sha256: &sha256s,
+        unchanged: &unchanged,
+    };
+    let phases: [(&str, &dyn Fn()); 4] = [
+        ("store (direct v1)", &|| {
+            target
+                .store_checked_with(ark, &source, &meta, true, &checks)
+                .expect("stored");
+        }),
+        ("verify_structure", &|| {
+            assert!(target.verify_structure(ark).expect("validated").ok);
+        }),
+        ("version_info", &|| {
+            assert_eq!(target.version_info(ark, 1).expect("read").files.len(), n);
+        }),
+        ("version_content", &|| {
+            assert_eq!(
+                target
+                    .version_content(ark, Some(1))
+                    .expect("read")
+                    .files
+                    .len(),
+                n
+            );
+        }),
+    ];
+    let mut total = Duration::ZERO;
+    for (name, phase) in phases {
+        let started = Instant::now();
+        phase();
+        let took = started.elapsed();
+        total += took;
+        report(n, name, took);
+        if took > limit {
+            return false;
+        }
+    }
+    report(n, "all", total);
+    true
+}
+
+fn report(n: usize, phase: &str, took: Duration) {
+    println!(
+        "{n}\t{phase}\t{:.2}\t{:.1}",
+        took.as_secs_f64(),
+        took.as_secs_f64() * 1e6 / n as f64
+    );
+}
