@@ -42,6 +42,17 @@ impl Tmpfs {
     }
 }
 
+/// The server, killed when dropped (also when the test fails: it outlives
+/// a panic otherwise, re-executed on a tmpfs nobody watches).
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.0).status();
@@ -80,24 +91,26 @@ async fn a_writer_stopped_by_a_full_disk_recovers_once_space_is_freed() {
         return;
     };
     let data = fs.0.join("data");
-    let mut child = Command::new(ingest_bin())
-        .arg("--data-dir")
-        .arg(&data)
-        .args(["serve", "--listen", "127.0.0.1:0", "--working-storage"])
-        .arg(tmp.path().join("work"))
-        .env("INGEST_ADMIN_TOKEN", ADMIN)
-        .env("INGEST_DEPOSITOR_TOKEN", DEPOSITOR)
-        .env("INGEST_WORKER_TOKEN", WORKER)
-        .env_remove("INGEST_CONFIG")
-        .env_remove("INGEST_WORKER_STEPS")
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(tmp.path().join("serve.log")).expect("log"))
-        .spawn()
-        .expect("serve");
+    let mut child = Killed(
+        Command::new(ingest_bin())
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["serve", "--listen", "127.0.0.1:0", "--working-storage"])
+            .arg(tmp.path().join("work"))
+            .env("INGEST_ADMIN_TOKEN", ADMIN)
+            .env("INGEST_DEPOSITOR_TOKEN", DEPOSITOR)
+            .env("INGEST_WORKER_TOKEN", WORKER)
+            .env_remove("INGEST_CONFIG")
+            .env_remove("INGEST_WORKER_STEPS")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(tmp.path().join("serve.log")).expect("log"))
+            .spawn()
+            .expect("serve"),
+    );
     // Every "listening" line the process prints, in order (it prints one
     // again when it starts itself anew).
     let (tx, rx) = std::sync::mpsc::channel::<String>();
-    let stdout = child.stdout.take().expect("stdout");
+    let stdout = child.0.stdout.take().expect("stdout");
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(stdout)
             .lines()
@@ -194,7 +207,6 @@ async fn a_writer_stopped_by_a_full_disk_recovers_once_space_is_freed() {
     assert_eq!(v["problems"].as_array().map(Vec::len), Some(0), "{v}");
     let log = std::fs::read_to_string(tmp.path().join("serve.log")).unwrap_or_default();
     assert!(log.contains("starts itself anew"), "{log}");
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     drop(fs);
 }
