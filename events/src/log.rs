@@ -898,10 +898,9 @@ impl Log {
                 Some(v) => *v + 1 == e.version,
                 None => {
                     let has = |v: u64| -> Result<bool, ImportError> {
-                        Ok(self
-                            .tree
+                        self.tree
                             .contains_key(index_key(e.stream, v))
-                            .map_err(|e| ImportError::Log(e.into()))?)
+                            .map_err(|e| ImportError::Log(e.into()))
                     };
                     e.version >= 1 && (e.version == 1 || has(e.version - 1)?) && !has(e.version)?
                 }
