@@ -1989,8 +1989,10 @@ async fn processes_sharing_a_storage_target_store_side_by_side_and_survive_a_kil
     // ends early (a download retried under the full suite's load) leaves its
     // job in a queue the server's daemons took it from, storing it without
     // the pause. Either way no worker was ever seen storing and the wait
-    // timed out.
-    let pause = ["--store-pause-ms".to_string(), "300".to_string()];
+    // timed out. The hold is 1.5 s: with 300 ms the full suite (686 tests on
+    // two cores) missed every store of the 12 jobs again, and alone it
+    // missed them once in four runs.
+    let pause = ["--store-pause-ms".to_string(), "1500".to_string()];
     let server_args = [
         "--daemons".to_string(),
         "job_pending=off,estimating=off,provisioning=off,downloading=off,processing=off,\
