@@ -283,6 +283,12 @@ fn control_message(engine: &mut Engine, msg: Msg, published: &Published) -> bool
         Msg::Role(replicator, reply) => {
             let leads = replicator.is_some();
             engine.set_replicator(replicator);
+            // Published before the reply: a caller that watches `leading`
+            // right after `set_role` returns must not see the old role.
+            published.leading.send_if_modified(|leading| {
+                let now = engine.is_replicating();
+                std::mem::replace(leading, now) != now
+            });
             tracing::info!(
                 leading = leads,
                 position = engine.state().position,
