@@ -266,6 +266,44 @@ async fn follows(http: &reqwest::Client, base: &str, leader_base: &str) {
     }
 }
 
+/// Logs in to the admin UI of the engine at `base` and reads its overview
+/// until `shows` holds for it.
+async fn ui_overview_until(base: &str, shows: impl Fn(&str) -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let page = ui_overview(base).await;
+        if shows(&page) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{base}/ui never showed it: {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The admin UI's overview of the engine at `base`, after logging in.
+async fn ui_overview(base: &str) -> String {
+    let http = http();
+    let login = http
+        .post(format!("{base}/ui/login"))
+        .header(reqwest::header::ORIGIN, base)
+        .form(&[("token", ADMIN)])
+        .send()
+        .await
+        .expect("login");
+    let cookie = crate::ui::cookie_of(&login).expect("a session cookie");
+    let page = http
+        .get(format!("{base}/ui"))
+        .header(reqwest::header::COOKIE, cookie)
+        .send()
+        .await
+        .expect("overview");
+    assert_eq!(page.status().as_u16(), 200);
+    page.text().await.expect("text")
+}
+
 fn submission(n: usize) -> Value {
     json!({
         "submitter": "alice",
@@ -372,6 +410,20 @@ async fn leader_kills_lose_no_acknowledged_command_and_replicas_converge() {
         r.headers()[reqwest::header::LOCATION].to_str().unwrap(),
         format!("{}/batches", engines[l].base)
     );
+
+    // The admin UI of each says what it is; the leader lists its replicas.
+    // (The leader learns its replicas at its next upkeep.)
+    ui_overview_until(&engines[l].base, |page| {
+        page.contains(r#"id="replica-role" class="state good">leader<"#)
+            && page.contains(r#"id="replicas""#)
+    })
+    .await;
+    let to_leader = format!(r#"href="{}/ui""#, engines[l].base);
+    ui_overview_until(&engines[follower].base, |page| {
+        page.contains(r#"id="replica-role" class="state good">follower<"#)
+            && page.contains(&to_leader)
+    })
+    .await;
 
     // The typed client, given every engine, finds the leader by itself.
     let bases = engines

@@ -175,6 +175,9 @@ pub(crate) async fn overview(State(ui): State<Ui>, admin: Admin) -> Response {
                 }
                 p.muted { "log head " (status.head_position) }
             }
+            @if let Some(cell) = &app.inner.replication {
+                (replication_card(&cell.get()))
+            }
             div.card {
                 h2 { "Consistency" }
                 @match &report {
@@ -213,6 +216,51 @@ pub(crate) async fn overview(State(ui): State<Ui>, admin: Admin) -> Response {
         }
     };
     respond(StatusCode::OK, page("Overview", Some(&admin), body))
+}
+
+/// The overview's card for one engine of a replicated group: its role,
+/// epoch, leader and lag; on the leader, every replica's applied position.
+fn replication_card(s: &ingest_replication::ReplicaStatus) -> Markup {
+    use ingest_replication::Role;
+    let role = serde_json::to_value(s.role)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let good = matches!(s.role, Role::Leader | Role::Follower);
+    html! {
+        div.card #replication {
+            h2 { "Replication" }
+            p { span class=(if good { "state good" } else { "state bad" }) #replica-role { (role) }
+                " " (cut(&s.id))
+                @if let Some(e) = s.epoch { ", epoch " (e) }
+                ", applied " (s.applied)
+                @if let Some(lag) = s.lag { ", " (lag) " behind" }
+            }
+            @if let Some(r) = &s.reason { p.flash.error { (cut(r)) } }
+            @if s.role != Role::Leader {
+                @if let Some(url) = &s.leader_url {
+                    p { "Commands are taken by the leader: " a href=(format!("{}/ui", url.trim_end_matches('/'))) #leader-link { (cut(url)) } }
+                } @else {
+                    p.muted { "no leader known" }
+                }
+            }
+            @if !s.replicas.is_empty() {
+                table.list #replicas {
+                    thead { tr { th { "Replica" } th { "Applied" } th { "Behind" } th { "" } } }
+                    tbody {
+                        @for r in &s.replicas {
+                            tr {
+                                td.id { (cut(&r.id)) }
+                                td.num { (r.applied) }
+                                td.num { (r.lag) }
+                                td.state { @if r.dropped { span.state.bad { "dropped" } } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 fn select(name: &str, options: &[&str], chosen: &str) -> Markup {

@@ -712,12 +712,101 @@ async fn burst(bases: &str, n: usize, concurrency: usize) -> Result<Duration> {
     Ok(t0.elapsed())
 }
 
+/// CPU time (user + system) a process used so far, in seconds; `None`
+/// when it is gone.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name (which may hold spaces): state is
+    // the first, utime the 12th, stime the 13th.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / clock_ticks())
+}
+
+fn clock_ticks() -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+/// The pids of the ZooKeeper servers whose command line names a path
+/// under `dir` (their configuration).
+fn zookeeper_pids(dir: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                let c = String::from_utf8_lossy(&c);
+                c.contains("QuorumPeerMain") && c.split('\0').any(|a| a.starts_with(dir))
+            })
+        })
+        .collect()
+}
+
+/// CPU seconds used by the engines, the ZooKeeper servers and this tool
+/// (the load) between two readings.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cpu {
+    engines: f64,
+    zookeeper: f64,
+    load: f64,
+}
+
+impl Cpu {
+    fn read(engines: &[&Engine], zk_dir: &str) -> Cpu {
+        let sum = |pids: &mut dyn Iterator<Item = u32>| pids.filter_map(cpu_seconds).sum::<f64>();
+        Cpu {
+            engines: sum(&mut engines.iter().filter_map(|e| e.child.as_ref()?.id())),
+            zookeeper: sum(&mut zookeeper_pids(zk_dir).into_iter()),
+            load: cpu_seconds(std::process::id()).unwrap_or(0.0),
+        }
+    }
+
+    fn since(self, before: Cpu) -> Cpu {
+        Cpu {
+            engines: self.engines - before.engines,
+            zookeeper: self.zookeeper - before.zookeeper,
+            load: self.load - before.load,
+        }
+    }
+
+    fn total(self) -> f64 {
+        self.engines + self.zookeeper + self.load
+    }
+
+    /// One row of the CPU table.
+    fn row(self, run: &str, events: u64, elapsed: Duration) -> String {
+        let per_event_ms = |s: f64| 1000.0 * s / events.max(1) as f64;
+        format!(
+            "| {run} | {events} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            elapsed.as_secs_f64(),
+            per_event_ms(self.engines),
+            per_event_ms(self.zookeeper),
+            per_event_ms(self.load),
+            per_event_ms(self.total()),
+            self.total() / elapsed.as_secs_f64().max(1e-9),
+        )
+    }
+}
+
 async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
     let http = http();
     // A single engine on a standalone ZooKeeper (which it only projects into).
     let single_dir = ctx.work.join("zk-single").to_string_lossy().into_owned();
     let single_elapsed;
     let single_events;
+    let single_cpu;
     {
         let _zk = ZkGuard {
             ctx,
@@ -731,7 +820,9 @@ async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
             .await
             .and_then(|s| s["applied"].as_u64())
             .unwrap_or(0);
+        let cpu0 = Cpu::read(&[&e], &single_dir);
         single_elapsed = burst(&e.base, args.batches, args.concurrency).await?;
+        single_cpu = Cpu::read(&[&e], &single_dir).since(cpu0);
         single_events = status(&http, &e.base)
             .await
             .and_then(|s| s["applied"].as_u64())
@@ -765,7 +856,9 @@ async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
     burst(&bases, args.batches / 10, args.concurrency).await?; // warm-up
     tokio::time::sleep(Duration::from_secs(1)).await;
     let s0 = status(&http, &engines[l].base).await.unwrap_or(Value::Null);
+    let cpu0 = Cpu::read(&engines.iter().collect::<Vec<_>>(), &zk_dir);
     let replicated_elapsed = burst(&bases, args.batches, args.concurrency).await?;
+    let replicated_cpu = Cpu::read(&engines.iter().collect::<Vec<_>>(), &zk_dir).since(cpu0);
     let s1 = wait("the leader's counters", Duration::from_secs(10), || async {
         let s = status(&http, &engines[l].base).await?;
         (s["records_replicated"].as_u64()? > s0["records_replicated"].as_u64()?).then_some(s)
@@ -786,6 +879,19 @@ async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
         args.concurrency,
         replicated_rate / single_rate,
         events as f64 / writes.max(1) as f64
+    );
+    println!();
+    println!("CPU used during each burst (the engines' processes, the ZooKeeper servers', this tool's load), per event; cores busy = all of it / wall time:");
+    println!();
+    println!("| run | events | seconds | engines ms/event | ZooKeeper ms/event | load ms/event | all ms/event | cores busy |");
+    println!("|---|---|---|---|---|---|---|---|");
+    println!(
+        "{}",
+        single_cpu.row("single", single_events, single_elapsed)
+    );
+    println!(
+        "{}",
+        replicated_cpu.row("replicated (3 + 3)", events, replicated_elapsed)
     );
     for e in &mut engines {
         e.kill().await;
