@@ -5,7 +5,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ingest_engine::EngineHandle;
 use ingest_projections::zk::{call, connect, ZkError, ZkErrorKind};
@@ -81,6 +81,7 @@ pub async fn run(
             duties: &duties,
             cancel: &cancel,
             registration_version: None,
+            last_report: None,
         };
         let ended = machine.session().await;
         // Whatever ended the session, this engine takes no command until it
@@ -131,7 +132,22 @@ struct Machine<'a> {
     duties: &'a LeaderDuties,
     cancel: &'a CancellationToken,
     registration_version: Option<i32>,
+    /// When this follower last read (and maybe wrote) its registration.
+    last_report: Option<Instant>,
 }
+
+/// A follower publishes its applied position at most this often: each
+/// publication is a ZooKeeper write every server of the ensemble logs, and
+/// one per replicated group tripled the ensemble's work. The leader only
+/// trims the tail and checks lag with it, so a quarter second late is
+/// harmless; a quiet follower still publishes at its next poll.
+const REPORT_EVERY: Duration = Duration::from_millis(250);
+
+/// A busy follower goes round its loop (list the tail, read the new
+/// nodes, read the leader and the election) at most this often, so one
+/// round takes the groups of several commits in one multi-read instead of
+/// a round per group.
+const MIN_ROUND: Duration = Duration::from_millis(20);
 
 fn hex_head(engine: &EngineHandle) -> (u64, String) {
     let (p, h) = engine.log().head();
@@ -154,6 +170,13 @@ impl Machine<'_> {
     async fn session(&mut self) -> Result<(), End> {
         let client = connect(&self.config.zk).await?;
         self.ensure_nodes(&client).await?;
+        if self.was_dropped(&client).await? {
+            // Dropped while away (the session may have expired meanwhile,
+            // so the running loop never saw the mark): the leader no longer
+            // keeps the tail for this engine.
+            tracing::error!(id = %self.config.id, applied = self.engine.log().head().0, "this engine fell too far behind the leader and was dropped from the replicated set; it copies the log from a peer and rejoins");
+            self.copy(&client).await?;
+        }
         let mut cursor = self.place(&client).await?;
         self.register(&client, false).await?;
         let candidate = self.stand(&client).await?;
@@ -163,6 +186,7 @@ impl Machine<'_> {
         });
         tracing::info!(id = %self.config.id, candidate = %candidate, "following the replicated tail");
         loop {
+            let round = Instant::now();
             if self.cancel.is_cancelled() {
                 let _ = client.delete(&paths::candidate(&candidate), None).await;
                 return Ok(());
@@ -200,6 +224,7 @@ impl Machine<'_> {
                 tracing::error!(id = %self.config.id, applied, "this engine fell too far behind the leader and was dropped from the replicated set; it copies the log from a peer and rejoins");
                 let _ = client.delete(&paths::candidate(&candidate), None).await;
                 self.copy(&client).await?;
+                self.register(&client, false).await?;
                 return Err(End::StepDown("rejoining after being dropped".into()));
             }
             let tail_end = nodes.iter().filter(|n| n.complete).map(|n| n.pos).max();
@@ -235,6 +260,14 @@ impl Machine<'_> {
                 _ = tail_watch.changed() => {}
                 _ = election_watch.changed() => {}
                 () = tokio::time::sleep(self.config.poll) => {}
+            }
+            // Let the groups of a busy leader gather before the next round.
+            let rest = MIN_ROUND.saturating_sub(round.elapsed());
+            if !rest.is_zero() {
+                tokio::select! {
+                    () = self.cancel.cancelled() => {}
+                    () = tokio::time::sleep(rest) => {}
+                }
             }
         }
     }
@@ -358,6 +391,18 @@ impl Machine<'_> {
         Ok(reached)
     }
 
+    /// Whether this engine's registration says the leader dropped it.
+    async fn was_dropped(&self, client: &zk::Client) -> Result<bool, End> {
+        let path = paths::replica(&self.config.id);
+        match call(self.deadline(), "get", &path, client.get_data(&path)).await {
+            Ok((data, _)) => Ok(serde_json::from_slice::<Registration>(&data)
+                .map(|r| r.dropped)
+                .unwrap_or(false)),
+            Err(e) if is(&e, zk::Error::NoNode) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Registers this engine (creating or updating its node).
     async fn register(&mut self, client: &zk::Client, dropped: bool) -> Result<(), End> {
         let path = paths::replica(&self.config.id);
@@ -396,6 +441,10 @@ impl Machine<'_> {
     /// Publishes the applied position; returns true when the leader
     /// dropped this engine (its node says so).
     async fn report_applied(&mut self, client: &zk::Client, applied: u64) -> Result<bool, End> {
+        if self.last_report.is_some_and(|t| t.elapsed() < REPORT_EVERY) {
+            return Ok(false);
+        }
+        self.last_report = Some(Instant::now());
         let path = paths::replica(&self.config.id);
         let (data, stat) = call(self.deadline(), "get", &path, client.get_data(&path)).await?;
         let mut r: Registration = serde_json::from_slice(&data).unwrap_or(Registration {

@@ -767,6 +767,26 @@ async fn a_follower_left_too_far_behind_is_dropped_and_rejoins_by_copying() {
     assert!(engines[l]
         .log()
         .contains("was dropped from the set that holds the tail"));
+    // Still stopped, its ZooKeeper session expires (its candidacy goes):
+    // when it resumes, only its registration tells it it was dropped.
+    let zk = zookeeper_client::Client::connect(&format!("{}/ingest-repl-lag", ens.hosts))
+        .await
+        .expect("zookeeper");
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let candidates = zk
+            .list_children("/ingest-engine/replication/election")
+            .await
+            .expect("list the candidates");
+        if candidates.len() == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stopped follower's session never expired: {candidates:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     engines[lagging].signal("-CONT");
     converged(&http, &all).await;
     all_present(&http, &all, &acked).await;
