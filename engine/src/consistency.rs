@@ -61,6 +61,9 @@ pub struct Sources<'a> {
     pub targets: &'a [TargetSpec],
     /// The inventory (`None`: no OCFL rule).
     pub inventory: Option<&'a Inventory>,
+    /// How long an access request may be Processing without its lock
+    /// before it is reported ([`rules::STUCK_AFTER_SECS`] by default).
+    pub stuck_after_secs: u64,
 }
 
 /// Why a check or a repair could not be done.
@@ -156,7 +159,12 @@ pub async fn check(src: Sources<'_>, now: DateTime<Utc>) -> Result<Checked, Chec
         nodes = diff.live.tree.len() as u64;
         let unexpected: BTreeSet<&str> = diff.diff.unexpected.iter().map(String::as_str).collect();
         let log_has = |p: &str| layout::is_owned(p) && !unexpected.contains(p);
-        let tree = rules::tree_findings(&diff.live, now.timestamp_millis(), &log_has);
+        let tree = rules::tree_findings(
+            &diff.live,
+            now.timestamp_millis(),
+            src.stuck_after_secs,
+            &log_has,
+        );
         let named: BTreeSet<String> = tree
             .iter()
             .flat_map(|f| match &f.plan {

@@ -116,7 +116,14 @@ state_enum!(
     "access_states",
     "access request",
     [Pending, Processing, Completed, Deleted, Failed],
-    admin: [(Completed, Deleted, "delete"), (Failed, Pending, "requeue")]
+    // Processing → Pending or Deleted: a request whose worker died (the
+    // server refuses both while a worker holds the request's lock).
+    admin: [
+        (Completed, Deleted, "delete"),
+        (Failed, Pending, "requeue"),
+        (Processing, Pending, "requeue"),
+        (Processing, Deleted, "delete")
+    ]
 );
 
 impl JobState {
@@ -1102,9 +1109,14 @@ mod tests {
         assert!(l
             .access
             .admin_can(AccessState::Completed, AccessState::Deleted));
-        assert!(!l
+        // A Processing request whose worker died is requeued (the server
+        // refuses it while a lock is held); a Pending one is not deleted.
+        assert!(l
             .access
             .admin_can(AccessState::Processing, AccessState::Pending));
+        assert!(!l
+            .access
+            .admin_can(AccessState::Pending, AccessState::Deleted));
         let table = l.table(&[]);
         let row = |title: &str, state: &str| -> String {
             let section = table.split(title).nth(1).expect(title);

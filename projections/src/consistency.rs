@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use ingest_protocol::consistency::{Finding, Repair, Severity};
 use ingest_protocol::cut;
-use ingest_protocol::node::{self, JobStatusNode, SubmissionNode};
+use ingest_protocol::node::{self, AccessStatusNode, JobStatusNode, SubmissionNode};
 
 use crate::layout;
 use crate::tree::TreeDiff;
@@ -28,6 +28,12 @@ pub const AGE_ALERT_SECS: u64 = 120;
 /// Merritt's fail age: a broken node younger than this is a WARN (it may be
 /// a write in progress), older a FAIL (mrt-zk's `NodeDump::AGE_FAIL`, 1 h).
 pub const AGE_FAIL_SECS: u64 = 3600;
+/// How long a request may stay Processing without its worker's lock
+/// before the report names it (`ingest check --stuck-after`), by default:
+/// an access daemon takes such a request again within a poll of the lock's
+/// session expiring, so one still there after Merritt's alert age has no
+/// daemon taking it.
+pub const STUCK_AFTER_SECS: u64 = AGE_ALERT_SECS;
 /// The most bytes of a path shown in a finding.
 pub const MAX_PATH_SHOWN: usize = 512;
 /// The most bytes of a node's data the rules decode; a larger node is an
@@ -98,6 +104,7 @@ pub fn drift_repair() -> Repair {
 struct Rules<'a> {
     live: &'a LiveTree,
     now_ms: i64,
+    stuck_after_secs: u64,
     log_has: &'a dyn Fn(&str) -> bool,
     out: Vec<Found>,
 }
@@ -288,6 +295,12 @@ impl Rules<'_> {
                 }
                 [kind @ ("batches" | "jobs"), id, "lock"] if *id != "states" => {
                     self.lock(path, kind, id)
+                }
+                ["access", "small" | "large", qid, "lock"] if is_id(qid, "qid") => {
+                    self.lock(path, "access", qid)
+                }
+                ["access", "small" | "large", qid, "status"] if is_id(qid, "qid") => {
+                    self.access_status(path, qid)
                 }
                 _ => {}
             }
@@ -489,7 +502,11 @@ impl Rules<'_> {
                 subject,
                 format!(
                     "a persistent lock on a {}: no session owns it, so it blocks its item for ever",
-                    &kind[..kind.len() - 1]
+                    match kind {
+                        "batches" => "batch",
+                        "jobs" => "job",
+                        _ => "access request",
+                    }
                 ),
                 Some(path),
             );
@@ -519,6 +536,58 @@ impl Rules<'_> {
     }
 }
 
+impl Rules<'_> {
+    /// An access request in Processing whose `lock` is gone: its worker
+    /// died, and no access daemon has taken it again for longer than the
+    /// bound (the engine's state has no lock, so only the tree says so).
+    /// Its age is the status node's `last_modified`, when it entered
+    /// Processing or was last taken.
+    fn access_status(&mut self, path: &str, qid: &str) {
+        let Some(status) = self.json::<AccessStatusNode>(path, "access status") else {
+            return;
+        };
+        if status.status != "Processing" {
+            return;
+        }
+        let request = &path[..path.len() - "/status".len()];
+        let lock = format!("{request}/lock");
+        if self.exists(&lock) {
+            return;
+        }
+        let changed =
+            chrono::DateTime::parse_from_str(&status.last_modified, "%Y-%m-%d %H:%M:%S %z")
+                .map(|t| t.timestamp_millis())
+                .ok();
+        let age = changed.map_or(u64::MAX, |ms| {
+            u64::try_from(self.now_ms.saturating_sub(ms).max(0)).unwrap_or(0) / 1000
+        });
+        if age < self.stuck_after_secs {
+            return;
+        }
+        let since =
+            changed.map_or_else(|| "an unreadable time".to_string(), |_| format!("{age} s"));
+        let severity = if age < AGE_FAIL_SECS {
+            Severity::Warn
+        } else {
+            Severity::Fail
+        };
+        // The finding is about the missing lock: the status node is the
+        // log's, and a requeue (not a delete) is the repair.
+        self.push(
+            "access-without-lock",
+            severity,
+            &lock,
+            Some(cut(qid, 64).into_owned()),
+            format!(
+                "access request {} has been Processing for {since} with no worker holding its lock (the bound is {} s): no access daemon is taking it; start one, or `ingest access requeue` or `delete` it",
+                cut(qid, 64),
+                self.stuck_after_secs
+            ),
+            None,
+        );
+    }
+}
+
 /// `bid0000000001`-like: the prefix and at least one digit (Merritt's
 /// `bid[0-9]+`).
 fn is_id(s: &str, prefix: &str) -> bool {
@@ -529,10 +598,19 @@ fn is_id(s: &str, prefix: &str) -> bool {
 /// Merritt's rules over `live` at `now_ms` (milliseconds since the Unix
 /// epoch). `log_has` says whether the log's tree has a node: a delete
 /// repair is offered only for nodes it does not have.
-pub fn tree_findings(live: &LiveTree, now_ms: i64, log_has: &dyn Fn(&str) -> bool) -> Vec<Found> {
+///
+/// An access request Processing without its lock is reported once it has
+/// been so for `stuck_after_secs` ([`STUCK_AFTER_SECS`] by default).
+pub fn tree_findings(
+    live: &LiveTree,
+    now_ms: i64,
+    stuck_after_secs: u64,
+    log_has: &dyn Fn(&str) -> bool,
+) -> Vec<Found> {
     let mut rules = Rules {
         live,
         now_ms,
+        stuck_after_secs,
         log_has,
         out: Vec::new(),
     };
@@ -680,7 +758,7 @@ mod tests {
     }
 
     fn rules(l: &LiveTree) -> Vec<(String, Severity, String)> {
-        tree_findings(l, NOW, &|_| false)
+        tree_findings(l, NOW, STUCK_AFTER_SECS, &|_| false)
             .into_iter()
             .map(|f| (f.finding.rule, f.finding.severity, f.finding.path))
             .collect()
@@ -790,6 +868,60 @@ mod tests {
         )));
     }
 
+    /// A Processing request with no lock is named once it has been so for
+    /// the bound, and not while its lock is held, before the bound, or in
+    /// another state; the age is the status node's `last_modified`.
+    #[test]
+    fn an_access_request_processing_without_a_lock_is_reported_after_the_bound() {
+        let at = |secs_ago: i64| {
+            let t = chrono::DateTime::from_timestamp_millis(NOW - secs_ago * 1000).expect("time");
+            format!(
+                r#"{{"status":"Processing","last_modified":"{}","message":""}}"#,
+                t.format("%Y-%m-%d %H:%M:%S %z")
+            )
+        };
+        let status = "/access/small/qid0000000001/status";
+        let lock = "/access/small/qid0000000001/lock";
+        let found = |data: &str, locked: bool, bound: u64| -> Vec<(String, Severity, String)> {
+            let mut nodes: Vec<(&str, &[u8])> = vec![
+                ("/access", b""),
+                ("/access/small", b""),
+                ("/access/small/qid0000000001", b""),
+                (status, data.as_bytes()),
+            ];
+            if locked {
+                nodes.push((lock, b""));
+            }
+            let owned: &[&str] = if locked { &[lock] } else { &[] };
+            let l = live(&nodes, owned, 1);
+            tree_findings(&l, NOW, bound, &|_| false)
+                .into_iter()
+                .map(|f| (f.finding.rule, f.finding.severity, f.finding.path))
+                .collect()
+        };
+        let stuck = vec![(
+            "access-without-lock".to_string(),
+            Severity::Warn,
+            lock.to_string(),
+        )];
+        assert_eq!(found(&at(200), false, STUCK_AFTER_SECS), stuck);
+        assert_eq!(found(&at(200), true, STUCK_AFTER_SECS), vec![]);
+        assert_eq!(found(&at(30), false, STUCK_AFTER_SECS), vec![]);
+        assert_eq!(found(&at(30), false, 10), stuck);
+        assert_eq!(
+            found(&at(99_999), false, STUCK_AFTER_SECS)[0].1,
+            Severity::Fail
+        );
+        let pending = at(200).replace("Processing", "Pending");
+        assert_eq!(found(&pending, false, STUCK_AFTER_SECS), vec![]);
+        // An unreadable time counts as old, not as never.
+        let garbled = r#"{"status":"Processing","last_modified":"yesterday"}"#;
+        assert_eq!(
+            found(garbled, false, STUCK_AFTER_SECS)[0].0,
+            "access-without-lock"
+        );
+    }
+
     #[test]
     fn hostile_data_is_a_bounded_finding() {
         let huge = vec![b'x'; MAX_DATA_READ + 1];
@@ -806,7 +938,7 @@ mod tests {
                     n.1 = data;
                 }
             }
-            let found = tree_findings(&live(&nodes, &[], 10), NOW, &|_| false);
+            let found = tree_findings(&live(&nodes, &[], 10), NOW, STUCK_AFTER_SECS, &|_| false);
             let f = found
                 .iter()
                 .find(|f| f.finding.rule == "unreadable-node")
@@ -823,8 +955,8 @@ mod tests {
         nodes.push(("/batches/bid0000000002", b""));
         nodes.push(("/batches/bid0000000002/states", b""));
         let l = live(&nodes, &[], 10);
-        let a = tree_findings(&l, NOW, &|_| false);
-        let b = tree_findings(&l, NOW + 5000, &|_| false);
+        let a = tree_findings(&l, NOW, STUCK_AFTER_SECS, &|_| false);
+        let b = tree_findings(&l, NOW + 5000, STUCK_AFTER_SECS, &|_| false);
         assert_eq!(a[0].finding.id, b[0].finding.id);
         assert!(a[0].finding.id.starts_with("empty-states-"));
         assert_eq!(
@@ -834,6 +966,6 @@ mod tests {
         // D2: the log projects a manifest-failed batch's empty `states`
         // node; it was a WARN, then a FAIL after an hour.
         let states = "/batches/bid0000000002/states";
-        assert!(tree_findings(&l, NOW, &|p| p == states).is_empty());
+        assert!(tree_findings(&l, NOW, STUCK_AFTER_SECS, &|p| p == states).is_empty());
     }
 }

@@ -58,6 +58,9 @@ pub struct CheckArgs {
     /// Transaction caps (for the repair of drift).
     #[command(flatten)]
     pub txn: TxnArgs,
+    /// Report an access request Processing without its worker's lock once it has been so for this many seconds.
+    #[arg(long, value_name = "SECS", default_value_t = ingest_projections::consistency::STUCK_AFTER_SECS)]
+    pub stuck_after: u64,
     /// How long a drift repair waits for a running projector to give up leadership, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub leader_wait: f64,
@@ -181,6 +184,7 @@ pub fn local(engine: &mut Engine, actor: &Actor, args: CheckArgs) -> Result<i32>
         zk: zk.as_ref(),
         targets: &targets,
         inventory: Some(&inventory),
+        stuck_after_secs: args.stuck_after,
     };
     let unreadable = |e: CheckError| -> Result<i32> {
         eprintln!("error: {e}");
@@ -262,7 +266,8 @@ pub fn remote(remote: &Remote, args: CheckArgs) -> Result<i32> {
     }
     let client = remote.admin_api()?;
     let get = || -> Result<ConsistencyReport> {
-        remote.run(client.send::<(), _>(Method::GET, "/consistency", None))
+        let path = format!("/consistency?stuck_after={}", args.stuck_after);
+        remote.run(client.send::<(), _>(Method::GET, &path, None))
     };
     let ids: Vec<String> = match (&args.repair, args.repair_all) {
         (None, false) => {

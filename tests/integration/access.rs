@@ -202,3 +202,205 @@ async fn an_access_report_without_the_lock_is_refused() {
     assert_eq!(body["error"]["code"], "lock_not_held", "{body}");
     assert_eq!(status_of(&server, &qid).await["status"], "Pending");
 }
+
+/// Runs `ingest ARGS` (blocking, off the runtime's worker).
+fn ingest(args: &[&str]) -> std::process::Output {
+    tokio::task::block_in_place(|| {
+        Command::new(ingest_bin())
+            .args(args)
+            .env("INGEST_ADMIN_TOKEN", ADMIN)
+            .env_remove("INGEST_DATA_DIR")
+            .env_remove("INGEST_CONFIG")
+            .output()
+            .expect("run ingest")
+    })
+}
+
+/// The `access-without-lock` findings of a JSON consistency report.
+fn stuck_in(out: &std::process::Output) -> Vec<String> {
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "the report as JSON: {e}; stderr {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    report["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter(|f| f["rule"] == "access-without-lock")
+        .map(|f| f["subject"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Issue 24: `ingest serve` killed while a request is Processing (its
+/// in-process daemon holding the lock) left it there for good: no daemon
+/// took a Processing request and `ingest check` said PASS. Now, with serve
+/// down, `ingest check` names it once its lock is gone for longer than the
+/// bound, and the restarted serve's daemon takes it again and completes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_access_request_left_processing_by_a_killed_serve_completes_after_restart() {
+    let zk_server = shared();
+    let hosts = zk_server.hosts();
+    let root = unique_root("access-killed");
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The simulated assembly takes a minute, so the request is caught
+    // Processing under its lock; the restart below assembles at once.
+    let slow = ["--step-ms".to_string(), "60000".to_string()];
+    let server = crate::server::start_with(
+        dir.path(),
+        &hosts,
+        &root,
+        Some(&["access_small=1"]),
+        "simulate",
+        &slow,
+    );
+    let client = zk::Client::connect(&format!("{hosts}{root}"))
+        .await
+        .expect("zookeeper");
+    let qid = request(&server, json!({"ark": "ark:/99999/fk4k", "size": 10})).await;
+    let path = format!("/access/small/{qid}");
+    let lock = format!("{path}/lock");
+    eventually("the request Processing under its lock", 60, async || {
+        let locked = client.check_stat(&lock).await.ok().flatten().is_some();
+        (locked && node_status(&client, &path).await.as_deref() == Some("Processing")).then_some(())
+    })
+    .await;
+    drop(server); // SIGKILL: the daemon dies holding the lock.
+
+    // The lock goes with the killed session; the request stays Processing,
+    // and the check (on the data directory, serve being down) names it.
+    let data = dir.path().join("data");
+    let data = data.to_str().expect("utf-8 path");
+    eventually("ingest check names the stuck request", 90, async || {
+        let out = ingest(&[
+            "--data-dir",
+            data,
+            "check",
+            "--zk",
+            &hosts,
+            "--zk-root",
+            &root,
+            "--stuck-after",
+            "1",
+            "--format",
+            "json",
+        ]);
+        (out.status.code() == Some(1) && stuck_in(&out) == [qid.clone()]).then_some(())
+    })
+    .await;
+    assert_eq!(
+        node_status(&client, &path).await.as_deref(),
+        Some("Processing")
+    );
+
+    // Restarted, serve's daemon takes it again and completes it.
+    let server = start(dir.path(), &hosts, &root, Some(&["access_small=1"]));
+    eventually("the request completed after the restart", 90, async || {
+        (status_of(&server, &qid).await["status"] == "Completed").then_some(())
+    })
+    .await;
+    let out = ingest(&[
+        "--engine",
+        &server.base,
+        "check",
+        "--stuck-after",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(stuck_in(&out), Vec::<String>::new(), "{out:?}");
+}
+
+/// Issue 24: an admin may requeue or delete a Processing request whose
+/// worker died (its lock gone), and is refused (409 `being_assembled`)
+/// while a worker holds its lock. Before, both were refused for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lockless_processing_request_is_requeued_or_deleted_but_not_while_locked() {
+    let zk_server = shared();
+    let hosts = zk_server.hosts();
+    let root = unique_root("access-lockless");
+    let dir = tempfile::tempdir().expect("tempdir");
+    // No daemons: the test plays the worker, whose death is its session's
+    // close.
+    let server = start(dir.path(), &hosts, &root, None);
+    let admin_call = async |method: Method, path: &str| {
+        server
+            .call(
+                method,
+                path,
+                ADMIN,
+                Some(json!({"reason": "its worker died"})),
+            )
+            .await
+    };
+    for (n, (method, then)) in [(Method::POST, "Pending"), (Method::DELETE, "Deleted")]
+        .into_iter()
+        .enumerate()
+    {
+        let qid = request(
+            &server,
+            json!({"ark": format!("ark:/99999/fk4d{n}"), "size": 1}),
+        )
+        .await;
+        let lock = format!("/access/small/{qid}/lock");
+        let worker = zk::Client::connect(&format!("{hosts}{root}"))
+            .await
+            .expect("zookeeper");
+        eventually("the request's node projected", 30, async || {
+            worker
+                .check_stat(&format!("/access/small/{qid}"))
+                .await
+                .ok()
+                .flatten()
+        })
+        .await;
+        let secret = FenceSecret::from_bytes([n as u8 + 1; 32]);
+        worker
+            .create(
+                &lock,
+                &ingest_protocol::fence::LockNode::new("w1", &secret).to_bytes(),
+                &zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all()),
+            )
+            .await
+            .expect("the lock");
+        let (code, body) = server
+            .call_fenced(
+                &format!("/access/{qid}/start"),
+                &secret,
+                json!({"worker": "w1", "session_id": worker.session_id().0}),
+            )
+            .await;
+        assert_eq!(code, 200, "{body}");
+        assert_eq!(status_of(&server, &qid).await["status"], "Processing");
+
+        let path = if method == Method::POST {
+            format!("/access/{qid}/requeue")
+        } else {
+            format!("/access/{qid}")
+        };
+        let (code, body) = admin_call(method.clone(), &path).await;
+        assert_eq!(code, 409, "{body}");
+        assert_eq!(body["error"]["code"], "being_assembled", "{body}");
+        assert_eq!(status_of(&server, &qid).await["status"], "Processing");
+
+        drop(worker); // The worker dies: its session and lock go.
+        let probe = zk::Client::connect(&format!("{hosts}{root}"))
+            .await
+            .expect("zookeeper");
+        eventually("the lock gone with its session", 60, async || {
+            probe
+                .check_stat(&lock)
+                .await
+                .ok()
+                .flatten()
+                .is_none()
+                .then_some(())
+        })
+        .await;
+        let (code, body) = admin_call(method, &path).await;
+        assert_eq!(code, 200, "{body}");
+        let now = status_of(&server, &qid).await;
+        assert_eq!(now["status"], then, "{now}");
+    }
+}

@@ -1,7 +1,9 @@
 //! The access (assembly) daemons: one loop per task over `/access/small` or
 //! `/access/large`, as mrt-store's consumer takes requests
 //! (`Access.acquirePendingAssembly`): the children in sorted order, the
-//! first Pending one whose ephemeral `lock` this session can create. While
+//! first Pending one whose ephemeral `lock` this session can create. A
+//! Processing one whose lock this session can create is taken too: its
+//! worker died, and nobody else would ever finish it. While
 //! `/locks/queue/accessSmall` (or `accessLarge`) exists the queue is paused
 //! and nothing is taken.
 //!
@@ -81,8 +83,9 @@ pub async fn run(shared: Arc<Shared>, queue: AccessQueue, task: u32, stop: Cance
     }
 }
 
-/// Takes, assembles and reports the first Pending request this session
-/// can lock; whether it took one.
+/// Takes, assembles and reports the first Pending (or lockless
+/// Processing) request this session can lock and the engine lets it start;
+/// whether it took one.
 async fn take_one(
     shared: &Shared,
     client: &zk::Client,
@@ -100,7 +103,7 @@ async fn take_one(
     children.sort();
     for qid in children {
         let path = format!("{dir}/{qid}");
-        if status(client, &path).await.as_deref() != Some("Pending") {
+        if !takeable(status(client, &path).await.as_deref()) {
             continue;
         }
         let fence = fresh_secret()?;
@@ -114,10 +117,22 @@ async fn take_one(
         };
         let result = assemble(shared, client, &qid, &path, &fence).await;
         release(client, &lock, &created).await;
-        result?;
-        return Ok(true);
+        if result? {
+            return Ok(true);
+        }
+        // Not started (the engine has it in another state than the tree
+        // says, or it moved meanwhile): the next request is looked at, so
+        // one the projection shows stale never starves the rest of the
+        // queue nor spins this loop.
     }
     Ok(false)
+}
+
+/// Whether a request with this status is taken once its lock is created: a
+/// Pending one, or a Processing one whose lock was free (the worker that
+/// took it died with its session), as a job in a step is taken again.
+fn takeable(status: Option<&str>) -> bool {
+    matches!(status, Some("Pending" | "Processing"))
 }
 
 /// The request's status, or `None` when its node is missing or unreadable
@@ -129,17 +144,19 @@ async fn status(client: &zk::Client, path: &str) -> Option<String> {
         .map(|n| n.status)
 }
 
+/// Starts, assembles and reports one locked request; whether the engine
+/// let it start.
 async fn assemble(
     shared: &Shared,
     client: &zk::Client,
     qid: &str,
     path: &str,
     fence: &FenceSecret,
-) -> Result<(), BoxError> {
+) -> Result<bool, BoxError> {
     // Re-checked under the lock: another worker may have taken it between
     // the listing and the lock.
-    if status(client, path).await.as_deref() != Some("Pending") {
-        return Ok(());
+    if !takeable(status(client, path).await.as_deref()) {
+        return Ok(false);
     }
     let session_id = SessionId(client.session_id().0);
     let who = WorkerRef {
@@ -152,14 +169,14 @@ async fn assemble(
         .await?;
     if let Reply::Refused { code, message } = started {
         tracing::info!(%qid, %code, message = %ingest_protocol::bounded(&message), "the access request was not started");
-        return Ok(());
+        return Ok(false);
     }
     let token = match client.get_data(&format!("{path}/token")).await {
         Ok((data, _)) => decode::<AccessTokenNode>("/access/QUEUE/QID/token", &data).ok(),
         Err(_) => None,
     };
-    // The simulated assembly.
-    tokio::time::sleep(Duration::from_millis(10)).await;
+    // The simulated assembly: as long as a simulated step (`--step-ms`).
+    tokio::time::sleep(shared.steps.simulated_assembly).await;
     let (outcome, message) = match &token {
         None => (
             OutcomeKind::Failure,
@@ -189,5 +206,5 @@ async fn assemble(
             tracing::warn!(%qid, %code, message = %ingest_protocol::bounded(&message), "the assembly's outcome was refused");
         }
     }
-    Ok(())
+    Ok(true)
 }

@@ -101,7 +101,11 @@ pub(super) fn request_access(
 }
 
 /// A worker takes a pending request (Pending → Processing); refused while
-/// its queue is paused. (`Command::StartAccess`.)
+/// its queue is paused. A request already Processing is taken again: the
+/// server lets a worker start only while it holds the request's ephemeral
+/// lock, so a second start means the worker that moved it to Processing lost
+/// its session (it died) and its lock with it; without this the request
+/// stayed in Processing for good. (`Command::StartAccess`.)
 pub(super) fn start_access(
     state: &State,
     lc: &Lifecycle,
@@ -109,7 +113,10 @@ pub(super) fn start_access(
     qid: &Qid,
 ) -> Result<(), Rejection> {
     let a = request(state, qid)?;
-    if a.status != AccessState::Pending || !lc.access.can(a.status, AccessState::Processing) {
+    let retake = a.status == AccessState::Processing;
+    if !retake
+        && (a.status != AccessState::Pending || !lc.access.can(a.status, AccessState::Processing))
+    {
         return Err(illegal(a, lc, AccessState::Processing));
     }
     if state.paused_access.contains(&a.queue) {
@@ -118,7 +125,12 @@ pub(super) fn start_access(
             queue: a.queue,
         });
     }
-    moved(state, d, a, AccessState::Processing, "", false);
+    let message = if retake {
+        "taken again: the worker that held it lost its lock"
+    } else {
+        ""
+    };
+    moved(state, d, a, AccessState::Processing, message, false);
     Ok(())
 }
 
@@ -163,8 +175,9 @@ pub(super) fn access_outcome(
 }
 
 /// An admin requeues a failed request: back to Pending, as Merritt's admin
-/// tool does (`set_status(Pending)`), so a worker takes it again.
-/// (`Command::RequeueAccess`.)
+/// tool does (`set_status(Pending)`), so a worker takes it again. A request
+/// in Processing is accepted too: the server refuses it while a worker holds
+/// its lock, so here it is one whose worker died. (`Command::RequeueAccess`.)
 pub(super) fn requeue_access(
     state: &State,
     lc: &Lifecycle,
@@ -186,7 +199,8 @@ pub(super) fn requeue_access(
 }
 
 /// An admin deletes a Completed or Failed request (soft: status Deleted, as
-/// the admin tool's "Queue Del"). (`Command::DeleteAccess`.)
+/// the admin tool's "Queue Del"), or a Processing one whose worker died (the
+/// server refuses it while a lock is held). (`Command::DeleteAccess`.)
 pub(super) fn delete_access(
     state: &State,
     lc: &Lifecycle,

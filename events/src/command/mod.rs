@@ -1175,4 +1175,71 @@ mod tests {
             "extra.batchID"
         );
     }
+
+    /// A request left in Processing by a worker that died (its ephemeral
+    /// lock gone with its session) is not stuck: the next lock holder starts
+    /// it again, and an admin may requeue or delete it. Before, all three
+    /// were refused and the request stayed in Processing for good.
+    #[test]
+    fn an_access_request_left_in_processing_is_taken_again_requeued_or_deleted() {
+        use crate::ids::Qid;
+        use crate::lifecycle::AccessState;
+        let lc = Lifecycle::builtin();
+        let mut processing = (State::new(), 0);
+        // Each branch below continues from the same state, so each keeps
+        // its own log position.
+        let run = |(state, position): &mut (State, u64), cmd: Command| {
+            run_command(state, &lc, cmd, position, crate::event::Actor::engine())
+        };
+        run(
+            &mut processing,
+            Command::RequestAccess {
+                token: AccessToken {
+                    token: "t".into(),
+                    ark: "ark:/1/2".into(),
+                    version: 0,
+                    format: "zip".into(),
+                    size: 1,
+                    delivery_node: 9501,
+                },
+                size_limit: AccessQueue::DEFAULT_SIZE_LIMIT,
+            },
+        )
+        .expect("request");
+        let qid = Qid(1);
+        run(&mut processing, Command::StartAccess { qid }).expect("start");
+
+        let mut retaken = processing.clone();
+        run(&mut retaken, Command::StartAccess { qid }).expect("taken again");
+        let a = &retaken.0.access[&qid];
+        assert_eq!(a.status, AccessState::Processing);
+        assert!(a.message.contains("taken again"), "{}", a.message);
+        run(
+            &mut retaken,
+            Command::AccessOutcome {
+                qid,
+                success: true,
+                message: String::new(),
+            },
+        )
+        .expect("outcome");
+        assert_eq!(retaken.0.access[&qid].status, AccessState::Completed);
+
+        let mut requeued = processing.clone();
+        let reason = "its worker died".to_string();
+        run(
+            &mut requeued,
+            Command::RequeueAccess {
+                qid,
+                reason: reason.clone(),
+            },
+        )
+        .expect("requeue");
+        assert_eq!(requeued.0.access[&qid].status, AccessState::Pending);
+        assert_eq!(requeued.0.access[&qid].retry_count, 1);
+
+        let mut deleted = processing;
+        run(&mut deleted, Command::DeleteAccess { qid, reason }).expect("delete");
+        assert_eq!(deleted.0.access[&qid].status, AccessState::Deleted);
+    }
 }

@@ -7,6 +7,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use ingest_events::command::{Command, Item};
 use ingest_events::event::{AccessQueue, AccessToken};
+use ingest_events::lifecycle::AccessState;
 use ingest_events::{Actor, Qid, Recorded};
 use ingest_protocol::access::{
     AccessList, AccessMoved, AccessOutcomeBody, AccessRequestBody, AccessView,
@@ -150,7 +151,47 @@ pub(crate) async fn outcome(
     fenced(&app, &proof, cid, qid, who, command).await
 }
 
-/// `POST /access/{qid}/requeue`: a failed request goes back to Pending.
+/// Refuses an admin's requeue or delete of a request a live worker is
+/// assembling: one in Processing whose ephemeral lock is still held. A
+/// Processing request without a lock (its worker died) may be requeued or
+/// deleted; the engine accepts both.
+///
+/// The check and the append are two steps (as for fenced reports): a
+/// daemon that takes the request again between them has its outcome
+/// refused as stale (the request left Processing), and a requeued request
+/// is then assembled once more; nothing is lost or stuck.
+async fn not_being_assembled(app: &AppState, qid: Qid) -> Result<(), ApiError> {
+    let processing = app
+        .inner
+        .handle
+        .state()
+        .access
+        .get(&qid)
+        .is_some_and(|a| a.status == AccessState::Processing);
+    if !processing {
+        return Ok(());
+    }
+    let path = access_lock_path(queue_of(app, qid)?, qid);
+    let holder = app.inner.locks.holder(&path).await.map_err(|e| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "lock_check_failed",
+            format!("{e}; nothing was appended, retry"),
+        )
+        .with("path", path.clone())
+    })?;
+    match holder {
+        None => Ok(()),
+        Some(_) => Err(ApiError::conflict(
+            "being_assembled",
+            format!("access request {qid} is Processing and a worker holds {path}; nothing was appended"),
+        )
+        .with("path", path)),
+    }
+}
+
+/// `POST /access/{qid}/requeue`: a failed request, or a Processing one whose
+/// worker died, goes back to Pending.
 pub(crate) async fn requeue(
     State(app): State<AppState>,
     cid: CorrelationId,
@@ -158,6 +199,7 @@ pub(crate) async fn requeue(
     ApiPath(qid): ApiPath<Qid>,
     ApiJson(body): ApiJson<AdminBody>,
 ) -> Result<Json<Appended>, ApiError> {
+    not_being_assembled(&app, qid).await?;
     act(app, cid, who, body, |reason| Command::RequeueAccess {
         qid,
         reason,
@@ -165,7 +207,8 @@ pub(crate) async fn requeue(
     .await
 }
 
-/// `DELETE /access/{qid}`: a Completed or Failed request is marked Deleted.
+/// `DELETE /access/{qid}`: a Completed or Failed request, or a Processing
+/// one whose worker died, is marked Deleted.
 pub(crate) async fn delete(
     State(app): State<AppState>,
     cid: CorrelationId,
@@ -173,6 +216,7 @@ pub(crate) async fn delete(
     ApiPath(qid): ApiPath<Qid>,
     ApiJson(body): ApiJson<AdminBody>,
 ) -> Result<Json<Appended>, ApiError> {
+    not_being_assembled(&app, qid).await?;
     act(app, cid, who, body, |reason| Command::DeleteAccess {
         qid,
         reason,

@@ -6,7 +6,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::Json;
 use chrono::Utc;
@@ -42,6 +43,7 @@ fn answer(e: CheckError) -> ApiError {
 /// reads so the tree and its checkpoint stand still.
 async fn with_sources<T: Send + 'static>(
     app: &AppState,
+    stuck_after_secs: u64,
     run: impl for<'a> FnOnce(
             &'a Sources<'a>,
         ) -> std::pin::Pin<
@@ -67,6 +69,7 @@ async fn with_sources<T: Send + 'static>(
             zk: zk.as_ref(),
             targets: &targets,
             inventory: inventory.as_ref(),
+            stuck_after_secs,
         };
         let result = runtime.block_on(run(&sources));
         drop(held);
@@ -77,16 +80,43 @@ async fn with_sources<T: Send + 'static>(
     result.map_err(answer)
 }
 
-/// `GET /consistency`: the report.
+/// `GET /consistency`'s query.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReportQuery {
+    /// Seconds an access request may be Processing without its lock before
+    /// it is reported.
+    #[serde(default = "default_stuck_after")]
+    stuck_after: u64,
+}
+
+pub(crate) fn default_stuck_after() -> u64 {
+    ingest_projections::consistency::STUCK_AFTER_SECS
+}
+
+/// `GET /consistency[?stuck_after=SECS]`: the report.
 pub(crate) async fn report(
     State(app): State<AppState>,
+    query: Result<Query<ReportQuery>, QueryRejection>,
 ) -> Result<Json<ConsistencyReport>, ApiError> {
-    let checked: Checked = with_sources(&app, |s| {
+    let Query(q) = query.map_err(|e| {
+        ApiError::bad_request("invalid_query", e.body_text()).with("param", "stuck_after")
+    })?;
+    checked_report(&app, q.stuck_after).await.map(Json)
+}
+
+/// The report, with access requests Processing without a lock for
+/// `stuck_after` seconds named (the UI's page shows the default).
+pub(crate) async fn checked_report(
+    app: &AppState,
+    stuck_after: u64,
+) -> Result<ConsistencyReport, ApiError> {
+    let checked: Checked = with_sources(app, stuck_after, |s| {
         let s = *s;
         Box::pin(async move { consistency::check(s, Utc::now()).await })
     })
     .await?;
-    Ok(Json(checked.report))
+    Ok(checked.report)
 }
 
 /// `POST /consistency/repair`: applies one finding's repair and records it
@@ -109,7 +139,7 @@ pub(crate) async fn repair(
     }
     let id = body.finding.clone();
     let why = reason.clone();
-    let applied: Applied = with_sources(&app, move |s| {
+    let applied: Applied = with_sources(&app, default_stuck_after(), move |s| {
         let s = *s;
         Box::pin(async move {
             let ctx = RepairContext {

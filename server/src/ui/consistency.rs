@@ -11,8 +11,7 @@ use crate::api::{consistency as api, AdminName, ApiError, ApiJson, AppState, Cor
 
 /// The consistency report the pages show.
 pub(crate) async fn consistency_report(app: &AppState) -> Result<ConsistencyReport, ApiError> {
-    let Json(report) = api::report(State(app.clone())).await?;
-    Ok(report)
+    api::checked_report(app, api::default_stuck_after()).await
 }
 
 /// Repairs one finding as `who`, with `reason`: a message saying what was

@@ -200,6 +200,9 @@ pub struct Steps {
     pub batch: Option<Arc<dyn BatchWork>>,
     /// The janitor of working storage, when the steps are real.
     pub janitor: Option<Arc<super::real::janitor::Janitor>>,
+    /// How long a simulated assembly (the access daemons') takes: the
+    /// simulated steps' duration (`--step-ms`).
+    pub simulated_assembly: std::time::Duration,
 }
 
 impl Steps {
@@ -235,6 +238,7 @@ impl Steps {
             faults,
             batch: None,
             janitor: None,
+            simulated_assembly: settings.duration,
         }
     }
 
