@@ -498,6 +498,80 @@ impl std::str::FromStr for FailureKind {
     }
 }
 
+/// What the projector found on a node of the live tree that was not what
+/// the log says ([`ForeignChangeRepaired`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ForeignChangeKind {
+    /// The log says the node exists; it was gone.
+    Missing,
+    /// The node exists, with other data than the log's.
+    Changed,
+    /// The node exists; the log says it does not.
+    Extra,
+}
+
+impl ForeignChangeKind {
+    /// Every kind, in order.
+    pub const ALL: [ForeignChangeKind; 3] = [
+        ForeignChangeKind::Missing,
+        ForeignChangeKind::Changed,
+        ForeignChangeKind::Extra,
+    ];
+
+    /// The kind's name, as metrics label it (`missing`, `changed`, `extra`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ForeignChangeKind::Missing => "missing",
+            ForeignChangeKind::Changed => "changed",
+            ForeignChangeKind::Extra => "extra",
+        }
+    }
+
+    /// What the projector did about it (`created`, `set`, `deleted`).
+    pub fn action(self) -> &'static str {
+        match self {
+            ForeignChangeKind::Missing => "created",
+            ForeignChangeKind::Changed => "set",
+            ForeignChangeKind::Extra => "deleted",
+        }
+    }
+}
+
+impl fmt::Display for ForeignChangeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One node of a [`ForeignChangeRepaired`]: what was found and what
+/// ZooKeeper says about who wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForeignNode {
+    /// What was wrong with it; the projector's action follows from it
+    /// ([`ForeignChangeKind::action`]).
+    pub kind: ForeignChangeKind,
+    /// The node's path under the root.
+    pub path: String,
+    /// The data found (UTF-8, lossy), cut to [`ForeignNode::MAX_FOUND_BYTES`];
+    /// empty for a missing node.
+    pub found: String,
+    /// The zxid of the node's last change (ZooKeeper's `mzxid`; 0 when the
+    /// node was missing): the server's transaction log names the session
+    /// that made it.
+    pub zxid: i64,
+    /// When the node was last changed (`mtime`, milliseconds since the Unix
+    /// epoch; 0 when missing).
+    pub mtime: i64,
+    /// The session owning the node, for an ephemeral node (0 otherwise:
+    /// ZooKeeper keeps no writer's session for a persistent node).
+    pub session: i64,
+}
+
+impl ForeignNode {
+    /// The most bytes of found data kept.
+    pub const MAX_FOUND_BYTES: usize = 256;
+}
+
 macro_rules! events {
     ($($(#[$doc:meta])* $kind:ident $body:tt)+) => {
         $(
@@ -666,6 +740,14 @@ events! {
     AccessQueuePaused { pub queue: AccessQueue, pub reason: String }
     /// An admin resumed one access queue.
     AccessQueueResumed { pub queue: AccessQueue, pub reason: String }
+    /// The projector found nodes of one item (a job, a batch, an access
+    /// request, a pause or hold lock) that another ZooKeeper client had
+    /// changed, and converged them back to the log's view in its own fenced
+    /// transaction: `item` names it, `nodes` what was found, `reason` what
+    /// showed it (the projector's own transaction that failed, or a watch).
+    /// Recorded on the item's stream (the system stream for locks and items
+    /// the state no longer holds). Changes nothing in the state or the tree.
+    ForeignChangeRepaired { pub item: String, pub nodes: Vec<ForeignNode>, pub reason: String }
 }
 
 /// The domain separator that starts every signed tree head.
@@ -791,6 +873,26 @@ impl Event {
             }
             Event::AccessQueueResumed(e) => {
                 format!("access queue {} resumed ({})", e.queue, e.reason)
+            }
+            Event::ForeignChangeRepaired(e) => {
+                let mut s = format!("foreign change to {} reverted:", e.item);
+                for (i, n) in e.nodes.iter().enumerate() {
+                    if i == 4 {
+                        s.push_str(&format!(" and {} more", e.nodes.len() - i));
+                        break;
+                    }
+                    s.push_str(&format!(
+                        "{} {} {} ({})",
+                        if i == 0 { "" } else { ";" },
+                        n.kind,
+                        n.path,
+                        n.kind.action()
+                    ));
+                }
+                if !e.reason.is_empty() {
+                    s.push_str(&format!(" [{}]", e.reason));
+                }
+                s
             }
         }
     }

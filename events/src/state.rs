@@ -347,6 +347,8 @@ impl State {
                     Event::BatchCompleted(e) => set(b, BatchState::Completed, &e.message),
                     Event::BatchFailed(e) => set(b, BatchState::Failed, &e.message),
                     Event::BatchDeleted(e) => set(b, BatchState::Deleted, &e.reason),
+                    // A record of the live tree's repair: nothing of the batch changes.
+                    Event::ForeignChangeRepaired(_) => {}
                     Event::BatchCleanedUp(e) => {
                         b.cleaned_up = true;
                         for jid in &e.jobs {
@@ -414,6 +416,8 @@ impl State {
                         j.last_modified = at;
                     }
                     Event::JobStepRetried(_) => j.step_retries += 1,
+                    // A record of the live tree's repair: nothing of the job changes.
+                    Event::ForeignChangeRepaired(_) => {}
                     Event::JobFailureClassified(e) => {
                         if j.status != JobState::Failed {
                             return Err(err(format!(
@@ -470,6 +474,7 @@ impl State {
                         a.message = e.message.clone();
                         a.last_modified = at;
                     }
+                    Event::ForeignChangeRepaired(_) => {}
                     other => {
                         return Err(err(format!(
                             "{} does not belong on an access stream",
@@ -489,6 +494,7 @@ impl State {
                 Event::QueueResumed(_) => self.paused = false,
                 Event::TreeRepaired(_)
                 | Event::ConsistencyRepaired(_)
+                | Event::ForeignChangeRepaired(_)
                 | Event::LogCheckpointed(_) => {}
                 Event::FaultsArmed(e) => self.faults.entry(e.state).or_default().push(ArmedFault {
                     actor: env.actor.to_string(),

@@ -549,6 +549,43 @@ fn cases() -> Vec<Case> {
             }
             .into(),
         ),
+        (
+            "ForeignChangeRepaired",
+            jid,
+            engine(),
+            event::ForeignChangeRepaired {
+                item: "job jid0001234567".into(),
+                nodes: vec![
+                    event::ForeignNode {
+                        kind: event::ForeignChangeKind::Changed,
+                        path: "/jobs/jid0001234567/status".into(),
+                        found: r#"{"status":"Estimating"}"#.into(),
+                        zxid: 0x1_0000_002a,
+                        mtime: 1_700_000_000_123,
+                        session: 0,
+                    },
+                    event::ForeignNode {
+                        kind: event::ForeignChangeKind::Missing,
+                        path: "/jobs/states/pending/05-jid0001234567".into(),
+                        found: String::new(),
+                        zxid: 0,
+                        mtime: 0,
+                        session: 0,
+                    },
+                    event::ForeignNode {
+                        kind: event::ForeignChangeKind::Extra,
+                        path: "/jobs/states/estimating/05-jid0001234567".into(),
+                        found: String::new(),
+                        zxid: 0x1_0000_002b,
+                        mtime: 1_700_000_000_124,
+                        session: 0x1000_0000_0000_0007,
+                    },
+                ],
+                reason: "delete /jobs/states/pending/05-jid0001234567 failed (node not exists)"
+                    .into(),
+            }
+            .into(),
+        ),
     ];
     list.into_iter()
         .enumerate()

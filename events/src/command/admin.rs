@@ -215,6 +215,43 @@ pub(super) fn record_consistency_repair(
     Ok(())
 }
 
+/// The most nodes one [`event::ForeignChangeRepaired`] lists.
+pub const MAX_FOREIGN_NODES: usize = 64;
+
+/// The projector converged one item's nodes that another ZooKeeper client
+/// had changed. Recorded on `stream` when the state holds that item, on the
+/// system stream otherwise (a lock, or an item cleaned up or never made).
+/// (`Command::RecordForeignChange`.)
+pub(super) fn record_foreign_change(
+    state: &State,
+    d: &mut Decision,
+    stream: StreamId,
+    repaired: event::ForeignChangeRepaired,
+) -> Result<(), Rejection> {
+    if repaired.nodes.is_empty() {
+        return Err(Rejection::NoChange("no foreign change was found".into()));
+    }
+    check_size("nodes", repaired.nodes.len(), MAX_FOREIGN_NODES)?;
+    check_text("item", &repaired.item)?;
+    check_size("item", repaired.item.len(), 256)?;
+    check_text("reason", &repaired.reason)?;
+    check_size("reason", repaired.reason.len(), 1024)?;
+    for n in &repaired.nodes {
+        check_text("path", &n.path)?;
+        check_size("path", n.path.len(), 1024)?;
+        check_size("found", n.found.len(), event::ForeignNode::MAX_FOUND_BYTES)?;
+    }
+    let known = match stream {
+        StreamId::System => true,
+        StreamId::Batch(b) => state.batches.contains_key(&b),
+        StreamId::Job(j) => state.jobs.contains_key(&j),
+        StreamId::Access(q) => state.access.contains_key(&q),
+    };
+    let stream = if known { stream } else { StreamId::System };
+    d.push(state, stream, repaired);
+    Ok(())
+}
+
 /// Removes finished (Completed or Deleted) batches from the live tree.
 /// (`Command::Cleanup`.)
 pub(super) fn cleanup(

@@ -21,7 +21,7 @@ use crate::state::State;
 
 mod access;
 mod admin;
-pub use admin::MAX_FAULTS;
+pub use admin::{MAX_FAULTS, MAX_FOREIGN_NODES};
 mod batch;
 mod job;
 mod rules;
@@ -306,6 +306,16 @@ pub enum Command {
         paths: Vec<String>,
         /// Why.
         reason: String,
+    },
+    /// The projector converged one item's nodes that another ZooKeeper
+    /// client had changed; records what it found (`ForeignChangeRepaired`)
+    /// on `stream` (the system stream when the state does not hold that
+    /// item).
+    RecordForeignChange {
+        /// The item's stream.
+        stream: StreamId,
+        /// What was found and done.
+        repaired: crate::event::ForeignChangeRepaired,
     },
     /// Removes finished (Completed or Deleted) batches from the live tree.
     Cleanup {
@@ -694,6 +704,9 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
                 reason: reason.clone(),
             },
         )?,
+        Command::RecordForeignChange { stream, repaired } => {
+            admin::record_foreign_change(state, &mut d, *stream, repaired.clone())?
+        }
         Command::Cleanup { before } => admin::cleanup(state, lc, &mut d, before)?,
         Command::RequestAccess { token, size_limit } => {
             access::request_access(state, lc, &mut d, token, *size_limit)?
@@ -747,6 +760,49 @@ mod tests {
             Err(Rejection::Invalid { field, .. }) => field,
             other => panic!("expected Invalid, got {other:?}"),
         }
+    }
+
+    // Issue 23: the projector's record of a foreign change goes on the
+    // item's stream, or the system stream for an item the state does not
+    // hold; it is bounded, and an empty one records nothing.
+    #[test]
+    fn foreign_changes_are_recorded_on_the_items_stream_and_bounded() {
+        use crate::event::{ForeignChangeKind, ForeignChangeRepaired, ForeignNode};
+        let (state, lc) = (State::new(), Lifecycle::builtin());
+        let node = |found: &str| ForeignNode {
+            kind: ForeignChangeKind::Changed,
+            path: "/jobs/jid0000000001/status".into(),
+            found: found.into(),
+            zxid: 5,
+            mtime: 6,
+            session: 0,
+        };
+        let cmd = |nodes: Vec<ForeignNode>| Command::RecordForeignChange {
+            stream: StreamId::Job(Jid(1)),
+            repaired: ForeignChangeRepaired {
+                item: "job jid0000000001".into(),
+                nodes,
+                reason: "a watch".into(),
+            },
+        };
+        let d = decide(&state, &lc, &cmd(vec![node("{}")])).expect("recorded");
+        assert_eq!(d.events.len(), 1);
+        assert_eq!(
+            d.events[0].stream,
+            StreamId::System,
+            "unknown job: system stream"
+        );
+        assert!(matches!(
+            decide(&state, &lc, &cmd(vec![])),
+            Err(Rejection::NoChange(_))
+        ));
+        let long = "x".repeat(crate::event::ForeignNode::MAX_FOUND_BYTES + 1);
+        assert_eq!(
+            field_of(decide(&state, &lc, &cmd(vec![node(&long)]))),
+            "found"
+        );
+        let many = vec![node("{}"); MAX_FOREIGN_NODES + 1];
+        assert_eq!(field_of(decide(&state, &lc, &cmd(many))), "nodes");
     }
 
     // A profile ZooKeeper refuses as a path segment stopped the projector for good.
