@@ -96,15 +96,15 @@ pub use acl::{Credentials, DigestId, ZkAccess};
 pub use checkpoint::Checkpoint;
 pub use materialize::{materialize, Until};
 pub use ops::{batches_by_size, EventOps, Op, OpKind};
-pub use projector::{ProjectError, Projector};
+pub use projector::{PreImages, ProjectError, Projector};
 #[cfg(feature = "log")]
 pub use rebuild::{
     AdminConfig, DiffReport, Preview, Progress, RebuildReport, RepairReport, Resume,
 };
 #[cfg(feature = "log")]
 pub use sink::{
-    ProjectorGate, ResumeRebuild, Resumer, RunMode, Sink, SinkConfig, SinkError, SinkReport,
-    SinkState, SinkStatus,
+    ForeignRecorder, ProjectorGate, RecordForeign, ResumeRebuild, Resumer, RunMode, Sink,
+    SinkConfig, SinkError, SinkReport, SinkState, SinkStatus,
 };
 pub use tree::{Differing, Tree, TreeDiff, TreeError};
 pub use txn::TxnLimits;

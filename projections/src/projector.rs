@@ -65,6 +65,10 @@ pub enum ProjectError {
     },
 }
 
+/// Each operation's pre-image: the data of its node just before it (`None`:
+/// the node did not exist).
+pub type PreImages = Vec<Option<Vec<u8>>>;
+
 /// Where a job's two references are in the tree the projector produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct JobRefs {
@@ -128,6 +132,19 @@ impl Projector {
     /// [`ProjectError::Fold`] when the record does not fit (nothing changes);
     /// [`ProjectError::Defect`] / [`ProjectError::Poisoned`] on a projector bug.
     pub fn project(&mut self, record: &Recorded) -> Result<EventOps, ProjectError> {
+        self.project_traced(record).map(|(ops, _)| ops)
+    }
+
+    /// [`Projector::project`], with each operation's pre-image: the data of
+    /// its node just before it (`None`: the node did not exist), so a sink
+    /// can tell what the tree held before operations it has not applied.
+    ///
+    /// # Errors
+    /// As [`Projector::project`].
+    pub fn project_traced(
+        &mut self,
+        record: &Recorded,
+    ) -> Result<(EventOps, PreImages), ProjectError> {
         if let Some(position) = self.poisoned {
             return Err(ProjectError::Poisoned { position });
         }
@@ -138,7 +155,10 @@ impl Projector {
         } = self;
         let mut tx = Txn::new(tree);
         match project_event(state, refs, &mut tx, record) {
-            Ok(()) => Ok(tx.finish(position)),
+            Ok(()) => {
+                let before = tx.undo.iter().map(|(_, b)| b.clone()).collect();
+                Ok((tx.finish(position), before))
+            }
             Err(source) => {
                 tx.rollback();
                 self.poisoned = Some(position);
@@ -371,7 +391,13 @@ fn project_event(
             tx.delete(&layout::access_queue_lock(e.queue))?;
         }
         // Recorded for history and reports; nothing in the tree changes.
-        (Event::JobStepRetried(_) | Event::TreeRepaired(_) | Event::ConsistencyRepaired(_), _) => {}
+        (
+            Event::JobStepRetried(_)
+            | Event::TreeRepaired(_)
+            | Event::ConsistencyRepaired(_)
+            | Event::ForeignChangeRepaired(_),
+            _,
+        ) => {}
         // A signed checkpoint is audit evidence only.
         (Event::LogCheckpointed(_), _) => {}
         // Any other pairing of event and stream is refused by the fold before

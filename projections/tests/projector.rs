@@ -288,3 +288,56 @@ fn parents_are_created_on_demand_without_init() {
     assert!(tree.contains("/jobs/states/pending"));
     assert!(!tree.contains("/jobs/states/failed"));
 }
+
+/// `project_traced`'s pre-images are what the tree held before each
+/// operation: the live sink undoes pending operations with them to know the
+/// tree its checkpoint names (issue 23: a foreign change is converged to
+/// that view). Checked over a walk with moves, a priority change, a hold, a
+/// delete and a cleanup: the tree after the event, with the event's
+/// operations undone in reverse order from their pre-images, is the tree
+/// before it.
+#[test]
+fn pre_images_give_back_the_tree_before_each_event() {
+    let mut h = MemHarness::default();
+    let bid = h.submit("demo");
+    let jids = h.acquire(bid, 2);
+    h.ok(Command::StartJob { jid: jids[0] });
+    h.ok(Command::SetJobStatus {
+        jid: jids[0],
+        target: Target::Success,
+        message: String::new(),
+        priority: Some(10),
+    });
+    h.ok(Command::HoldJob {
+        jid: jids[1],
+        reason: "check".into(),
+    });
+    h.ok(Command::DeleteJob {
+        jid: jids[1],
+        reason: "gone".into(),
+    });
+    let mut p = Projector::new();
+    p.init().expect("init");
+    for r in &h.records {
+        let before = p.tree().clone();
+        let (ops, pre) = p.project_traced(r).expect("project");
+        assert_eq!(ops.ops.len(), pre.len(), "one pre-image per operation");
+        let mut undone: std::collections::BTreeMap<String, Vec<u8>> = p
+            .tree()
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_vec()))
+            .collect();
+        for (op, pre) in ops.ops.iter().zip(&pre).rev() {
+            match pre {
+                Some(d) => undone.insert(op.path().to_string(), d.clone()),
+                None => undone.remove(op.path()),
+            };
+        }
+        assert_eq!(
+            Tree::from(undone),
+            before,
+            "position {}",
+            r.envelope.position
+        );
+    }
+}

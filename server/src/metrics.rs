@@ -25,6 +25,7 @@
 //! | `ingest_projector_seconds_behind` | gauge | | age of the oldest unprojected event |
 //! | `ingest_projector_checkpoint_position` | gauge | | the position the live tree holds |
 //! | `ingest_projector_state` | gauge | `state` | 1 for what the projector is doing |
+//! | `ingest_projection_foreign_changes_total` | counter | `kind` | nodes another ZooKeeper client had changed (`missing`, `changed`, `extra`) that the projector converged back to the log ([`Metrics::count_foreign_change`]) |
 //! | `ingest_build_info` | gauge | `version` | always 1 |
 //! | `ingest_replication_role` | gauge | `role` | with `--replicas`: 1 for this engine's role ([`Metrics::attach_replication`]) |
 //! | `ingest_replication_epoch`, `ingest_replication_applied_position`, `ingest_replication_lag_events` | gauge | | the fencing epoch seen, the position applied, events behind the tail |
@@ -194,6 +195,7 @@ pub struct Metrics {
     registry: Mutex<Registry>,
     counted_to: Mutex<u64>,
     events_appended: Family<KindLabel, Counter>,
+    foreign_changes: Family<KindLabel, Counter>,
     log_head: Gauge,
     log_durable: Gauge,
     log_needs_repair: Gauge,
@@ -235,6 +237,7 @@ impl Metrics {
             handle,
             registry: Mutex::new(Registry::default()),
             events_appended: Family::default(),
+            foreign_changes: Family::default(),
             log_head: Gauge::default(),
             log_durable: Gauge::default(),
             log_needs_repair: Gauge::default(),
@@ -265,6 +268,18 @@ impl Metrics {
             "Events appended to the log since this process started, by kind",
             m.events_appended.clone(),
         );
+        r.register(
+            "ingest_projection_foreign_changes",
+            "Nodes another ZooKeeper client had changed that the projector converged back to the log, by kind (missing, changed, extra)",
+            m.foreign_changes.clone(),
+        );
+        for kind in ingest_events::event::ForeignChangeKind::ALL {
+            m.foreign_changes
+                .get_or_create(&KindLabel {
+                    kind: kind.name().to_string(),
+                })
+                .inc_by(0);
+        }
         r.register(
             "ingest_log_head_position",
             "The last position written to the event log",
@@ -438,6 +453,16 @@ impl Metrics {
                 })
                 .set(i64::from(s == state));
         }
+    }
+
+    /// Counts one node another ZooKeeper client had changed and the
+    /// projector converged back.
+    pub fn count_foreign_change(&self, kind: ingest_events::event::ForeignChangeKind) {
+        self.foreign_changes
+            .get_or_create(&KindLabel {
+                kind: kind.name().to_string(),
+            })
+            .inc();
     }
 
     /// The projector's latest status, when one is attached.

@@ -130,6 +130,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
                 ingest_projections::AdminConfig::new(zk_config.clone(), identity.clone()),
             ));
             let start_sink = {
+                let handle = handle.clone();
                 let (log, zk_config, gate, metrics) = (
                     Arc::clone(handle.log()),
                     zk_config.clone(),
@@ -140,6 +141,12 @@ async fn serve(config: ServeConfig) -> Result<i32> {
                     let mut sink_config = SinkConfig::new(zk_config.clone(), identity.clone());
                     sink_config.gate = gate.clone();
                     sink_config.resume = Some(ingest_projections::Resumer(resume.clone()));
+                    sink_config.foreign = Some(ingest_projections::ForeignRecorder(Arc::new(
+                        EngineRecorder {
+                            handle: handle.clone(),
+                            metrics: Arc::clone(&metrics),
+                        },
+                    )));
                     let sink = Sink::new(Arc::clone(&log), sink_config)
                         .context("cannot start the projector")?;
                     metrics.attach_projector(sink.status());
@@ -549,5 +556,36 @@ fn reexec() -> std::io::Error {
             .args(std::env::args_os().skip(1))
             .exec(),
         Err(e) => e,
+    }
+}
+
+/// Records the projector's repairs of nodes another ZooKeeper client
+/// changed: counts them and appends a `ForeignChangeRepaired` through the
+/// engine, as the engine's own record, without holding up the projector.
+struct EngineRecorder {
+    handle: ingest_engine::service::EngineHandle,
+    metrics: Arc<Metrics>,
+}
+
+impl ingest_projections::RecordForeign for EngineRecorder {
+    fn record(
+        &self,
+        stream: ingest_events::StreamId,
+        repaired: ingest_events::event::ForeignChangeRepaired,
+    ) {
+        for n in &repaired.nodes {
+            self.metrics.count_foreign_change(n.kind);
+        }
+        let handle = self.handle.clone();
+        tokio::spawn(async move {
+            let item = repaired.item.clone();
+            let command = ingest_events::command::Command::RecordForeignChange { stream, repaired };
+            if let Err(e) = handle
+                .execute(ingest_events::Actor::engine(), command)
+                .await
+            {
+                tracing::warn!(item = %item, error = %e, "cannot record the repair of a foreign change");
+            }
+        });
     }
 }

@@ -12,6 +12,7 @@ mod dispatch;
 mod docs;
 mod failover;
 mod first_deposit;
+mod foreign;
 mod holds;
 mod ingest;
 mod remote;

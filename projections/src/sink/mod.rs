@@ -82,6 +82,18 @@
 //! waiting for the dead session to expire would stall every projection
 //! behind it. Any other child is drift ([`SinkError::Drift`]).
 //!
+//! ## Nodes another client changed
+//! A transaction that fails on a node of one item (a job, a batch, an
+//! access request, a pause or hold lock) because another ZooKeeper client
+//! deleted, changed or added it does not stop the sink: the item's nodes
+//! are converged back to the applied checkpoint's view in a fenced
+//! transaction of their own, the repair is recorded through
+//! [`SinkConfig::foreign`], and the transaction is planned again. The pause
+//! and hold locks are watched and reverted as soon as they change. A failure
+//! on a node of no item (a base node) is still [`SinkError::Drift`], and so
+//! is every such failure of a sink without a recorder (`ingest project`).
+//! See `foreign.rs`.
+//!
 //! ## Lag
 //! [`Sink::status`] returns a [`tokio::sync::watch`] of [`SinkStatus`]:
 //! the checkpoint, the durable head, events behind, seconds behind (the age
@@ -108,9 +120,12 @@ use crate::projector::ProjectError;
 use crate::txn::{self, Oversized, TxnLimits};
 use crate::zk::{call, ZkConfig, ZkError};
 
+mod foreign;
 mod model;
 mod project;
 mod runner;
+
+pub use foreign::{ForeignRecorder, RecordForeign};
 
 use model::Model;
 use runner::{Backoff, Counters, Runner};
@@ -137,6 +152,11 @@ pub struct SinkConfig {
     /// Finishes a rebuild that died half-way when this sink leads (`None`:
     /// the sink stops with [`SinkError::RebuildInterrupted`] instead).
     pub resume: Option<Resumer>,
+    /// Records the items whose nodes another client changed and the sink
+    /// converged back. `None`: no repair is made (nothing could record it);
+    /// such a change stops the sink with [`SinkError::Drift`], as it did
+    /// before repairs existed (`ingest project`).
+    pub foreign: Option<ForeignRecorder>,
 }
 
 /// Finishes an interrupted rebuild with a session that holds leadership;
@@ -191,6 +211,7 @@ impl SinkConfig {
             standby_recheck: Duration::from_secs(1),
             gate: ProjectorGate::new(),
             resume: None,
+            foreign: None,
         }
     }
 }
@@ -398,7 +419,10 @@ pub enum SinkError {
         /// Who marked it.
         by: String,
     },
-    /// A transaction failed on a node the log says exists (or does not).
+    /// A transaction failed on a node the log says exists (or does not),
+    /// and the sink could not converge it: the node belongs to no item (a
+    /// base node), the item kept changing through eight
+    /// repairs, or the sink has no recorder ([`SinkConfig::foreign`]).
     ///
     /// ### Handling
     /// Logical, not retryable: the live tree drifted from the log (someone
@@ -575,6 +599,7 @@ impl Sink {
             backoff: Backoff::default(),
             counters: Counters::default(),
             conflict_streak: 0,
+            repair_streak: 0,
             ever_connected: false,
         };
         runner.backoff = Backoff::new(runner.cfg.backoff_initial, runner.cfg.backoff_max);

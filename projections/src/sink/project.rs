@@ -8,6 +8,7 @@ use std::sync::Arc;
 use ingest_events::log::LogError;
 use zookeeper_client as zk;
 
+use super::foreign::{Item, MAX_REPAIRS};
 use super::model::Meta;
 use super::runner::{Exit, Runner, MAX_PENDING_EVENTS, READ_CHUNK};
 use super::{RunMode, SinkError};
@@ -31,9 +32,10 @@ impl Runner {
     /// Projects the record at `position` into the pending queue.
     pub(super) fn project_next(&mut self, position: u64) -> Result<(), Exit> {
         let r = self.log.read_one(position)?;
-        let ops = self.model.projector.project(&r)?;
+        let (ops, before) = self.model.projector.project_traced(&r)?;
         self.model.push(
             ops,
+            before,
             Meta {
                 kind: r.event.kind(),
                 hash: r.envelope.hash,
@@ -65,9 +67,10 @@ impl Runner {
             let to = limit.min(from + READ_CHUNK - 1);
             for r in self.log.read_range(from, to) {
                 let r = r?;
-                let ops = self.model.projector.project(&r)?;
+                let (ops, before) = self.model.projector.project_traced(&r)?;
                 self.model.push(
                     ops,
+                    before,
                     Meta {
                         kind: r.event.kind(),
                         hash: r.envelope.hash,
@@ -130,9 +133,26 @@ impl Runner {
         // a session that lost its server would otherwise go unnoticed (and
         // `/readyz` said ready through a whole outage).
         let mut session = client.state_watcher();
+        // The pause and hold locks: watched, then checked once (a change
+        // between the check and the watch would be missed the other way
+        // round).
+        // Only a sink that can record its repairs makes them (`ingest
+        // project` has no engine to record through: it stops on drift).
+        let repairs = self.cfg.foreign.is_some();
+        let mut locks: super::foreign::LockWatch = if repairs {
+            let watch = self.watch_locks(client).await?;
+            version = self.check_locks(client, version).await?;
+            watch
+        } else {
+            Box::pin(std::future::pending())
+        };
         loop {
             if self.shutdown.is_cancelled() {
                 return Ok(Exit::Done);
+            }
+            if futures_ready(&mut locks).await {
+                locks = self.watch_locks(client).await?;
+                version = self.check_locks(client, version).await?;
             }
             let limit = self.limit();
             if self.model.pending.is_empty() && self.model.projector.position() >= limit {
@@ -150,6 +170,10 @@ impl Runner {
                     }
                     // Re-read at the top of the loop.
                     _ = session.changed() => {}
+                    // Checked at the top of the loop.
+                    _ = &mut locks => {
+                        locks = Box::pin(std::future::ready(()));
+                    }
                     _ = self.shutdown.cancelled() => return Ok(Exit::Done),
                 }
                 continue;
@@ -177,15 +201,7 @@ impl Runner {
             let last = first + plan.segments.len().saturating_sub(1) as u64;
             let mut sent: Vec<Sent> = Vec::with_capacity(plan.ops + 1);
             let mut w = client.new_multi_writer();
-            let add = |r: Result<(), zk::Error>, what: &str| {
-                r.map_err(|e| {
-                    Exit::Fatal(SinkError::Zk(ZkError::new(
-                        "multi",
-                        what.to_string(),
-                        ZkErrorKind::Server(e),
-                    )))
-                })
-            };
+            let add = super::runner::multi_add;
             add(
                 w.add_set_data(CHECKPOINT_NODE, &end.to_json(), Some(version)),
                 CHECKPOINT_NODE,
@@ -227,6 +243,7 @@ impl Runner {
             match outcome {
                 Ok(Ok(_)) => {
                     version += 1;
+                    self.repair_streak = 0;
                     lock_parents.clear();
                     self.applied(&plan, end);
                     tracing::debug!(
@@ -291,14 +308,49 @@ impl Runner {
                             }
                         }
                     }
-                    if matches!(
+                    let drift = matches!(
                         source,
                         zk::Error::NodeExists
                             | zk::Error::NoNode
                             | zk::Error::NotEmpty
                             | zk::Error::BadVersion
-                            | zk::Error::BadArguments(_)
-                    ) {
+                    );
+                    let failed_path = match sent.get(index) {
+                        Some(Sent::Op(e, i)) => {
+                            Some(self.model.pending[*e].ops[*i].path().to_string())
+                        }
+                        Some(Sent::Lock(p)) => Some(p.clone()),
+                        _ => None,
+                    };
+                    let state = self.model.projector.state();
+                    let item = failed_path.as_deref().and_then(|p| {
+                        Item::of(p, |uuid| {
+                            uuid.parse().ok().and_then(|u| state.uuids.get(&u).copied())
+                        })
+                    });
+                    if let (true, true, Some(item)) = (repairs, drift, item) {
+                        if self.repair_streak < MAX_REPAIRS {
+                            projected_ahead?;
+                            self.repair_streak += 1;
+                            let reason = format!(
+                                "`{op}` failed ({source}) in the projector's transaction for positions {first}..={last}"
+                            );
+                            if self
+                                .repair_item(
+                                    client,
+                                    version,
+                                    &item,
+                                    failed_path.as_deref(),
+                                    &reason,
+                                )
+                                .await?
+                            {
+                                version += 1;
+                            }
+                            continue;
+                        }
+                    }
+                    if drift || matches!(source, zk::Error::BadArguments(_)) {
                         return Err(SinkError::Drift {
                             root: self.root(),
                             first,
@@ -409,5 +461,15 @@ impl Runner {
         self.counters.transactions += 1;
         self.counters.events += completed as u64;
         self.counters.ops += plan.ops as u64;
+    }
+}
+
+/// Whether a watch future has completed, without waiting for it (a
+/// completed one is replaced by a ready future, to be set again).
+async fn futures_ready(watch: &mut super::foreign::LockWatch) -> bool {
+    tokio::select! {
+        biased;
+        _ = &mut *watch => true,
+        _ = std::future::ready(()) => false,
     }
 }

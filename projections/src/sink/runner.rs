@@ -124,6 +124,8 @@ pub(super) struct Runner {
     pub(super) counters: Counters,
     /// Conflicts since the last committed transaction.
     pub(super) conflict_streak: u32,
+    /// Foreign-change repairs since the last committed transaction.
+    pub(super) repair_streak: u32,
     pub(super) ever_connected: bool,
 }
 
@@ -658,6 +660,18 @@ impl Runner {
         Ok(())
     }
 }
+/// An operation added to a `multi`, or the client's refusal of it (an
+/// invalid path: nothing was sent).
+pub(super) fn multi_add(r: Result<(), zk::Error>, what: &str) -> Result<(), Exit> {
+    r.map_err(|e| {
+        Exit::Fatal(SinkError::Zk(ZkError::new(
+            "multi",
+            what.to_string(),
+            ZkErrorKind::Server(e),
+        )))
+    })
+}
+
 /// A projector brought to `position` from the start of the log.
 fn replay(log: &Log, position: u64) -> Result<Projector, Exit> {
     let mut p = Projector::new();

@@ -1,0 +1,115 @@
+"""A Merritt service's writes to an `ingest` projection, written
+independently of `ingest` with the kazoo ZooKeeper client from mrt-zk's
+documented node formats and calls (its design documents and the behaviour of
+its Java library: `Job.setStatus`, `QueueItemHelper.delete`,
+`MerrittLocks.unlockIngestQueue`). Nothing here asks `ingest`: it is the
+other client, writing the tree as Merritt's ingest, store and admin services
+do.
+
+Usage:
+  python merritt_writer.py HOSTS ROOT set-status JID STATUS MESSAGE
+      mrt-zk's Job.setStatus: /jobs/JID/status is rewritten with the new
+      status (JSON: status, last_modified, message, retry_count,
+      last_successful_status), then the queue reference moves from
+      /jobs/states/<old>/PP-JID to /jobs/states/<new>/PP-JID and the batch
+      reference from /batches/BID/states/batch-<old set>/JID to the new set
+      (setJobStatePath, setBatchStatePath).
+  python merritt_writer.py HOSTS ROOT delete PATH...
+      QueueItemHelper.delete of each node (mrt-zk's unlockIngestQueue is
+      `delete /locks/queue/ingest`; its delete helpers remove a batch's
+      state children the same way).
+
+Prints a JSON summary on stdout: the session id (hex, as ZooKeeper's logs
+show it) and the paths written.
+"""
+
+import json
+import sys
+import time
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+FINISHED_SETS = {"Failed": "batch-failed", "Completed": "batch-completed", "Deleted": "batch-deleted"}
+
+
+def batch_set(status):
+    return FINISHED_SETS.get(status, "batch-processing")
+
+
+def now():
+    return time.strftime("%Y-%m-%d %H:%M:%S +0000", time.gmtime())
+
+
+def delete_quietly(zk, path, written):
+    # QueueItemHelper.delete: a missing node is not an error for mrt-zk.
+    try:
+        zk.delete(path)
+        written.append(path)
+    except NoNodeError:
+        pass
+
+
+def set_status(zk, jid, status, message, written):
+    raw, _ = zk.get(f"/jobs/{jid}/status")
+    old = json.loads(raw.decode("utf-8"))
+    old_status = old["status"]
+    priority = int(zk.get(f"/jobs/{jid}/priority")[0].decode("utf-8"))
+    bid = zk.get(f"/jobs/{jid}/bid")[0].decode("utf-8")
+    new = {
+        "status": status,
+        "last_modified": now(),
+        "message": message,
+        "retry_count": old.get("retry_count", 0),
+        "last_successful_status": old.get("last_successful_status"),
+    }
+    if status not in ("Failed", "Deleted") and status != old_status:
+        new["last_successful_status"] = old_status
+    zk.set(f"/jobs/{jid}/status", json.dumps(new).encode("utf-8"))
+    written.append(f"/jobs/{jid}/status")
+
+    # setJobStatePath, then setBatchStatePath.
+    move(zk, f"/jobs/states/{old_status.lower()}/{priority:02d}-{jid}",
+         f"/jobs/states/{status.lower()}/{priority:02d}-{jid}", written)
+    move(zk, f"/batches/{bid}/states/{batch_set(old_status)}/{jid}",
+         f"/batches/{bid}/states/{batch_set(status)}/{jid}", written)
+
+
+def move(zk, old, new, written):
+    """A reference moved as mrt-zk moves it: the old one deleted, the new
+    one created (its parent first, when missing)."""
+    if old == new:
+        return
+    delete_quietly(zk, old, written)
+    zk.ensure_path(new.rsplit("/", 1)[0])
+    zk.create(new, b"")
+    written.append(new)
+
+
+def main(argv):
+    if len(argv) < 4:
+        print(__doc__, file=sys.stderr)
+        return 2
+    hosts, root, command, args = argv[1], argv[2], argv[3], argv[4:]
+    zk = KazooClient(hosts=hosts + root, timeout=10.0)
+    zk.start(timeout=15)
+    written = []
+    try:
+        session = zk.client_id[0]
+        if command == "set-status" and len(args) == 3:
+            set_status(zk, args[0], args[1], args[2], written)
+        elif command == "delete" and args:
+            for path in args:
+                delete_quietly(zk, path, written)
+        else:
+            print(__doc__, file=sys.stderr)
+            return 2
+    finally:
+        zk.stop()
+        zk.close()
+    print(json.dumps({"session": f"0x{session:x}", "written": written}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
