@@ -342,7 +342,7 @@ async fn converged(
     engines: &[Engine],
     within: Duration,
 ) -> Result<(u64, String)> {
-    wait(
+    match wait(
         "every engine at the same position and head hash",
         within,
         || async {
@@ -360,6 +360,28 @@ async fn converged(
         },
     )
     .await
+    {
+        Ok(v) => Ok(v),
+        // Say where each engine is, so a run that did not converge can be
+        // understood from its output alone.
+        Err(e) => Err(e.context(where_engines_are(http, engines).await)),
+    }
+}
+
+/// One line per running engine: its name, role, applied position, lag and
+/// reason, as its `/replication` says (or that it did not answer).
+async fn where_engines_are(http: &reqwest::Client, engines: &[Engine]) -> String {
+    let mut lines = Vec::new();
+    for e in engines.iter().filter(|e| e.child.is_some()) {
+        lines.push(match status(http, &e.base).await {
+            Some(s) => format!(
+                "{}: role {} applied {} lag {} tail nodes {} reason {}",
+                e.name, s["role"], s["applied"], s["lag"], s["tail_nodes"], s["reason"]
+            ),
+            None => format!("{}: /replication did not answer", e.name),
+        });
+    }
+    lines.join("; ")
 }
 
 fn submission(n: u64) -> Value {
