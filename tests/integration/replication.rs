@@ -411,6 +411,21 @@ async fn leader_kills_lose_no_acknowledged_command_and_replicas_converge() {
         format!("{}/batches", engines[l].base)
     );
 
+    // Without a valid token a follower does not say where the leader is.
+    for token in [None, Some("not-a-token-of-this-group-0123456789")] {
+        let mut request = http
+            .post(format!("{}/batches", engines[follower].base))
+            .json(&submission(0));
+        if let Some(t) = token {
+            request = request.bearer_auth(t);
+        }
+        let r = request.send().await.expect("post");
+        assert_eq!(r.status().as_u16(), 401, "token {token:?}");
+        assert!(r.headers().get(reqwest::header::LOCATION).is_none());
+        let body = r.text().await.expect("body");
+        assert!(!body.contains(&engines[l].base), "{body}");
+    }
+
     // The admin UI of each says what it is; the leader lists its replicas.
     // (The leader learns its replicas at its next upkeep.)
     ui_overview_until(&engines[l].base, |page| {

@@ -138,6 +138,18 @@ pub(crate) fn admin_by_token(tokens: &ingest_config::Tokens, presented: &[u8]) -
         .and_then(|(_, name)| name.map(str::to_string))
 }
 
+/// Whether the request presents a token of any role that may change
+/// something (depositor, admin or worker), or no tokens are configured. A
+/// follower answers a command with the leader's address only to such a
+/// request, so that the address is not handed to anyone who asks.
+pub(crate) fn presents_a_command_token(tokens: &ingest_config::Tokens, req: &Request) -> bool {
+    let candidates = candidates(tokens, Access::Reader);
+    if candidates.is_empty() {
+        return true;
+    }
+    bearer(req).is_some_and(|token| authenticate_named(token, &candidates).is_some())
+}
+
 /// The bearer token of a request, if it has a well-formed one.
 fn bearer(req: &Request) -> Option<&[u8]> {
     let value = req.headers().get(header::AUTHORIZATION)?.as_bytes();

@@ -143,6 +143,12 @@ pub(crate) async fn route(State(app): State<AppState>, req: Request, next: Next)
     if let (true, false, Some(cell)) = (changes, ui, &app.inner.replication) {
         let status = cell.get();
         if !status.takes_commands() {
+            if !super::auth::presents_a_command_token(&app.inner.tokens, &req) {
+                return ApiError::unauthorized(
+                    "a command needs a depositor, worker or admin token: send Authorization: Bearer TOKEN",
+                )
+                .into_response();
+            }
             return not_leader(&status, req.uri());
         }
     }
