@@ -64,6 +64,11 @@ pub struct Sources<'a> {
     /// How long an access request may be Processing without its lock
     /// before it is reported ([`rules::STUCK_AFTER_SECS`] by default).
     pub stuck_after_secs: u64,
+    /// Called by [`check`] once the tree and its checkpoint are read, before
+    /// storage is scanned: a server that held its projector for a
+    /// consistent read of the tree lets it go here, so a long scan of
+    /// storage never holds up the queue.
+    pub tree_read: Option<&'a (dyn Fn() + Sync)>,
 }
 
 /// Why a check or a repair could not be done.
@@ -182,6 +187,9 @@ pub async fn check(src: Sources<'_>, now: DateTime<Utc>) -> Result<Checked, Chec
         for Found { finding, plan } in tree.into_iter().chain(drift) {
             found.push((finding, Plan::Tree(plan)));
         }
+    }
+    if let Some(tree_read) = src.tree_read {
+        tree_read();
     }
     if let Some(inventory) = src.inventory {
         if !src.targets.is_empty() {

@@ -185,6 +185,7 @@ pub fn local(engine: &mut Engine, actor: &Actor, args: CheckArgs) -> Result<i32>
         targets: &targets,
         inventory: Some(&inventory),
         stuck_after_secs: args.stuck_after,
+        tree_read: None,
     };
     let unreadable = |e: CheckError| -> Result<i32> {
         eprintln!("error: {e}");

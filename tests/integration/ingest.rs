@@ -2765,3 +2765,85 @@ async fn the_stored_manifest_names_stored_files_that_outlive_the_working_files()
         b"only in the second version"
     );
 }
+
+/// Issue 25, finding 1: `GET /consistency` holds the projector only while
+/// it reads the tree, never while it scans storage. A storage target holds
+/// an object whose `inventory.json` is a FIFO, so the scan blocks there
+/// until the test writes to it: a batch submitted meanwhile is still
+/// projected (its node appears in ZooKeeper) and its job completes. Before,
+/// the projector waited for the whole check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consistency_check_scanning_storage_does_not_hold_up_the_queue() {
+    let rig = rig("unheld", &[]).await;
+    // One good object first: the target exists and the check has a
+    // version to compare.
+    add(&rig.depot, "first.txt", b"stored before the check");
+    let first = rig
+        .submit(json!({"profile": "demo", "submitter": "alice", "type": "file", "payload_url": format!("{}/files/first.txt", rig.base)}))
+        .await;
+    assert_eq!(rig.finished(&first).await["status"], "Completed");
+
+    // An object directory whose inventory blocks whoever reads it.
+    let stuck = rig.storage.join("blocking-object");
+    std::fs::create_dir_all(&stuck).expect("object dir");
+    std::fs::write(stuck.join("0=ocfl_object_1.0"), "ocfl_object_1.0\n").expect("declaration");
+    let fifo = stuck.join("inventory.json");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+
+    let url = format!("{}/consistency", rig.server.base);
+    let check = tokio::spawn(async move {
+        let r = reqwest::Client::new()
+            .get(url)
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .expect("GET /consistency");
+        (r.status().as_u16(), r.text().await.unwrap_or_default())
+    });
+    // Opening a FIFO for writing without blocking succeeds only once a
+    // reader has it open: then the check is inside its storage scan. The
+    // writer stays open (and silent), so the reader waits.
+    let writer = eventually("the check reading the blocking inventory", 60, async || {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+            .open(&fifo)
+            .ok()
+    })
+    .await;
+
+    add(&rig.depot, "during.txt", b"submitted while the check scans");
+    let during = rig
+        .submit(json!({"profile": "demo", "submitter": "alice", "type": "file", "payload_url": format!("{}/files/during.txt", rig.base)}))
+        .await;
+    let zk = zookeeper_client::Client::connect(&rig.zk_at)
+        .await
+        .expect("zk");
+    let node = format!("/batches/{during}");
+    eventually(
+        "the batch submitted during the check projected",
+        60,
+        async || zk.check_stat(&node).await.expect("stat"),
+    )
+    .await;
+    assert_eq!(rig.finished(&during).await["status"], "Completed");
+    assert!(!check.is_finished(), "the check was still scanning storage");
+    // The admin UI's overview does not wait for a check either: it shows
+    // the last report (none yet) and starts one in the background.
+    let login = crate::ui::login(&rig.server, ADMIN).await;
+    let cookie = crate::ui::cookie_of(&login).expect("session cookie");
+    let (status, page) = crate::ui::page(&rig.server, &cookie, "/ui").await;
+    assert_eq!(status, 200);
+    assert!(page.contains(r#"id="report-age""#), "{page}");
+
+    // Let the scan go on: the check ends (the object it could not read is
+    // skipped or named), and the queue never waited for it.
+    drop(writer);
+    let (status, report) = check.await.expect("the check task");
+    assert!(status == 200 || status == 500, "{status} {report}");
+}

@@ -37,13 +37,25 @@ fn answer(e: CheckError) -> ApiError {
     }
 }
 
+/// How long a check or a repair holds the projector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// Until the tree and its checkpoint are read (a report): storage is
+    /// scanned with the projector running.
+    WhileReadingTheTree,
+    /// Until the repair is done: it writes the tree it read.
+    Throughout,
+}
+
 /// What a check or a repair does with the server's sources, on a blocking
 /// thread (the storage reads block; the tree diff's progress callback is
 /// not `Send`), holding the projector between two transactions while it
-/// reads so the tree and its checkpoint stand still.
+/// reads the tree so the tree and its checkpoint stand still, and for
+/// [`Hold::Throughout`] until `run` ends.
 async fn with_sources<T: Send + 'static>(
     app: &AppState,
     stuck_after_secs: u64,
+    hold: Hold,
     run: impl for<'a> FnOnce(
             &'a Sources<'a>,
         ) -> std::pin::Pin<
@@ -62,6 +74,11 @@ async fn with_sources<T: Send + 'static>(
         None => None,
     };
     let result = tokio::task::spawn_blocking(move || {
+        let held = std::sync::Mutex::new(held);
+        let release = || {
+            let guard = held.lock().unwrap_or_else(|e| e.into_inner()).take();
+            drop(guard);
+        };
         let job = |jid| handle.state().jobs.get(&jid).cloned();
         let sources = Sources {
             log: &log,
@@ -70,9 +87,10 @@ async fn with_sources<T: Send + 'static>(
             targets: &targets,
             inventory: inventory.as_ref(),
             stuck_after_secs,
+            tree_read: (hold == Hold::WhileReadingTheTree).then_some(&release),
         };
         let result = runtime.block_on(run(&sources));
-        drop(held);
+        release();
         result
     })
     .await
@@ -111,7 +129,7 @@ pub(crate) async fn checked_report(
     app: &AppState,
     stuck_after: u64,
 ) -> Result<ConsistencyReport, ApiError> {
-    let checked: Checked = with_sources(app, stuck_after, |s| {
+    let checked: Checked = with_sources(app, stuck_after, Hold::WhileReadingTheTree, |s| {
         let s = *s;
         Box::pin(async move { consistency::check(s, Utc::now()).await })
     })
@@ -139,7 +157,7 @@ pub(crate) async fn repair(
     }
     let id = body.finding.clone();
     let why = reason.clone();
-    let applied: Applied = with_sources(&app, default_stuck_after(), move |s| {
+    let applied: Applied = with_sources(&app, default_stuck_after(), Hold::Throughout, move |s| {
         let s = *s;
         Box::pin(async move {
             let ctx = RepairContext {

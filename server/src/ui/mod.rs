@@ -60,6 +60,9 @@ pub(crate) struct Ui {
     /// shows it while it is younger than [`SUMMARY_MAX_AGE`] (a report
     /// reads the whole live tree; the consistency page always makes one).
     last_report: Arc<std::sync::Mutex<Option<Dated>>>,
+    /// Set while a report for the overview is being made in the
+    /// background (one at a time).
+    refreshing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A consistency report and when it was made.
@@ -82,19 +85,34 @@ impl Ui {
         Ok(report)
     }
 
-    /// The last report if it is recent enough, a fresh one otherwise.
-    pub(crate) async fn recent_report(
-        &self,
-    ) -> Result<Arc<ConsistencyReport>, crate::api::ApiError> {
+    /// The last report and its age, without waiting: the overview never
+    /// runs a check on its page load. When there is none, or it is older
+    /// than [`SUMMARY_MAX_AGE`], a new one is started in the background
+    /// (one at a time) for the next load.
+    pub(crate) fn last_report(&self) -> Option<(std::time::Duration, Arc<ConsistencyReport>)> {
         let cached = self
             .last_report
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
-        match cached {
-            Some((at, r)) if at.elapsed() < SUMMARY_MAX_AGE => Ok(r),
-            _ => self.fresh_report().await,
+        let stale = cached
+            .as_ref()
+            .is_none_or(|(at, _)| at.elapsed() >= SUMMARY_MAX_AGE);
+        if stale
+            && !self
+                .refreshing
+                .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            let ui = self.clone();
+            tokio::spawn(async move {
+                if let Err(e) = ui.fresh_report().await {
+                    tracing::warn!(error = %e.message(), "the overview's consistency report could not be made");
+                }
+                ui.refreshing
+                    .store(false, std::sync::atomic::Ordering::Release);
+            });
         }
+        cached.map(|(at, r)| (at.elapsed(), r))
     }
 }
 
@@ -109,6 +127,7 @@ fn router(app: AppState, settings: UiSettings) -> Router<AppState> {
         app,
         sessions: Arc::new(Sessions::new(settings)),
         last_report: Arc::default(),
+        refreshing: Arc::default(),
     };
     Router::new()
         .route("/ui", get(pages::overview))

@@ -143,7 +143,7 @@ pub(crate) async fn overview(State(ui): State<Ui>, admin: Admin) -> Response {
         Err(e) => return api_error(&admin, &e),
     };
     let projector = app.inner.metrics.projector_status();
-    let report = ui.recent_report().await;
+    let report = ui.last_report();
     let held_jobs = status.jobs_by_state.get("Held").copied().unwrap_or(0);
     let held_batches = status.batches_by_state.get("Held").copied().unwrap_or(0);
     let body = html! {
@@ -181,11 +181,15 @@ pub(crate) async fn overview(State(ui): State<Ui>, admin: Admin) -> Response {
             div.card {
                 h2 { "Consistency" }
                 @match &report {
-                    Ok(r) => p { span class=(format!("status {}", r.status())) { (r.status()) } " "
-                        (r.count(ingest_protocol::consistency::Severity::Fail)) " fail, "
-                        (r.count(ingest_protocol::consistency::Severity::Warn)) " warn "
-                        a href="/ui/consistency" { "report" } },
-                    Err(e) => p.muted { "not available: " (cut(e.message())) },
+                    Some((age, r)) => {
+                        p { span class=(format!("status {}", r.status())) { (r.status()) } " "
+                            (r.count(ingest_protocol::consistency::Severity::Fail)) " fail, "
+                            (r.count(ingest_protocol::consistency::Severity::Warn)) " warn "
+                            a href="/ui/consistency" { "report" } }
+                        p.muted #report-age { "checked " (age.as_secs()) " s ago" }
+                    },
+                    None => p.muted #report-age { "being checked in the background; "
+                        a href="/ui/consistency" { "run it now" } },
                 }
             }
         }
