@@ -103,8 +103,8 @@ pub use rebuild::{
 };
 #[cfg(feature = "log")]
 pub use sink::{
-    ForeignRecorder, ProjectorGate, RecordForeign, ResumeRebuild, Resumer, RunMode, Sink,
-    SinkConfig, SinkError, SinkReport, SinkState, SinkStatus,
+    ForeignRecorder, GateGuard, ProjectorGate, RecordForeign, ResumeRebuild, Resumer, RunMode,
+    Sink, SinkConfig, SinkError, SinkReport, SinkState, SinkStatus,
 };
 pub use tree::{Differing, Tree, TreeDiff, TreeError};
 pub use txn::TxnLimits;

@@ -494,7 +494,7 @@ impl Runner {
         mut version: i32,
     ) -> Result<i32, Exit> {
         // Between transactions, as every write of the sink (see `ProjectorGate`).
-        let gate = std::sync::Arc::clone(&self.cfg.gate.0);
+        let gate = std::sync::Arc::clone(&self.cfg.gate.lock);
         let _turn = tokio::select! {
             turn = gate.read_owned() => turn,
             _ = self.shutdown.cancelled() => return Ok(version),

@@ -185,7 +185,28 @@ impl std::fmt::Debug for Resumer {
 /// transaction; [`ProjectorGate::hold`] waits for the transaction in flight
 /// and keeps the next one from starting until the guard is dropped.
 #[derive(Debug, Clone, Default)]
-pub struct ProjectorGate(Arc<tokio::sync::RwLock<()>>);
+pub struct ProjectorGate {
+    lock: Arc<tokio::sync::RwLock<()>>,
+    /// Since when a holder has had the gate (`/readyz` reports a long hold).
+    held_since: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+}
+
+/// The projector held by [`ProjectorGate::hold`]: it goes on when this is
+/// dropped.
+#[derive(Debug)]
+pub struct GateGuard {
+    _write: tokio::sync::OwnedRwLockWriteGuard<()>,
+    held_since: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+}
+
+impl Drop for GateGuard {
+    fn drop(&mut self) {
+        *self
+            .held_since
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    }
+}
 
 impl ProjectorGate {
     /// A gate nobody holds.
@@ -194,8 +215,24 @@ impl ProjectorGate {
     }
 
     /// Holds the projector until the guard is dropped.
-    pub async fn hold(&self) -> tokio::sync::OwnedRwLockWriteGuard<()> {
-        Arc::clone(&self.0).write_owned().await
+    pub async fn hold(&self) -> GateGuard {
+        let write = Arc::clone(&self.lock).write_owned().await;
+        *self
+            .held_since
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(std::time::Instant::now());
+        GateGuard {
+            _write: write,
+            held_since: Arc::clone(&self.held_since),
+        }
+    }
+
+    /// How long the projector has been held, when it is.
+    pub fn held_for(&self) -> Option<Duration> {
+        self.held_since
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .map(|t| t.elapsed())
     }
 }
 

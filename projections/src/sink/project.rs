@@ -180,7 +180,7 @@ impl Runner {
             }
             // One transaction at a time under the gate's shared side: a
             // reader holding the gate sees no checkpoint move.
-            let gate = Arc::clone(&self.cfg.gate.0);
+            let gate = Arc::clone(&self.cfg.gate.lock);
             let _turn = tokio::select! {
                 turn = gate.read_owned() => turn,
                 _ = self.shutdown.cancelled() => return Ok(Exit::Done),

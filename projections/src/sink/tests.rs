@@ -20,3 +20,18 @@ fn status_age_is_computed_from_the_event_time() {
     s.oldest_unprojected = Some(now - chrono::Duration::seconds(3));
     assert!((s.seconds_behind_at(now) - 3.0).abs() < 0.01);
 }
+
+/// `/readyz` reads how long the gate has been held: set while a holder
+/// has it, cleared when the guard drops, and the projector's side of the
+/// lock is free again.
+#[tokio::test]
+async fn the_gate_says_how_long_it_is_held() {
+    let gate = ProjectorGate::new();
+    assert_eq!(gate.held_for(), None);
+    let guard = gate.hold().await;
+    assert!(gate.held_for().is_some());
+    assert!(gate.lock.try_read().is_err(), "held: the projector waits");
+    drop(guard);
+    assert_eq!(gate.held_for(), None);
+    assert!(gate.lock.try_read().is_ok());
+}

@@ -590,6 +590,10 @@ pub const READY_MAX_REPLICA_LAG: u64 = 10_000;
 /// The largest projector lag, in seconds, at which the server is ready.
 pub const READY_MAX_SECONDS_BEHIND: f64 = 60.0;
 
+/// How long a check or a diff may hold the projector (while it reads the
+/// tree) before `/readyz` says not ready.
+pub const READY_MAX_HELD: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// `GET /healthz`: the process answers (no token, no checks).
 async fn healthz() -> Response {
     (StatusCode::OK, "ok\n").into_response()
@@ -677,6 +681,20 @@ async fn readyz(State(app): State<AppState>) -> Response {
             })
             }
             None => {}
+        }
+        if let Some(held) = app
+            .inner
+            .projector_gate
+            .as_ref()
+            .and_then(ingest_projections::ProjectorGate::held_for)
+            .filter(|held| *held > READY_MAX_HELD)
+        {
+            kinds.push("held".into());
+            reasons.push(format!(
+                "a consistency check or a diff has held the projector for {} s while it reads the tree (at most {} s)",
+                held.as_secs(),
+                READY_MAX_HELD.as_secs()
+            ));
         }
         if s.seconds_behind > READY_MAX_SECONDS_BEHIND {
             kinds.push("behind".into());
