@@ -235,7 +235,7 @@ impl Checker {
 }
 
 /// Checks one signed checkpoint against the tree of the records before it.
-fn check_checkpoint(
+pub(crate) fn check_checkpoint(
     c: &LogCheckpointed,
     tree: &Frontier,
     pinned: Option<[u8; 32]>,

@@ -346,7 +346,22 @@ impl Engine {
     /// is written), [`EngineError::Fold`] when a record does not fit the
     /// state (the log is then ahead of the state: reopen).
     pub fn import(&mut self, frame: &[u8]) -> Result<Vec<Recorded>, EngineError> {
-        let records = self.log.import(frame)?;
+        // Every signed checkpoint among the records must sign the root of
+        // the records before it (as this engine has them), with a valid
+        // signature, and, when this engine has a checkpoint key, by that
+        // key: a peer cannot hand over a history its signed heads do not
+        // vouch for.
+        let mut tree = self.frontier.clone();
+        let pinned = self.key.as_ref().map(SigningKeyFile::public_key_bytes);
+        let records = self.log.import_checked(frame, &mut |r| {
+            if let ingest_events::event::Event::LogCheckpointed(c) = &r.event {
+                if let Some(problem) = crate::audit::check_checkpoint(c, &tree, pinned) {
+                    return Err(format!("it does not hold: {problem}"));
+                }
+            }
+            tree.push(&r.envelope.hash);
+            Ok(())
+        })?;
         self.absorb(&records)?;
         Ok(records)
     }

@@ -672,3 +672,46 @@ fn a_failed_snapshot_write_leaves_no_temporary_file() {
         .collect();
     assert!(left.is_empty(), "temporary files left: {left:?}");
 }
+
+/// A replica copies records from a peer (`Engine::import`, what bootstrap
+/// and following do): each signed checkpoint among them must sign the
+/// records before it, by this engine's key when it has one. A peer whose
+/// history is a valid chain but whose heads another key signed is refused,
+/// and nothing is written.
+#[test]
+fn imported_signed_checkpoints_must_hold_and_be_signed_by_the_groups_key() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let ours = dir.path().join("ours.pem");
+    let theirs = dir.path().join("theirs.pem");
+    SigningKeyFile::generate(&ours).expect("key");
+    SigningKeyFile::generate(&theirs).expect("key");
+
+    // A peer signing with the group's key, and one signing with another.
+    let frames = |key: &Path, name: &str| -> Vec<u8> {
+        let mut peer = open(&dir.path().join(name), Some(key));
+        batch(&mut peer, 2, name);
+        peer.checkpoint_now().expect("checkpoint").expect("a key");
+        batch(&mut peer, 1, name);
+        let head = peer.log().head().0;
+        let mut all = Vec::new();
+        for f in peer.log().read_frames(1, head, usize::MAX) {
+            all.extend(f.expect("frames").1);
+        }
+        all
+    };
+    let good = frames(&ours, "peer-good");
+    let forged = frames(&theirs, "peer-forged");
+
+    let mut replica = open(&dir.path().join("replica"), Some(&ours));
+    let err = replica.import(&forged).expect_err("another key's heads");
+    let text = err.to_string();
+    assert!(text.contains("signed checkpoint was made by key"), "{text}");
+    assert_eq!(replica.log().head().0, 0, "nothing of the refused frame");
+    let records = replica.import(&good).expect("the group's key");
+    assert_eq!(replica.log().head().0, records.len() as u64);
+
+    // Without a key of its own a replica still checks that each head signs
+    // the records before it: both peers' histories hold.
+    let mut keyless = open(&dir.path().join("keyless"), None);
+    keyless.import(&forged).expect("self-consistent heads");
+}

@@ -852,6 +852,22 @@ impl Log {
     /// (nothing is written); [`ImportError::Log`] for I/O or a log that
     /// needs repair.
     pub fn import(&self, frame: &[u8]) -> Result<Vec<Recorded>, ImportError> {
+        self.import_checked(frame, &mut |_| Ok(()))
+    }
+
+    /// As [`Log::import`], with `check` asked about each record (in order,
+    /// after the chain checks, before anything is written): a refusal
+    /// refuses the whole frame, naming the record's position. The engine
+    /// checks the signed checkpoints a peer sends against the records
+    /// before them this way.
+    ///
+    /// # Errors
+    /// As [`Log::import`]; [`ImportError::Refused`] with `check`'s reason.
+    pub fn import_checked(
+        &self,
+        frame: &[u8],
+        check: &mut dyn FnMut(&Recorded) -> Result<(), String>,
+    ) -> Result<Vec<Recorded>, ImportError> {
         let raw = crate::frame::split(frame).map_err(|e| ImportError::Refused {
             position: None,
             reason: e.to_string(),
@@ -912,6 +928,7 @@ impl Log {
                     e.stream, e.version
                 )));
             }
+            check(&r).map_err(&refuse)?;
             versions.insert(e.stream, e.version);
             batch.insert(&event_key(e.position), bytes);
             batch.insert(&index_key(e.stream, e.version), &e.position.to_be_bytes());
