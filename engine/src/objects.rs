@@ -59,3 +59,80 @@ pub fn open(log: &Log, settings: &MinterSettings) -> Result<(Inventory, ArkMinte
     tracing::info!(source = %minter.describe(), "arks");
     Ok((inventory, minter))
 }
+
+/// The most bytes of a requested ark quoted in a refusal.
+const ARK_SHOWN: usize = 128;
+
+/// The stored version an access request names, as the inventory has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestedVersion {
+    /// The version number (the latest's when the request asked for 0).
+    pub version: u32,
+    /// The bytes of the version's files (every file of its state, those
+    /// deduplicated into earlier versions included: the container holds
+    /// them all), which pick the small or the large queue.
+    pub size: u64,
+}
+
+/// Why an access request's object cannot be assembled.
+///
+/// ### Handling
+/// The server answers 404 `not_found` naming the ark (and version) for the
+/// first two, 500 for the third; nothing is queued.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestedVersionError {
+    /// The inventory has no version of the ark.
+    #[error("no object {ark} in the inventory: only stored objects can be assembled")]
+    UnknownArk {
+        /// The ark (cut).
+        ark: String,
+    },
+    /// The ark has versions, but not this one.
+    #[error("object {ark} has no version {version} (its latest is {latest})")]
+    UnknownVersion {
+        /// The ark (cut).
+        ark: String,
+        /// The version asked for.
+        version: u32,
+        /// The object's latest version.
+        latest: u32,
+    },
+    /// The inventory could not be read.
+    #[error("the inventory failed: {0}")]
+    Inventory(#[from] ingest_steps::inventory::InventoryError),
+}
+
+/// The version `version` (0: the latest) of `ark` and its size, from the
+/// inventory.
+///
+/// # Errors
+/// [`RequestedVersionError`]: an ark or version the inventory does not know
+/// (named, cut to 128 bytes), or an inventory that cannot be read.
+pub fn requested_version(
+    inventory: &Inventory,
+    ark: &str,
+    version: u32,
+) -> Result<RequestedVersion, RequestedVersionError> {
+    let shown = || ingest_protocol::cut(ark, ARK_SHOWN).into_owned();
+    let Some(latest) = inventory.latest(ark)? else {
+        return Err(RequestedVersionError::UnknownArk { ark: shown() });
+    };
+    let record = if version == 0 || version == latest.version {
+        latest
+    } else {
+        inventory
+            .version(ark, version)?
+            .ok_or_else(|| RequestedVersionError::UnknownVersion {
+                ark: shown(),
+                version,
+                latest: latest.version,
+            })?
+    };
+    Ok(RequestedVersion {
+        version: record.version,
+        size: record
+            .files
+            .iter()
+            .fold(0u64, |sum, f| sum.saturating_add(f.size)),
+    })
+}

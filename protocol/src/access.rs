@@ -19,14 +19,18 @@ pub struct AccessRequestBody {
     pub token: Option<String>,
     /// The object's ark (`ark:/NAAN/name`).
     pub ark: String,
-    /// The version to assemble (0, the default, for the latest).
+    /// The version to assemble (0, the default, for the latest; the
+    /// request records the version it resolved to).
     #[serde(default)]
     pub version: u32,
     /// `zip` (the default), `tar` or `targz`.
     #[serde(default = "default_format")]
     pub format: String,
-    /// The bytes to assemble (mrt-store's `cloud-content-byte`).
-    pub size: u64,
+    /// The bytes to assemble (mrt-store's `cloud-content-byte`), an
+    /// admin's override: without it (and always for a depositor) the engine
+    /// takes the size of the version from the inventory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
     /// The storage node the object is read from (`delivery-node`; 0 when
     /// unknown).
     #[serde(default)]

@@ -18,8 +18,10 @@ use super::output::{emit, print_rows};
 /// Actions on the access (assembly) queue.
 #[derive(Debug, Subcommand)]
 pub enum AccessAction {
-    /// Queue an assembly request: the small or the large queue by --size
-    /// (large above 500000000 bytes, Merritt's QueueSizeLimit).
+    /// Queue an assembly request for a stored object: the small or the large
+    /// queue by the version's size in the inventory (large above 500000000
+    /// bytes, Merritt's QueueSizeLimit); an ark the inventory does not know
+    /// is refused.
     Request {
         /// The object's ark (ark:/NAAN/name).
         #[arg(long)]
@@ -30,9 +32,9 @@ pub enum AccessAction {
         /// zip, tar or targz.
         #[arg(long = "container", default_value = "zip")]
         container: String,
-        /// Bytes to assemble (chooses the queue).
+        /// An admin's override of the bytes to assemble (chooses the queue; the inventory's size otherwise).
         #[arg(long)]
-        size: u64,
+        size: Option<u64>,
         /// The token the requester polls with (a new uuid when absent).
         #[arg(long)]
         token: Option<String>,
@@ -157,12 +159,20 @@ fn local_inner(local: &mut Local, action: AccessAction) -> Result<i32> {
             delivery_node,
             format,
         } => {
+            let inventory = ingest_engine::objects::open_inventory(local.engine.log())?;
+            let found = ingest_engine::objects::requested_version(&inventory, &ark, version)
+                .map_err(|e| match e {
+                    ingest_engine::objects::RequestedVersionError::Inventory(_) => {
+                        anyhow::Error::new(e)
+                    }
+                    refused => Refused(refused.to_string()).into(),
+                })?;
             let token = AccessToken {
                 token: token.unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
                 ark,
-                version,
+                version: found.version,
                 format: container,
-                size,
+                size: size.unwrap_or(found.size),
                 delivery_node,
             };
             let next = local.engine.state().next_qid();
@@ -223,7 +233,12 @@ fn remote_inner(remote: &Remote, action: AccessAction) -> Result<i32> {
                 size,
                 delivery_node,
             };
-            let client = remote.reader_api()?;
+            // The size override is an admin's.
+            let client = if body.size.is_some() {
+                remote.admin_api()?
+            } else {
+                remote.reader_api()?
+            };
             let moved = remote.run(client.request_access(&body))?;
             emit(&moved.request, format)?;
         }

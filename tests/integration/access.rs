@@ -11,7 +11,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use zookeeper_client as zk;
 
-use crate::server::{eventually, start, Server, ADMIN, DEPOSITOR};
+use crate::server::{eventually, seed_objects, start, Server, ADMIN, DEPOSITOR};
 use crate::util::ingest_bin;
 use crate::zk_server::{shared, unique_root};
 
@@ -47,6 +47,15 @@ async fn the_access_daemons_assemble_fail_when_asked_and_honour_each_pause() {
     let hosts = zk_server.hosts();
     let root = unique_root("access");
     let dir = tempfile::tempdir().expect("tempdir");
+    seed_objects(
+        dir.path(),
+        &[
+            ("ark:/99999/fk4s", 1, &[17_000, 79]),
+            ("ark:/99999/fk4l", 1, &[1]),
+            ("ark:/99999/fk4l", 2, &[400_000_000, 200_000_000]),
+            ("ark:/99999/fk4f", 1, &[10]),
+        ],
+    );
     let server = start(
         dir.path(),
         &hosts,
@@ -59,15 +68,16 @@ async fn the_access_daemons_assemble_fail_when_asked_and_honour_each_pause() {
 
     // The large queue is paused before anything is requested.
     admin(&server, Method::POST, "/access-queues/large/pause").await;
-    let small = request(&server, json!({"ark": "ark:/99999/fk4s", "size": 17079})).await;
+    // Each queue is chosen by the version's size in the inventory.
+    let small = request(&server, json!({"ark": "ark:/99999/fk4s"})).await;
     let large = request(
         &server,
-        json!({"ark": "ark:/99999/fk4l", "size": 600_000_000u64, "format": "tar", "version": 2}),
+        json!({"ark": "ark:/99999/fk4l", "format": "tar", "version": 2}),
     )
     .await;
     let failing = request(
         &server,
-        json!({"ark": "ark:/99999/fk4f", "size": 10, "token": "simulate-failure-1"}),
+        json!({"ark": "ark:/99999/fk4f", "token": "simulate-failure-1"}),
     )
     .await;
 
@@ -175,7 +185,7 @@ async fn the_access_daemons_assemble_fail_when_asked_and_honour_each_pause() {
             Method::POST,
             "/access",
             DEPOSITOR,
-            Some(json!({"ark": "not an ark", "size": 1})),
+            Some(json!({"ark": "not an ark"})),
         )
         .await;
     assert_eq!(code, 422, "{body}");
@@ -188,9 +198,10 @@ async fn an_access_report_without_the_lock_is_refused() {
     let hosts = zk_server.hosts();
     let root = unique_root("access-fence");
     let dir = tempfile::tempdir().expect("tempdir");
+    seed_objects(dir.path(), &[("ark:/99999/fk4x", 1, &[1])]);
     // No daemons: the test plays the worker.
     let server = start(dir.path(), &hosts, &root, None);
-    let qid = request(&server, json!({"ark": "ark:/99999/fk4x", "size": 1})).await;
+    let qid = request(&server, json!({"ark": "ark:/99999/fk4x"})).await;
     let (code, body) = server
         .call_fenced(
             &format!("/access/{qid}/start"),
@@ -244,6 +255,7 @@ async fn an_access_request_left_processing_by_a_killed_serve_completes_after_res
     let hosts = zk_server.hosts();
     let root = unique_root("access-killed");
     let dir = tempfile::tempdir().expect("tempdir");
+    seed_objects(dir.path(), &[("ark:/99999/fk4k", 1, &[10])]);
     // The simulated assembly takes a minute, so the request is caught
     // Processing under its lock; the restart below assembles at once.
     let slow = ["--step-ms".to_string(), "60000".to_string()];
@@ -258,7 +270,7 @@ async fn an_access_request_left_processing_by_a_killed_serve_completes_after_res
     let client = zk::Client::connect(&format!("{hosts}{root}"))
         .await
         .expect("zookeeper");
-    let qid = request(&server, json!({"ark": "ark:/99999/fk4k", "size": 10})).await;
+    let qid = request(&server, json!({"ark": "ark:/99999/fk4k"})).await;
     let path = format!("/access/small/{qid}");
     let lock = format!("{path}/lock");
     eventually("the request Processing under its lock", 60, async || {
@@ -321,6 +333,10 @@ async fn a_lockless_processing_request_is_requeued_or_deleted_but_not_while_lock
     let hosts = zk_server.hosts();
     let root = unique_root("access-lockless");
     let dir = tempfile::tempdir().expect("tempdir");
+    seed_objects(
+        dir.path(),
+        &[("ark:/99999/fk4d0", 1, &[1]), ("ark:/99999/fk4d1", 1, &[1])],
+    );
     // No daemons: the test plays the worker, whose death is its session's
     // close.
     let server = start(dir.path(), &hosts, &root, None);
@@ -338,11 +354,7 @@ async fn a_lockless_processing_request_is_requeued_or_deleted_but_not_while_lock
         .into_iter()
         .enumerate()
     {
-        let qid = request(
-            &server,
-            json!({"ark": format!("ark:/99999/fk4d{n}"), "size": 1}),
-        )
-        .await;
+        let qid = request(&server, json!({"ark": format!("ark:/99999/fk4d{n}")})).await;
         let lock = format!("/access/small/{qid}/lock");
         let worker = zk::Client::connect(&format!("{hosts}{root}"))
             .await
@@ -403,4 +415,106 @@ async fn a_lockless_processing_request_is_requeued_or_deleted_but_not_while_lock
         let now = status_of(&server, &qid).await;
         assert_eq!(now["status"], then, "{now}");
     }
+}
+
+/// Issue 24: a request names a stored object. The engine sizes it from the
+/// inventory (the version asked for, or the latest, which the request
+/// records), refuses an ark or version the inventory does not know (404
+/// naming it, cut), and takes a size only as an admin's override. Before,
+/// any ark was queued with whatever size the caller typed, and "assembled".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_access_request_is_sized_from_the_inventory_and_an_unknown_ark_refused() {
+    let zk_server = shared();
+    let hosts = zk_server.hosts();
+    let root = unique_root("access-sized");
+    let dir = tempfile::tempdir().expect("tempdir");
+    seed_objects(
+        dir.path(),
+        &[
+            ("ark:/99999/fk4v", 1, &[100, 20]),
+            ("ark:/99999/fk4v", 2, &[300_000_000, 300_000_000, 5]),
+        ],
+    );
+    let server = start(dir.path(), &hosts, &root, None);
+
+    let latest = request(&server, json!({"ark": "ark:/99999/fk4v"})).await;
+    let first = request(&server, json!({"ark": "ark:/99999/fk4v", "version": 1})).await;
+    let view = status_of(&server, &latest).await;
+    assert_eq!(
+        (
+            view["queue"].as_str(),
+            view["version"].as_u64(),
+            view["size"].as_u64()
+        ),
+        (Some("large"), Some(2), Some(600_000_005)),
+        "{view}"
+    );
+    let view = status_of(&server, &first).await;
+    assert_eq!(
+        (
+            view["queue"].as_str(),
+            view["version"].as_u64(),
+            view["size"].as_u64()
+        ),
+        (Some("small"), Some(1), Some(120)),
+        "{view}"
+    );
+
+    let refused = async |token: &str, body: Value| {
+        let (code, answer) = server
+            .call(Method::POST, "/access", token, Some(body))
+            .await;
+        (code, answer)
+    };
+    let (code, body) = refused(DEPOSITOR, json!({"ark": "ark:/99999/fk4nope"})).await;
+    assert_eq!(code, 404, "{body}");
+    assert_eq!(body["error"]["id"], "ark:/99999/fk4nope", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("ark:/99999/fk4nope")),
+        "{body}"
+    );
+    let (code, body) = refused(DEPOSITOR, json!({"ark": "ark:/99999/fk4v", "version": 3})).await;
+    assert_eq!(code, 404, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no version 3") && m.contains("latest is 2")),
+        "{body}"
+    );
+    // A long unknown ark is named, cut.
+    let long = format!("ark:/99999/{}", "x".repeat(1000));
+    let (code, body) = refused(DEPOSITOR, json!({"ark": long})).await;
+    assert_eq!(code, 404, "{body}");
+    assert!(body.to_string().len() < 1000, "{body}");
+    // The size is an admin's override only.
+    let (code, body) = refused(DEPOSITOR, json!({"ark": "ark:/99999/fk4v", "size": 1})).await;
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(body["error"]["field"], "size", "{body}");
+    let (code, body) = refused(
+        ADMIN,
+        json!({"ark": "ark:/99999/fk4v", "version": 1, "size": 700_000_000u64}),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(body["request"]["queue"], "large", "{body}");
+    // Nothing was queued by a refusal.
+    let list = server.get("/access").await;
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(3), "{list}");
+
+    // The CLI through the server says the same.
+    let out = ingest(&[
+        "--engine",
+        &server.base,
+        "access",
+        "request",
+        "--ark",
+        "ark:/99999/fk4nope",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("ark:/99999/fk4nope"),
+        "{out:?}"
+    );
 }

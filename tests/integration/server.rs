@@ -287,3 +287,41 @@ pub async fn eventually<T>(what: &str, secs: u64, mut check: impl AsyncFnMut() -
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Records stored object versions in the inventory of the data directory
+/// [`start`] uses under `dir` (before the server starts: it holds the log),
+/// as the recording step would: `(ark, version, file sizes)`, the files
+/// `producer/fN`. For tests of requests about stored objects whose content
+/// they do not read (the access queue refuses an ark the inventory lacks).
+pub fn seed_objects(dir: &Path, objects: &[(&str, u32, &[u64])]) {
+    let log = ingest_events::Log::open(&dir.join("data").join("log"), &Default::default())
+        .expect("the log");
+    let inventory = ingest_engine::objects::open_inventory(&log).expect("the inventory");
+    for (ark, version, sizes) in objects {
+        let files = sizes
+            .iter()
+            .enumerate()
+            .map(|(n, size)| ingest_protocol::inventory::InventoryFile {
+                path: format!("producer/f{n}"),
+                size: *size,
+                digests: Default::default(),
+            })
+            .collect();
+        inventory
+            .record(&ingest_protocol::inventory::ObjectVersionRecord {
+                ark: (*ark).to_string(),
+                version: *version,
+                collection: "demo".into(),
+                local_ids: Vec::new(),
+                files,
+                storage_targets: vec!["t1".into()],
+                jid: "jid0000000001".into(),
+                bid: "bid0000000001".into(),
+                recorded_at: chrono::Utc::now(),
+                erc: Default::default(),
+            })
+            .expect("record");
+    }
+    drop(inventory);
+    drop(log); // sled writes its trees out when the last handle goes.
+}

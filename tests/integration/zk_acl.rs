@@ -325,6 +325,7 @@ async fn a_worker_process_with_the_worker_credentials_does_whole_jobs() {
     let hosts = zk_server.hosts();
     let root = unique_root("acl-worker");
     let dir = tempfile::tempdir().expect("tempdir");
+    crate::server::seed_objects(dir.path(), &[("ark:/99999/fk4acl", 1, &[10])]);
     let engine_auth = dir.path().join("engine.auth");
     let worker_auth = dir.path().join("worker.auth");
     std::fs::write(&engine_auth, "engine:engine-secret\n").expect("write");
@@ -377,7 +378,7 @@ async fn a_worker_process_with_the_worker_credentials_does_whole_jobs() {
             reqwest::Method::POST,
             "/access",
             crate::server::DEPOSITOR,
-            Some(serde_json::json!({"ark": "ark:/99999/fk4acl", "size": 10})),
+            Some(serde_json::json!({"ark": "ark:/99999/fk4acl"})),
         )
         .await;
     assert_eq!(code, 201, "{answer}");

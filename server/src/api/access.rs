@@ -4,7 +4,9 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::Json;
+use axum::{Extension, Json};
+use ingest_engine::objects::{requested_version, RequestedVersion, RequestedVersionError};
+use ingest_events::command::MAX_ACCESS_FIELD_BYTES;
 use ingest_events::command::{Command, Item};
 use ingest_events::event::{AccessQueue, AccessToken};
 use ingest_events::lifecycle::AccessState;
@@ -16,7 +18,7 @@ use ingest_protocol::api::{AdminBody, Appended, OutcomeKind, SessionId, WorkerRe
 use uuid::Uuid;
 
 use super::admin::act;
-use super::auth::AdminName;
+use super::auth::{AdminName, Role};
 use super::worker::{fence, worker_actor, Fence};
 use super::{rows, ApiError, ApiJson, ApiPath, AppState, CorrelationId};
 
@@ -42,15 +44,30 @@ fn moved(app: &AppState, qid: Qid, records: &[Recorded]) -> Result<AccessMoved, 
 /// its size as mrt-store chooses it.
 pub(crate) async fn request(
     State(app): State<AppState>,
+    Extension(role): Extension<Role>,
     cid: CorrelationId,
     ApiJson(body): ApiJson<AccessRequestBody>,
 ) -> Result<(StatusCode, Json<AccessMoved>), ApiError> {
+    if body.size.is_some() && role != Role::Admin {
+        return Err(ApiError::invalid_field(
+            "size",
+            "is an admin's override: leave it out, the engine sizes the version from the inventory",
+        ));
+    }
+    // A malformed ark is refused by the command (422 naming it), not
+    // looked up.
+    let (version, size) = if looks_like_ark(&body.ark) {
+        let found = sized(&app, &body.ark, body.version).await?;
+        (found.version, body.size.unwrap_or(found.size))
+    } else {
+        (body.version, body.size.unwrap_or(0))
+    };
     let token = AccessToken {
         token: body.token.unwrap_or_else(|| Uuid::new_v4().to_string()),
         ark: body.ark,
-        version: body.version,
+        version,
         format: body.format,
-        size: body.size,
+        size,
         delivery_node: body.delivery_node,
     };
     let outcome = app
@@ -75,6 +92,40 @@ pub(crate) async fn request(
         StatusCode::CREATED,
         Json(moved(&app, qid, &outcome.records)?),
     ))
+}
+
+fn looks_like_ark(ark: &str) -> bool {
+    ark.len() > "ark:/".len() && ark.len() <= MAX_ACCESS_FIELD_BYTES && ark.starts_with("ark:/")
+}
+
+/// The version of `ark` a request names (0: the latest) and its size, from
+/// the inventory; 404 naming an ark or version it does not know.
+async fn sized(app: &AppState, ark: &str, version: u32) -> Result<RequestedVersion, ApiError> {
+    let inventory = app
+        .inner
+        .inventory
+        .clone()
+        .ok_or_else(|| super::objects::unavailable("inventory"))?;
+    let owned = ark.to_string();
+    let found = tokio::task::spawn_blocking(move || requested_version(&inventory, &owned, version))
+        .await
+        .map_err(|e| ApiError::internal(format!("the inventory task failed: {e}")))?;
+    found.map_err(|e| {
+        let message = e.to_string();
+        match e {
+            RequestedVersionError::UnknownArk { ark } => {
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+                    .with("item", "object")
+                    .with("id", ark)
+            }
+            RequestedVersionError::UnknownVersion { ark, .. } => {
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+                    .with("item", "object version")
+                    .with("id", ark)
+            }
+            RequestedVersionError::Inventory(_) => ApiError::internal(message),
+        }
+    })
 }
 
 /// `GET /access`: every request, small queue first, each by id.

@@ -20,7 +20,7 @@ use super::{ApiError, ApiJson, ApiPath, AppState, CorrelationId};
 /// The most local ids one lookup may ask about.
 const MAX_LOOKUP: usize = 1000;
 
-fn unavailable(what: &str) -> ApiError {
+pub(crate) fn unavailable(what: &str) -> ApiError {
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "no_inventory",
