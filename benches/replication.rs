@@ -171,7 +171,9 @@ fn main() {
     });
 
     // Bootstrap of a new replica from a peer.
-    let zk = Server::start("-Xms64m -Xmx512m -XX:+UseSerialGC");
+    // The leader projects its 1M events meanwhile (about a million nodes):
+    // 512 MiB of heap was not enough for them.
+    let zk = Server::start("-Xms64m -Xmx3g -XX:+UseSerialGC");
     let hosts = format!("127.0.0.1:{}", zk.port);
     let root = format!("/bench-repl-{}", std::process::id());
     let group = |id: &str| -> Vec<String> {

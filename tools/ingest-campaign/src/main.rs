@@ -32,6 +32,9 @@ use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
 
 const ADMIN: &str = "campaign-admin-token-0123456789";
+/// The ZooKeeper servers' JVM flags unless `INGEST_ZK_JVMFLAGS` is set.
+const ZK_JVMFLAGS: &str =
+    "-Xms64m -Xmx1g -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:-UsePerfData";
 const DEPOSITOR: &str = "campaign-depositor-token-0123456789";
 const WORKER: &str = "campaign-worker-token-0123456789";
 
@@ -139,7 +142,14 @@ struct Ctx {
 
 impl Ctx {
     fn zk(&self, args: &[&str]) -> Result<String> {
-        let out = std::process::Command::new(&self.zk_tool)
+        let mut command = std::process::Command::new(&self.zk_tool);
+        if std::env::var_os("INGEST_ZK_JVMFLAGS").is_none() {
+            // The projection of a long campaign (150,000 batches and their
+            // jobs) does not fit tools/zk's default 256 MiB heap: a server
+            // ran out of memory after 1,774 s and the ensemble stalled.
+            command.env("INGEST_ZK_JVMFLAGS", ZK_JVMFLAGS);
+        }
+        let out = command
             .args(args)
             .current_dir(std::env::temp_dir())
             .stdin(Stdio::null())
