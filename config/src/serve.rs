@@ -157,6 +157,9 @@ pub struct ServeArgs {
     /// The real steps' options (with --steps real).
     #[command(flatten)]
     pub real: RealArgs,
+    /// What the projector does with a job status another ZooKeeper client (a Merritt service through mrt-zk) writes: `revert` puts the log's back and records it; `adopt` turns a legal status change into the same command an API call would be (decided by the engine, recorded with the ZooKeeper client as actor) and reverts an illegal one [default: revert]. See docs/merritt.md.
+    #[arg(long, env = "INGEST_FOREIGN_WRITES", value_name = "revert|adopt")]
+    pub foreign_writes: Option<ForeignWrites>,
     /// Snapshots and signed checkpoints of the log.
     #[command(flatten)]
     pub archive: crate::ArchiveArgs,
@@ -262,6 +265,21 @@ pub struct ServeConfig {
     pub archive: crate::ArchiveArgs,
     /// Several engines on one root.
     pub replication: crate::ReplicationArgs,
+    /// What the projector does with a job status another ZooKeeper client writes.
+    pub foreign_writes: ForeignWrites,
+}
+
+/// What the projector does with a job status another ZooKeeper client
+/// writes (`--foreign-writes`, `zookeeper.foreign_writes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ForeignWrites {
+    /// The log wins: the item's nodes are put back and the change recorded.
+    #[default]
+    Revert,
+    /// A legal status change becomes the command it means (decided by the
+    /// engine, recorded with the client as actor); an illegal one is reverted.
+    Adopt,
 }
 
 /// The provisioning step's settings.
@@ -774,6 +792,10 @@ impl ServeConfig {
             },
             archive,
             replication,
+            foreign_writes: args
+                .foreign_writes
+                .or(file.zookeeper.foreign_writes)
+                .unwrap_or_default(),
         })
     }
 

@@ -605,6 +605,30 @@ mod sections {
         assert_eq!(c.minter, ("13030".to_string(), "m5".to_string()));
     }
 
+    // Issue 23: adoption mode is off unless asked for, from the file or a flag.
+    #[test]
+    fn foreign_writes_are_reverted_unless_adoption_is_asked_for() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let c = load(dir.path(), "", ServeArgs::default()).expect("loads");
+        assert_eq!(c.foreign_writes, ForeignWrites::Revert);
+        let text = "zookeeper:\n  foreign_writes: adopt\n";
+        let c = load(dir.path(), text, ServeArgs::default()).expect("loads");
+        assert_eq!(c.foreign_writes, ForeignWrites::Adopt);
+        let args = ServeArgs {
+            foreign_writes: Some(ForeignWrites::Revert),
+            ..ServeArgs::default()
+        };
+        let c = load(dir.path(), text, args).expect("loads");
+        assert_eq!(c.foreign_writes, ForeignWrites::Revert, "the flag wins");
+        let err = load(
+            dir.path(),
+            "zookeeper:\n  foreign_writes: merge\n",
+            ServeArgs::default(),
+        )
+        .expect_err("unknown mode");
+        assert!(err.to_string().contains("foreign_writes"), "{err}");
+    }
+
     #[test]
     fn the_file_sets_snapshots_and_checkpoints_and_a_flag_wins() {
         let dir = tempfile::tempdir().expect("tempdir");

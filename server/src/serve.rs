@@ -131,6 +131,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
             ));
             let start_sink = {
                 let handle = handle.clone();
+                let foreign_writes = config.foreign_writes;
                 let (log, zk_config, gate, metrics) = (
                     Arc::clone(handle.log()),
                     zk_config.clone(),
@@ -141,12 +142,15 @@ async fn serve(config: ServeConfig) -> Result<i32> {
                     let mut sink_config = SinkConfig::new(zk_config.clone(), identity.clone());
                     sink_config.gate = gate.clone();
                     sink_config.resume = Some(ingest_projections::Resumer(resume.clone()));
-                    sink_config.foreign = Some(ingest_projections::ForeignRecorder(Arc::new(
-                        EngineRecorder {
-                            handle: handle.clone(),
-                            metrics: Arc::clone(&metrics),
-                        },
-                    )));
+                    let recorder = Arc::new(EngineRecorder {
+                        handle: handle.clone(),
+                        metrics: Arc::clone(&metrics),
+                    });
+                    if foreign_writes == ingest_config::ForeignWrites::Adopt {
+                        sink_config.adopt =
+                            Some(ingest_projections::ForeignAdopter(recorder.clone()));
+                    }
+                    sink_config.foreign = Some(ingest_projections::ForeignRecorder(recorder));
                     let sink = Sink::new(Arc::clone(&log), sink_config)
                         .context("cannot start the projector")?;
                     metrics.attach_projector(sink.status());
@@ -587,5 +591,36 @@ impl ingest_projections::RecordForeign for EngineRecorder {
                 tracing::warn!(item = %item, error = %e, "cannot record the repair of a foreign change");
             }
         });
+    }
+}
+
+impl ingest_projections::AdoptForeign for EngineRecorder {
+    /// Adoption mode: the status another client wrote is decided as an
+    /// explicit status change (`SetJobStatus` to that state) with the
+    /// ZooKeeper client as a worker actor; any refusal reverts it.
+    fn adopt(
+        &self,
+        change: ingest_projections::ForeignStatus,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = ingest_projections::Adoption> + Send + '_>,
+    > {
+        Box::pin(async move {
+            let command = ingest_events::command::Command::SetJobStatus {
+                jid: change.jid,
+                target: ingest_events::command::Target::To(change.to),
+                message: change.message,
+                priority: None,
+            };
+            match self
+                .handle
+                .execute(ingest_events::Actor::worker(change.actor), command)
+                .await
+            {
+                Ok(outcome) => ingest_projections::Adoption::Accepted(
+                    outcome.records.last().map_or(0, |r| r.envelope.position),
+                ),
+                Err(e) => ingest_projections::Adoption::Refused(e.to_string()),
+            }
+        })
     }
 }

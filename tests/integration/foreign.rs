@@ -41,13 +41,19 @@ struct Rig {
 impl Rig {
     /// `None` when kazoo cannot be installed (outside CI; see `venv_python`).
     async fn start(name: &str, daemons: Option<&[&str]>) -> Option<Rig> {
+        Rig::start_with(name, daemons, &[]).await
+    }
+
+    /// [`Rig::start`] with further `serve` arguments.
+    async fn start_with(name: &str, daemons: Option<&[&str]>, args: &[&str]) -> Option<Rig> {
         let python = tokio::task::spawn_blocking(kazoo_python)
             .await
             .expect("the venv task")?;
         let zks = shared();
         let root = unique_root(name);
         let dir = tempfile::tempdir().expect("tempdir");
-        let s = server::start(dir.path(), &zks.hosts(), &root, daemons);
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let s = server::start_with(dir.path(), &zks.hosts(), &root, daemons, "simulate", &args);
         let zk = zk_at(&zks.hosts(), &root).await;
         Some(Rig {
             s,
@@ -95,6 +101,17 @@ async fn zk_at(hosts: &str, root: &str) -> zookeeper_client::Client {
 
 async fn exists(zk: &zookeeper_client::Client, path: &str) -> bool {
     zk.check_stat(path).await.expect("exists").is_some()
+}
+
+/// Waits until `/jobs/JID/status` says `status`.
+async fn status_node_says(zk: &zookeeper_client::Client, jid: &str, status: &str) {
+    let path = format!("/jobs/{jid}/status");
+    eventually(&format!("{path} to say {status}"), 30, async || {
+        let (data, _) = zk.get_data(&path).await.ok()?;
+        let node: Value = serde_json::from_slice(&data).ok()?;
+        (node["status"] == status).then_some(())
+    })
+    .await;
 }
 
 /// `/jobs/states/STATE/PP-JID` with the job's projected priority.
@@ -224,13 +241,7 @@ async fn a_foreign_set_status_then_a_hold_leaves_the_queue_running_and_is_record
     .await;
 
     // The hold reaches the tree, over the converged job.
-    let status_path = format!("/jobs/{jid}/status");
-    eventually("the hold in the tree", 30, async || {
-        let (data, _) = zk.get_data(&status_path).await.ok()?;
-        let node: Value = serde_json::from_slice(&data).ok()?;
-        (node["status"] == "Held").then_some(())
-    })
-    .await;
+    status_node_says(zk, &jid, "Held").await;
     assert!(exists(zk, &format!("/jobs/states/held/05-{jid}")).await);
     assert!(!exists(zk, &format!("/jobs/states/estimating/05-{jid}")).await);
 
@@ -338,4 +349,93 @@ async fn a_pause_lock_deleted_by_unlock_ingest_queue_is_projected_again_and_reco
     })
     .await;
     assert_converged(s).await;
+}
+
+/// Adoption mode (`--foreign-writes adopt`, issue 23 item 2): mrt-zk's
+/// `setStatus` of a pending job to Estimating is a legal move, so it becomes
+/// the engine's own `JobStatusChanged`, decided like an API call and
+/// recorded with the ZooKeeper client as actor; the tree converges to it
+/// (queue references completed) without a revert. A skipped state
+/// (Estimating → Completed) is refused by the lifecycle: reverted and
+/// recorded, the job stays where the log has it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adoption_mode_turns_a_legal_foreign_set_status_into_an_event_and_reverts_an_illegal_one() {
+    let Some(r) = Rig::start_with(
+        "foreign-adopt",
+        Some(&["job_pending=off", "estimating=off"]),
+        &["--foreign-writes", "adopt"],
+    )
+    .await
+    else {
+        return;
+    };
+    let (s, zk) = (&r.s, &r.zk);
+    let bid = s.submit(1).await;
+    let jid = jobs_of(s, zk, &bid, 1).await.remove(0);
+
+    r.write(&[
+        "set-status",
+        &jid,
+        "Estimating",
+        "taken by a Merritt consumer",
+    ]);
+    let history = eventually("the adopted move", 30, async || {
+        let job = s.get(&format!("/jobs/{jid}")).await;
+        (job["status"] == "Estimating").then_some(())?;
+        Some(s.get(&format!("/jobs/{jid}/history")).await)
+    })
+    .await;
+    let moved: Vec<&Value> = history["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|r| r["event"] == "JobStatusChanged")
+        .collect();
+    assert_eq!(moved.len(), 1, "{history}");
+    assert!(
+        moved[0]["actor"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("worker:zk-")),
+        "the ZooKeeper client is the actor: {history}"
+    );
+    assert!(
+        moved[0]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("taken by a Merritt consumer")),
+        "{history}"
+    );
+    assert!(
+        repairs(&history).is_empty(),
+        "adopted, not reverted: {history}"
+    );
+    eventually("the tree converged to the adopted move", 30, async || {
+        let (status, diff) = s.call(Method::GET, "/diff", ADMIN, None).await;
+        (status == 200
+            && ["missing", "unexpected", "differing"]
+                .iter()
+                .all(|k| diff[*k] == json!([])))
+        .then_some(())
+    })
+    .await;
+    assert!(
+        exists(
+            zk,
+            &queue_ref(zk, "estimating", &jid).await.expect("priority")
+        )
+        .await
+    );
+
+    // A skipped state: refused by the lifecycle, reverted and recorded.
+    r.write(&["set-status", &jid, "Completed", "done, says Merritt"]);
+    let rows = repaired(s, &format!("/jobs/{jid}/history")).await;
+    let text = Value::Array(rows).to_string();
+    assert!(
+        text.contains("adoption refused Estimating -> Completed"),
+        "{text}"
+    );
+    let job = s.get(&format!("/jobs/{jid}")).await;
+    assert_eq!(job["status"], "Estimating", "{job}");
+    status_node_says(zk, &jid, "Estimating").await;
+    assert_converged(s).await;
+    assert_ready(s).await;
 }

@@ -81,9 +81,12 @@ def move(zk, old, new, written):
     if old == new:
         return
     delete_quietly(zk, old, written)
-    zk.ensure_path(new.rsplit("/", 1)[0])
-    zk.create(new, b"")
-    written.append(new)
+    # setJobStatePath / setBatchStatePath create the new one only when it
+    # does not exist.
+    if zk.exists(new) is None:
+        zk.ensure_path(new.rsplit("/", 1)[0])
+        zk.create(new, b"")
+        written.append(new)
 
 
 def main(argv):

@@ -327,6 +327,13 @@ impl Runner {
         failed: Option<&str>,
         reason: &str,
     ) -> Result<bool, Exit> {
+        // A job whose foreign status change the engine adopted: its nodes
+        // are put back silently, the adopted event (recorded with the
+        // client as actor) being the record.
+        let adopted = match item {
+            Item::Job(j) => self.adopted.remove(j).is_some(),
+            _ => false,
+        };
         let scope = self.scope(item, failed);
         let live = self.read_scope(client, &scope).await?;
         let mut expected: BTreeMap<String, Vec<u8>> = BTreeMap::new();
@@ -426,6 +433,15 @@ impl Runner {
                     ZkError::new("multi", item.name(), ZkErrorKind::Timeout(deadline)).into(),
                 );
             }
+        }
+        if adopted {
+            tracing::info!(
+                root = %self.cfg.zk.root,
+                item = %item.name(),
+                nodes = nodes.len(),
+                "converged the nodes of a job whose foreign status change was adopted"
+            );
+            return Ok(true);
         }
         let shown: Vec<String> = nodes
             .iter()

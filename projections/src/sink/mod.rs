@@ -120,11 +120,13 @@ use crate::projector::ProjectError;
 use crate::txn::{self, Oversized, TxnLimits};
 use crate::zk::{call, ZkConfig, ZkError};
 
+mod adopt;
 mod foreign;
 mod model;
 mod project;
 mod runner;
 
+pub use adopt::{AdoptForeign, Adoption, ForeignAdopter, ForeignStatus};
 pub use foreign::{ForeignRecorder, RecordForeign};
 
 use model::Model;
@@ -157,6 +159,10 @@ pub struct SinkConfig {
     /// such a change stops the sink with [`SinkError::Drift`], as it did
     /// before repairs existed (`ingest project`).
     pub foreign: Option<ForeignRecorder>,
+    /// Adoption mode: a job status another client writes is offered to the
+    /// engine through it (needs [`SinkConfig::foreign`] too); `None`: it is
+    /// reverted when found.
+    pub adopt: Option<ForeignAdopter>,
 }
 
 /// Finishes an interrupted rebuild with a session that holds leadership;
@@ -249,6 +255,7 @@ impl SinkConfig {
             gate: ProjectorGate::new(),
             resume: None,
             foreign: None,
+            adopt: None,
         }
     }
 }
@@ -637,6 +644,7 @@ impl Sink {
             counters: Counters::default(),
             conflict_streak: 0,
             repair_streak: 0,
+            adopted: Default::default(),
             ever_connected: false,
         };
         runner.backoff = Backoff::new(runner.cfg.backoff_initial, runner.cfg.backoff_max);

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use ingest_events::log::LogError;
 use zookeeper_client as zk;
 
+use super::adopt::TreeWatch;
 use super::foreign::{Item, MAX_REPAIRS};
 use super::model::Meta;
 use super::runner::{Exit, Runner, MAX_PENDING_EVENTS, READ_CHUNK};
@@ -146,6 +147,13 @@ impl Runner {
         } else {
             Box::pin(std::future::pending())
         };
+        // Adoption mode: `/jobs` and `/batches` are watched; what another
+        // client writes is handled between transactions once the tree is
+        // quiet.
+        let mut tree = match (repairs, self.cfg.adopt.is_some()) {
+            (true, true) => self.watch_tree(client).await?,
+            _ => TreeWatch::none(),
+        };
         loop {
             if self.shutdown.is_cancelled() {
                 return Ok(Exit::Done);
@@ -153,6 +161,10 @@ impl Runner {
             if futures_ready(&mut locks).await {
                 locks = self.watch_locks(client).await?;
                 version = self.check_locks(client, version).await?;
+            }
+            tree.drain().await;
+            if let Some(events) = tree.take_due() {
+                version = self.handle_tree_events(client, version, events).await?;
             }
             let limit = self.limit();
             if self.model.pending.is_empty() && self.model.projector.position() >= limit {
@@ -162,6 +174,8 @@ impl Runner {
                 }
                 self.reflect_session(session.peek_state())?;
                 tracing::debug!(root = %self.cfg.zk.root, position = limit, "caught up; following the log");
+                let due = tree.due();
+                let mut fired = None;
                 tokio::select! {
                     r = self.durable.changed() => {
                         if r.is_err() {
@@ -174,7 +188,13 @@ impl Runner {
                     _ = &mut locks => {
                         locks = Box::pin(std::future::ready(()));
                     }
+                    event = tree.next() => fired = Some(event),
+                    // Handled at the top of the loop.
+                    _ = sleep_until(due) => {}
                     _ = self.shutdown.cancelled() => return Ok(Exit::Done),
+                }
+                if let Some(event) = fired {
+                    tree.push(event);
                 }
                 continue;
             }
@@ -244,6 +264,9 @@ impl Runner {
                 Ok(Ok(_)) => {
                     version += 1;
                     self.repair_streak = 0;
+                    // Adopted events now in the tree need no silent repair.
+                    let applied = end.position;
+                    self.adopted.retain(|_, p| *p > applied);
                     lock_parents.clear();
                     self.applied(&plan, end);
                     tracing::debug!(
@@ -461,6 +484,14 @@ impl Runner {
         self.counters.transactions += 1;
         self.counters.events += completed as u64;
         self.counters.ops += plan.ops as u64;
+    }
+}
+
+/// Sleeps until `at` (never, for `None`).
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

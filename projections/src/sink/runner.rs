@@ -126,6 +126,10 @@ pub(super) struct Runner {
     pub(super) conflict_streak: u32,
     /// Foreign-change repairs since the last committed transaction.
     pub(super) repair_streak: u32,
+    /// Jobs whose foreign status change the engine adopted, with the
+    /// position of the adopted event: until that event is in the tree, a
+    /// repair of the job is silent (the adopted event is the record).
+    pub(super) adopted: std::collections::BTreeMap<ingest_events::Jid, u64>,
     pub(super) ever_connected: bool,
 }
 

@@ -1,0 +1,335 @@
+//! Adoption mode (`ingest serve --foreign-writes adopt`): the projector
+//! watches `/jobs` and `/batches`; a job status another client writes is
+//! offered to the engine ([`AdoptForeign`]), which decides it as the command
+//! it means; anything else another client writes, and a status the engine
+//! refuses, is converged back and recorded as in `foreign.rs`.
+
+use std::collections::BTreeSet;
+
+use ingest_events::lifecycle::StateKind;
+use ingest_events::{Jid, JobState};
+use zookeeper_client as zk;
+
+use super::foreign::{found_text, Item};
+use super::runner::{Exit, Runner};
+use crate::layout;
+use crate::zk::{call, ZkError, ZkErrorKind};
+
+/// A job status another client wrote, offered to the engine (adoption mode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForeignStatus {
+    /// The job.
+    pub jid: Jid,
+    /// The status the log has.
+    pub from: JobState,
+    /// The status written.
+    pub to: JobState,
+    /// The `message` written (cut to 512 bytes).
+    pub message: String,
+    /// Who wrote it, as far as ZooKeeper tells: the session holding the
+    /// job's lock (mrt-zk locks a job before it sets its status), else the
+    /// zxid of the write.
+    pub actor: String,
+}
+
+/// The engine's answer to a [`ForeignStatus`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Adoption {
+    /// Decided and appended at this position: the projector will write it.
+    Accepted(u64),
+    /// Refused (why): the projector reverts it and records it.
+    Refused(String),
+}
+
+/// Turns a foreign status change into the command it means (implemented by
+/// the server over the engine's `decide`).
+pub trait AdoptForeign: Send + Sync {
+    /// Decides and appends `change`, or says why not.
+    fn adopt(
+        &self,
+        change: ForeignStatus,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Adoption> + Send + '_>>;
+}
+
+/// A shared [`AdoptForeign`]: with it the sink runs in adoption mode.
+#[derive(Clone)]
+pub struct ForeignAdopter(pub std::sync::Arc<dyn AdoptForeign>);
+
+impl std::fmt::Debug for ForeignAdopter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ForeignAdopter")
+    }
+}
+
+/// How long the tree must be quiet before the events of an adoption watch
+/// are handled: mrt-zk's `setStatus` is several writes (the status node,
+/// then each reference), and they are judged together.
+pub(super) const QUIET: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The persistent recursive watches of adoption mode and the events they
+/// gave that are not handled yet.
+pub(super) struct TreeWatch {
+    /// On `/jobs` and `/batches`; `None` once their session ended.
+    watchers: Option<(zk::PersistentWatcher, zk::PersistentWatcher)>,
+    events: Vec<(zk::EventType, String)>,
+    last: Option<tokio::time::Instant>,
+}
+
+impl TreeWatch {
+    /// No watch (revert mode).
+    pub(super) fn none() -> TreeWatch {
+        TreeWatch {
+            watchers: None,
+            events: Vec::new(),
+            last: None,
+        }
+    }
+
+    /// Waits for the next event (never, without watchers).
+    pub(super) async fn next(&mut self) -> zk::WatchedEvent {
+        match &mut self.watchers {
+            Some((jobs, batches)) => tokio::select! {
+                e = jobs.changed() => e,
+                e = batches.changed() => e,
+            },
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Keeps `event`: a node event for later, the end of the session as
+    /// the end of the watchers.
+    pub(super) fn push(&mut self, event: zk::WatchedEvent) {
+        if event.event_type == zk::EventType::Session {
+            if event.session_state.is_terminated() {
+                self.watchers = None;
+            }
+            return;
+        }
+        // Bounded: past this many, one more round is read from the tree anyway.
+        if self.events.len() < 65_536 {
+            self.events.push((event.event_type, event.path));
+        }
+        self.last = Some(tokio::time::Instant::now());
+    }
+
+    /// Takes every event already delivered, without waiting.
+    pub(super) async fn drain(&mut self) {
+        loop {
+            let ready = tokio::select! {
+                biased;
+                e = self.next() => Some(e),
+                _ = std::future::ready(()) => None,
+            };
+            match ready {
+                Some(e) => self.push(e),
+                None => return,
+            }
+        }
+    }
+
+    /// When the events kept are due ([`QUIET`] after the last one).
+    pub(super) fn due(&self) -> Option<tokio::time::Instant> {
+        self.last
+            .filter(|_| !self.events.is_empty())
+            .map(|t| t + QUIET)
+    }
+
+    /// The events kept, once due.
+    pub(super) fn take_due(&mut self) -> Option<Vec<(zk::EventType, String)>> {
+        let due = self.due()?;
+        if tokio::time::Instant::now() < due {
+            return None;
+        }
+        self.last = None;
+        Some(std::mem::take(&mut self.events))
+    }
+}
+
+impl Runner {
+    /// Sets the persistent recursive watches on `/jobs` and `/batches`
+    /// (adoption mode).
+    pub(super) async fn watch_tree(&self, client: &zk::Client) -> Result<TreeWatch, Exit> {
+        let watch = |path: &'static str| async move {
+            call(
+                self.deadline(),
+                "add-watch",
+                path,
+                client.watch(path, zk::AddWatchMode::PersistentRecursive),
+            )
+            .await
+        };
+        let jobs = watch(layout::JOBS).await?;
+        let batches = watch(layout::BATCHES).await?;
+        Ok(TreeWatch {
+            watchers: Some((jobs, batches)),
+            events: Vec::new(),
+            last: None,
+        })
+    }
+
+    /// Handles the events a [`TreeWatch`] collected: job status changes are
+    /// offered to the engine ([`Runner::adopt_statuses`]); any other node
+    /// that is not what the applied checkpoint says (created, deleted,
+    /// changed) has its item converged and recorded. Returns the checkpoint
+    /// version after the repairs.
+    pub(super) async fn handle_tree_events(
+        &mut self,
+        client: &zk::Client,
+        mut version: i32,
+        events: Vec<(zk::EventType, String)>,
+    ) -> Result<i32, Exit> {
+        // Between transactions, as every write of the sink (see `ProjectorGate`).
+        let gate = std::sync::Arc::clone(&self.cfg.gate.lock);
+        let _turn = tokio::select! {
+            turn = gate.read_owned() => turn,
+            _ = self.shutdown.cancelled() => return Ok(version),
+        };
+        let mut statuses: BTreeSet<Jid> = BTreeSet::new();
+        let mut items: Vec<(Item, String)> = Vec::new();
+        let state = self.model.projector.state();
+        for (kind, path) in events {
+            if layout::is_ephemeral_lock(&path) {
+                continue;
+            }
+            let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+            if let (zk::EventType::NodeDataChanged, ["jobs", id, "status"]) =
+                (kind, parts.as_slice())
+            {
+                if let Ok(jid) = id.parse() {
+                    statuses.insert(jid);
+                }
+                continue;
+            }
+            let suspect = match kind {
+                zk::EventType::NodeCreated => self.model.applied_data(&path).is_none(),
+                zk::EventType::NodeDeleted => self.model.applied_data(&path).is_some(),
+                zk::EventType::NodeDataChanged => true,
+                _ => false,
+            };
+            let item = Item::of(&path, |uuid| {
+                uuid.parse().ok().and_then(|u| state.uuids.get(&u).copied())
+            });
+            if let (true, Some(item)) = (suspect, item) {
+                if !items.iter().any(|(i, _)| *i == item) {
+                    items.push((item, path));
+                }
+            }
+        }
+        version = self
+            .adopt_statuses(client, version, statuses.clone())
+            .await?;
+        for (item, path) in items {
+            // A job just offered was read whole; an adopted one waits for
+            // its event (its nodes are put back silently then).
+            if let Item::Job(j) = item {
+                if statuses.contains(&j) || self.adopted.contains_key(&j) {
+                    continue;
+                }
+            }
+            if self
+                .repair_item(
+                    client,
+                    version,
+                    &item,
+                    Some(&path),
+                    "a watch on the tree saw another client's write",
+                )
+                .await?
+            {
+                version += 1;
+            }
+        }
+        Ok(version)
+    }
+
+    /// Offers each job's foreign status change to the engine (the caller
+    /// holds the gate): adopted, it
+    /// flows back as the engine's event; refused (or not a status change),
+    /// the job's nodes are reverted and recorded. Returns the checkpoint
+    /// version after the repairs.
+    pub(super) async fn adopt_statuses(
+        &mut self,
+        client: &zk::Client,
+        mut version: i32,
+        jobs: BTreeSet<Jid>,
+    ) -> Result<i32, Exit> {
+        let Some(adopter) = self.cfg.adopt.clone() else {
+            return Ok(version);
+        };
+        for jid in jobs {
+            let status = layout::job_status(jid);
+            let lock = format!("{}/lock", layout::job(jid));
+            let mut reader = client.new_multi_reader();
+            for p in [&status, &lock] {
+                reader
+                    .add_get_data(p)
+                    .map_err(|e| ZkError::new("multi-read", p.clone(), ZkErrorKind::Server(e)))?;
+            }
+            let mut read = call(self.deadline(), "multi-read", &status, reader.commit())
+                .await?
+                .into_iter();
+            let Some(zk::MultiReadResult::Data { data, stat }) = read.next() else {
+                continue;
+            };
+            let owner = match read.next() {
+                Some(zk::MultiReadResult::Data { stat, .. }) => stat.ephemeral_owner,
+                _ => 0,
+            };
+            let applied = self.model.applied_data(&status);
+            if applied.as_deref() == Some(data.as_slice()) {
+                continue;
+            }
+            let name = |d: &[u8]| {
+                serde_json::from_slice::<serde_json::Value>(d)
+                    .ok()
+                    .and_then(|v| {
+                        let status = v["status"].as_str().and_then(JobState::from_name)?;
+                        let message = v["message"].as_str().unwrap_or("").to_string();
+                        Some((status, message))
+                    })
+            };
+            let change = match (applied.as_deref().and_then(name), name(&data)) {
+                (Some((from, _)), Some((to, message))) if from != to => Some(ForeignStatus {
+                    jid,
+                    from,
+                    to,
+                    message: ingest_protocol::cut(&found_text(message.as_bytes()), 512)
+                        .into_owned(),
+                    actor: if owner != 0 {
+                        format!("zk-session-0x{owner:x}")
+                    } else {
+                        format!("zk-zxid-0x{:x}", stat.mzxid)
+                    },
+                }),
+                _ => None,
+            };
+            let reason = match change {
+                None => "adoption: not a status change the engine can adopt".to_string(),
+                Some(change) => {
+                    let (from, to) = (change.from, change.to);
+                    match tokio::time::timeout(self.deadline(), adopter.0.adopt(change)).await {
+                        Ok(Adoption::Accepted(position)) => {
+                            tracing::info!(root = %self.cfg.zk.root, %jid, %from, %to, position, "adopted a foreign status change");
+                            self.adopted.insert(jid, position);
+                            continue;
+                        }
+                        Ok(Adoption::Refused(why)) => {
+                            format!(
+                                "adoption refused {from} -> {to}: {}",
+                                ingest_protocol::cut(&why, 300)
+                            )
+                        }
+                        Err(_) => format!("adoption of {from} -> {to}: the engine did not answer"),
+                    }
+                }
+            };
+            if self
+                .repair_item(client, version, &Item::Job(jid), None, &reason)
+                .await?
+            {
+                version += 1;
+            }
+        }
+        Ok(version)
+    }
+}
