@@ -3,6 +3,7 @@
 //! Each module is a piece of work a step does, kept free of ZooKeeper, HTTP
 //! and the event log so that it can be tested on its own: the worker steps
 //! in the `ingest` crate put them together.
+pub mod assemble;
 pub mod bagit;
 pub mod beneath;
 pub mod checkm;

@@ -1,0 +1,362 @@
+//! Assembly of a stored object version into a container for download (the
+//! access queue's work, issue 24): the version is read through its OCFL
+//! inventory ([`OcflTarget::version_content`], so files deduplicated into
+//! earlier versions are found), every file is streamed into a zip, tar or
+//! tar.gz container while its bytes are hashed, and the digest is checked
+//! against the inventory's as the file ends. A checksum manifest
+//! (`manifest-<algorithm>.txt`, BagIt's line form) closes the container.
+//!
+//! Nothing holds a whole file in memory: each is copied through a fixed
+//! buffer. A mismatch fails the assembly naming the file and the target;
+//! [`assemble_from_any`] then tries the next target, writing the container
+//! anew.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, Write};
+use std::path::{Path, PathBuf};
+
+use crate::digest::{Algorithm, MultiHasher};
+use crate::ocfl::{ContentFile, OcflTarget, StorageError};
+
+/// The container formats (the request's `format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Container {
+    /// A zip file (deflated).
+    Zip,
+    /// A tar file.
+    Tar,
+    /// A gzip-compressed tar file (`targz`).
+    TarGz,
+}
+
+impl Container {
+    /// The request's format name: `zip`, `tar` or `targz`.
+    pub fn parse(format: &str) -> Option<Container> {
+        match format {
+            "zip" => Some(Container::Zip),
+            "tar" => Some(Container::Tar),
+            "targz" => Some(Container::TarGz),
+            _ => None,
+        }
+    }
+
+    /// The file name extension.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Container::Zip => "zip",
+            Container::Tar => "tar",
+            Container::TarGz => "tar.gz",
+        }
+    }
+}
+
+/// Which files of the version go into the container (mrt-store's two
+/// forms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Content {
+    /// The depositor's files (`producer/…`) only.
+    Producer,
+    /// Every file of the version, `system/…` included.
+    Full,
+}
+
+/// What an assembly wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assembled {
+    /// The target read.
+    pub target: String,
+    /// The version assembled.
+    pub version: u32,
+    /// The object files put in (the manifest not counted).
+    pub files: usize,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// Why an assembly failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AssembleError {
+    /// The target could not give the version.
+    #[error("storage target {target}: {source}")]
+    Storage {
+        /// The target.
+        target: String,
+        /// Why.
+        source: StorageError,
+    },
+    /// A file's bytes do not have the inventory's digest.
+    #[error("storage target {target}: {path} does not have its inventory digest ({algorithm} {expected}, read {actual})")]
+    Mismatch {
+        /// The target.
+        target: String,
+        /// The file's logical path (cut).
+        path: String,
+        /// The algorithm.
+        algorithm: String,
+        /// The inventory's digest.
+        expected: String,
+        /// The digest of the bytes read.
+        actual: String,
+    },
+    /// The inventory names a digest algorithm the assembler does not know.
+    #[error("storage target {target}: unknown digest algorithm {algorithm:?}")]
+    Algorithm {
+        /// The target.
+        target: String,
+        /// The name (cut).
+        algorithm: String,
+    },
+    /// Reading a stored file or writing the container failed.
+    #[error("{what} {path}: {source}", path = path.display())]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// No target was given.
+    #[error("no storage target holds the object")]
+    NoTarget,
+}
+
+/// The logical paths a container holds under one top directory, named
+/// after the ark (`ark+99999+fk4x/v2/producer/a.txt`).
+fn entry_name(ark: &str, version: u32, logical: &str) -> String {
+    let safe: String = ark
+        .chars()
+        .map(|c| if c == '/' || c == ':' { '+' } else { c })
+        .collect();
+    format!("{safe}/v{version}/{logical}")
+}
+
+/// A reader that hashes what passes through it.
+struct Hashing<R: Read> {
+    inner: R,
+    hasher: MultiHasher,
+    n: u64,
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.n += n as u64;
+        Ok(n)
+    }
+}
+
+/// A container being written.
+enum Writer<W: Write + Seek> {
+    Zip(Box<zip::ZipWriter<W>>),
+    Tar(Box<tar::Builder<W>>),
+    TarGz(Box<tar::Builder<flate2::write::GzEncoder<W>>>),
+}
+
+fn zip_io(e: zip::result::ZipError) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+fn tar_header(size: u64) -> tar::Header {
+    let mut header = tar::Header::new_gnu();
+    header.set_size(size);
+    header.set_mode(0o644);
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_mtime(0);
+    header
+}
+
+impl<W: Write + Seek> Writer<W> {
+    fn new(container: Container, out: W) -> Writer<W> {
+        match container {
+            Container::Zip => Writer::Zip(Box::new(zip::ZipWriter::new(out))),
+            Container::Tar => Writer::Tar(Box::new(tar::Builder::new(out))),
+            Container::TarGz => Writer::TarGz(Box::new(tar::Builder::new(
+                flate2::write::GzEncoder::new(out, flate2::Compression::default()),
+            ))),
+        }
+    }
+
+    /// Adds one entry of `size` bytes read from `data` (streamed; a tar
+    /// entry whose reader gives fewer bytes fails).
+    fn entry(&mut self, name: &str, size: u64, data: &mut dyn Read) -> io::Result<()> {
+        match self {
+            Writer::Zip(z) => {
+                let options = zip::write::SimpleFileOptions::default()
+                    .compression_method(zip::CompressionMethod::Deflated)
+                    .large_file(size >= u64::from(u32::MAX));
+                z.start_file(name, options).map_err(zip_io)?;
+                io::copy(data, z.as_mut()).map(|_| ())
+            }
+            Writer::Tar(t) => t.append_data(&mut tar_header(size), name, data),
+            Writer::TarGz(t) => t.append_data(&mut tar_header(size), name, data),
+        }
+    }
+
+    fn finish(self) -> io::Result<W> {
+        match self {
+            Writer::Zip(z) => z.finish().map_err(zip_io),
+            Writer::Tar(t) => t.into_inner(),
+            Writer::TarGz(t) => t.into_inner()?.finish(),
+        }
+    }
+}
+
+/// Assembles `version` (the head when `None`) of `ark` from `target` into
+/// `out` as `container`, checking every file's digest as it streams.
+///
+/// # Errors
+/// [`AssembleError`]: the version cannot be read, a file's digest differs
+/// (naming it and the target), or the container cannot be written. `out`
+/// then holds a partial container the caller discards.
+pub fn assemble<W: Write + Seek>(
+    target: &OcflTarget,
+    ark: &str,
+    version: Option<u32>,
+    content: Content,
+    container: Container,
+    out: W,
+) -> Result<(Assembled, W), AssembleError> {
+    let name = target.name().to_string();
+    let v = target
+        .version_content(ark, version)
+        .map_err(|source| AssembleError::Storage {
+            target: name.clone(),
+            source,
+        })?;
+    let files: Vec<&ContentFile> = v
+        .files
+        .iter()
+        .filter(|f| content == Content::Full || f.logical_path.starts_with("producer/"))
+        .collect();
+    let io_err = |what: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| AssembleError::Io { what, path, source }
+    };
+    let mut writer = Writer::new(container, out);
+    let mut manifest = String::new();
+    let mut bytes = 0u64;
+    let mut algorithm_name = String::new();
+    for f in &files {
+        let algorithm: Algorithm =
+            f.digest_algorithm
+                .parse()
+                .map_err(|_| AssembleError::Algorithm {
+                    target: name.clone(),
+                    algorithm: ingest_protocol::cut(&f.digest_algorithm, 32).into_owned(),
+                })?;
+        algorithm_name = algorithm.name().to_string();
+        let size = std::fs::metadata(&f.path)
+            .map_err(io_err("cannot read", &f.path))?
+            .len();
+        let entry = entry_name(ark, v.version, &f.logical_path);
+        let file = File::open(&f.path).map_err(io_err("cannot read", &f.path))?;
+        // At most the size the entry's header announced is read.
+        let mut reader = Hashing {
+            inner: file.take(size),
+            hasher: MultiHasher::new(&[algorithm]),
+            n: 0,
+        };
+        writer
+            .entry(&entry, size, &mut reader)
+            .map_err(io_err("cannot assemble", &f.path))?;
+        let actual = reader
+            .hasher
+            .finish()
+            .into_iter()
+            .next()
+            .map(|(_, hex)| hex)
+            .unwrap_or_default();
+        if reader.n != size {
+            return Err(AssembleError::Io {
+                what: "short read of",
+                path: f.path.clone(),
+                source: io::Error::other(format!("{} of {size} bytes", reader.n)),
+            });
+        }
+        if !actual.eq_ignore_ascii_case(&f.digest) {
+            return Err(AssembleError::Mismatch {
+                target: name,
+                path: ingest_protocol::cut(&f.logical_path, 512).into_owned(),
+                algorithm: algorithm.name().into(),
+                expected: f.digest.clone(),
+                actual,
+            });
+        }
+        bytes += size;
+        manifest.push_str(&format!("{}  {}\n", f.digest, f.logical_path));
+    }
+    if algorithm_name.is_empty() {
+        algorithm_name = "sha512".into();
+    }
+    let manifest_name = entry_name(ark, v.version, &format!("manifest-{algorithm_name}.txt"));
+    let here = PathBuf::from(&manifest_name);
+    writer
+        .entry(
+            &manifest_name,
+            manifest.len() as u64,
+            &mut manifest.as_bytes(),
+        )
+        .map_err(io_err("cannot write", &here))?;
+    let out = writer.finish().map_err(io_err("cannot finish", &here))?;
+    Ok((
+        Assembled {
+            target: name,
+            version: v.version,
+            files: files.len(),
+            bytes,
+        },
+        out,
+    ))
+}
+
+/// [`assemble`] into the file `dest` from the first of `targets` that
+/// gives the version whole and intact; each failure (a mismatch names the
+/// file and target) is in the list returned beside the result, and the
+/// last one is the error when none succeeds.
+///
+/// # Errors
+/// The last target's [`AssembleError`], or [`AssembleError::NoTarget`].
+pub fn assemble_from_any(
+    targets: &[OcflTarget],
+    ark: &str,
+    version: Option<u32>,
+    content: Content,
+    container: Container,
+    dest: &Path,
+) -> (Result<Assembled, AssembleError>, Vec<AssembleError>) {
+    let mut failures = Vec::new();
+    for target in targets {
+        let file = match File::create(dest) {
+            Ok(f) => f,
+            Err(source) => {
+                return (
+                    Err(AssembleError::Io {
+                        what: "cannot create",
+                        path: dest.to_path_buf(),
+                        source,
+                    }),
+                    failures,
+                )
+            }
+        };
+        match assemble(target, ark, version, content, container, file) {
+            Ok((done, file)) => match file.sync_all() {
+                Ok(()) => return (Ok(done), failures),
+                Err(source) => failures.push(AssembleError::Io {
+                    what: "cannot sync",
+                    path: dest.to_path_buf(),
+                    source,
+                }),
+            },
+            Err(e) => failures.push(e),
+        }
+    }
+    let _ = std::fs::remove_file(dest);
+    let last = failures.pop().unwrap_or(AssembleError::NoTarget);
+    (Err(last), failures)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,211 @@
+use std::collections::BTreeMap;
+use std::io::Read;
+
+use chrono::Utc;
+
+use super::*;
+use crate::ocfl::VersionMeta;
+
+const ARK: &str = "ark:/99999/fk4asm";
+
+fn meta() -> VersionMeta {
+    VersionMeta {
+        user_name: "tester".into(),
+        user_address: None,
+        message: "test".into(),
+        created: Utc::now(),
+    }
+}
+
+fn write(dir: &Path, files: &[(&str, &[u8])]) {
+    for (path, bytes) in files {
+        let p = dir.join(path);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("dir");
+        std::fs::write(p, bytes).expect("write");
+    }
+}
+
+/// Two versions in `target`: `producer/a.txt` unchanged in v2 (so v2's
+/// copy is v1's content, deduplicated), `producer/c.txt` new in v2.
+fn two_versions(root: &Path, name: &str) -> OcflTarget {
+    let target = OcflTarget::open_or_init(name, root).expect("target");
+    let v1 = tempfile::tempdir().expect("tempdir");
+    write(
+        v1.path(),
+        &[
+            ("producer/a.txt", b"same in both versions"),
+            ("producer/b.txt", b"only in v1"),
+            ("system/mrt-erc.txt", b"erc: v1"),
+        ],
+    );
+    target.store_version(ARK, v1.path(), &meta()).expect("v1");
+    let v2 = tempfile::tempdir().expect("tempdir");
+    write(
+        v2.path(),
+        &[
+            ("producer/a.txt", b"same in both versions"),
+            ("producer/c.txt", &[7u8; 300_000]),
+            ("system/mrt-erc.txt", b"erc: v2"),
+        ],
+    );
+    target.store_version(ARK, v2.path(), &meta()).expect("v2");
+    target
+}
+
+fn zip_entries(path: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut z = zip::ZipArchive::new(File::open(path).expect("open")).expect("zip");
+    (0..z.len())
+        .map(|i| {
+            let mut e = z.by_index(i).expect("entry");
+            let mut bytes = Vec::new();
+            e.read_to_end(&mut bytes).expect("read");
+            (e.name().to_string(), bytes)
+        })
+        .collect()
+}
+
+fn tar_entries(r: impl Read) -> BTreeMap<String, Vec<u8>> {
+    let mut t = tar::Archive::new(r);
+    t.entries()
+        .expect("entries")
+        .map(|e| {
+            let mut e = e.expect("entry");
+            let name = e.path().expect("path").display().to_string();
+            let mut bytes = Vec::new();
+            e.read_to_end(&mut bytes).expect("read");
+            (name, bytes)
+        })
+        .collect()
+}
+
+#[test]
+fn a_version_is_assembled_through_its_inventory_in_each_container() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let target = two_versions(root.path(), "t1");
+    let out = tempfile::tempdir().expect("tempdir");
+    let dir = "ark++99999+fk4asm/v2";
+
+    // The latest, full, as zip: a.txt's content is v1's (deduplicated).
+    let zip_path = out.path().join("full.zip");
+    let (done, _) = assemble(
+        &target,
+        ARK,
+        None,
+        Content::Full,
+        Container::Zip,
+        File::create(&zip_path).expect("create"),
+    )
+    .expect("assembled");
+    assert_eq!((done.version, done.files), (2, 3));
+    let z = zip_entries(&zip_path);
+    assert_eq!(
+        z[&format!("{dir}/producer/a.txt")],
+        b"same in both versions"
+    );
+    assert_eq!(z[&format!("{dir}/producer/c.txt")], vec![7u8; 300_000]);
+    assert_eq!(z[&format!("{dir}/system/mrt-erc.txt")], b"erc: v2");
+    let manifest =
+        String::from_utf8(z[&format!("{dir}/manifest-sha512.txt")].clone()).expect("utf-8");
+    assert_eq!(manifest.lines().count(), 3, "{manifest}");
+    assert!(!z.keys().any(|k| k.ends_with("b.txt")), "{:?}", z.keys());
+
+    // Version 1, producer files only, as tar and tar.gz.
+    for container in [Container::Tar, Container::TarGz] {
+        let path = out.path().join(format!("v1.{}", container.extension()));
+        assemble(
+            &target,
+            ARK,
+            Some(1),
+            Content::Producer,
+            container,
+            File::create(&path).expect("create"),
+        )
+        .expect("assembled");
+        let file = File::open(&path).expect("open");
+        let entries = if container == Container::TarGz {
+            tar_entries(flate2::read::GzDecoder::new(file))
+        } else {
+            tar_entries(file)
+        };
+        let names: Vec<&str> = entries.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            [
+                "ark++99999+fk4asm/v1/manifest-sha512.txt",
+                "ark++99999+fk4asm/v1/producer/a.txt",
+                "ark++99999+fk4asm/v1/producer/b.txt",
+            ]
+        );
+        assert_eq!(
+            entries["ark++99999+fk4asm/v1/producer/b.txt"],
+            b"only in v1"
+        );
+    }
+}
+
+#[test]
+fn a_changed_byte_fails_naming_the_file_and_the_next_target_is_used() {
+    let one = tempfile::tempdir().expect("tempdir");
+    let two = tempfile::tempdir().expect("tempdir");
+    let targets = [
+        two_versions(one.path(), "first"),
+        two_versions(two.path(), "second"),
+    ];
+    // Change one byte of a.txt's content (v1's, which v2 shares) in the
+    // first target.
+    let content = targets[0]
+        .version_content(ARK, Some(2))
+        .expect("content")
+        .files
+        .into_iter()
+        .find(|f| f.logical_path == "producer/a.txt")
+        .expect("a.txt");
+    let mut bytes = std::fs::read(&content.path).expect("read");
+    bytes[0] ^= 1;
+    std::fs::write(&content.path, bytes).expect("write");
+
+    let out = tempfile::tempdir().expect("tempdir");
+    let dest = out.path().join("c.zip");
+    let err = assemble(
+        &targets[0],
+        ARK,
+        None,
+        Content::Producer,
+        Container::Zip,
+        File::create(&dest).expect("create"),
+    )
+    .expect_err("a mismatch");
+    let message = err.to_string();
+    assert!(
+        message.contains("first") && message.contains("producer/a.txt"),
+        "{message}"
+    );
+
+    let (done, failures) = assemble_from_any(
+        &targets,
+        ARK,
+        None,
+        Content::Producer,
+        Container::Zip,
+        &dest,
+    );
+    let done = done.expect("the second target");
+    assert_eq!(done.target, "second");
+    assert_eq!(failures.len(), 1);
+    assert!(matches!(&failures[0], AssembleError::Mismatch { target, .. } if target == "first"));
+    assert_eq!(
+        zip_entries(&dest)["ark++99999+fk4asm/v2/producer/a.txt"],
+        b"same in both versions"
+    );
+    // With the first target only, it fails and leaves no file.
+    let (alone, _) = assemble_from_any(
+        &targets[..1],
+        ARK,
+        None,
+        Content::Producer,
+        Container::Tar,
+        &dest,
+    );
+    assert!(matches!(alone, Err(AssembleError::Mismatch { .. })));
+    assert!(!dest.exists());
+}
