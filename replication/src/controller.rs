@@ -136,6 +136,10 @@ struct Machine<'a> {
     last_report: Option<Instant>,
 }
 
+/// The most tail nodes one trimming transaction deletes (a longer backlog
+/// is trimmed this many at a time, one transaction per upkeep).
+const TRIM_NODES: usize = 1000;
+
 /// A follower publishes its applied position at most this often: each
 /// publication is a ZooKeeper write every server of the ensemble logs, and
 /// one per replicated group tripled the ensemble's work. The leader only
@@ -779,20 +783,8 @@ impl Machine<'_> {
             .min()
             .unwrap_or(head)
             .min(head);
-        let cut = nodes
-            .iter()
-            .filter(|n| n.complete && n.pos <= min_applied)
-            .copied()
-            .max_by_key(|n| n.seq);
-        if let Some(cut) = cut {
-            let doomed: Vec<NodeName> = nodes
-                .iter()
-                .copied()
-                .filter(|n| n.seq <= cut.seq)
-                .take(1000)
-                .collect();
-            // Only a prefix that ends at a complete node is trimmed.
-            if doomed.last().map(|n| n.seq) == Some(cut.seq) {
+        if let Some((doomed, cut)) = crate::tail::trim_prefix(&nodes, min_applied, TRIM_NODES) {
+            {
                 let hash = self
                     .engine
                     .log()

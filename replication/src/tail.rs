@@ -169,9 +169,76 @@ pub fn sorted(children: &[String]) -> Vec<NodeName> {
     nodes
 }
 
+/// The prefix of the tail (`nodes`, sorted by sequence) the leader may
+/// delete in one transaction: nodes every remaining replica applied
+/// (`pos <= applied`), at most `max` of them, ending at a complete node.
+/// Returns the nodes and the last of them (the new base), or `None` when
+/// there is nothing to trim. A backlog longer than `max` is trimmed `max`
+/// at a time, never skipped.
+pub fn trim_prefix(
+    nodes: &[NodeName],
+    applied: u64,
+    max: usize,
+) -> Option<(Vec<NodeName>, NodeName)> {
+    let upto: Vec<NodeName> = nodes
+        .iter()
+        .copied()
+        .take_while(|n| n.pos <= applied)
+        .take(max)
+        .collect();
+    let end = upto.iter().rposition(|n| n.complete)?;
+    let cut = upto[end];
+    let mut doomed = upto;
+    doomed.truncate(end + 1);
+    Some((doomed, cut))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn node(seq: u64, pos: u64, complete: bool) -> NodeName {
+        NodeName {
+            seq,
+            pos,
+            complete,
+            len: 1,
+        }
+    }
+
+    /// A backlog of more than one transaction's worth is trimmed a
+    /// transaction at a time (before, nothing was trimmed once the backlog
+    /// passed 1,000 nodes, the tail grew without end and every follower was
+    /// dropped); a prefix never ends inside a command, nor past what the
+    /// replicas applied.
+    #[test]
+    fn the_tail_is_trimmed_in_prefixes_that_end_at_a_command() {
+        let nodes: Vec<NodeName> = (1..=2500).map(|i| node(i, i, true)).collect();
+        let (doomed, cut) = trim_prefix(&nodes, 2400, 1000).expect("a prefix");
+        assert_eq!(doomed.len(), 1000);
+        assert_eq!(cut.seq, 1000);
+        let (doomed, cut) = trim_prefix(&nodes[1000..], 2400, 1000).expect("the next");
+        assert_eq!((doomed.len(), cut.seq), (1000, 2000));
+        let (doomed, cut) = trim_prefix(&nodes[2000..], 2400, 1000).expect("the rest");
+        assert_eq!((doomed.len(), cut.seq), (400, 2400));
+        assert!(trim_prefix(&nodes[2400..], 2400, 1000).is_none());
+
+        // A command cut over nodes 2-4: the prefix stops before it.
+        let split = [
+            node(1, 1, true),
+            node(2, 1, false),
+            node(3, 1, false),
+            node(4, 2, true),
+        ];
+        let (doomed, cut) = trim_prefix(&split, 2, 3).expect("a prefix");
+        assert_eq!((doomed.len(), cut.seq), (1, 1));
+        let (doomed, cut) = trim_prefix(&split, 2, 10).expect("all");
+        assert_eq!((doomed.len(), cut.seq), (4, 4));
+        assert!(
+            trim_prefix(&split[1..], 1, 10).is_none(),
+            "only a partial command applied"
+        );
+    }
 
     fn frame_of(sizes: &[usize]) -> Vec<u8> {
         let mut f = Vec::new();
