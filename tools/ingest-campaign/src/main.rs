@@ -347,11 +347,34 @@ async fn leader(http: &reqwest::Client, engines: &[Engine]) -> Result<usize> {
 }
 
 /// Waits until every live engine is at the same position and head hash.
+/// Set while [`converged`] checks the replicas: the submitters hold their
+/// next submission, so the engines can be seen at one position (under
+/// steady load a follower is always a round behind the leader's last
+/// group, and positions sampled one engine after another rarely agree).
+static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Clears [`QUIET`] when dropped.
+struct Quiet;
+
+impl Quiet {
+    fn start() -> Quiet {
+        QUIET.store(true, std::sync::atomic::Ordering::Release);
+        Quiet
+    }
+}
+
+impl Drop for Quiet {
+    fn drop(&mut self) {
+        QUIET.store(false, std::sync::atomic::Ordering::Release);
+    }
+}
+
 async fn converged(
     http: &reqwest::Client,
     engines: &[Engine],
     within: Duration,
 ) -> Result<(u64, String)> {
+    let _quiet = Quiet::start();
     match wait(
         "every engine at the same position and head hash",
         within,
@@ -432,6 +455,10 @@ fn spawn_submitters(
             );
             tokio::spawn(async move {
                 while !stop.is_cancelled() {
+                    if QUIET.load(std::sync::atomic::Ordering::Acquire) {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
                     let i = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let sent = Instant::now();
                     match client.submit(&submission(i)).await {
