@@ -4,7 +4,7 @@
 //! - the leader killed (SIGKILL) under a stream of submissions, twice, the
 //!   second time with its data directory deleted: every acknowledged
 //!   submission is on every engine afterwards, writes resume on a new
-//!   leader, the wiped engine rejoins by copying the log from a peer, and
+//!   leader, the wiped engine rejoins (from a peer or the whole tail), and
 //!   every engine ends at the same position with the same head hash;
 //! - the leader paused (SIGSTOP) past its session timeout: another engine
 //!   takes over; resumed, the old leader appends nothing more and sends its
@@ -505,13 +505,12 @@ async fn leader_kills_lose_no_acknowledged_command_and_replicas_converge() {
         assert!(position >= acked.len() as u64);
         all_present(&http, &engines.iter().collect::<Vec<_>>(), &acked).await;
     }
-    let wiped = engines
-        .iter()
-        .find(|e| e.log().contains("copied the log from a peer"));
-    assert!(
-        wiped.is_some(),
-        "the wiped engine copied the log from a peer"
-    );
+    // The wiped engine came back with an empty log: it copied from a peer
+    // when the tail was already trimmed past its head, or applied the whole
+    // tail when it was not (followers publish their position every 250 ms,
+    // so a short run may not have trimmed yet); either way it converged
+    // above and holds every acknowledged batch. The copy itself is tested by
+    // `a_follower_left_too_far_behind_is_dropped_and_rejoins_by_copying`.
     // Every engine's own log verifies.
     for e in &engines {
         let r = http
