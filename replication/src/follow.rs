@@ -235,15 +235,7 @@ pub(crate) async fn catch_up(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn node(seq: u64, pos: u64, complete: bool) -> NodeName {
-        NodeName {
-            seq,
-            pos,
-            complete,
-            len: 1,
-        }
-    }
+    use crate::tail::node;
 
     #[test]
     fn a_log_resumes_after_the_node_that_ends_at_its_head() {

@@ -193,18 +193,20 @@ pub fn trim_prefix(
     Some((doomed, cut))
 }
 
+/// A node name for unit tests (one byte of data).
+#[cfg(test)]
+pub(crate) fn node(seq: u64, pos: u64, complete: bool) -> NodeName {
+    NodeName {
+        seq,
+        pos,
+        complete,
+        len: 1,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn node(seq: u64, pos: u64, complete: bool) -> NodeName {
-        NodeName {
-            seq,
-            pos,
-            complete,
-            len: 1,
-        }
-    }
 
     /// A backlog of more than one transaction's worth is trimmed a
     /// transaction at a time (before, nothing was trimmed once the backlog
