@@ -97,6 +97,7 @@ pub(crate) struct FileHttp {
     pub(crate) header_read_timeout_secs: Option<u64>,
     pub(crate) max_connections: Option<usize>,
     pub(crate) max_connections_per_client: Option<usize>,
+    pub(crate) listing_items_per_second: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

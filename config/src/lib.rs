@@ -99,6 +99,11 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
 /// The default of `--max-connections-per-client`.
 pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 512;
+
+/// The default of `--listing-items-per-second`: how many items of the state
+/// one token's listing pages may walk per second (a first page walks every
+/// item once, to count; a later page walks its own length).
+pub const DEFAULT_LISTING_ITEMS_PER_SECOND: u64 = 1_000_000;
 /// The ZooKeeper session timeout used when none is configured.
 pub const DEFAULT_ZK_SESSION_TIMEOUT_SECS: f64 = 6.0;
 /// The shortest bearer token accepted.

@@ -58,6 +58,7 @@ max_record_bytes = 268435456
 header_read_timeout_secs = 30
 max_connections = 1024
 max_connections_per_client = 512
+listing_items_per_second = 1000000
 
 [ui]
 secure_cookies = false
@@ -148,6 +149,9 @@ pub struct ServeArgs {
     /// The most connections one client address keeps open (IPv6: one /64), under --max-connections; further ones from it are closed at once, so one client cannot take every connection from workers and probes [default: 512].
     #[arg(long, env = "INGEST_MAX_CONNECTIONS_PER_CLIENT", value_name = "N")]
     pub max_connections_per_client: Option<usize>,
+    /// How many batches or jobs one token's listing pages (`GET /batches`, `GET /jobs`) may walk per second, with five seconds' worth as a burst: a first page walks the whole state once to count what matches, a later page only its own length. A token over its budget gets 429 with Retry-After, other tokens are not slowed [default: 1000000].
+    #[arg(long, env = "INGEST_LISTING_ITEMS_PER_SECOND", value_name = "N")]
+    pub listing_items_per_second: Option<u64>,
     /// Where arks come from.
     #[command(flatten)]
     pub ids: IdArgs,
@@ -253,6 +257,9 @@ pub struct ServeConfig {
     /// The most connections one client address keeps open at once (at
     /// most `max_connections`).
     pub max_connections_per_client: usize,
+    /// How many items of the state one token's listing pages may walk per
+    /// second.
+    pub listing_items_per_second: u64,
     /// The NAAN and shoulder of minted arks.
     pub minter: (String, String),
     /// EZID, when arks come from it.
@@ -730,6 +737,20 @@ impl ServeConfig {
             "",
         )?
         .min(max_connections);
+        let listing_items_per_second = layer_in(
+            (
+                file.http.listing_items_per_second,
+                args.listing_items_per_second,
+            ),
+            &file_origin,
+            (
+                "--listing-items-per-second or INGEST_LISTING_ITEMS_PER_SECOND",
+                "http.listing_items_per_second",
+            ),
+            crate::DEFAULT_LISTING_ITEMS_PER_SECOND,
+            1..=1_000_000_000,
+            "",
+        )?;
 
         let request_timeout = args
             .zookeeper
@@ -782,6 +803,7 @@ impl ServeConfig {
             header_read_timeout: Duration::from_secs(header_timeout),
             max_connections,
             max_connections_per_client,
+            listing_items_per_second,
             minter: (ids.naan.clone(), ids.shoulder.clone()),
             ezid: ezid_settings(&ids)?,
             steps,

@@ -110,6 +110,7 @@ fn the_example_files_load_and_agree() {
         assert_eq!(c.header_read_timeout, Duration::from_secs(30));
         assert_eq!(c.max_connections, 1024);
         assert_eq!(c.max_connections_per_client, 512);
+        assert_eq!(c.listing_items_per_second, 1_000_000);
         assert!(c.lifecycle().is_ok());
         if ext == "yaml" {
             // The sections that mirror flags, and the worker's view of the

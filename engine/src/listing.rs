@@ -7,9 +7,10 @@
 //! (see [`ingest_protocol::listing`]).
 
 use std::collections::BTreeMap;
+use std::ops::{Bound, RangeBounds};
 
 use ingest_events::state::{Batch, Job};
-use ingest_events::{Bid, JobState, State};
+use ingest_events::{Jid, JobState, State};
 use ingest_protocol::cut_middle;
 use ingest_protocol::listing::{
     batch_cursor, job_cursor, BatchPage, BatchQuery, BatchSummary, JobPage, JobQuery, JobSummary,
@@ -123,30 +124,54 @@ pub fn job_summary(state: &State, j: &Job) -> JobSummary {
 /// # Errors
 /// A cursor that is not a batch cursor.
 pub fn batches(state: &State, q: &BatchQuery) -> Result<BatchPage, QueryError> {
-    let after = q.after()?;
+    batches_walked(state, q).map(|(page, _)| page)
+}
+
+/// [`batches`], and how many batches of the state the page looked at (the
+/// work a caller's budget is charged). The first page counts `matched`
+/// over every batch; a page with a cursor starts after the cursor's batch
+/// and stops one past its limit, and takes `matched` from the cursor.
+///
+/// # Errors
+/// A cursor that is not a batch cursor.
+pub fn batches_walked(state: &State, q: &BatchQuery) -> Result<(BatchPage, usize), QueryError> {
+    let resume = q.after()?;
     let limit = q.filters.page_size();
-    let mut matched = 0;
+    let mut walked = 0;
+    let matched = match resume.and_then(|r| r.matched) {
+        Some(m) => m,
+        None => {
+            walked += state.batches.len();
+            state
+                .batches
+                .values()
+                .filter(|b| batch_matches(state, q, b))
+                .count()
+        }
+    };
+    let from = resume.map_or(Bound::Unbounded, |r| Bound::Excluded(r.after));
     let mut page: Vec<&Batch> = Vec::new();
     let mut more = false;
-    for b in state.batches.values() {
+    for (_, b) in state.batches.range((from, Bound::Unbounded)) {
+        walked += 1;
         if !batch_matches(state, q, b) {
             continue;
         }
-        matched += 1;
-        if after.is_some_and(|a: Bid| b.bid <= a) {
-            continue;
-        }
-        if page.len() < limit {
-            page.push(b);
-        } else {
+        if page.len() == limit {
             more = true;
+            break;
         }
+        page.push(b);
     }
-    Ok(BatchPage {
+    let page = BatchPage {
         matched,
-        next_cursor: page.last().filter(|_| more).map(|b| batch_cursor(b.bid)),
+        next_cursor: page
+            .last()
+            .filter(|_| more)
+            .map(|b| batch_cursor(b.bid, matched)),
         batches: page.iter().map(|b| batch_summary(state, b)).collect(),
-    })
+    };
+    Ok((page, walked))
 }
 
 /// One page of the jobs `q` asks for, by priority then id.
@@ -154,46 +179,86 @@ pub fn batches(state: &State, q: &BatchQuery) -> Result<BatchPage, QueryError> {
 /// # Errors
 /// A cursor that is not a job cursor.
 pub fn jobs(state: &State, q: &JobQuery) -> Result<JobPage, QueryError> {
-    let after = q.after()?;
+    jobs_walked(state, q).map(|(page, _)| page)
+}
+
+/// [`jobs`], and how many jobs of the state the page looked at. Jobs are
+/// walked in the state's (priority, id) index from the cursor on, so a
+/// page costs its own length (plus the jobs the filters skip), never the
+/// whole state; `matched` is counted on the first page only, as for
+/// [`batches_walked`]. A batch's jobs are taken from the batch.
+///
+/// # Errors
+/// A cursor that is not a job cursor.
+pub fn jobs_walked(state: &State, q: &JobQuery) -> Result<(JobPage, usize), QueryError> {
+    let resume = q.after()?;
     let limit = q.filters.page_size();
-    let candidates: Box<dyn Iterator<Item = &Job>> = match q.batch {
-        // A batch's jobs are listed from the batch, not from every job.
-        Some(bid) => Box::new(
-            state
+    let from = resume.map_or(Bound::Unbounded, |r| Bound::Excluded(r.after));
+    let mut walked = 0;
+    let mut keys: Vec<(u8, Jid)> = Vec::new();
+    let counted = resume.and_then(|r| r.matched);
+    let matched = match q.batch {
+        // A batch's jobs are listed from the batch (at most a manifest's
+        // worth), not from every job.
+        Some(bid) => {
+            let mut all: Vec<(u8, Jid)> = state
                 .batches
                 .get(&bid)
                 .into_iter()
-                .flat_map(|b| b.jobs.iter().filter_map(|j| state.jobs.get(j))),
-        ),
-        None => Box::new(state.jobs.values()),
+                .flat_map(|b| b.jobs.iter().filter_map(|j| state.jobs.get(j)))
+                .filter(|j| job_matches(state, q, j))
+                .map(|j| (j.priority, j.jid))
+                .collect();
+            walked += all.len();
+            all.sort_unstable();
+            let matched = all.len();
+            keys.extend(
+                all.into_iter()
+                    .filter(|k| (from, Bound::Unbounded).contains(k))
+                    .take(limit + 1),
+            );
+            counted.unwrap_or(matched)
+        }
+        None => {
+            debug_assert_eq!(state.job_order.len(), state.jobs.len(), "job index");
+            let matched = counted.unwrap_or_else(|| {
+                walked += state.jobs.len();
+                state
+                    .jobs
+                    .values()
+                    .filter(|j| job_matches(state, q, j))
+                    .count()
+            });
+            for key in state.job_order.range((from, Bound::Unbounded)) {
+                walked += 1;
+                let Some(j) = state.jobs.get(&key.1) else {
+                    continue;
+                };
+                if job_matches(state, q, j) {
+                    keys.push(*key);
+                    if keys.len() > limit {
+                        break;
+                    }
+                }
+            }
+            matched
+        }
     };
-    let mut matched = 0;
-    let mut keyed: Vec<((u8, ingest_events::Jid), &Job)> = Vec::new();
-    for j in candidates {
-        if !job_matches(state, q, j) {
-            continue;
-        }
-        matched += 1;
-        let key = (j.priority, j.jid);
-        if after.is_some_and(|a| key <= a) {
-            continue;
-        }
-        keyed.push((key, j));
-    }
-    let more = keyed.len() > limit;
-    if more {
-        keyed.select_nth_unstable_by_key(limit, |(k, _)| *k);
-        keyed.truncate(limit);
-    }
-    keyed.sort_unstable_by_key(|(k, _)| *k);
-    Ok(JobPage {
+    let more = keys.len() > limit;
+    keys.truncate(limit);
+    let page = JobPage {
         matched,
-        next_cursor: keyed
+        next_cursor: keys
             .last()
             .filter(|_| more)
-            .map(|((p, j), _)| job_cursor(*p, *j)),
-        jobs: keyed.iter().map(|(_, j)| job_summary(state, j)).collect(),
-    })
+            .map(|(p, j)| job_cursor(*p, *j, matched)),
+        jobs: keys
+            .iter()
+            .filter_map(|(_, j)| state.jobs.get(j))
+            .map(|j| job_summary(state, j))
+            .collect(),
+    };
+    Ok((page, walked))
 }
 
 #[cfg(test)]
@@ -202,7 +267,7 @@ mod tests {
     use crate::engine::{Engine, EngineConfig};
     use ingest_events::command::{Command, Target};
     use ingest_events::event::Submission;
-    use ingest_events::{Actor, Jid};
+    use ingest_events::{Actor, Bid};
     use ingest_protocol::listing::Filters;
 
     fn submission(profile: &str, submitter: &str, lines: usize) -> Submission {
@@ -379,10 +444,89 @@ mod tests {
         assert_eq!(b2.batches[0].bid, "bid0000000004");
         assert_eq!(b2.next_cursor, None);
         // A job cursor is refused on batches.
-        let wrong = bq(Some(job_cursor(0, Jid(1))));
+        let wrong = bq(Some(job_cursor(0, Jid(1), 1)));
         assert_eq!(
             batches(e.state(), &wrong).expect_err("kind").param,
             "cursor"
         );
+    }
+
+    /// Paging costs each page its own length: only the first page walks
+    /// the whole state (to count `matched`), and every page agrees with a
+    /// sort of the whole state, also after priorities changed.
+    #[test]
+    fn later_pages_walk_only_their_own_length_and_agree_with_a_full_sort() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut e = Engine::open(EngineConfig::new(dir.path())).expect("open");
+        for n in 1..=6u128 {
+            submit_and_acquire(&mut e, n, submission("demo", "alice", 10));
+        }
+        // Job 5 moves to the front of the queue.
+        e.execute(&Actor::admin("t"), &Command::StartJob { jid: Jid(5) })
+            .expect("start");
+        e.execute(
+            &Actor::admin("t"),
+            &Command::RecordSpace {
+                jid: Jid(5),
+                space_needed: 1,
+                priority: Some(0),
+            },
+        )
+        .expect("space");
+        let state = e.state();
+        let total = state.jobs.len();
+        assert_eq!(total, 60);
+        let mut sorted: Vec<(u8, Jid)> = state.jobs.values().map(|j| (j.priority, j.jid)).collect();
+        sorted.sort_unstable();
+        let q = |cursor: Option<String>| JobQuery {
+            filters: Filters {
+                limit: Some(7),
+                cursor,
+                ..Filters::default()
+            },
+            ..JobQuery::default()
+        };
+        let (first, walked) = jobs_walked(state, &q(None)).expect("first");
+        assert_eq!(first.matched, total);
+        assert_eq!(walked, total + 8, "the count, then one past the page");
+        let mut seen: Vec<String> = jids(&first);
+        let mut cursor = first.next_cursor;
+        while let Some(c) = cursor {
+            let (p, walked) = jobs_walked(state, &q(Some(c))).expect("page");
+            assert_eq!(p.matched, total, "the first page's count");
+            assert!(walked <= 8, "a later page walked {walked} jobs");
+            seen.extend(jids(&p));
+            cursor = p.next_cursor;
+        }
+        let want: Vec<String> = sorted.iter().map(|(_, j)| j.to_string()).collect();
+        assert_eq!(seen, want);
+        assert_eq!(seen[0], Jid(5).to_string());
+        // Batches the same way.
+        let (b1, walked) = batches_walked(
+            state,
+            &BatchQuery {
+                filters: Filters {
+                    limit: Some(2),
+                    ..Filters::default()
+                },
+                ..BatchQuery::default()
+            },
+        )
+        .expect("b1");
+        assert_eq!((b1.matched, walked), (6, 6 + 3));
+        let (b2, walked) = batches_walked(
+            state,
+            &BatchQuery {
+                filters: Filters {
+                    limit: Some(2),
+                    cursor: b1.next_cursor,
+                    ..Filters::default()
+                },
+                ..BatchQuery::default()
+            },
+        )
+        .expect("b2");
+        assert_eq!((b2.matched, walked), (6, 3));
+        assert_eq!(b2.batches[0].bid, "bid0000000003");
     }
 }

@@ -217,6 +217,8 @@ fn encode_body(state: &State, frontier: &Frontier, part_entries: usize) -> Resul
         faults,
         access,
         paused_access,
+        // Derived from the jobs, rebuilt when read.
+        job_order: _,
     } = state;
     let rest = State {
         batches: BTreeMap::new(),
@@ -230,6 +232,7 @@ fn encode_body(state: &State, frontier: &Frontier, part_entries: usize) -> Resul
         faults: faults.clone(),
         access: access.clone(),
         paused_access: paused_access.clone(),
+        job_order: Default::default(),
     };
     let batch_entries: Vec<(&Bid, &Batch)> = batches.iter().collect();
     let job_entries: Vec<(&Jid, &Job)> = jobs.iter().collect();
@@ -692,7 +695,7 @@ pub fn read_timed(path: &Path, times: &mut LoadTimes) -> Result<Snapshot, Snapsh
         return Err(corrupt("the body fails its checksum".into()));
     }
     let started = Instant::now();
-    let snapshot = if format == FORMAT_PLAIN {
+    let mut snapshot = if format == FORMAT_PLAIN {
         let config = bincode::config::standard().with_limit::<MAX_BODY>();
         let (rest, used): (Rest, usize) = bincode::serde::decode_from_slice(body, config)
             .map_err(|e| corrupt(format!("the body does not decode: {e}")))?;
@@ -706,6 +709,7 @@ pub fn read_timed(path: &Path, times: &mut LoadTimes) -> Result<Snapshot, Snapsh
     } else {
         decode_body(body).map_err(|e| corrupt(format!("the body: {e}")))?
     };
+    snapshot.state.reindex();
     times.decode += started.elapsed();
     if snapshot.state.position != position || snapshot.state.head_hash != head_hash {
         return Err(corrupt(

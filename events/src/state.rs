@@ -157,6 +157,11 @@ pub struct State {
     /// The access queues that are paused.
     #[serde(default)]
     pub paused_access: BTreeSet<AccessQueue>,
+    /// Every job by (priority, id), the order the queues and listings use:
+    /// derived from `jobs`, kept by [`State::apply`], never stored (a
+    /// state decoded from elsewhere gets it from [`State::reindex`]).
+    #[serde(skip)]
+    pub job_order: BTreeSet<(u8, Jid)>,
 }
 
 /// Faults armed by one admin action, of which `remaining` are still to fire.
@@ -216,6 +221,12 @@ impl State {
             head_hash: GENESIS_HASH,
             ..State::default()
         }
+    }
+
+    /// Rebuilds what is derived from the jobs (the [`State::job_order`]
+    /// index), after the state was decoded rather than folded.
+    pub fn reindex(&mut self) {
+        self.job_order = self.jobs.values().map(|j| (j.priority, j.jid)).collect();
     }
 
     /// The id the next batch gets.
@@ -292,6 +303,7 @@ impl State {
                     .get_mut(&e.bid)
                     .ok_or_else(|| err(format!("unknown batch {}", e.bid)))?;
                 batch.jobs.push(jid);
+                self.job_order.insert((e.priority, jid));
                 self.jobs.insert(
                     jid,
                     Job {
@@ -370,6 +382,7 @@ impl State {
                     .jobs
                     .get_mut(&jid)
                     .ok_or_else(|| err("unknown job".into()))?;
+                let priority = j.priority;
                 match event {
                     Event::JobStatusChanged(e) => {
                         if j.status != e.from {
@@ -433,6 +446,10 @@ impl State {
                             other.kind()
                         )))
                     }
+                }
+                if j.priority != priority {
+                    self.job_order.remove(&(priority, jid));
+                    self.job_order.insert((j.priority, jid));
                 }
             }
             (Event::AccessRequested(e), StreamId::Access(qid)) => {

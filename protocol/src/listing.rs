@@ -331,16 +331,16 @@ impl BatchQuery {
         out
     }
 
-    /// The sort key after which this page starts.
+    /// Where this page starts: after the batch its cursor names.
     ///
     /// # Errors
     /// A cursor of another kind or not made by this server.
-    pub fn after(&self) -> Result<Option<Bid>, QueryError> {
+    pub fn after(&self) -> Result<Option<Resume<Bid>>, QueryError> {
         let Some(c) = &self.filters.cursor else {
             return Ok(None);
         };
         match decode_cursor(c) {
-            Some(Cursor::Batch(b)) => Ok(Some(b)),
+            Some(Cursor::Batch(after, matched)) => Ok(Some(Resume { after, matched })),
             _ => Err(bad_cursor()),
         }
     }
@@ -410,16 +410,20 @@ impl JobQuery {
         out
     }
 
-    /// The sort key (priority, job) after which this page starts.
+    /// Where this page starts: after the sort key (priority, job) its
+    /// cursor names.
     ///
     /// # Errors
     /// A cursor of another kind or not made by this server.
-    pub fn after(&self) -> Result<Option<(u8, Jid)>, QueryError> {
+    pub fn after(&self) -> Result<Option<Resume<(u8, Jid)>>, QueryError> {
         let Some(c) = &self.filters.cursor else {
             return Ok(None);
         };
         match decode_cursor(c) {
-            Some(Cursor::Job(p, j)) => Ok(Some((p, j))),
+            Some(Cursor::Job(p, j, matched)) => Ok(Some(Resume {
+                after: (p, j),
+                matched,
+            })),
             _ => Err(bad_cursor()),
         }
     }
@@ -440,17 +444,33 @@ fn bad_cursor() -> QueryError {
     )
 }
 
-/// What a cursor points after.
+/// Where a page with a cursor starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resume<K> {
+    /// The sort key of the previous page's last item: this page starts
+    /// after it.
+    pub after: K,
+    /// How many items matched when the first page counted them, carried by
+    /// the cursor so that no later page walks the whole state again to
+    /// count; `None` from a cursor of an older server, which did not carry
+    /// it (the page then counts).
+    pub matched: Option<usize>,
+}
+
+/// What a cursor points after, and the first page's count (version 2;
+/// version 1 cursors, without the count, are still read).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cursor {
-    Batch(Bid),
-    Job(u8, Jid),
+    Batch(Bid, Option<usize>),
+    Job(u8, Jid, Option<usize>),
 }
 
 fn encode_cursor(c: Cursor) -> String {
     let plain = match c {
-        Cursor::Batch(b) => format!("b1:{}", b.0),
-        Cursor::Job(p, j) => format!("j1:{p}:{}", j.0),
+        Cursor::Batch(b, None) => format!("b1:{}", b.0),
+        Cursor::Batch(b, Some(m)) => format!("b2:{}:{m}", b.0),
+        Cursor::Job(p, j, None) => format!("j1:{p}:{}", j.0),
+        Cursor::Job(p, j, Some(m)) => format!("j2:{p}:{}:{m}", j.0),
     };
     plain.bytes().map(|b| format!("{b:02x}")).collect()
 }
@@ -464,23 +484,29 @@ fn decode_cursor(c: &str) -> Option<Cursor> {
         .map(|i| u8::from_str_radix(c.get(i..i + 2)?, 16).ok())
         .collect();
     let plain = String::from_utf8(bytes?).ok()?;
-    let mut parts = plain.split(':');
-    let cursor = match (parts.next()?, parts.next()?, parts.next()) {
-        ("b1", n, None) => Cursor::Batch(Bid(n.parse().ok()?)),
-        ("j1", p, Some(n)) => Cursor::Job(p.parse().ok()?, Jid(n.parse().ok()?)),
+    let parts: Vec<&str> = plain.split(':').collect();
+    let cursor = match parts.as_slice() {
+        ["b1", n] => Cursor::Batch(Bid(n.parse().ok()?), None),
+        ["b2", n, m] => Cursor::Batch(Bid(n.parse().ok()?), Some(m.parse().ok()?)),
+        ["j1", p, n] => Cursor::Job(p.parse().ok()?, Jid(n.parse().ok()?), None),
+        ["j2", p, n, m] => {
+            Cursor::Job(p.parse().ok()?, Jid(n.parse().ok()?), Some(m.parse().ok()?))
+        }
         _ => return None,
     };
-    parts.next().is_none().then_some(cursor)
+    Some(cursor)
 }
 
-/// The cursor of a batch page that ended with `last`.
-pub fn batch_cursor(last: Bid) -> String {
-    encode_cursor(Cursor::Batch(last))
+/// The cursor of a batch page that ended with `last`, of a listing whose
+/// first page counted `matched`.
+pub fn batch_cursor(last: Bid, matched: usize) -> String {
+    encode_cursor(Cursor::Batch(last, Some(matched)))
 }
 
-/// The cursor of a job page that ended with the job `last` of `priority`.
-pub fn job_cursor(priority: u8, last: Jid) -> String {
-    encode_cursor(Cursor::Job(priority, last))
+/// The cursor of a job page that ended with the job `last` of `priority`,
+/// of a listing whose first page counted `matched`.
+pub fn job_cursor(priority: u8, last: Jid, matched: usize) -> String {
+    encode_cursor(Cursor::Job(priority, last, Some(matched)))
 }
 
 /// One batch in a listing.
@@ -619,23 +645,68 @@ mod tests {
                 modified_until: parse_time("2026-11-25T10:00:00.5Z").ok(),
                 has_failures: Some(true),
                 limit: Some(5),
-                cursor: Some(job_cursor(5, Jid(12))),
+                cursor: Some(job_cursor(5, Jid(12), 40)),
                 ..Filters::default()
             },
         };
         let back = JobQuery::from_pairs(q.to_pairs()).expect("parse");
         assert_eq!(back, q);
-        assert_eq!(back.after(), Ok(Some((5, Jid(12)))));
+        assert_eq!(
+            back.after(),
+            Ok(Some(Resume {
+                after: (5, Jid(12)),
+                matched: Some(40)
+            }))
+        );
         let b = BatchQuery {
             states: vec![BatchState::UpdateReporting],
             filters: Filters {
-                cursor: Some(batch_cursor(Bid(3))),
+                cursor: Some(batch_cursor(Bid(3), 9)),
                 ..Filters::default()
             },
         };
         let back = BatchQuery::from_pairs(b.to_pairs()).expect("parse");
-        assert_eq!(back.after(), Ok(Some(Bid(3))));
+        assert_eq!(
+            back.after(),
+            Ok(Some(Resume {
+                after: Bid(3),
+                matched: Some(9)
+            }))
+        );
         assert!(encode_query(&q.to_pairs()).contains("collection=demo+%26+co"));
+    }
+
+    #[test]
+    fn cursors_carry_the_first_pages_count_and_older_ones_are_still_read() {
+        let hex = |plain: &str| -> String { plain.bytes().map(|b| format!("{b:02x}")).collect() };
+        let jobs = |c: String| JobQuery::from_pairs([("cursor", c)]).map(|q| q.after());
+        // Version 1 (no count): the page counts again.
+        assert_eq!(
+            jobs(hex("j1:3:7")),
+            Ok(Ok(Some(Resume {
+                after: (3, Jid(7)),
+                matched: None
+            })))
+        );
+        let b = BatchQuery::from_pairs([("cursor", hex("b1:4"))]).expect("hex");
+        assert_eq!(
+            b.after(),
+            Ok(Some(Resume {
+                after: Bid(4),
+                matched: None
+            }))
+        );
+        // The largest cursor fits the bound on the parameter.
+        let largest = job_cursor(u8::MAX, Jid(u64::MAX), usize::MAX);
+        assert!(largest.len() <= MAX_CURSOR_CHARS, "{}", largest.len());
+        assert!(jobs(largest).expect("parse").is_ok());
+        // A count that is not a number, or one part too many, is refused.
+        for forged in ["j2:3:7:x", "j2:3:7:1:1", "b2:4:-1", "b2:4"] {
+            let q = JobQuery::from_pairs([("cursor", hex(forged))]).expect("hex");
+            assert!(q.after().is_err(), "{forged}");
+            let q = BatchQuery::from_pairs([("cursor", hex(forged))]).expect("hex");
+            assert!(q.after().is_err(), "{forged}");
+        }
     }
 
     #[test]
@@ -662,7 +733,7 @@ mod tests {
             assert_eq!(e.param, param, "{pairs:?}: {e}");
         }
         // A batch cursor is not a job cursor, and a forged one is refused.
-        let q = JobQuery::from_pairs([("cursor", batch_cursor(Bid(1)))]).expect("hex");
+        let q = JobQuery::from_pairs([("cursor", batch_cursor(Bid(1), 1))]).expect("hex");
         assert_eq!(q.after().expect_err("kind").param, "cursor");
         let q = JobQuery::from_pairs([("cursor", "6a313a78")]).expect("hex");
         assert!(q.after().is_err());

@@ -222,6 +222,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
         storage_targets: target_specs(&config.real.storage_targets)?,
         content_nodes: content_nodes(&config.real)?,
         replication: replication_cell.clone(),
+        listing_items_per_second: config.listing_items_per_second,
     });
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

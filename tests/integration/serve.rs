@@ -360,3 +360,95 @@ async fn an_unknown_submission_field_is_refused_listing_uuid_among_the_accepted(
     assert_eq!(status, 422, "{reply}");
     assert_eq!(reply["error"]["field"], "uuid", "{reply}");
 }
+
+/// Issue 25, finding 13: any depositor token could start listings that
+/// walk the whole state, page after page. Each token now has a budget of
+/// items walked per second: over it, its listings get 429 with
+/// Retry-After, while another token still lists; a page with a cursor
+/// walks only its own length (the cursor carries the first page's count).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_over_its_listing_budget_waits_and_another_token_still_lists() {
+    let zk_server = shared();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = crate::server::start_with(
+        dir.path(),
+        &zk_server.hosts(),
+        &unique_root("listing-budget"),
+        None,
+        "simulate",
+        &["--listing-items-per-second".into(), "4".into()],
+    );
+    for n in 0..6 {
+        let (code, body) = server
+            .call(
+                Method::POST,
+                "/batches",
+                DEPOSITOR,
+                Some(json!({
+                    "submitter": "alice", "profile": "demo", "type": "file",
+                    "payload_url": format!("https://example.org/{n}.txt"),
+                })),
+            )
+            .await;
+        assert_eq!(code, 201, "{body}");
+    }
+    let client = reqwest::Client::new();
+    let list = |token: &'static str, query: String| {
+        let req = client
+            .get(format!("{}/batches?{query}", server.base))
+            .bearer_auth(token);
+        async move {
+            let res = req.send().await.expect("list");
+            let code = res.status().as_u16();
+            let retry = res
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
+            let body: serde_json::Value = res.json().await.expect("json");
+            (code, retry, body)
+        }
+    };
+    // The burst is 20 items: each first page walks all 6 batches to count,
+    // and 2 more for the page; the fourth comes too soon.
+    let mut refused = None;
+    for attempt in 0..10 {
+        let (code, retry, body) = list(DEPOSITOR, "limit=1".into()).await;
+        if code == 429 {
+            refused = Some((attempt, retry, body));
+            break;
+        }
+        assert_eq!(code, 200, "{body}");
+        assert_eq!(body["matched"], 6, "{body}");
+    }
+    let (attempt, retry, body) = refused.expect("no listing was refused over the budget");
+    assert!(attempt >= 2, "refused after {attempt} pages");
+    assert_eq!(body["error"]["code"], "listing_budget", "{body}");
+    assert!(retry.is_some_and(|s| s >= 1), "Retry-After: {retry:?}");
+    // Another token is not slowed.
+    let (code, _, body) = list(ADMIN, "limit=2".into()).await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["matched"], 6);
+    // The admin pages on: a page with a cursor keeps the first page's
+    // count and walks its own length, so all six come in three pages
+    // within the admin's burst (20 items: 8 + 3 + 3 + 2).
+    let mut seen: Vec<String> = body["batches"]
+        .as_array()
+        .map(|b| b.iter().map(|b| b["bid"].to_string()).collect())
+        .unwrap_or_default();
+    let mut cursor = body["next_cursor"].as_str().map(str::to_string);
+    while let Some(c) = cursor {
+        let (code, _, body) = list(ADMIN, format!("limit=2&cursor={c}")).await;
+        assert_eq!(code, 200, "{body}");
+        assert_eq!(body["matched"], 6);
+        seen.extend(
+            body["batches"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|b| b["bid"].to_string()),
+        );
+        cursor = body["next_cursor"].as_str().map(str::to_string);
+    }
+    assert_eq!(seen.len(), 6, "{seen:?}");
+}

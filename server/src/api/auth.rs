@@ -152,7 +152,12 @@ pub(crate) fn presents_a_command_token(tokens: &ingest_config::Tokens, req: &Req
 
 /// The bearer token of a request, if it has a well-formed one.
 fn bearer(req: &Request) -> Option<&[u8]> {
-    let value = req.headers().get(header::AUTHORIZATION)?.as_bytes();
+    bearer_of(req.headers())
+}
+
+/// The bearer token of a request's headers.
+pub(crate) fn bearer_of(headers: &axum::http::HeaderMap) -> Option<&[u8]> {
+    let value = headers.get(header::AUTHORIZATION)?.as_bytes();
     let (scheme, token) = value.split_at(value.iter().position(|b| *b == b' ')?);
     if !scheme.eq_ignore_ascii_case(b"bearer") {
         return None;

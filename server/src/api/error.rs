@@ -144,7 +144,14 @@ impl IntoResponse for ApiError {
         for (k, v) in self.details {
             error.insert(k, v);
         }
+        let retry_after = (self.status == StatusCode::TOO_MANY_REQUESTS)
+            .then(|| error.get("retry_after_secs").and_then(Value::as_u64))
+            .flatten();
         let mut res = (self.status, Json(json!({ "error": error }))).into_response();
+        if let Some(secs) = retry_after {
+            res.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         if self.status == StatusCode::UNAUTHORIZED {
             res.headers_mut().insert(
                 header::WWW_AUTHENTICATE,

@@ -6,11 +6,14 @@
 //! parsed by [`ingest_protocol::listing`]; a refused parameter is 400
 //! `invalid_query` naming it.
 
+use std::time::Instant;
+
 use axum::extract::{Query, State};
-use axum::http::{StatusCode, Uri};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::Json;
 use ingest_protocol::listing::{BatchPage, BatchQuery, JobPage, JobQuery, QueryError};
 
+use super::budget::Admitted;
 use super::{ApiError, AppState};
 
 /// The longest query string read, in bytes.
@@ -42,23 +45,60 @@ pub(crate) fn query_pairs(uri: &Uri) -> Result<Vec<(String, String)>, ApiError> 
         })
 }
 
+/// Lets a page of the request's token in, or refuses it with 429
+/// `listing_budget` and `Retry-After` while the token is over its budget
+/// (see [`super::budget`]).
+fn admit(app: &AppState, headers: &HeaderMap) -> Result<Admitted, ApiError> {
+    let token = super::auth::bearer_of(headers).unwrap_or_default();
+    app.inner
+        .listing_budget
+        .admit(token, Instant::now())
+        .map_err(|wait| {
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "listing_budget",
+                format!(
+                    "this token's listings walked more of the state than --listing-items-per-second allows; retry in {secs} s (a page with the last page's next_cursor walks only its own length)"
+                ),
+            )
+            .with("retry_after_secs", secs)
+        })
+}
+
 /// `GET /batches`.
 pub(crate) async fn batches(
     State(app): State<AppState>,
+    headers: HeaderMap,
     uri: Uri,
 ) -> Result<Json<BatchPage>, ApiError> {
     let q = BatchQuery::from_pairs(query_pairs(&uri)?).map_err(query_error)?;
-    let state = app.inner.handle.state();
-    ingest_engine::listing::batches(&state, &q)
-        .map(Json)
-        .map_err(query_error)
+    let admitted = admit(&app, &headers)?;
+    let (page, walked) = {
+        let state = app.inner.handle.state();
+        ingest_engine::listing::batches_walked(&state, &q).map_err(query_error)?
+    };
+    app.inner
+        .listing_budget
+        .charge(admitted, walked, Instant::now());
+    Ok(Json(page))
 }
 
 /// `GET /jobs`.
-pub(crate) async fn jobs(State(app): State<AppState>, uri: Uri) -> Result<Json<JobPage>, ApiError> {
+pub(crate) async fn jobs(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Result<Json<JobPage>, ApiError> {
     let q = JobQuery::from_pairs(query_pairs(&uri)?).map_err(query_error)?;
-    let state = app.inner.handle.state();
-    let mut page = ingest_engine::listing::jobs(&state, &q).map_err(query_error)?;
+    let admitted = admit(&app, &headers)?;
+    let (mut page, walked) = {
+        let state = app.inner.handle.state();
+        ingest_engine::listing::jobs_walked(&state, &q).map_err(query_error)?
+    };
+    app.inner
+        .listing_budget
+        .charge(admitted, walked, Instant::now());
     for j in &mut page.jobs {
         if let Ok(jid) = j.jid.parse() {
             j.waiting = app.inner.waits.of(jid, &j.status);

@@ -41,6 +41,7 @@
 //!     storage_targets: Vec::new(),
 //!     content_nodes: Vec::new(),
 //!     replication: None,
+//!     listing_items_per_second: ingest_config::DEFAULT_LISTING_ITEMS_PER_SECOND,
 //! });
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:7878").await?;
 //! api::serve(listener, router, api::Limits::default(), async { let _ = tokio::signal::ctrl_c().await; }).await
@@ -51,6 +52,7 @@ pub(crate) mod access;
 pub(crate) mod admin;
 mod audit;
 mod auth;
+mod budget;
 pub(crate) mod consistency;
 mod content;
 pub(crate) mod depositor;
@@ -147,6 +149,9 @@ pub struct ApiConfig {
     pub content_nodes: Vec<ContentNode>,
     /// This engine's place in a replicated group (`None`: a single engine).
     pub replication: Option<ingest_replication::StatusCell>,
+    /// How many items of the state one token's listing pages may walk per
+    /// second (`--listing-items-per-second`).
+    pub listing_items_per_second: u64,
 }
 
 /// Routes mounted beside the API's own, made from the router's state (the
@@ -178,6 +183,8 @@ pub(crate) struct Inner {
     /// Bytes above which an assembly request goes to the large access
     /// queue (Merritt's default `QueueSizeLimit`).
     pub(crate) access_size_limit: u64,
+    /// What each token's listing pages may walk of the state.
+    pub(crate) listing_budget: budget::ListingBudget,
     /// The reporting views, folded up to the durable position on demand.
     views: Arc<Mutex<Views>>,
     /// What `/readyz` last logged (its readiness and the kinds of its
@@ -397,6 +404,7 @@ pub fn router(config: ApiConfig) -> Router {
             minter: config.minter,
             outbound: config.outbound,
             access_size_limit: ingest_events::event::AccessQueue::DEFAULT_SIZE_LIMIT,
+            listing_budget: budget::ListingBudget::new(config.listing_items_per_second),
             views: Arc::new(Mutex::new(views)),
             readiness_logged: Mutex::new(None),
             waits: waiting::Waits::default(),
@@ -887,6 +895,7 @@ mod tests {
             storage_targets: Vec::new(),
             content_nodes: Vec::new(),
             replication: None,
+            listing_items_per_second: ingest_config::DEFAULT_LISTING_ITEMS_PER_SECOND,
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
