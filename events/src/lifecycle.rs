@@ -127,6 +127,23 @@ state_enum!(
 );
 
 impl JobState {
+    /// The states with a step a worker runs (every state a job daemon works
+    /// on, besides Pending which only starts jobs), in lifecycle order.
+    pub const WITH_STEP: [JobState; 7] = [
+        JobState::Estimating,
+        JobState::Provisioning,
+        JobState::Downloading,
+        JobState::Processing,
+        JobState::Storing,
+        JobState::Recording,
+        JobState::Notify,
+    ];
+
+    /// Whether a worker runs a step in this state (see [`Self::WITH_STEP`]).
+    pub fn has_step(self) -> bool {
+        Self::WITH_STEP.contains(&self)
+    }
+
     /// The lower-case name used in `/jobs/states/<state>` queue paths.
     pub fn queue_name(self) -> String {
         self.name().to_ascii_lowercase()

@@ -700,19 +700,11 @@ impl Metrics {
                 .or_default();
             c.jobs += 1;
             c.failed += i64::from(j.status == JobState::Failed);
-            use JobState::{
-                Downloading, Estimating, Notify, Processing, Provisioning, Recording, Storing,
-            };
-            if matches!(
-                j.status,
-                Provisioning | Downloading | Processing | Storing | Recording | Notify
-            ) {
+            // Space is reserved from Provisioning on (Estimating measures it).
+            if j.status.has_step() && j.status != JobState::Estimating {
                 bytes = bytes.saturating_add(j.space_needed);
             }
-            if matches!(
-                j.status,
-                Estimating | Provisioning | Downloading | Processing | Storing | Recording | Notify
-            ) {
+            if j.status.has_step() {
                 in_process += 1;
             }
             let since = oldest.entry(j.status).or_insert(j.last_modified);

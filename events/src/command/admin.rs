@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::event::{self, StreamId};
-use crate::lifecycle::Lifecycle;
+use crate::lifecycle::{Lifecycle, StateKind};
 use crate::state::State;
 
 use super::rules::*;
@@ -94,6 +94,19 @@ pub(super) fn arm_faults(
     count: u32,
     reason: &str,
 ) -> Result<(), Rejection> {
+    // A fault turns a step's success report into a failure: in a state
+    // without a step no report comes, and the fault would stay armed.
+    if !step.has_step() {
+        let names: Vec<&str> = JobState::WITH_STEP.iter().map(|s| s.name()).collect();
+        let (last, rest) = names.split_last().unwrap_or((&"", &[]));
+        return Err(Rejection::Invalid {
+            field: "state".into(),
+            reason: format!(
+                "{step} has no step a worker runs; faults go to {} or {last}",
+                rest.join(", ")
+            ),
+        });
+    }
     if count == 0 || count > MAX_FAULTS {
         return Err(Rejection::Invalid {
             field: "count".into(),

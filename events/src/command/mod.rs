@@ -1018,6 +1018,42 @@ mod tests {
         assert_eq!(field_of(decide(&state, &lc, &too_many)), "count");
     }
 
+    // The rule "faults only on step states" is the domain's: a fault armed
+    // on a state without a step would never fire (no report comes from it)
+    // and stay armed until cleared, whoever sends the command.
+    #[test]
+    fn faults_are_armed_only_on_states_with_a_step() {
+        let (state, lc) = (State::new(), Lifecycle::builtin());
+        for step in <JobState as crate::lifecycle::StateKind>::ALL
+            .iter()
+            .copied()
+        {
+            let arm = Command::ArmFaults {
+                state: step,
+                count: 1,
+                reason: "test".into(),
+            };
+            let decided = decide(&state, &lc, &arm);
+            if step.has_step() {
+                assert!(decided.is_ok(), "{step}: {decided:?}");
+            } else {
+                let Err(Rejection::Invalid { field, reason }) = decided else {
+                    panic!("{step}: expected Invalid, got {decided:?}");
+                };
+                assert_eq!(field, "state");
+                assert!(reason.contains("Recording or Notify"), "{reason}");
+            }
+        }
+        assert_eq!(
+            <JobState as crate::lifecycle::StateKind>::ALL
+                .iter()
+                .filter(|s| s.has_step())
+                .count(),
+            7,
+            "Pending only starts jobs; the six others are not steps"
+        );
+    }
+
     // A worker's outcome is one atomic decision; a report on a state the job
     // left is stale.
     #[test]

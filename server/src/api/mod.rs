@@ -949,6 +949,21 @@ mod tests {
             assert_eq!(job.status, ingest_events::JobState::Provisioning);
             assert_eq!(job.space_needed, 10);
         }
+        // Faults go only to states with a step; the domain refuses the
+        // others and the answer names the field.
+        let arm = |state: &str| {
+            post(
+                "/faults",
+                "admin-token-0123456789",
+                serde_json::json!({"state": state, "reason": "test", "actor": "carol"}),
+            )
+        };
+        let res = arm("Held").await.expect("arm");
+        assert_eq!(res.status(), 422);
+        let body: serde_json::Value = res.json().await.expect("json");
+        assert_eq!(body["error"]["field"], "state", "{body}");
+        let res = arm("Storing").await.expect("arm");
+        assert_eq!(res.status(), 201, "{:?}", res.text().await);
         server.abort();
         service.shutdown().await;
     }

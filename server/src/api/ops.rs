@@ -35,12 +35,7 @@ pub(crate) async fn arm_fault(
         .state
         .parse::<JobState>()
         .map_err(|e| ApiError::invalid_field("state", e.to_string()))?;
-    if !ingest_worker::step::STEP_STATES.contains(&state) {
-        return Err(ApiError::invalid_field(
-            "state",
-            format!("{state} has no step a worker runs; faults go to Estimating, Provisioning, Downloading, Processing, Storing, Recording or Notify"),
-        ));
-    }
+    // Only states with a step take faults: `decide` refuses the others.
     let count = body.count.unwrap_or(1);
     if count == 0 || count > MAX_FAULTS {
         return Err(ApiError::invalid_field(

@@ -580,10 +580,7 @@ pub(crate) async fn consistency(State(ui): State<Ui>, admin: Admin) -> Response 
 /// `GET /ui/faults`: armed faults, arming and clearing them.
 pub(crate) async fn faults(State(ui): State<Ui>, admin: Admin) -> Response {
     let Json(armed) = crate::api::ops::faults(State(ui.app.clone())).await;
-    let states: Vec<&str> = ingest_worker::step::STEP_STATES
-        .iter()
-        .map(|s| s.name())
-        .collect();
+    let states: Vec<&str> = JobState::WITH_STEP.iter().map(|s| s.name()).collect();
     let body = html! {
         p { "An armed fault turns the next successful report of a step into a failure, recorded with your name and reason." }
         h2 { "Armed" }

@@ -47,21 +47,17 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use clap::Parser;
+use ingest_events::lifecycle::StateKind;
+use ingest_events::JobState;
 
 use crate::real::run_real;
 use crate::simulate::run;
 
-/// The daemons each worker runs for jobs (with `--tasks` tasks each).
-const JOB_DAEMONS: [&str; 8] = [
-    "job_pending",
-    "estimating",
-    "provisioning",
-    "downloading",
-    "processing",
-    "storing",
-    "recording",
-    "notify",
-];
+/// The daemons each worker runs for jobs (with `--tasks` tasks each): the
+/// one that starts jobs, then one per state with a step.
+fn job_daemons() -> impl Iterator<Item = String> {
+    std::iter::once("job_pending".to_string()).chain(JobState::WITH_STEP.map(JobState::queue_name))
+}
 /// The batch daemons each worker runs (one task each: a batch is one
 /// command, and each task lists every batch on each look).
 const BATCH_DAEMONS: [&str; 2] = ["batch_pending", "batch_reporting"];
@@ -73,16 +69,11 @@ const POLL: Duration = Duration::from_millis(200);
 const TAIL_LINES: usize = 30;
 /// The states a job passes on its way to Completed, in order (real mode
 /// reports the time spent in each).
-const JOB_STATES: [&str; 8] = [
-    "Pending",
-    "Estimating",
-    "Provisioning",
-    "Downloading",
-    "Processing",
-    "Storing",
-    "Recording",
-    "Notify",
-];
+fn job_states() -> impl Iterator<Item = &'static str> {
+    std::iter::once(JobState::Pending)
+        .chain(JobState::WITH_STEP)
+        .map(StateKind::name)
+}
 
 /// What the load test runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -615,9 +615,8 @@ pub(crate) async fn real_round(
         server,
         workers: Vec::new(),
     };
-    let daemons: Vec<String> = JOB_DAEMONS
-        .iter()
-        .map(|d| match (*d, args.pending_tasks) {
+    let daemons: Vec<String> = job_daemons()
+        .map(|d| match (d.as_str(), args.pending_tasks) {
             // --pending-tasks sets the daemon that starts jobs apart.
             ("job_pending", Some(n)) => format!("{d}={n}"),
             _ => format!("{d}={}", args.tasks),
@@ -782,7 +781,7 @@ pub(crate) async fn ingest_objects(
             if let Some(left) = job.left.get("Pending") {
                 walk += ms(done - *left);
             }
-            for state in JOB_STATES {
+            for state in job_states() {
                 let entered = match state {
                     "Pending" => Some(created),
                     _ => job.entered.get(state).copied(),
@@ -926,12 +925,11 @@ pub(crate) fn real_table(rounds: &[RealRound]) -> String {
 pub(crate) fn real_notes(rounds: &[RealRound]) -> String {
     let mut s = String::new();
     for r in rounds {
-        let states: Vec<String> = JOB_STATES
-            .iter()
+        let states: Vec<String> = job_states()
             .map(|st| {
                 format!(
                     "{st} {:.0}",
-                    r.state_mean_ms.get(*st).copied().unwrap_or(0.0)
+                    r.state_mean_ms.get(st).copied().unwrap_or(0.0)
                 )
             })
             .collect();

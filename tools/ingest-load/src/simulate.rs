@@ -285,8 +285,7 @@ pub(crate) async fn run_round(
         server,
         workers: Vec::new(),
     };
-    let daemons: Vec<String> = JOB_DAEMONS
-        .iter()
+    let daemons: Vec<String> = job_daemons()
         .map(|d| format!("{d}={}", args.tasks))
         .chain(
             BATCH_DAEMONS

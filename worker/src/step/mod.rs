@@ -134,18 +134,6 @@ pub trait Step: Send + Sync {
     fn run<'a>(&'a self, job: &'a JobCtx) -> StepFuture<'a>;
 }
 
-/// The job states that have a step (the ones a job daemon works on, besides
-/// Pending which only starts jobs).
-pub const STEP_STATES: [JobState; 7] = [
-    JobState::Estimating,
-    JobState::Provisioning,
-    JobState::Downloading,
-    JobState::Processing,
-    JobState::Storing,
-    JobState::Recording,
-    JobState::Notify,
-];
-
 /// A batch a batch daemon works on, with its lock held.
 #[derive(Debug, Clone)]
 pub struct BatchCtx {
@@ -218,7 +206,7 @@ impl Steps {
         let rng = Arc::new(seed.map_or_else(Rng::from_entropy, Rng::new));
         let faults = Faults::default();
         let mut steps: HashMap<JobState, Arc<dyn Step>> = HashMap::new();
-        for state in STEP_STATES {
+        for state in JobState::WITH_STEP {
             let sim: Arc<dyn Step> =
                 Arc::new(Simulate::new(settings, Arc::clone(&rng), faults.clone()));
             let step = if state == JobState::Provisioning {
