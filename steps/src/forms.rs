@@ -366,38 +366,12 @@ fn name_from_url(line: usize, url: &Url) -> Result<String, ManifestError> {
         .and_then(|mut segments| segments.next_back())
         .filter(|segment| !segment.is_empty())
         .ok_or_else(missing)?;
-    percent_decode(segment).ok_or_else(|| {
+    crate::paths::percent_decode(segment).ok_or_else(|| {
         ManifestError::new(
             line,
             format!("the last segment of the URL {url} is not UTF-8 once percent-decoded; give nfo:fileName"),
         )
     })
-}
-
-/// Decodes `%XX` escapes; `None` when the result is not UTF-8. A `%` not
-/// followed by two hexadecimal digits is kept as it is, as browsers do.
-fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut decoded = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let escaped = bytes
-            .get(i + 1..i + 3)
-            .filter(|_| bytes[i] == b'%')
-            .and_then(|hex| std::str::from_utf8(hex).ok())
-            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
-        match escaped {
-            Some(byte) => {
-                decoded.push(byte);
-                i += 3;
-            }
-            None => {
-                decoded.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(decoded).ok()
 }
 
 fn file_digest(record: &Record<'_>) -> Result<Option<FileDigest>, ManifestError> {
@@ -473,15 +447,6 @@ fn check_unique_names(named: &[(usize, &str)]) -> Result<(), ManifestError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn percent_decoding() {
-        assert_eq!(percent_decode("a%20b.txt").as_deref(), Some("a b.txt"));
-        assert_eq!(percent_decode("%C3%A9t%C3%A9").as_deref(), Some("été"));
-        assert_eq!(percent_decode("100%").as_deref(), Some("100%"));
-        assert_eq!(percent_decode("%zz%4").as_deref(), Some("%zz%4"));
-        assert_eq!(percent_decode("%FF"), None);
-    }
 
     #[test]
     fn profiles_round_trip() {

@@ -18,6 +18,17 @@
 
 use std::path::{Component, Path, PathBuf};
 
+/// Decodes `%XX` escapes (a URL's path segment, its user name or
+/// password); `None` when the result is not UTF-8. A `%` not followed by
+/// two hexadecimal digits is kept as it is, as browsers do. The one
+/// decoder of the workspace.
+pub fn percent_decode(text: &str) -> Option<String> {
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8()
+        .ok()
+        .map(std::borrow::Cow::into_owned)
+}
+
 use thiserror::Error;
 
 /// The longest accepted path component, in bytes (the `NAME_MAX` of common
@@ -268,6 +279,17 @@ fn check_component(name: &str, part: &str) -> Result<(), PathError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(percent_decode("a%20b.txt").as_deref(), Some("a b.txt"));
+        assert_eq!(percent_decode("%C3%A9t%C3%A9").as_deref(), Some("été"));
+        assert_eq!(percent_decode("100%").as_deref(), Some("100%"));
+        assert_eq!(percent_decode("%zz%4").as_deref(), Some("%zz%4"));
+        assert_eq!(percent_decode("%4").as_deref(), Some("%4"));
+        assert_eq!(percent_decode("%41%").as_deref(), Some("A%"));
+        assert_eq!(percent_decode("%FF"), None);
+    }
     use proptest::prelude::*;
 
     fn reason(name: &str) -> PathError {

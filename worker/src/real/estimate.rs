@@ -204,7 +204,7 @@ fn payload_file(url: &str) -> Result<FileSpec, String> {
         .and_then(|mut s| s.next_back())
         .filter(|s| !s.is_empty())
         .ok_or_else(|| format!("cannot take a file name from the payload URL {url}"))?;
-    let decoded = percent_decode(segment)
+    let decoded = ingest_steps::paths::percent_decode(segment)
         .ok_or_else(|| format!("the file name of the payload URL {url} is not UTF-8"))?;
     let name =
         paths::normalized_name(&decoded).map_err(|e| format!("the payload URL {url}: {e}"))?;
@@ -228,31 +228,6 @@ fn manifest_files(url: &str, bytes: &[u8]) -> Result<Vec<FileSpec>, String> {
             "object manifest {url} does not describe exactly one object"
         )),
     }
-}
-
-/// Decodes `%XX` escapes; `None` when the result is not UTF-8.
-fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        let escaped = bytes
-            .get(i + 1..i + 3)
-            .filter(|_| b == b'%')
-            .and_then(|hex| std::str::from_utf8(hex).ok())
-            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
-        match escaped {
-            Some(decoded) => {
-                out.push(decoded);
-                i += 3;
-            }
-            None => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// The total size of `files` (a manifest-declared size, else HEAD, at most

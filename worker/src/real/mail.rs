@@ -10,7 +10,6 @@
 //! sending fails the message is written to the outbox as well, exactly as it
 //! would have been sent, and the error says where.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -201,7 +200,7 @@ impl Outbox {
     /// under a unique name.
     async fn write(&self, message: Vec<u8>) -> Result<PathBuf, String> {
         let dir = self.dir.clone();
-        tokio::task::spawn_blocking(move || write_atomically(&dir, &message))
+        tokio::task::spawn_blocking(move || write_new(&dir, &message))
             .await
             .map_err(|e| format!("the outbox writer failed: {e}"))?
     }
@@ -365,7 +364,7 @@ fn parse_smtp_url(url: &str) -> Result<SmtpServer, String> {
         .ok_or_else(|| format!("SMTP URL {shown:?} has no host; {EXPECTED}"))?
         .to_string();
     let decode = |s: &str| {
-        percent_decode(s)
+        ingest_steps::paths::percent_decode(s)
             .ok_or_else(|| format!("SMTP URL {shown:?}: the credentials are not UTF-8"))
     };
     let credentials = match (parsed.username(), parsed.password()) {
@@ -383,27 +382,8 @@ fn parse_smtp_url(url: &str) -> Result<SmtpServer, String> {
     })
 }
 
-/// `%XX` decoded; `None` when the result is not UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| char::from(b).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8(out).ok()
-}
-
-fn write_atomically(dir: &Path, bytes: &[u8]) -> Result<PathBuf, String> {
+/// Writes `bytes` under a new unique name in the outbox `dir`.
+fn write_new(dir: &Path, bytes: &[u8]) -> Result<PathBuf, String> {
     std::fs::create_dir_all(dir)
         .map_err(|e| format!("cannot create the outbox {}: {e}", dir.display()))?;
     let name = format!(
@@ -412,17 +392,8 @@ fn write_atomically(dir: &Path, bytes: &[u8]) -> Result<PathBuf, String> {
         uuid::Uuid::new_v4().simple()
     );
     let path = dir.join(&name);
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let written = (|| {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, &path)
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(format!("cannot write the e-mail {}: {e}", path.display()));
-    }
+    super::atomic::write_atomically(&dir.join(format!(".{name}.tmp")), &path, bytes)
+        .map_err(|e| format!("cannot write the e-mail {}: {e}", path.display()))?;
     Ok(path)
 }
 
