@@ -28,6 +28,7 @@
 //! step's message and keeps its `last_successful_status`, so an admin
 //! requeue resumes at that step).
 
+mod atomic;
 pub mod batch;
 pub mod download;
 pub mod estimate;

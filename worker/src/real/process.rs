@@ -685,8 +685,8 @@ pub(crate) fn write_atomically(tmp_dir: &Path, path: &Path, bytes: &[u8]) -> Res
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = tmp_dir.join(format!(".{name}.tmp"));
-    std::fs::write(&tmp, bytes).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    super::atomic::write_atomically(&tmp, path, bytes)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 fn remove_if_present(path: &Path) -> Result<(), String> {
