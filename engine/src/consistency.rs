@@ -28,6 +28,7 @@ use ingest_events::state::Job;
 use ingest_events::{Jid, JobState};
 use ingest_projections::consistency::{self as rules, Found, RepairPlan};
 use ingest_projections::rebuild::{self, AdminConfig};
+use ingest_projections::sink::{ConvergeScope, Converger};
 use ingest_projections::{layout, ZkConfig};
 use ingest_protocol::consistency::{ConsistencyReport, Finding, Repair, Severity};
 use ingest_protocol::cut;
@@ -107,8 +108,10 @@ pub enum CheckError {
         /// Why (e.g. it needs an admin's decision).
         why: String,
     },
-    /// The repair needs the projector's role, which a running server holds.
-    #[error("finding {id} is drift, repaired by converging the tree to the log, which needs the projector's role: stop the server and run `ingest check --repair {id}` (or `ingest diff --repair`) on its data directory")]
+    /// The repair needs the projector's role, and no projector of this
+    /// process can converge it (a server without ZooKeeper, or without a
+    /// projector that records its repairs).
+    #[error("finding {id} is drift, repaired by converging the tree to the log, which needs the projector's role: run it on the server whose projector leads, or stop the server and run `ingest check --repair {id}` (or `ingest diff --repair`) on its data directory")]
     NeedsProjector {
         /// The finding.
         id: String,
@@ -449,6 +452,9 @@ pub struct RepairContext<'a> {
     /// Set when this process may take the projector's role (the CLI on the
     /// data directory); `None` on a server, whose projector holds it.
     pub admin: Option<&'a AdminConfig>,
+    /// On a server: its running projector, which converges a drifted item
+    /// while it projects.
+    pub converger: Option<&'a Converger>,
 }
 
 /// What a repair did: the command that records it, and what to tell.
@@ -461,6 +467,9 @@ pub struct Applied {
     /// What was changed, for a person.
     pub summary: String,
 }
+
+/// How long a server's repair of drift waits for its projector.
+pub const CONVERGE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Applies the repair of finding `id` (checking again first) and returns
 /// the command that records it; the caller appends it.
@@ -513,7 +522,33 @@ pub async fn apply(
             }
             ("delete-node", deleted)
         }
-        Plan::Tree(RepairPlan::RepairDrift) => {
+        Plan::Tree(RepairPlan::RepairDrift(path)) if ctx.admin.is_none() => {
+            let Some(converger) = ctx.converger else {
+                return Err(CheckError::NeedsProjector { id: shown_id });
+            };
+            let asked = converger.converge(
+                ConvergeScope::Paths(vec![path.clone()]),
+                format!("consistency repair of {shown_id}: {reason}"),
+            );
+            let done = tokio::time::timeout(CONVERGE_WAIT, asked)
+                .await
+                .map_err(|_| CheckError::Repair {
+                    id: shown_id.clone(),
+                    detail: format!(
+                        "the projector did not converge it within {} s (it does once it leads and catches up)",
+                        CONVERGE_WAIT.as_secs()
+                    ),
+                })?
+                .map_err(|e| CheckError::Repair {
+                    id: shown_id.clone(),
+                    detail: e.to_string(),
+                })?;
+            if done.repaired.is_empty() {
+                return Err(CheckError::NoSuchFinding { id: shown_id });
+            }
+            ("repair-drift", vec![path.clone()])
+        }
+        Plan::Tree(RepairPlan::RepairDrift(_)) => {
             let Some(admin) = ctx.admin else {
                 return Err(CheckError::NeedsProjector { id: shown_id });
             };
@@ -599,7 +634,7 @@ mod tests {
             .map(|n| {
                 (
                     f("drift", Severity::Fail, n),
-                    Plan::Tree(RepairPlan::RepairDrift),
+                    Plan::Tree(RepairPlan::RepairDrift("/x".into())),
                 )
             })
             .collect();

@@ -48,8 +48,10 @@ pub enum RepairPlan {
     None,
     /// Delete these nodes, each with everything under it.
     DeleteNodes(Vec<String>),
-    /// Converge the live tree to the log (as `ingest diff --repair`).
-    RepairDrift,
+    /// Converge the live tree to the log: the whole tree (as `ingest diff
+    /// --repair`) where the repair takes the projector's role, or the item
+    /// of this path through the running projector.
+    RepairDrift(String),
 }
 
 /// A finding with the plan of its repair.
@@ -638,7 +640,7 @@ pub fn drift_findings(diff: &TreeDiff, already: &dyn Fn(&str) -> bool) -> Vec<Fo
                 detail: what.to_string(),
                 repair: Some(drift_repair()),
             },
-            plan: RepairPlan::RepairDrift,
+            plan: RepairPlan::RepairDrift(path.to_string()),
         });
     };
     for p in &diff.missing {

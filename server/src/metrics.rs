@@ -852,6 +852,7 @@ mod tests {
             events_applied: 0,
             ops_applied: 0,
             conflicts: 0,
+            converging: None,
         });
         metrics.attach_projector(rx);
         let page = tokio::task::spawn_blocking(move || metrics.render())

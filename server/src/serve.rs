@@ -110,6 +110,8 @@ async fn serve(config: ServeConfig) -> Result<i32> {
     let shutdown = ingest_config::shutdown::on_signal();
     let zk_config = config.zookeeper.zk_config();
     let gate = ingest_projections::ProjectorGate::new();
+    // Drift repairs asked of the API, made by whichever projector leads.
+    let converger = ingest_projections::sink::Converger::new();
     let mut replication_duties: Option<ingest_replication::LeaderDuties> = None;
     let (locks, sink_task): (Arc<dyn LockChecker>, _) = match &zk_config {
         None => {
@@ -132,11 +134,12 @@ async fn serve(config: ServeConfig) -> Result<i32> {
             let start_sink = {
                 let handle = handle.clone();
                 let foreign_writes = config.foreign_writes;
-                let (log, zk_config, gate, metrics) = (
+                let (log, zk_config, gate, metrics, converger) = (
                     Arc::clone(handle.log()),
                     zk_config.clone(),
                     gate.clone(),
                     Arc::clone(&metrics),
+                    converger.clone(),
                 );
                 move |stop: CancellationToken| -> Result<tokio::task::JoinHandle<()>> {
                     let mut sink_config = SinkConfig::new(zk_config.clone(), identity.clone());
@@ -151,6 +154,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
                             Some(ingest_projections::ForeignAdopter(recorder.clone()));
                     }
                     sink_config.foreign = Some(ingest_projections::ForeignRecorder(recorder));
+                    sink_config.converge = Some(converger.clone());
                     let sink = Sink::new(Arc::clone(&log), sink_config)
                         .context("cannot start the projector")?;
                     metrics.attach_projector(sink.status());
@@ -223,6 +227,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
         content_nodes: content_nodes(&config.real)?,
         replication: replication_cell.clone(),
         listing_items_per_second: config.listing_items_per_second,
+        converger: zk_config.as_ref().map(|_| converger.clone()),
     });
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

@@ -220,6 +220,7 @@ pub fn local(engine: &mut Engine, actor: &Actor, args: CheckArgs) -> Result<i32>
     let ctx = RepairContext {
         sources,
         admin: admin.as_ref(),
+        converger: None,
     };
     let mut code = 0;
     for id in ids {

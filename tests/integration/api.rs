@@ -175,6 +175,7 @@ impl Server {
             content_nodes: Vec::new(),
             replication: None,
             listing_items_per_second: ingest_config::DEFAULT_LISTING_ITEMS_PER_SECOND,
+            converger: None,
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

@@ -1844,9 +1844,10 @@ async fn a_version_stored_but_never_recorded_is_found_and_recorded_by_repair() {
 /// `GET /consistency` and `POST /consistency/repair` on a running `serve`:
 /// a node a foreign client wrote (an orphan `/batch-uuids` entry) is
 /// reported and deleted by its repair, which the server records; drift
-/// (a projected node's data changed by hand) is reported, and its repair
-/// is refused with 409 `needs_projector` (it converges the tree as the
-/// projector, which the running server is), changing nothing.
+/// (a projected node's data changed by hand) is reported and repaired by
+/// the running projector, recorded twice (the repair and the node found),
+/// while the server keeps serving (issue 22: drift repair used to be
+/// refused with 409 `needs_projector` until the server was stopped).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_server_reports_and_repairs_foreign_nodes() {
     let zk_server = shared();
@@ -1889,16 +1890,6 @@ async fn a_running_server_reports_and_repairs_foreign_nodes() {
             Method::POST,
             "/consistency/repair",
             ADMIN,
-            Some(json!({"finding": drift["id"], "reason": "hand edit", "actor": "carol"})),
-        )
-        .await;
-    assert_eq!(status, 409, "{body}");
-    assert_eq!(body["error"]["code"], "needs_projector", "{body}");
-    let (status, body) = server
-        .call(
-            Method::POST,
-            "/consistency/repair",
-            ADMIN,
             Some(json!({"finding": orphan["id"], "reason": "written by a test client", "actor": "carol"})),
         )
         .await;
@@ -1925,6 +1916,43 @@ async fn a_running_server_reports_and_repairs_foreign_nodes() {
         )
         .await;
     assert_eq!(status, 401, "admin only: {body}");
+
+    // The drift is repaired by the running projector, and recorded.
+    let (status, body) = server
+        .call(
+            Method::POST,
+            "/consistency/repair",
+            ADMIN,
+            Some(json!({"finding": drift["id"], "reason": "hand edit", "actor": "carol"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["summary"], "repair-drift: /locks/queue", "{body}");
+    let (data, _) = zk.get_data("/locks/queue").await.expect("read");
+    assert_ne!(data, b"hand-edited", "the node is the log's again");
+    let after = server.get("/consistency").await;
+    assert_eq!(after["findings"], json!([]), "{after:#}");
+    let history = server.get("/history?limit=1000").await;
+    let kinds: Vec<&str> = history["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["event"].as_str())
+        .collect();
+    assert!(
+        kinds.contains(&"ForeignChangeRepaired") && kinds.contains(&"ConsistencyRepaired"),
+        "{kinds:?}"
+    );
+    // Submissions go on being projected meanwhile and after.
+    let bid = server.submit(1).await;
+    eventually("the batch after the repair is projected", 30, async || {
+        zk.check_stat(&format!("/batches/{bid}"))
+            .await
+            .ok()
+            .flatten()
+            .map(|_| ())
+    })
+    .await;
 }
 
 /// `ingest worker --steps real` processes killed on drop (a test that fails

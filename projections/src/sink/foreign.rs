@@ -83,6 +83,10 @@ pub(super) enum Item {
     Access(AccessQueue, Qid),
     /// A pause or hold lock, by path.
     Lock(String),
+    /// A node of no item (a base node), by path: converged alone when a
+    /// request names it (see `converge`); a failed transaction on one
+    /// still stops the projector.
+    Node(String),
 }
 
 impl Item {
@@ -114,17 +118,18 @@ impl Item {
             Item::Job(j) => StreamId::Job(*j),
             Item::Batch(b) => StreamId::Batch(*b),
             Item::Access(_, q) => StreamId::Access(*q),
-            Item::Lock(_) => StreamId::System,
+            Item::Lock(_) | Item::Node(_) => StreamId::System,
         }
     }
 
     /// How the record names it.
-    fn name(&self) -> String {
+    pub(super) fn name(&self) -> String {
         match self {
             Item::Job(j) => format!("job {j}"),
             Item::Batch(b) => format!("batch {b}"),
             Item::Access(q, id) => format!("access request {id} ({q})"),
             Item::Lock(p) => format!("lock {p}"),
+            Item::Node(p) => format!("node {p}"),
         }
     }
 }
@@ -169,7 +174,7 @@ pub(super) fn found_text(data: &[u8]) -> String {
 }
 
 /// The queue pause lock paths: the ingest queue's, then each access queue's.
-fn queue_locks() -> Vec<String> {
+pub(super) fn queue_locks() -> Vec<String> {
     let mut out = vec![layout::QUEUE_LOCK.to_string()];
     out.extend(
         AccessQueue::ALL
@@ -245,7 +250,7 @@ impl Runner {
                 }
             }
             Item::Access(q, qid) => s.roots.push(layout::access(*q, *qid)),
-            Item::Lock(p) => {
+            Item::Lock(p) | Item::Node(p) => {
                 s.singles.insert(p.clone());
             }
         }

@@ -121,12 +121,14 @@ use crate::txn::{self, Oversized, TxnLimits};
 use crate::zk::{call, ZkConfig, ZkError};
 
 mod adopt;
+mod converge;
 mod foreign;
 mod model;
 mod project;
 mod runner;
 
 pub use adopt::{AdoptForeign, Adoption, ForeignAdopter, ForeignStatus};
+pub use converge::{ConvergeError, ConvergeScope, Converged, Converger};
 pub use foreign::{ForeignRecorder, RecordForeign};
 
 use model::Model;
@@ -163,6 +165,10 @@ pub struct SinkConfig {
     /// engine through it (needs [`SinkConfig::foreign`] too); `None`: it is
     /// reverted when found.
     pub adopt: Option<ForeignAdopter>,
+    /// Requests to converge items of the live tree to the log while the
+    /// sink runs (drift repair, upgrades); needs [`SinkConfig::foreign`]
+    /// to record them. `None`: none are taken.
+    pub converge: Option<Converger>,
 }
 
 /// Finishes an interrupted rebuild with a session that holds leadership;
@@ -256,6 +262,7 @@ impl SinkConfig {
             resume: None,
             foreign: None,
             adopt: None,
+            converge: None,
         }
     }
 }
@@ -320,6 +327,9 @@ pub struct SinkStatus {
     pub ops_applied: u64,
     /// Transactions refused because the checkpoint had moved (`BadVersion`).
     pub conflicts: u64,
+    /// Items converged so far and in all, while a convergence request is
+    /// worked through (see [`Converger`]).
+    pub converging: Option<(usize, usize)>,
 }
 
 impl SinkStatus {
@@ -335,6 +345,7 @@ impl SinkStatus {
             events_applied: 0,
             ops_applied: 0,
             conflicts: 0,
+            converging: None,
         }
     }
 
@@ -646,6 +657,7 @@ impl Sink {
             repair_streak: 0,
             adopted: Default::default(),
             ever_connected: false,
+            converging: None,
         };
         runner.backoff = Backoff::new(runner.cfg.backoff_initial, runner.cfg.backoff_max);
         let result = runner.main().await;

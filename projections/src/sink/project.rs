@@ -150,6 +150,7 @@ impl Runner {
         // Adoption mode: `/jobs` and `/batches` are watched; what another
         // client writes is handled between transactions once the tree is
         // quiet.
+        let converger = self.cfg.converge.clone().filter(|_| repairs);
         let mut tree = match (repairs, self.cfg.adopt.is_some()) {
             (true, true) => self.watch_tree(client).await?,
             _ => TreeWatch::none(),
@@ -166,11 +167,17 @@ impl Runner {
             if let Some(events) = tree.take_due() {
                 version = self.handle_tree_events(client, version, events).await?;
             }
+            if repairs {
+                version = self.converge_some(client, version).await?;
+            }
             let limit = self.limit();
             if self.model.pending.is_empty() && self.model.projector.position() >= limit {
                 self.publish();
                 if self.mode == RunMode::CatchUp {
                     return Ok(Exit::Done);
+                }
+                if self.converging.is_some() {
+                    continue;
                 }
                 self.reflect_session(session.peek_state())?;
                 tracing::debug!(root = %self.cfg.zk.root, position = limit, "caught up; following the log");
@@ -191,6 +198,8 @@ impl Runner {
                     event = tree.next() => fired = Some(event),
                     // Handled at the top of the loop.
                     _ = sleep_until(due) => {}
+                    // Taken at the top of the loop.
+                    _ = converge_asked(&converger) => {}
                     _ = self.shutdown.cancelled() => return Ok(Exit::Done),
                 }
                 if let Some(event) = fired {
@@ -502,5 +511,14 @@ async fn futures_ready(watch: &mut super::foreign::LockWatch) -> bool {
         biased;
         _ = &mut *watch => true,
         _ = std::future::ready(()) => false,
+    }
+}
+
+/// Completes when a convergence request may have come; never without a
+/// converger.
+async fn converge_asked(converger: &Option<super::converge::Converger>) {
+    match converger {
+        Some(c) => c.wait().await,
+        None => std::future::pending().await,
     }
 }

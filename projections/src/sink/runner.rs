@@ -131,6 +131,8 @@ pub(super) struct Runner {
     /// repair of the job is silent (the adopted event is the record).
     pub(super) adopted: std::collections::BTreeMap<ingest_events::Jid, u64>,
     pub(super) ever_connected: bool,
+    /// The convergence request being worked through (see `converge`).
+    pub(super) converging: Option<super::converge::Work>,
 }
 
 impl Runner {

@@ -37,25 +37,15 @@ fn answer(e: CheckError) -> ApiError {
     }
 }
 
-/// How long a check or a repair holds the projector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Hold {
-    /// Until the tree and its checkpoint are read (a report): storage is
-    /// scanned with the projector running.
-    WhileReadingTheTree,
-    /// Until the repair is done: it writes the tree it read.
-    Throughout,
-}
-
 /// What a check or a repair does with the server's sources, on a blocking
 /// thread (the storage reads block; the tree diff's progress callback is
-/// not `Send`), holding the projector between two transactions while it
-/// reads the tree so the tree and its checkpoint stand still, and for
-/// [`Hold::Throughout`] until `run` ends.
+/// not `Send`), holding the projector between two transactions only while
+/// it reads the tree, so the tree and its checkpoint stand still: storage
+/// is scanned, and a repair made, with the projector running (a drift
+/// repair is made by the projector itself, see [`RepairContext`]).
 async fn with_sources<T: Send + 'static>(
     app: &AppState,
     stuck_after_secs: u64,
-    hold: Hold,
     run: impl for<'a> FnOnce(
             &'a Sources<'a>,
         ) -> std::pin::Pin<
@@ -87,7 +77,7 @@ async fn with_sources<T: Send + 'static>(
             targets: &targets,
             inventory: inventory.as_ref(),
             stuck_after_secs,
-            tree_read: (hold == Hold::WhileReadingTheTree).then_some(&release),
+            tree_read: Some(&release),
         };
         let result = runtime.block_on(run(&sources));
         release();
@@ -129,7 +119,7 @@ pub(crate) async fn checked_report(
     app: &AppState,
     stuck_after: u64,
 ) -> Result<ConsistencyReport, ApiError> {
-    let checked: Checked = with_sources(app, stuck_after, Hold::WhileReadingTheTree, |s| {
+    let checked: Checked = with_sources(app, stuck_after, |s| {
         let s = *s;
         Box::pin(async move { consistency::check(s, Utc::now()).await })
     })
@@ -157,12 +147,17 @@ pub(crate) async fn repair(
     }
     let id = body.finding.clone();
     let why = reason.clone();
-    let applied: Applied = with_sources(&app, default_stuck_after(), Hold::Throughout, move |s| {
+    let converger = app.inner.converger.clone();
+    // The projector runs again once the tree is read: a drift repair is
+    // made by the projector itself, and a deleted foreign node is one the
+    // log does not know, which the projector never writes.
+    let applied: Applied = with_sources(&app, default_stuck_after(), move |s| {
         let s = *s;
         Box::pin(async move {
             let ctx = RepairContext {
                 sources: s,
                 admin: None,
+                converger: converger.as_ref(),
             };
             consistency::apply(&ctx, &id, &why, Utc::now()).await
         })

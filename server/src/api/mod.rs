@@ -42,6 +42,7 @@
 //!     content_nodes: Vec::new(),
 //!     replication: None,
 //!     listing_items_per_second: ingest_config::DEFAULT_LISTING_ITEMS_PER_SECOND,
+//!     converger: None,
 //! });
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:7878").await?;
 //! api::serve(listener, router, api::Limits::default(), async { let _ = tokio::signal::ctrl_c().await; }).await
@@ -152,6 +153,9 @@ pub struct ApiConfig {
     /// How many items of the state one token's listing pages may walk per
     /// second (`--listing-items-per-second`).
     pub listing_items_per_second: u64,
+    /// The running projector's convergence requests (drift repair while
+    /// serving); `None` without ZooKeeper.
+    pub converger: Option<ingest_projections::sink::Converger>,
 }
 
 /// Routes mounted beside the API's own, made from the router's state (the
@@ -185,6 +189,8 @@ pub(crate) struct Inner {
     pub(crate) access_size_limit: u64,
     /// What each token's listing pages may walk of the state.
     pub(crate) listing_budget: budget::ListingBudget,
+    /// The running projector's convergence requests.
+    pub(crate) converger: Option<ingest_projections::sink::Converger>,
     /// The reporting views, folded up to the durable position on demand.
     views: Arc<Mutex<Views>>,
     /// What `/readyz` last logged (its readiness and the kinds of its
@@ -405,6 +411,7 @@ pub fn router(config: ApiConfig) -> Router {
             outbound: config.outbound,
             access_size_limit: ingest_events::event::AccessQueue::DEFAULT_SIZE_LIMIT,
             listing_budget: budget::ListingBudget::new(config.listing_items_per_second),
+            converger: config.converger,
             views: Arc::new(Mutex::new(views)),
             readiness_logged: Mutex::new(None),
             waits: waiting::Waits::default(),
@@ -896,6 +903,7 @@ mod tests {
             content_nodes: Vec::new(),
             replication: None,
             listing_items_per_second: ingest_config::DEFAULT_LISTING_ITEMS_PER_SECOND,
+            converger: None,
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
