@@ -19,7 +19,7 @@ use serde::Serialize;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::error::{form_rejection, is_json, json_rejection, media_type};
+use super::error::{form_rejection, is_json, media_type, parse_json};
 use super::{ApiError, ApiPath, AppState, CorrelationId};
 use ingest_engine::history::{self, HistoryQuery};
 use ingest_events::command::JobSpec;
@@ -76,10 +76,10 @@ fn json_submission(bytes: &[u8]) -> Result<SubmissionBody, ApiError> {
     if matches!(object.get("uuid"), Some(v) if !v.is_string() && !v.is_null()) {
         return Err(ApiError::invalid_field("uuid", "must be a string"));
     }
-    // Parse again through axum so type errors name their field.
+    // Parse again into the input so type errors name their field.
     let rest = serde_json::to_vec(&value)
         .map_err(|e| ApiError::internal(format!("re-encoding the body: {e}")))?;
-    let Json(mut input) = Json::<SubmissionInput>::from_bytes(&rest).map_err(json_rejection)?;
+    let mut input: SubmissionInput = parse_json(&rest)?;
     let uuid = input.uuid.take().map(|s| parse_uuid(&s)).transpose()?;
     Ok(SubmissionBody { input, uuid })
 }

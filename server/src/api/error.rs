@@ -18,7 +18,8 @@
 
 use std::str::FromStr;
 
-use axum::extract::rejection::{FormRejection, JsonRejection};
+use axum::body::Bytes;
+use axum::extract::rejection::FormRejection;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -349,7 +350,7 @@ pub(crate) fn read_error(e: LogError) -> ApiError {
 
 /// A JSON body: `Content-Type: application/json` (400 otherwise), at most
 /// the body limit (413), well-formed (400 `malformed_json`) and of the
-/// expected shape (422 `invalid_field` naming the field).
+/// expected shape (422 `invalid_field` naming the field by its path).
 pub struct ApiJson<T>(pub T);
 
 impl<S, T> FromRequest<S> for ApiJson<T>
@@ -366,11 +367,65 @@ where
                 "the body must be JSON: send Content-Type: application/json",
             ));
         }
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(v)) => Ok(ApiJson(v)),
-            Err(r) => Err(json_rejection(r)),
-        }
+        let bytes = Bytes::from_request(req, state).await.map_err(|r| {
+            if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                body_too_large()
+            } else {
+                ApiError::bad_request("malformed_json", r.body_text())
+            }
+        })?;
+        parse_json(&bytes).map(ApiJson)
     }
+}
+
+/// Parses a JSON document into `T`: 400 `malformed_json` when it is not
+/// JSON, 422 `invalid_field` naming the field (its path, as
+/// `serde_path_to_error` tracked it) when it is not of `T`'s shape.
+pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(body_error)?;
+    de.end()
+        .map_err(|e| ApiError::bad_request("malformed_json", e.to_string()))?;
+    Ok(value)
+}
+
+/// A deserialization error as the API answers it.
+fn body_error(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
+    if e.inner().classify() != serde_json::error::Category::Data {
+        // A syntax error or a body cut short.
+        return ApiError::bad_request("malformed_json", e.to_string());
+    }
+    let at_root = e
+        .path()
+        .iter()
+        .all(|s| matches!(s, serde_path_to_error::Segment::Unknown));
+    let path = (!at_root).then(|| e.path().to_string());
+    let message = e.into_inner().to_string();
+    // serde_json's message is the only place that names a missing or
+    // unknown field (serde's `missing_field` carries no more than text).
+    let named = backticked_field(&message);
+    let field = match (path, named) {
+        // `missing field` names a field inside the path's object; for an
+        // `unknown field` the path already ends with it.
+        (Some(p), Some(n)) if message.starts_with("missing field `") => format!("{p}.{n}"),
+        (None, Some(n)) if message.contains("field `") => n,
+        (Some(p), _) => p,
+        (None, _) => "body".to_string(),
+    };
+    let message = message
+        .split(" at line ")
+        .next()
+        .unwrap_or(&message)
+        .to_string();
+    ApiError::invalid_field(field, message)
+}
+
+fn body_too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        "the request body is larger than the server accepts",
+    )
 }
 
 /// Whether a content type is JSON (`application/json`, `application/*+json`).
@@ -393,75 +448,15 @@ pub(crate) fn media_type(ct: Option<&HeaderValue>) -> Option<String> {
     )
 }
 
-pub(crate) fn json_rejection(r: JsonRejection) -> ApiError {
-    if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        return ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            "the request body is larger than the server accepts",
-        );
-    }
-    match r {
-        JsonRejection::JsonDataError(e) => data_error(&e.body_text()),
-        JsonRejection::JsonSyntaxError(e) => ApiError::bad_request(
-            "malformed_json",
-            strip_prefix(&e.body_text(), "Failed to parse the request body as JSON: "),
-        ),
-        JsonRejection::MissingJsonContentType(_) => ApiError::bad_request(
-            "unsupported_content_type",
-            "the body must be JSON: send Content-Type: application/json",
-        ),
-        other => ApiError::bad_request("malformed_json", other.body_text()),
-    }
-}
-
 pub(crate) fn form_rejection(r: FormRejection) -> ApiError {
     if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        return ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            "the request body is larger than the server accepts",
-        );
+        return body_too_large();
     }
     ApiError::bad_request("malformed_form", r.body_text())
 }
 
-fn strip_prefix(text: &str, prefix: &str) -> String {
-    text.strip_prefix(prefix).unwrap_or(text).to_string()
-}
-
-/// Turns axum's data-error text (serde_path_to_error's `path: message`)
-/// into a 422 naming the field.
-pub(crate) fn data_error(body_text: &str) -> ApiError {
-    let text = strip_prefix(
-        body_text,
-        "Failed to deserialize the JSON body into the target type: ",
-    );
-    // serde_path_to_error prints `path: message`, and only the message for
-    // the root. A path has no spaces; a message's first `: ` follows words.
-    let (path, message) = match text.split_once(": ") {
-        Some((p, m)) if !p.is_empty() && !p.contains(' ') => (Some(p.to_string()), m.to_string()),
-        _ => (None, text.clone()),
-    };
-    let named = backticked_field(&message);
-    let field = match (path, named) {
-        // `missing field` names a field inside the path's object; for an
-        // `unknown field` the path already ends with it.
-        (Some(p), Some(n)) if message.starts_with("missing field `") => format!("{p}.{n}"),
-        (None, Some(n)) if message.contains("field `") => n,
-        (Some(p), _) => p,
-        (None, _) => "body".to_string(),
-    };
-    let message = message
-        .split(" at line ")
-        .next()
-        .unwrap_or(&message)
-        .to_string();
-    ApiError::invalid_field(field, message)
-}
-
 /// The first `` `name` `` in a message.
-pub(crate) fn backticked_field(message: &str) -> Option<String> {
+fn backticked_field(message: &str) -> Option<String> {
     let start = message.find('`')? + 1;
     let len = message[start..].find('`')?;
     Some(message[start..start + len].to_string())
@@ -614,22 +609,81 @@ mod tests {
         );
     }
 
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Body {
+        reason: String,
+        actor: Option<String>,
+        priority: Option<u8>,
+        identifiers: Option<Identifiers>,
+        store: Option<Store>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Identifiers {
+        local_ids: Vec<String>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Store {
+        mode: String,
+        manifest_url: Option<String>,
+    }
+
     #[test]
     fn data_errors_name_the_field() {
         let cases = [
-            ("Failed to deserialize the JSON body into the target type: missing field `reason` at line 1 column 2", "reason"),
-            ("Failed to deserialize the JSON body into the target type: unknown field `reasn`, expected `actor` or `reason` at line 1 column 9", "reasn"),
-            ("Failed to deserialize the JSON body into the target type: reasn: unknown field `reasn`, expected `actor` or `reason` at line 1 column 9", "reasn"),
-            ("Failed to deserialize the JSON body into the target type: store.mod: unknown field `mod`, expected `manifest_url` at line 1 column 9", "store.mod"),
-            ("Failed to deserialize the JSON body into the target type: priority: invalid value: integer `300`, expected u8 at line 1 column 20", "priority"),
-            ("Failed to deserialize the JSON body into the target type: identifiers.local_ids[0]: invalid type: integer `5`, expected a string at line 1 column 40", "identifiers.local_ids[0]"),
-            ("Failed to deserialize the JSON body into the target type: store: missing field `mode` at line 1 column 40", "store.mode"),
-            ("Failed to deserialize the JSON body into the target type: invalid type: sequence, expected struct X at line 1 column 1", "body"),
+            (r#"{}"#, "reason", "missing field `reason`"),
+            (r#"{"reasn": "x"}"#, "reasn", "unknown field `reasn`"),
+            (
+                r#"{"reason": "x", "store": {"mod": 1}}"#,
+                "store.mod",
+                "unknown field `mod`",
+            ),
+            (
+                r#"{"reason": "x", "priority": 300}"#,
+                "priority",
+                "invalid value: integer `300`",
+            ),
+            (
+                r#"{"reason": "x", "identifiers": {"local_ids": [5]}}"#,
+                "identifiers.local_ids[0]",
+                "invalid type: integer `5`",
+            ),
+            (
+                r#"{"reason": "x", "store": {}}"#,
+                "store.mode",
+                "missing field `mode`",
+            ),
+            (r#""x""#, "body", "invalid type: string"),
         ];
-        for (text, field) in cases {
-            let e = body_of(data_error(text));
-            assert_eq!(e["field"], field, "{text}");
-            assert!(!e["message"].as_str().unwrap_or("").contains(" at line "));
+        for (json, field, message) in cases {
+            let e = parse_json::<Body>(json.as_bytes()).expect_err(json);
+            assert_eq!(e.status, StatusCode::UNPROCESSABLE_ENTITY, "{json}");
+            let e = body_of(e);
+            assert_eq!(e["field"], field, "{json}: {e}");
+            let said = e["message"].as_str().unwrap_or("");
+            assert!(said.contains(message), "{json}: {said}");
+            assert!(!said.contains(" at line "), "{json}: {said}");
         }
+    }
+
+    #[test]
+    fn syntax_errors_are_malformed_json() {
+        for json in [
+            r#"{"reason": "#,
+            r#"{"reason" "x"}"#,
+            r#"{"reason": "x"} trailing"#,
+        ] {
+            let e = parse_json::<Body>(json.as_bytes()).expect_err(json);
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{json}");
+            assert_eq!(e.code, "malformed_json", "{json}");
+        }
+        let ok: Body = parse_json(br#"{"reason": "x"}"#).expect("parsed");
+        assert_eq!(ok.reason, "x");
     }
 }
