@@ -10,11 +10,11 @@ use crate::checkpoint::Checkpoint;
 use crate::layout;
 use crate::sink::{read_checkpoint, SinkError};
 use crate::tree::TreeDiff;
-use crate::zk::{connect, read_tree, ReadOptions, ZkConfig};
+use crate::zk::{connect, read_tree, LiveTree, ReadOptions, ZkConfig};
 
 /// Compares the live tree under `zk.root` with the log at the tree's
 /// checkpoint (see the module docs), ignoring `/ingest-engine` and worker
-/// locks.
+/// locks: [`read_checkpointed`], then [`compare`].
 ///
 /// # Errors
 /// [`SinkError::Zk`] on I/O; [`SinkError::ForeignTree`] /
@@ -25,6 +25,29 @@ pub async fn diff(
     zk_config: &ZkConfig,
     progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<DiffReport, SinkError> {
+    let live = read_checkpointed(zk_config, progress).await?;
+    compare(log, zk_config, live, progress)
+}
+
+/// The live tree as [`read_checkpointed`] read it: one position of the checkpoint.
+#[derive(Debug, Clone)]
+pub struct LiveRead {
+    checkpoint: Option<Checkpoint>,
+    live: LiveTree,
+    rebuilding: Option<String>,
+}
+
+/// Reads the live tree under `zk.root` and its checkpoint, the same before
+/// and after the read (five tries): the ZooKeeper half of [`diff`], all
+/// I/O and no log reads, so a server runs it on its runtime.
+///
+/// # Errors
+/// [`SinkError::Zk`] on I/O; [`SinkError::Busy`] when a projector kept
+/// moving the checkpoint.
+pub async fn read_checkpointed(
+    zk_config: &ZkConfig,
+    progress: &mut (dyn FnMut(Progress) + Send),
+) -> Result<LiveRead, SinkError> {
     zk_config.validate().map_err(SinkError::Config)?;
     let client = connect(zk_config).await?;
     let mut snapshot = None;
@@ -53,6 +76,31 @@ pub async fn diff(
             .and_then(|c| c.rebuilding.as_ref())
             .map(|by| format!("a rebuild or repair by {}", ingest_protocol::cut(by, 200))),
     };
+    Ok(LiveRead {
+        checkpoint,
+        live,
+        rebuilding,
+    })
+}
+
+/// Compares what [`read_checkpointed`] read with the log at the tree's checkpoint:
+/// the log half of [`diff`], reads of the log and folding, no I/O to
+/// ZooKeeper (blocking: a server runs it on a blocking thread).
+///
+/// # Errors
+/// [`SinkError::ForeignTree`] / [`SinkError::CheckpointAhead`] when the
+/// tree is not this log's; a log read error.
+pub fn compare(
+    log: &Log,
+    zk_config: &ZkConfig,
+    read: LiveRead,
+    progress: &mut (dyn FnMut(Progress) + Send),
+) -> Result<DiffReport, SinkError> {
+    let LiveRead {
+        checkpoint,
+        live,
+        rebuilding,
+    } = read;
     let at = checkpoint.clone().unwrap_or_else(Checkpoint::genesis);
     let at = Checkpoint {
         rebuilding: None,

@@ -87,7 +87,7 @@ mod plan;
 mod run;
 
 pub use converge::secure;
-pub use diff::{diff, preview, Preview};
+pub use diff::{compare, diff, preview, read_checkpointed, LiveRead, Preview};
 pub use run::{rebuild, repair, Resume};
 
 /// How rebuild and repair run.

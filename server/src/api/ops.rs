@@ -145,9 +145,6 @@ pub(crate) async fn diff(State(app): State<AppState>) -> Result<Json<Diffed>, Ap
         ));
     };
     let log = Arc::clone(app.inner.handle.log());
-    // `rebuild::diff` takes a progress callback that is not `Send`, so it
-    // runs on a blocking thread that drives it on this runtime.
-    let runtime = tokio::runtime::Handle::current();
     let zk_config = zk.clone();
     // While this server's projector runs, the tree and its checkpoint move
     // under a reader (the diff gave up after five tries: 503 "checkpoint
@@ -157,13 +154,18 @@ pub(crate) async fn diff(State(app): State<AppState>) -> Result<Json<Diffed>, Ap
         Some(gate) => Some(gate.hold().await),
         None => None,
     };
-    let found = tokio::task::spawn_blocking(move || {
-        let found = runtime.block_on(rebuild::diff(&log, &zk_config, &mut |_| {}));
-        drop(held);
-        found
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("the diff task failed: {e}")))?;
+    // The tree is read on the runtime (ZooKeeper I/O); the log is read and
+    // folded on a blocking thread.
+    let found = match rebuild::read_checkpointed(&zk_config, &mut |_| {}).await {
+        Ok(read) => tokio::task::spawn_blocking(move || {
+            let found = rebuild::compare(&log, &zk_config, read, &mut |_| {});
+            drop(held);
+            found
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("the diff task failed: {e}")))?,
+        Err(e) => Err(e),
+    };
     let report = found.map_err(|e| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
