@@ -16,119 +16,17 @@
 //! projector leads waits until one does (callers bound the wait).
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use tokio::sync::{oneshot, Notify};
 use zookeeper_client as zk;
 
-use super::foreign::Item;
+use super::item::Item;
 use super::runner::{Exit, Runner};
+use super::work::{ConvergeScope, Converged, Work};
 use crate::layout;
 
 /// Items converged between two transactions of the projector.
 pub(super) const CHUNK: usize = 64;
-
-/// What to converge.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ConvergeScope {
-    /// The items these paths belong to (a path of no item alone).
-    Paths(Vec<String>),
-    /// Every item the log knows.
-    Everything,
-}
-
-/// What a request converged.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Converged {
-    /// Items looked at.
-    pub items: usize,
-    /// The items whose nodes were rewritten, by name (`job jid…`).
-    pub repaired: Vec<String>,
-}
-
-/// A request could not be answered.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConvergeError {
-    /// The projector stopped (or shut down) before it answered.
-    #[error("the projector stopped before it converged the tree")]
-    Stopped,
-}
-
-struct Request {
-    scope: ConvergeScope,
-    reason: String,
-    reply: oneshot::Sender<Converged>,
-}
-
-/// Hands convergence requests to the running sink.
-#[derive(Clone, Default)]
-pub struct Converger {
-    queue: Arc<Mutex<VecDeque<Request>>>,
-    notify: Arc<Notify>,
-}
-
-impl std::fmt::Debug for Converger {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Converger")
-    }
-}
-
-impl Converger {
-    /// A queue nobody has asked anything of.
-    pub fn new() -> Converger {
-        Converger::default()
-    }
-
-    /// Asks the leading projector to converge `scope`, recording each
-    /// repaired item with `reason`; answers once it is done.
-    ///
-    /// # Errors
-    /// [`ConvergeError::Stopped`] when the sink ends first.
-    pub async fn converge(
-        &self,
-        scope: ConvergeScope,
-        reason: impl Into<String>,
-    ) -> Result<Converged, ConvergeError> {
-        let (reply, answer) = oneshot::channel();
-        self.lock().push_back(Request {
-            scope,
-            reason: reason.into(),
-            reply,
-        });
-        self.notify.notify_one();
-        answer.await.map_err(|_| ConvergeError::Stopped)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Request>> {
-        self.queue
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn take(&self) -> Option<Request> {
-        self.lock().pop_front()
-    }
-
-    /// Completes when a request may have come.
-    pub(super) async fn wait(&self) {
-        self.notify.notified().await;
-    }
-}
-
-/// A request being worked through.
-pub(super) struct Work {
-    items: VecDeque<Item>,
-    reason: String,
-    done: Converged,
-    reply: oneshot::Sender<Converged>,
-}
-
-impl Work {
-    /// (done, total) for the status.
-    pub(super) fn progress(&self) -> (usize, usize) {
-        (self.done.items, self.done.items + self.items.len())
-    }
-}
 
 impl Runner {
     /// The items of `scope`.

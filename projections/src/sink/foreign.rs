@@ -41,9 +41,10 @@ use ingest_events::event::{
     AccessQueue, ForeignChangeKind, ForeignChangeRepaired, ForeignNode, StreamId,
 };
 use ingest_events::lifecycle::StateKind;
-use ingest_events::{Bid, Jid, JobState, Qid};
+use ingest_events::{Bid, JobState};
 use zookeeper_client as zk;
 
+pub(super) use super::item::Item;
 use super::runner::{Exit, Runner};
 use super::SinkError;
 use crate::checkpoint::CHECKPOINT_NODE;
@@ -72,65 +73,6 @@ pub struct ForeignRecorder(pub std::sync::Arc<dyn RecordForeign>);
 impl std::fmt::Debug for ForeignRecorder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ForeignRecorder")
-    }
-}
-
-/// One item of the tree whose nodes converge together.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Item {
-    Job(Jid),
-    Batch(Bid),
-    Access(AccessQueue, Qid),
-    /// A pause or hold lock, by path.
-    Lock(String),
-    /// A node of no item (a base node), by path: converged alone when a
-    /// request names it (see `converge`); a failed transaction on one
-    /// still stops the projector.
-    Node(String),
-}
-
-impl Item {
-    /// The item a path belongs to, if any.
-    pub(super) fn of(path: &str, uuids: impl Fn(&str) -> Option<Bid>) -> Option<Item> {
-        let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-        match parts.as_slice() {
-            ["jobs", "states", _, name] => {
-                let (_, jid) = name.split_once('-')?;
-                jid.parse().ok().map(Item::Job)
-            }
-            ["jobs", id, ..] => id.parse().ok().map(Item::Job),
-            ["batches", _, "states", _, id] => id.parse().ok().map(Item::Job),
-            ["batches", id, ..] => id.parse().ok().map(Item::Batch),
-            ["batch-uuids", uuid] => uuids(uuid).map(Item::Batch),
-            ["access", queue, id, ..] => {
-                let queue = AccessQueue::ALL.into_iter().find(|q| q.name() == *queue)?;
-                id.parse().ok().map(|q| Item::Access(queue, q))
-            }
-            ["locks", "queue", "ingest" | "accessSmall" | "accessLarge"]
-            | ["locks", "collections", _] => Some(Item::Lock(path.to_string())),
-            _ => None,
-        }
-    }
-
-    /// The stream its record goes on.
-    fn stream(&self) -> StreamId {
-        match self {
-            Item::Job(j) => StreamId::Job(*j),
-            Item::Batch(b) => StreamId::Batch(*b),
-            Item::Access(_, q) => StreamId::Access(*q),
-            Item::Lock(_) | Item::Node(_) => StreamId::System,
-        }
-    }
-
-    /// How the record names it.
-    pub(super) fn name(&self) -> String {
-        match self {
-            Item::Job(j) => format!("job {j}"),
-            Item::Batch(b) => format!("batch {b}"),
-            Item::Access(q, id) => format!("access request {id} ({q})"),
-            Item::Lock(p) => format!("lock {p}"),
-            Item::Node(p) => format!("node {p}"),
-        }
     }
 }
 
@@ -560,6 +502,7 @@ impl Runner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ingest_events::{Jid, Qid};
 
     #[test]
     fn paths_name_their_item() {

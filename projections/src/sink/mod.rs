@@ -123,13 +123,15 @@ use crate::zk::{call, ZkConfig, ZkError};
 mod adopt;
 mod converge;
 mod foreign;
+mod item;
 mod model;
 mod project;
 mod runner;
+mod work;
 
 pub use adopt::{AdoptForeign, Adoption, ForeignAdopter, ForeignStatus};
-pub use converge::{ConvergeError, ConvergeScope, Converged, Converger};
 pub use foreign::{ForeignRecorder, RecordForeign};
+pub use work::{ConvergeError, ConvergeScope, Converged, Converger};
 
 use model::Model;
 use runner::{Backoff, Counters, Runner};

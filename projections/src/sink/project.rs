@@ -516,7 +516,7 @@ async fn futures_ready(watch: &mut super::foreign::LockWatch) -> bool {
 
 /// Completes when a convergence request may have come; never without a
 /// converger.
-async fn converge_asked(converger: &Option<super::converge::Converger>) {
+async fn converge_asked(converger: &Option<super::work::Converger>) {
     match converger {
         Some(c) => c.wait().await,
         None => std::future::pending().await,

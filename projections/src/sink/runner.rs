@@ -132,7 +132,7 @@ pub(super) struct Runner {
     pub(super) adopted: std::collections::BTreeMap<ingest_events::Jid, u64>,
     pub(super) ever_connected: bool,
     /// The convergence request being worked through (see `converge`).
-    pub(super) converging: Option<super::converge::Work>,
+    pub(super) converging: Option<super::work::Work>,
 }
 
 impl Runner {
