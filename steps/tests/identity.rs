@@ -890,7 +890,9 @@ fn parse_dc(xml: &str) -> Vec<(String, String, String)> {
     use quick_xml::name::ResolveResult;
     let mut reader = quick_xml::NsReader::from_str(xml);
     let mut elements = Vec::new();
-    let mut open: Option<(String, String)> = None;
+    // The element open under the root, and its text so far (text comes in
+    // pieces between entity references).
+    let mut open: Option<(String, String, Option<String>)> = None;
     let mut depth = 0usize;
     loop {
         match reader.read_resolved_event().expect("well-formed XML") {
@@ -905,15 +907,36 @@ fn parse_dc(xml: &str) -> Vec<(String, String, String)> {
                     };
                     let local =
                         String::from_utf8(e.local_name().as_ref().to_vec()).expect("UTF-8 XML");
-                    open = Some((ns, local));
+                    open = Some((ns, local, None));
                 }
             }
             (_, Event::Text(t)) => {
-                if let Some((ns, local)) = open.take() {
-                    elements.push((ns, local, t.unescape().expect("UTF-8 XML").into_owned()));
+                if let Some((_, _, text)) = open.as_mut() {
+                    let piece = t.xml10_content().expect("UTF-8 XML");
+                    text.get_or_insert_with(String::new).push_str(&piece);
                 }
             }
-            (_, Event::End(_)) => depth -= 1,
+            (_, Event::GeneralRef(r)) => {
+                if let Some((_, _, text)) = open.as_mut() {
+                    let name = r.decode().expect("UTF-8 XML");
+                    let resolved = match r.resolve_char_ref().expect("a valid character reference")
+                    {
+                        Some(c) => c.to_string(),
+                        None => quick_xml::escape::resolve_predefined_entity(&name)
+                            .unwrap_or_else(|| panic!("an unknown entity &{name};"))
+                            .to_string(),
+                    };
+                    text.get_or_insert_with(String::new).push_str(&resolved);
+                }
+            }
+            (_, Event::End(_)) => {
+                if depth == 2 {
+                    if let Some((ns, local, Some(text))) = open.take() {
+                        elements.push((ns, local, text));
+                    }
+                }
+                depth -= 1;
+            }
             (_, Event::Eof) => break,
             _ => {}
         }
