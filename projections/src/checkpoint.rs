@@ -36,6 +36,17 @@ pub const LEADER_NODE: &str = "/ingest-engine/leader";
 /// rebuild that dies leaves it (and the queue paused); the next `rebuild`,
 /// or a projector that leads, finishes the rebuild and removes it.
 pub const REBUILDING_NODE: &str = "/ingest-engine/rebuilding";
+/// The layout version the tree was projected with (decimal text). A tree
+/// without it was projected by a release before 0.3.0 (layout 1).
+pub const LAYOUT_NODE: &str = "/ingest-engine/layout";
+/// The layout this release projects. When it changes, the running
+/// projector of a newer release converges a tree projected under an older
+/// one item by item while it serves (see `sink`), and the CHANGELOG says
+/// what changed in the tree:
+/// - 1: 0.1.0 and 0.2.0 (0.1.0 wrote each job's `configuration` without
+///   `profile`, `submissionDate`, `filename`, `title`, `creator`);
+/// - 2: the tree records its layout in [`LAYOUT_NODE`].
+pub const LAYOUT_VERSION: u32 = 2;
 
 /// What `/ingest-engine/rebuilding` says: who rebuilds, since when, and
 /// which position of which log the tree is being brought to.

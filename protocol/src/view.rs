@@ -205,4 +205,18 @@ pub struct Readiness {
     /// In a replicated group: the leader's URL, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<String>,
+    /// While the projector converges items of the live tree to the log (a
+    /// drift repair, or an upgrade's re-projection of a tree written under
+    /// an older layout): how far it is. The server stays ready meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub converging: Option<Converging>,
+}
+
+/// How far the projector is in converging items of the live tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Converging {
+    /// Items converged so far.
+    pub done: usize,
+    /// Items to converge in all.
+    pub items: usize,
 }

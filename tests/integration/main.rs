@@ -23,6 +23,7 @@ mod service;
 mod shutdown;
 mod storage;
 mod ui;
+mod upgrade;
 mod util;
 mod worker;
 mod zk;

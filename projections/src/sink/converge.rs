@@ -23,7 +23,9 @@ use zookeeper_client as zk;
 use super::item::Item;
 use super::runner::{Exit, Runner};
 use super::work::{ConvergeScope, Converged, Work};
+use crate::checkpoint::{CHECKPOINT_NODE, LAYOUT_NODE, LAYOUT_VERSION};
 use crate::layout;
+use crate::zk::{call, ZkError, ZkErrorKind};
 
 /// Items converged between two transactions of the projector.
 pub(super) const CHUNK: usize = 64;
@@ -70,11 +72,8 @@ impl Runner {
         client: &zk::Client,
         mut version: i32,
     ) -> Result<i32, Exit> {
-        let Some(converger) = self.cfg.converge.clone() else {
-            return Ok(version);
-        };
         if self.converging.is_none() {
-            let Some(req) = converger.take() else {
+            let Some(req) = self.cfg.converge.as_ref().and_then(|c| c.take()) else {
                 return Ok(version);
             };
             let items = self.items_of(&req.scope);
@@ -89,6 +88,7 @@ impl Runner {
                 reason: req.reason,
                 done: Converged::default(),
                 reply: req.reply,
+                layout: None,
             });
         }
         // Between transactions, as every write of the sink.
@@ -129,6 +129,9 @@ impl Runner {
         }
         let finished = self.converging.as_ref().is_some_and(|w| w.items.is_empty());
         if finished {
+            if let Some(layout) = self.converging.as_ref().and_then(|w| w.layout) {
+                version = self.record_layout(client, version, layout).await?;
+            }
             if let Some(w) = self.converging.take() {
                 tracing::info!(
                     root = %self.cfg.zk.root,
@@ -151,5 +154,112 @@ impl Runner {
             s.converging = progress;
             changed
         });
+    }
+
+    /// The layout version the live tree records (1 when it records none).
+    async fn tree_layout(&self, client: &zk::Client) -> Result<(u32, Option<i32>), Exit> {
+        match call(
+            self.deadline(),
+            "get_data",
+            LAYOUT_NODE,
+            client.get_data(LAYOUT_NODE),
+        )
+        .await
+        {
+            Ok((data, stat)) => {
+                let text = String::from_utf8_lossy(&data);
+                // An unreadable version is treated as the oldest: converging
+                // a tree that needs nothing only reads it.
+                Ok((text.trim().parse().unwrap_or(1), Some(stat.version)))
+            }
+            Err(e) if e.code() == Some(&zk::Error::NoNode) => Ok((1, None)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// When the tree was projected under an older layout than this
+    /// release's, starts converging every item (recorded with the upgrade
+    /// as the reason); the new version is recorded once it is done.
+    pub(super) async fn upgrade_if_needed(&mut self, client: &zk::Client) -> Result<(), Exit> {
+        if self.converging.is_some() {
+            return Ok(());
+        }
+        let (found, _) = self.tree_layout(client).await?;
+        if found >= LAYOUT_VERSION {
+            return Ok(());
+        }
+        let items = self.items_of(&ConvergeScope::Everything);
+        tracing::warn!(
+            root = %self.cfg.zk.root,
+            from = found,
+            to = LAYOUT_VERSION,
+            items = items.len(),
+            "the tree was projected under an older layout; converging every item to this release's while serving"
+        );
+        // Nobody waits for the answer.
+        let (reply, _) = tokio::sync::oneshot::channel();
+        self.converging = Some(Work {
+            items,
+            reason: format!(
+                "upgrade: the tree was projected under layout {found}; re-projected under layout {LAYOUT_VERSION}"
+            ),
+            done: Converged::default(),
+            reply,
+            layout: Some(LAYOUT_VERSION),
+        });
+        self.publish_convergence();
+        Ok(())
+    }
+
+    /// Records `layout` in the tree, fenced on the checkpoint like every
+    /// write of the sink. Returns the checkpoint's version after it.
+    async fn record_layout(
+        &mut self,
+        client: &zk::Client,
+        version: i32,
+        layout: u32,
+    ) -> Result<i32, Exit> {
+        let (_, existing) = self.tree_layout(client).await?;
+        let data = layout.to_string();
+        let mut w = client.new_multi_writer();
+        let add = super::runner::multi_add;
+        add(
+            w.add_set_data(
+                CHECKPOINT_NODE,
+                &self.model.applied.to_json(),
+                Some(version),
+            ),
+            CHECKPOINT_NODE,
+        )?;
+        let acl = self.cfg.zk.access.acl(LAYOUT_NODE);
+        match existing {
+            Some(v) => add(
+                w.add_set_data(LAYOUT_NODE, data.as_bytes(), Some(v)),
+                LAYOUT_NODE,
+            )?,
+            None => add(
+                w.add_create(LAYOUT_NODE, data.as_bytes(), &acl.persistent()),
+                LAYOUT_NODE,
+            )?,
+        }
+        let deadline = self.deadline();
+        match tokio::time::timeout(deadline, w.commit()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(zk::MultiWriteError::OperationFailed { index: 0, .. })) => {
+                return Err(Exit::Conflict)
+            }
+            // The layout node changed meanwhile: read again next turn.
+            Ok(Err(zk::MultiWriteError::OperationFailed { .. })) => return Err(Exit::Retry),
+            Ok(Err(zk::MultiWriteError::RequestFailed { source })) => {
+                return Err(ZkError::new("multi", LAYOUT_NODE, ZkErrorKind::Server(source)).into());
+            }
+            Err(_) => {
+                return Err(
+                    ZkError::new("multi", LAYOUT_NODE, ZkErrorKind::Timeout(deadline)).into(),
+                );
+            }
+        }
+        tracing::info!(root = %self.cfg.zk.root, layout, "the tree records its layout");
+        Ok(version + 1)
     }
 }

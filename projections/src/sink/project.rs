@@ -151,6 +151,11 @@ impl Runner {
         // client writes is handled between transactions once the tree is
         // quiet.
         let converger = self.cfg.converge.clone().filter(|_| repairs);
+        // A tree projected by an older release converges while this one
+        // serves (only a sink that records its repairs rewrites items).
+        if repairs {
+            self.upgrade_if_needed(client).await?;
+        }
         let mut tree = match (repairs, self.cfg.adopt.is_some()) {
             (true, true) => self.watch_tree(client).await?,
             _ => TreeWatch::none(),

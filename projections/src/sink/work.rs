@@ -101,6 +101,9 @@ pub(super) struct Work {
     pub(super) reason: String,
     pub(super) done: Converged,
     pub(super) reply: oneshot::Sender<Converged>,
+    /// An upgrade's re-projection: the layout version recorded in the tree
+    /// once every item is converged.
+    pub(super) layout: Option<u32>,
 }
 
 impl Work {

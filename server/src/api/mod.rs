@@ -735,6 +735,10 @@ async fn readyz(State(app): State<AppState>) -> Response {
         epoch: replica.as_ref().and_then(|r| r.epoch),
         applied: Some(app.inner.handle.state().position),
         leader: replica.as_ref().and_then(|r| r.leader_url.clone()),
+        converging: status
+            .as_ref()
+            .and_then(|s| s.converging)
+            .map(|(done, items)| ingest_protocol::view::Converging { done, items }),
     };
     log_readiness_change(&app, body.ready, &kinds, &body.reasons);
     let code = match body.ready {
