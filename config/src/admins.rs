@@ -53,61 +53,115 @@ pub(crate) fn read_admins(path: &Path, origin: &Origin) -> Result<Vec<NamedAdmin
 }
 
 pub(crate) fn parse_admins(text: &str, origin: &Origin) -> Result<Vec<NamedAdmin>, ConfigError> {
-    let mut admins: Vec<NamedAdmin> = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
+    let lines = NamedLines {
+        field: "tokens.admins_file",
+        who: "admin",
+        usage: "give one admin per line: NAME TOKEN",
+        reserved: (
+            SHARED_ADMIN_NAME,
+            "`admin` is the shared admin token's name; give each admin their own",
+        ),
+        max: MAX_ADMINS,
+        columns: 0..=0,
+    };
+    Ok(lines
+        .parse(text, origin)?
+        .into_iter()
+        .map(|l| NamedAdmin {
+            name: l.name,
+            token: l.token,
+        })
+        .collect())
+}
+
+/// One line of a file of named tokens (admins, depositors).
+pub(crate) struct NamedLine {
+    /// The line's number, from 1 (for messages).
+    pub(crate) number: usize,
+    pub(crate) name: String,
+    pub(crate) token: Secret,
+    /// The words after the token.
+    pub(crate) rest: Vec<String>,
+}
+
+/// The rules of a file of `NAME TOKEN [WORD…]` lines: blank lines and `#`
+/// comments skipped, names checked, unique, tokens checked and unique, at
+/// most `max` lines. Messages name the file's field and the line, never a
+/// token.
+pub(crate) struct NamedLines {
+    pub(crate) field: &'static str,
+    pub(crate) who: &'static str,
+    pub(crate) usage: &'static str,
+    pub(crate) reserved: (&'static str, &'static str),
+    pub(crate) max: usize,
+    /// How many words may follow the token.
+    pub(crate) columns: std::ops::RangeInclusive<usize>,
+}
+
+impl NamedLines {
+    pub(crate) fn parse(&self, text: &str, origin: &Origin) -> Result<Vec<NamedLine>, ConfigError> {
+        let mut out: Vec<NamedLine> = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let field = format!("{} line {}", self.field, i + 1);
+            let mut parts = line.split_whitespace();
+            let (Some(name), Some(token)) = (parts.next(), parts.next()) else {
+                return Err(invalid(origin, &field, self.usage));
+            };
+            let rest: Vec<String> = parts
+                .take(self.columns.end().saturating_add(1))
+                .map(str::to_string)
+                .collect();
+            if !self.columns.contains(&rest.len()) {
+                return Err(invalid(origin, &field, self.usage));
+            }
+            if !valid_admin_name(name) {
+                return Err(invalid(
+                    origin,
+                    &field,
+                    format!(
+                        "a{} {} name is 1-{MAX_ADMIN_NAME_CHARS} characters of A-Z a-z 0-9 . _ -",
+                        if self.who.starts_with('a') { "n" } else { "" },
+                        self.who
+                    ),
+                ));
+            }
+            if name == self.reserved.0 {
+                return Err(invalid(origin, &field, self.reserved.1));
+            }
+            let token = check_token(token, origin, &field)?;
+            if out.iter().any(|a| a.name == name) {
+                return Err(invalid(origin, &field, format!("{name} is listed twice")));
+            }
+            if out.iter().any(|a| a.token == token) {
+                return Err(invalid(
+                    origin,
+                    &field,
+                    format!(
+                        "this token is another {}'s too; each {} needs their own",
+                        self.who, self.who
+                    ),
+                ));
+            }
+            if out.len() == self.max {
+                return Err(invalid(
+                    origin,
+                    &field,
+                    format!("more than {} {}s", self.max, self.who),
+                ));
+            }
+            out.push(NamedLine {
+                number: i + 1,
+                name: name.to_string(),
+                token,
+                rest,
+            });
         }
-        let field = format!("tokens.admins_file line {}", i + 1);
-        let mut parts = line.split_whitespace();
-        let (Some(name), Some(token), None) = (parts.next(), parts.next(), parts.next()) else {
-            return Err(invalid(
-                origin,
-                &field,
-                "give one admin per line: NAME TOKEN",
-            ));
-        };
-        if !valid_admin_name(name) {
-            return Err(invalid(
-                origin,
-                &field,
-                format!(
-                    "an admin name is 1-{MAX_ADMIN_NAME_CHARS} characters of A-Z a-z 0-9 . _ -"
-                ),
-            ));
-        }
-        if name == SHARED_ADMIN_NAME {
-            return Err(invalid(
-                origin,
-                &field,
-                "`admin` is the shared admin token's name; give each admin their own",
-            ));
-        }
-        let token = check_token(token, origin, &field)?;
-        if admins.iter().any(|a| a.name == name) {
-            return Err(invalid(origin, &field, format!("{name} is listed twice")));
-        }
-        if admins.iter().any(|a| a.token == token) {
-            return Err(invalid(
-                origin,
-                &field,
-                "this token is another admin's too; each admin needs their own",
-            ));
-        }
-        if admins.len() == MAX_ADMINS {
-            return Err(invalid(
-                origin,
-                &field,
-                format!("more than {MAX_ADMINS} admins"),
-            ));
-        }
-        admins.push(NamedAdmin {
-            name: name.to_string(),
-            token,
-        });
+        Ok(out)
     }
-    Ok(admins)
 }
 
 #[cfg(test)]

@@ -52,6 +52,7 @@ pub(crate) struct FileTokens {
     pub(crate) worker_file: Option<PathBuf>,
     pub(crate) metrics_file: Option<PathBuf>,
     pub(crate) admins_file: Option<PathBuf>,
+    pub(crate) depositors_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]

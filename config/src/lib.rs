@@ -49,6 +49,7 @@
 
 pub use crate::admins::{NamedAdmin, SHARED_ADMIN_NAME};
 pub use crate::archive::ArchiveArgs;
+pub use crate::depositors::{NamedDepositor, SHARED_DEPOSITOR_NAME};
 pub use crate::logging::{init_tracing, LogFormat};
 pub use crate::replication::ReplicationArgs;
 pub use crate::steps::{RealArgs, StepsArgs, StepsKind};
@@ -64,6 +65,7 @@ pub use worker::{WorkerArgs, WorkerConfig};
 pub mod admins;
 pub mod archive;
 pub mod daemons;
+pub mod depositors;
 pub mod error;
 mod file;
 pub mod logging;

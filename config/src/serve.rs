@@ -29,6 +29,7 @@ admin_file = "/etc/ingest/tokens/admin"
 depositor_file = "/etc/ingest/tokens/depositor"
 worker_file = "/etc/ingest/tokens/worker"
 # admins_file = "/etc/ingest/tokens/admins"
+# depositors_file = "/etc/ingest/tokens/depositors"
 
 [zookeeper]
 hosts = "zk1:2181,zk2:2181,zk3:2181"
@@ -108,6 +109,9 @@ pub struct ServeArgs {
     /// A file of admins with tokens of their own, one `NAME TOKEN` a line: their actions are recorded as admin:NAME (the shared admin token stays, recorded as admin:admin).
     #[arg(long, env = "INGEST_ADMINS_FILE", value_name = "FILE")]
     pub admins_file: Option<PathBuf>,
+    /// A file of depositors with tokens of their own, one `NAME TOKEN COLLECTION…` a line: each sees and submits to its own collections only, recorded as depositor:NAME (the shared depositor token stays and sees every collection).
+    #[arg(long, env = "INGEST_DEPOSITORS_FILE", value_name = "FILE")]
+    pub depositors_file: Option<PathBuf>,
     /// Mark the admin web UI's session cookie Secure (set it when the server is reached over https) [default: false].
     #[arg(long, env = "INGEST_UI_SECURE_COOKIES", value_name = "BOOL")]
     pub ui_secure_cookies: Option<bool>,
@@ -538,25 +542,17 @@ impl ServeConfig {
                 Some(l) => crate::admins::read_admins(&l.value, &l.origin)?,
                 None => Vec::new(),
             },
+            depositors: match layer(
+                file.tokens.depositors_file.map(&rel),
+                args.depositors_file.clone(),
+                &file_origin,
+                "--depositors-file or INGEST_DEPOSITORS_FILE",
+            ) {
+                Some(l) => crate::depositors::read_depositors(&l.value, &l.origin)?,
+                None => Vec::new(),
+            },
         };
-        for admin in &tokens.admins {
-            let shared = [
-                Some(&tokens.admin),
-                Some(&tokens.depositor),
-                Some(&tokens.worker),
-                tokens.metrics.as_ref(),
-            ];
-            if shared.into_iter().flatten().any(|t| *t == admin.token) {
-                return Err(invalid(
-                    &Origin::Override("the tokens"),
-                    "tokens.admins_file",
-                    format!(
-                        "{}'s token is also a role's token; each admin needs their own",
-                        admin.name
-                    ),
-                ));
-            }
-        }
+        tokens.check_distinct()?;
         let ui = crate::UiSettings {
             secure_cookies: layer(
                 file.ui.secure_cookies,

@@ -931,4 +931,37 @@ fn admins_and_ui_settings_layer_file_under_flags() {
         &token_env(),
     ));
     assert!(e.contains("carol") && !e.contains(DEPOSITOR), "{e}");
+
+    // A depositor's token may be neither a role's nor an admin's.
+    for (file, text, shown) in [
+        ("dep-role", format!("lib-a {DEPOSITOR} demo\n"), DEPOSITOR),
+        (
+            "dep-admin",
+            "lib-a alice-token-0123456789 demo\n".to_string(),
+            "alice-token",
+        ),
+    ] {
+        write(root, file, &text);
+        let args = ServeArgs {
+            config: Some(root.join("serve.yaml")),
+            depositors_file: Some(root.join(file)),
+            ..ServeArgs::default()
+        };
+        let e = err_text(ServeConfig::load_with_env(
+            &args,
+            &GlobalOverrides::default(),
+            &token_env(),
+        ));
+        assert!(e.contains("lib-a") && !e.contains(shown), "{e}");
+    }
+    write(root, "deps", "lib-a lib-a-token-0123456789 demo other\n");
+    let args = ServeArgs {
+        config: Some(root.join("serve.yaml")),
+        depositors_file: Some(root.join("deps")),
+        ..ServeArgs::default()
+    };
+    let c =
+        ServeConfig::load_with_env(&args, &GlobalOverrides::default(), &token_env()).expect("load");
+    assert_eq!(c.tokens.depositors.len(), 1);
+    assert_eq!(c.tokens.depositors[0].collections.len(), 2);
 }

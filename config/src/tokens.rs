@@ -60,6 +60,51 @@ pub struct Tokens {
     /// Admins with tokens of their own (recorded as `admin:NAME`); the
     /// shared `admin` token is recorded as `admin:admin`.
     pub admins: Vec<crate::NamedAdmin>,
+    /// Depositors with tokens of their own, each limited to its collections
+    /// (recorded as `depositor:NAME`); the shared `depositor` token still
+    /// sees every collection. Empty: one depositor, the shared token.
+    pub depositors: Vec<crate::NamedDepositor>,
+}
+
+impl Tokens {
+    /// Every named admin's and depositor's token differs from every role's
+    /// token and from each other's (a token names one identity). Messages
+    /// name the admin or depositor, never a token.
+    pub(crate) fn check_distinct(&self) -> Result<(), ConfigError> {
+        let roles = [
+            Some(&self.admin),
+            Some(&self.depositor),
+            Some(&self.worker),
+            self.metrics.as_ref(),
+        ];
+        let refuse = |field: &str, who: &str, name: &str, other: &str| {
+            Err(invalid(
+                &Origin::Override("the tokens"),
+                field,
+                format!("{name}'s token is also {other}; each {who} needs their own"),
+            ))
+        };
+        for admin in &self.admins {
+            if roles.into_iter().flatten().any(|t| *t == admin.token) {
+                return refuse("tokens.admins_file", "admin", &admin.name, "a role's token");
+            }
+        }
+        for d in &self.depositors {
+            if roles.into_iter().flatten().any(|t| *t == d.token) {
+                return refuse(
+                    "tokens.depositors_file",
+                    "depositor",
+                    &d.name,
+                    "a role's token",
+                );
+            }
+            if let Some(a) = self.admins.iter().find(|a| a.token == d.token) {
+                let other = format!("admin {}'s token", a.name);
+                return refuse("tokens.depositors_file", "depositor", &d.name, &other);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// How one role's token is configured.

@@ -37,6 +37,9 @@ fn batch_matches(state: &State, q: &BatchQuery, b: &Batch) -> bool {
         && f.collection
             .as_ref()
             .is_none_or(|c| *c == b.submission.profile_name)
+        && f.within
+            .as_ref()
+            .is_none_or(|w| w.contains(&b.submission.profile_name))
         && f.submitter
             .as_ref()
             .is_none_or(|s| *s == b.submission.submitter)
@@ -54,6 +57,9 @@ fn job_matches(state: &State, q: &JobQuery, j: &Job) -> bool {
         && f.collection
             .as_ref()
             .is_none_or(|c| *c == j.configuration.profile_name)
+        && f.within
+            .as_ref()
+            .is_none_or(|w| w.contains(&j.configuration.profile_name))
         && f.submitter.as_ref().is_none_or(|s| {
             state
                 .batches

@@ -102,6 +102,17 @@ pub enum RequestedVersionError {
     Inventory(#[from] ingest_steps::inventory::InventoryError),
 }
 
+impl RequestedVersionError {
+    /// The error for an ark the inventory does not know (cut as every
+    /// other message of this type); the server gives it too for an object
+    /// a depositor may not see, so the two cannot be told apart.
+    pub fn unknown_ark(ark: &str) -> RequestedVersionError {
+        RequestedVersionError::UnknownArk {
+            ark: ingest_protocol::cut(ark, ARK_SHOWN).into_owned(),
+        }
+    }
+}
+
 /// The version `version` (0: the latest) of `ark` and its size, from the
 /// inventory.
 ///
@@ -115,7 +126,7 @@ pub fn requested_version(
 ) -> Result<RequestedVersion, RequestedVersionError> {
     let shown = || ingest_protocol::cut(ark, ARK_SHOWN).into_owned();
     let Some(latest) = inventory.latest(ark)? else {
-        return Err(RequestedVersionError::UnknownArk { ark: shown() });
+        return Err(RequestedVersionError::unknown_ark(ark));
     };
     let record = if version == 0 || version == latest.version {
         latest

@@ -94,6 +94,10 @@ pub struct Filters {
     pub limit: Option<usize>,
     /// Where the previous page ended (its `next_cursor`).
     pub cursor: Option<String>,
+    /// Only items of these collections: set by the server from a
+    /// depositor's own token (`--depositors-file`), never read from a query
+    /// nor written into one. `None`: every collection.
+    pub within: Option<std::collections::BTreeSet<String>>,
 }
 
 impl Filters {

@@ -26,6 +26,7 @@ fn filters(f: &ListFilters) -> Result<Filters> {
         // --all pages as widely as a server allows.
         limit: f.limit.or(f.all.then_some(MAX_LIMIT)),
         cursor: f.cursor.clone(),
+        within: None,
     };
     filters.validate().map_err(usage)?;
     Ok(filters)

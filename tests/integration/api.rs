@@ -154,6 +154,7 @@ impl Server {
                     name: "alice".into(),
                     token: Secret::new(ALICE),
                 }],
+                depositors: Vec::new(),
             },
             profiles: profiles(),
             locks: checker,

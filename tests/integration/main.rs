@@ -7,6 +7,7 @@ mod audit;
 mod backup;
 mod cli;
 mod deploy;
+mod depositors;
 mod disk_full;
 mod dispatch;
 mod docs;

@@ -294,6 +294,11 @@ pub async fn eventually<T>(what: &str, secs: u64, mut check: impl AsyncFnMut() -
 /// `producer/fN`. For tests of requests about stored objects whose content
 /// they do not read (the access queue refuses an ark the inventory lacks).
 pub fn seed_objects(dir: &Path, objects: &[(&str, u32, &[u64])]) {
+    seed_objects_in(dir, "demo", objects);
+}
+
+/// [`seed_objects`] into collection `collection`.
+pub fn seed_objects_in(dir: &Path, collection: &str, objects: &[(&str, u32, &[u64])]) {
     let log = ingest_events::Log::open(&dir.join("data").join("log"), &Default::default())
         .expect("the log");
     let inventory = ingest_engine::objects::open_inventory(&log).expect("the inventory");
@@ -311,7 +316,7 @@ pub fn seed_objects(dir: &Path, objects: &[(&str, u32, &[u64])]) {
             .record(&ingest_protocol::inventory::ObjectVersionRecord {
                 ark: (*ark).to_string(),
                 version: *version,
-                collection: "demo".into(),
+                collection: collection.into(),
                 local_ids: Vec::new(),
                 files,
                 storage_targets: vec!["t1".into()],

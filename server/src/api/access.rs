@@ -19,6 +19,7 @@ use uuid::Uuid;
 
 use super::admin::act;
 use super::auth::{AdminName, Role};
+use super::scope::Scope;
 use super::worker::{fence, worker_actor, Fence};
 use super::{rows, ApiError, ApiJson, ApiPath, AppState, CorrelationId};
 
@@ -45,9 +46,18 @@ fn moved(app: &AppState, qid: Qid, records: &[Recorded]) -> Result<AccessMoved, 
 pub(crate) async fn request(
     State(app): State<AppState>,
     Extension(role): Extension<Role>,
+    scope: Scope,
     cid: CorrelationId,
     ApiJson(body): ApiJson<AccessRequestBody>,
 ) -> Result<(StatusCode, Json<AccessMoved>), ApiError> {
+    // A depositor with a token of its own may ask only for objects of its
+    // collections; another's is answered as an unknown ark is.
+    if looks_like_ark(&body.ark)
+        && app.inner.inventory.is_some()
+        && !scope.sees_object(&app, &body.ark).await?
+    {
+        return Err(unknown_ark(&body.ark));
+    }
     if body.size.is_some() && role != Role::Admin {
         return Err(ApiError::invalid_field(
             "size",
@@ -72,7 +82,7 @@ pub(crate) async fn request(
     };
     let outcome = app
         .execute(
-            Actor::depositor("access"),
+            scope.actor().unwrap_or_else(|| Actor::depositor("access")),
             cid,
             Command::RequestAccess {
                 token,
@@ -113,11 +123,7 @@ async fn sized(app: &AppState, ark: &str, version: u32) -> Result<RequestedVersi
     found.map_err(|e| {
         let message = e.to_string();
         match e {
-            RequestedVersionError::UnknownArk { ark } => {
-                ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
-                    .with("item", "object")
-                    .with("id", ark)
-            }
+            RequestedVersionError::UnknownArk { ark } => unknown(message, ark),
             RequestedVersionError::UnknownVersion { ark, .. } => {
                 ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
                     .with("item", "object version")
@@ -128,22 +134,60 @@ async fn sized(app: &AppState, ark: &str, version: u32) -> Result<RequestedVersi
     })
 }
 
-/// `GET /access`: every request, small queue first, each by id.
-pub(crate) async fn list(State(app): State<AppState>) -> Json<AccessList> {
-    Json(AccessList::of(&app.inner.handle.state()))
+fn unknown(message: String, ark: String) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+        .with("item", "object")
+        .with("id", ark)
+}
+
+/// The answer to an ark the inventory does not know, word for word.
+fn unknown_ark(ark: &str) -> ApiError {
+    let e = RequestedVersionError::unknown_ark(ark);
+    let message = e.to_string();
+    match e {
+        RequestedVersionError::UnknownArk { ark } => unknown(message, ark),
+        _ => ApiError::internal(message),
+    }
+}
+
+/// `GET /access`: every request, small queue first, each by id (a
+/// depositor with a token of its own: those for objects of its
+/// collections).
+pub(crate) async fn list(
+    State(app): State<AppState>,
+    scope: Scope,
+) -> Result<Json<AccessList>, ApiError> {
+    let mut list = AccessList::of(&app.inner.handle.state());
+    if scope.is_limited() {
+        let mut kept = Vec::with_capacity(list.items.len());
+        for item in list.items {
+            if scope.sees_object(&app, &item.ark).await? {
+                kept.push(item);
+            }
+        }
+        list.items = kept;
+    }
+    Ok(Json(list))
 }
 
 /// `GET /access/{qid}`.
 pub(crate) async fn show(
     State(app): State<AppState>,
+    scope: Scope,
     ApiPath(qid): ApiPath<Qid>,
 ) -> Result<Json<AccessView>, ApiError> {
-    let state = app.inner.handle.state();
-    state
+    let view = app
+        .inner
+        .handle
+        .state()
         .access
         .get(&qid)
-        .map(|a| Json(AccessView::from(a)))
-        .ok_or_else(|| ApiError::not_found(Item::Access(qid)))
+        .map(AccessView::from)
+        .ok_or_else(|| ApiError::not_found(Item::Access(qid)))?;
+    if !scope.sees_object(&app, &view.ark).await? {
+        return Err(ApiError::not_found(Item::Access(qid)));
+    }
+    Ok(Json(view))
 }
 
 fn queue_of(app: &AppState, qid: Qid) -> Result<AccessQueue, ApiError> {

@@ -10,6 +10,11 @@
 //! is [`Role::Admin`] with the admin's name ([`AdminName`]); the shared admin
 //! token is the admin named `admin`. Admin actions are recorded as
 //! `admin:NAME` from the token, never from the request body.
+//!
+//! Depositors may have tokens of their own too (`--depositors-file`): a
+//! request with one is [`Role::Depositor`] limited to the depositor's
+//! collections (a [`Scope`]); every other token's scope is every
+//! collection.
 
 use axum::extract::{Request, State};
 use axum::http::header;
@@ -17,6 +22,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
+use super::scope::Scope;
 use super::AppState;
 use ingest_config::Secret;
 
@@ -78,38 +84,43 @@ impl AdminName {
     }
 }
 
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for AdminName {
-    type Rejection = super::ApiError;
+super::extension::from_extension!(
+    AdminName,
+    ApiError::unauthorized("this route needs an admin token")
+);
 
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        _: &S,
-    ) -> Result<Self, Self::Rejection> {
-        parts
-            .extensions
-            .get::<AdminName>()
-            .cloned()
-            .ok_or_else(|| super::ApiError::unauthorized("this route needs an admin token"))
-    }
+/// Whose token a candidate is, beyond its role.
+#[derive(Debug, Clone, Copy)]
+enum Who<'a> {
+    /// A role's shared token (depositor, worker, metrics).
+    Role,
+    /// An admin, shared or named.
+    Admin(&'a str),
+    /// A depositor of `--depositors-file`.
+    Depositor(&'a ingest_config::NamedDepositor),
 }
 
-/// The candidates of one access level: the role, its token, and the admin's
-/// name for admin tokens.
-fn candidates(
-    tokens: &ingest_config::Tokens,
-    access: Access,
-) -> Vec<(Role, &Secret, Option<&str>)> {
+/// The candidates of one access level: the role, its token, and whose it is.
+fn candidates(tokens: &ingest_config::Tokens, access: Access) -> Vec<(Role, &Secret, Who<'_>)> {
     let admins = || {
         std::iter::once((
             Role::Admin,
             &tokens.admin,
-            Some(ingest_config::SHARED_ADMIN_NAME),
+            Who::Admin(ingest_config::SHARED_ADMIN_NAME),
         ))
         .chain(
             tokens
                 .admins
                 .iter()
-                .map(|a| (Role::Admin, &a.token, Some(a.name.as_str()))),
+                .map(|a| (Role::Admin, &a.token, Who::Admin(a.name.as_str()))),
+        )
+    };
+    let depositors = || {
+        std::iter::once((Role::Depositor, &tokens.depositor, Who::Role)).chain(
+            tokens
+                .depositors
+                .iter()
+                .map(|d| (Role::Depositor, &d.token, Who::Depositor(d))),
         )
     };
     match access {
@@ -117,15 +128,13 @@ fn candidates(
         Access::Metrics => tokens
             .metrics
             .iter()
-            .map(|s| (Role::Metrics, s, None))
+            .map(|s| (Role::Metrics, s, Who::Role))
             .collect(),
-        Access::Depositor => std::iter::once((Role::Depositor, &tokens.depositor, None))
+        Access::Depositor => depositors().chain(admins()).collect(),
+        Access::Worker => vec![(Role::Worker, &tokens.worker, Who::Role)],
+        Access::Reader => depositors()
             .chain(admins())
-            .collect(),
-        Access::Worker => vec![(Role::Worker, &tokens.worker, None)],
-        Access::Reader => std::iter::once((Role::Depositor, &tokens.depositor, None))
-            .chain(admins())
-            .chain(std::iter::once((Role::Worker, &tokens.worker, None)))
+            .chain(std::iter::once((Role::Worker, &tokens.worker, Who::Role)))
             .collect(),
         Access::Admin => admins().collect(),
     }
@@ -134,8 +143,10 @@ fn candidates(
 /// Checks a presented token against the admin tokens (shared and named):
 /// the admin's name, or `None`. Used by the web UI's login.
 pub(crate) fn admin_by_token(tokens: &ingest_config::Tokens, presented: &[u8]) -> Option<String> {
-    authenticate_named(presented, &candidates(tokens, Access::Admin))
-        .and_then(|(_, name)| name.map(str::to_string))
+    match authenticate_named(presented, &candidates(tokens, Access::Admin)) {
+        Some((_, Who::Admin(name))) => Some(name.to_string()),
+        _ => None,
+    }
 }
 
 /// Whether the request presents a token of any role that may change
@@ -170,8 +181,8 @@ pub(crate) fn bearer_of(headers: &axum::http::HeaderMap) -> Option<&[u8]> {
 /// match, so the time taken does not say which role's token was close.
 fn authenticate_named<'a>(
     presented: &[u8],
-    candidates: &[(Role, &Secret, Option<&'a str>)],
-) -> Option<(Role, Option<&'a str>)> {
+    candidates: &[(Role, &Secret, Who<'a>)],
+) -> Option<(Role, Who<'a>)> {
     let mut found = None;
     for (role, secret, name) in candidates {
         if secret.matches(presented) && found.is_none() {
@@ -183,7 +194,10 @@ fn authenticate_named<'a>(
 
 #[cfg(test)]
 fn authenticate(presented: &[u8], candidates: &[(Role, &Secret)]) -> Option<Role> {
-    let named: Vec<_> = candidates.iter().map(|(r, s)| (*r, *s, None)).collect();
+    let named: Vec<_> = candidates
+        .iter()
+        .map(|(r, s)| (*r, *s, Who::Role))
+        .collect();
     authenticate_named(presented, &named).map(|(r, _)| r)
 }
 
@@ -196,6 +210,7 @@ pub(crate) async fn require(
     let candidates = candidates(&app.inner.tokens, access);
     if candidates.is_empty() {
         req.extensions_mut().insert(Role::Anonymous);
+        req.extensions_mut().insert(Scope::All);
         return next.run(req).await;
     }
     let role = match bearer(&req) {
@@ -209,11 +224,20 @@ pub(crate) async fn require(
         Some(token) => authenticate_named(token, &candidates),
     };
     match role {
-        Some((role, name)) => {
+        Some((role, who)) => {
             req.extensions_mut().insert(role);
-            if let Some(name) = name {
-                req.extensions_mut().insert(AdminName(name.to_string()));
-            }
+            let scope = match who {
+                Who::Role => Scope::All,
+                Who::Admin(name) => {
+                    req.extensions_mut().insert(AdminName(name.to_string()));
+                    Scope::All
+                }
+                Who::Depositor(d) => Scope::Depositor {
+                    name: d.name.clone(),
+                    collections: d.collections.clone(),
+                },
+            };
+            req.extensions_mut().insert(scope);
             next.run(req).await
         }
         None => {

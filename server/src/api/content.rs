@@ -48,6 +48,7 @@ fn invalid(field: &str, value: &str, why: &str) -> ApiError {
 /// The handler.
 pub(crate) async fn content(
     State(app): State<AppState>,
+    scope: super::scope::Scope,
     path: Result<Path<(String, String, String, String)>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Path((node, ark, version, file)) =
@@ -79,6 +80,14 @@ pub(crate) async fn content(
         .find(|n| n.node_id == node)
         .map(|n| n.target.clone())
         .ok_or_else(|| not_found(format!("this server serves no storage node {node}")))?;
+    if !scope.sees_object(&app, &ark).await? {
+        // Another depositor's object: answered as one the target lacks.
+        return Err(not_found(format!(
+            "storage target {} holds no {} v{version}",
+            spec.name,
+            ingest_protocol::cut(&ark, SHOWN)
+        )));
+    }
     let file = {
         let ark = ark.clone();
         let name = name.clone();

@@ -20,6 +20,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::error::{form_rejection, is_json, media_type, parse_json};
+use super::scope::Scope;
 use super::{ApiError, ApiPath, AppState, CorrelationId};
 use ingest_engine::history::{self, HistoryQuery};
 use ingest_events::command::JobSpec;
@@ -182,10 +183,12 @@ fn check_payload_urls(
 /// `POST /batches`.
 pub(crate) async fn submit(
     State(app): State<AppState>,
+    scope: Scope,
     cid: CorrelationId,
     body: SubmissionBody,
 ) -> Result<Response, ApiError> {
     let submission = body.input.build().map_err(|e| build_error(&e))?;
+    scope.may_submit(&submission.profile_name)?;
     app.inner
         .profiles
         .check(&submission.profile_name)
@@ -204,7 +207,9 @@ pub(crate) async fn submit(
     check_payload_urls(&app.inner.outbound, &submission, &jobs)?;
     let uuid = match body.uuid {
         Some(uuid) => {
-            if let Some(existing) = existing_batch(&app.inner.handle.state(), uuid, &submission)? {
+            if let Some(existing) =
+                existing_batch(&app.inner.handle.state(), &scope, uuid, &submission)?
+            {
                 // The same submission again (a retry): answer as the first time.
                 return Ok((StatusCode::OK, Json(existing)).into_response());
             }
@@ -212,7 +217,11 @@ pub(crate) async fn submit(
         }
         None => Uuid::new_v4(),
     };
-    let actor = Actor::depositor(submission.submitter.clone());
+    // A depositor with a token of its own is recorded by the token's name;
+    // the shared token keeps recording the submitter the body names.
+    let actor = scope
+        .actor()
+        .unwrap_or_else(|| Actor::depositor(submission.submitter.clone()));
     let command = Command::SubmitBatch {
         uuid,
         submission: submission.clone(),
@@ -231,7 +240,7 @@ pub(crate) async fn submit(
         Err(ServiceError::Engine(EngineError::Rejected(Rejection::NoChange(_))))
             if body.uuid.is_some() =>
         {
-            return match existing_batch(&app.inner.handle.state(), uuid, &submission)? {
+            return match existing_batch(&app.inner.handle.state(), &scope, uuid, &submission)? {
                 Some(existing) => Ok((StatusCode::OK, Json(existing)).into_response()),
                 None => Err(ApiError::internal(
                     "the uuid was refused as taken, but no batch has it",
@@ -264,6 +273,7 @@ pub(crate) async fn submit(
 /// uuid was used for a different submission.
 fn existing_batch(
     state: &QueueState,
+    scope: &Scope,
     uuid: Uuid,
     submission: &Submission,
 ) -> Result<Option<Submitted>, ApiError> {
@@ -273,6 +283,13 @@ fn existing_batch(
     let Some(b) = state.batches.get(bid) else {
         return Ok(None);
     };
+    if !scope.sees(&b.submission.profile_name) {
+        // Another depositor's batch: neither its id nor its fields are told.
+        return Err(ApiError::conflict(
+            "duplicate_uuid",
+            format!("uuid {uuid} is taken; submit with another"),
+        ));
+    }
     if &b.submission != submission {
         return Err(ApiError::conflict(
             "duplicate_uuid",
@@ -290,8 +307,10 @@ fn existing_batch(
 /// `GET /batches/{bid}`: the batch's status and jobs (the reporting view).
 pub(crate) async fn batch(
     State(app): State<AppState>,
+    scope: Scope,
     ApiPath(bid): ApiPath<Bid>,
 ) -> Result<Json<BatchView>, ApiError> {
+    scope.batch(&app.inner.handle.state(), bid)?;
     app.views(move |v| v.batch(bid))
         .await?
         .map(Json)
@@ -315,8 +334,10 @@ pub(crate) struct BatchReport {
 /// `GET /batches/{bid}/report`.
 pub(crate) async fn batch_report(
     State(app): State<AppState>,
+    scope: Scope,
     ApiPath(bid): ApiPath<Bid>,
 ) -> Result<Json<BatchReport>, ApiError> {
+    scope.batch(&app.inner.handle.state(), bid)?;
     let view = app
         .views(move |v| v.batch(bid))
         .await?
@@ -337,24 +358,26 @@ pub(crate) async fn batch_report(
 /// (filtered by `since`, `until`, `actor`, `collection`, `limit` as `GET /history`).
 pub(crate) async fn batch_history(
     State(app): State<AppState>,
+    scope: Scope,
     ApiPath(bid): ApiPath<Bid>,
     uri: axum::http::Uri,
 ) -> Result<Json<History>, ApiError> {
     let mut q = path_scoped_query(&uri)?;
     q.batch = Some(bid);
-    history_of(&app, q).await
+    history_of(&app, &scope, q).await
 }
 
 /// `GET /jobs/{jid}/history`: every event of one job (filtered as
 /// `GET /history`).
 pub(crate) async fn job_history(
     State(app): State<AppState>,
+    scope: Scope,
     ApiPath(jid): ApiPath<Jid>,
     uri: axum::http::Uri,
 ) -> Result<Json<History>, ApiError> {
     let mut q = path_scoped_query(&uri)?;
     q.job = Some(jid);
-    history_of(&app, q).await
+    history_of(&app, &scope, q).await
 }
 
 /// `GET /history?batch=&job=&since=&until=&actor=&collection=&limit=`: the
@@ -362,11 +385,12 @@ pub(crate) async fn job_history(
 /// indexes ([`history::query`]).
 pub(crate) async fn history(
     State(app): State<AppState>,
+    scope: Scope,
     uri: axum::http::Uri,
 ) -> Result<Json<History>, ApiError> {
     let q = HistoryQuery::from_pairs(super::listing::query_pairs(&uri)?)
         .map_err(super::listing::query_error)?;
-    history_of(&app, q).await
+    history_of(&app, &scope, q).await
 }
 
 /// The query of a per-batch or per-job route: the scope is in the path.
@@ -384,26 +408,24 @@ fn path_scoped_query(uri: &axum::http::Uri) -> Result<HistoryQuery, ApiError> {
     Ok(q)
 }
 
-async fn history_of(app: &AppState, q: HistoryQuery) -> Result<Json<History>, ApiError> {
+async fn history_of(
+    app: &AppState,
+    seen: &Scope,
+    mut q: HistoryQuery,
+) -> Result<Json<History>, ApiError> {
     let (scope, id) = match (q.batch, q.job) {
         (Some(bid), _) => {
-            let jobs = app
-                .inner
-                .handle
-                .state()
-                .batches
-                .get(&bid)
-                .map(|b| b.jobs.clone())
-                .ok_or_else(|| ApiError::not_found(Item::Batch(bid)))?;
+            let jobs = seen.batch(&app.inner.handle.state(), bid)?.jobs.clone();
             (history::Scope::Batch(bid, jobs), bid.to_string())
         }
         (None, Some(jid)) => {
-            if !app.inner.handle.state().jobs.contains_key(&jid) {
-                return Err(ApiError::not_found(Item::Job(jid)));
-            }
+            seen.job(&app.inner.handle.state(), jid)?;
             (history::Scope::Job(jid), jid.to_string())
         }
-        (None, None) => (history::Scope::Log, "log".to_string()),
+        (None, None) => {
+            limit_to_own_collection(seen, &mut q)?;
+            (history::Scope::Log, "log".to_string())
+        }
     };
     let log = std::sync::Arc::clone(app.inner.handle.log());
     let (events, truncated) = tokio::task::spawn_blocking(move || history::query(&log, &scope, &q))
@@ -417,17 +439,42 @@ async fn history_of(app: &AppState, q: HistoryQuery) -> Result<Json<History>, Ap
     }))
 }
 
+/// The whole log's history for a depositor with a token of its own: only
+/// one of its collections, named by `collection` (or its only one); the
+/// other collections' events, and events of no collection, stay unseen.
+fn limit_to_own_collection(scope: &Scope, q: &mut HistoryQuery) -> Result<(), ApiError> {
+    let Some(own) = scope.within() else {
+        return Ok(());
+    };
+    let refuse = |reason: String| {
+        super::listing::query_error(ingest_protocol::listing::QueryError {
+            param: "collection".into(),
+            reason,
+        })
+    };
+    match &q.collection {
+        Some(c) if own.contains(c) => Ok(()),
+        Some(_) => Err(refuse(
+            "is not one of this depositor's collections".into(),
+        )),
+        None if own.len() == 1 => {
+            q.collection = own.into_iter().next();
+            Ok(())
+        }
+        None => Err(refuse(
+            "is required: this depositor's token sees the history of one of its collections at a time".into(),
+        )),
+    }
+}
+
 /// `GET /jobs/{jid}`.
 pub(crate) async fn job(
     State(app): State<AppState>,
+    scope: Scope,
     ApiPath(jid): ApiPath<Jid>,
 ) -> Result<Json<JobView>, ApiError> {
     let state = app.inner.handle.state();
-    let mut view = state
-        .jobs
-        .get(&jid)
-        .map(JobView::from)
-        .ok_or_else(|| ApiError::not_found(Item::Job(jid)))?;
+    let mut view = JobView::from(scope.job(&state, jid)?);
     view.waiting = app.inner.waits.of(jid, &view.status);
     Ok(Json(view))
 }
@@ -435,13 +482,15 @@ pub(crate) async fn job(
 /// `GET /batch-uuids/{uuid}`.
 pub(crate) async fn batch_by_uuid(
     State(app): State<AppState>,
+    scope: Scope,
     ApiPath(uuid): ApiPath<Uuid>,
 ) -> Result<Json<UuidLookup>, ApiError> {
     let state = app.inner.handle.state();
     let found = state
         .uuids
         .get(&uuid)
-        .and_then(|bid| state.batches.get(bid));
+        .and_then(|bid| state.batches.get(bid))
+        .filter(|b| scope.sees(&b.submission.profile_name));
     match found {
         Some(b) => Ok(Json(UuidLookup {
             uuid: uuid.to_string(),

@@ -2,7 +2,8 @@
 //! served from the engine's published state (never by reading ZooKeeper).
 //!
 //! The depositor and admin tokens may list (they may read every batch and
-//! job one by one too); worker and metrics tokens may not. The query is
+//! job one by one too); worker and metrics tokens may not. A depositor with
+//! a token of its own lists only its collections' items ([`Scope`]). The query is
 //! parsed by [`ingest_protocol::listing`]; a refused parameter is 400
 //! `invalid_query` naming it.
 
@@ -14,6 +15,7 @@ use axum::Json;
 use ingest_protocol::listing::{BatchPage, BatchQuery, JobPage, JobQuery, QueryError};
 
 use super::budget::Admitted;
+use super::scope::Scope;
 use super::{ApiError, AppState};
 
 /// The longest query string read, in bytes.
@@ -69,10 +71,12 @@ fn admit(app: &AppState, headers: &HeaderMap) -> Result<Admitted, ApiError> {
 /// `GET /batches`.
 pub(crate) async fn batches(
     State(app): State<AppState>,
+    scope: Scope,
     headers: HeaderMap,
     uri: Uri,
 ) -> Result<Json<BatchPage>, ApiError> {
-    let q = BatchQuery::from_pairs(query_pairs(&uri)?).map_err(query_error)?;
+    let mut q = BatchQuery::from_pairs(query_pairs(&uri)?).map_err(query_error)?;
+    q.filters.within = scope.within();
     let admitted = admit(&app, &headers)?;
     let (page, walked) = {
         let state = app.inner.handle.state();
@@ -87,10 +91,12 @@ pub(crate) async fn batches(
 /// `GET /jobs`.
 pub(crate) async fn jobs(
     State(app): State<AppState>,
+    scope: Scope,
     headers: HeaderMap,
     uri: Uri,
 ) -> Result<Json<JobPage>, ApiError> {
-    let q = JobQuery::from_pairs(query_pairs(&uri)?).map_err(query_error)?;
+    let mut q = JobQuery::from_pairs(query_pairs(&uri)?).map_err(query_error)?;
+    q.filters.within = scope.within();
     let admitted = admit(&app, &headers)?;
     let (mut page, walked) = {
         let state = app.inner.handle.state();

@@ -58,12 +58,14 @@ pub(crate) mod consistency;
 mod content;
 pub(crate) mod depositor;
 mod error;
+mod extension;
 mod listen;
 mod listing;
 pub mod locks;
 mod objects;
 pub(crate) mod ops;
 mod replication;
+pub(crate) mod scope;
 mod waiting;
 mod worker;
 
@@ -888,6 +890,7 @@ mod tests {
             worker: Secret::new("worker-token-0123456789"),
             metrics: None,
             admins: Vec::new(),
+            depositors: Vec::new(),
         };
         let app = router(ApiConfig {
             metrics: Arc::new(Metrics::new(handle.clone())),

@@ -14,6 +14,7 @@ use ingest_steps::inventory::InventoryError;
 use std::collections::BTreeMap;
 
 use super::locks::job_lock_path;
+use super::scope::Scope;
 use super::worker::{fence, worker_actor, Fence};
 use super::{ApiError, ApiJson, ApiPath, AppState, CorrelationId};
 
@@ -151,6 +152,7 @@ pub(crate) async fn record(
 /// `GET /objects/{ark}` (the ark percent-encoded or with its slashes).
 pub(crate) async fn object(
     State(app): State<AppState>,
+    scope: Scope,
     axum::extract::Path(ark): axum::extract::Path<String>,
 ) -> Result<Json<ObjectView>, ApiError> {
     let inventory = app
@@ -159,7 +161,9 @@ pub(crate) async fn object(
         .clone()
         .ok_or_else(|| unavailable("inventory"))?;
     let versions = inventory.versions(&ark).map_err(inventory_error)?;
-    if versions.is_empty() {
+    // Another depositor's object is answered as an unknown one.
+    let visible = versions.last().is_some_and(|v| scope.sees(&v.collection));
+    if !visible {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "not_found",
@@ -174,18 +178,25 @@ pub(crate) async fn object(
 /// `GET /objects?collection=C&local_id=L`: the object a local id names.
 pub(crate) async fn by_local_id(
     State(app): State<AppState>,
+    scope: Scope,
     query: Result<Query<ObjectQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ObjectView>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+    // Local ids are per collection: another depositor's collection is
+    // answered as a local id it does not have.
+    let visible = scope.sees(&q.collection);
     let inventory = app
         .inner
         .inventory
         .clone()
         .ok_or_else(|| unavailable("inventory"))?;
-    let Some(ark) = inventory
-        .by_local_id(&q.collection, &q.local_id)
-        .map_err(inventory_error)?
-    else {
+    let found = match visible {
+        true => inventory
+            .by_local_id(&q.collection, &q.local_id)
+            .map_err(inventory_error)?,
+        false => None,
+    };
+    let Some(ark) = found else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "not_found",

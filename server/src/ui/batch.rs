@@ -3,6 +3,7 @@
 //! with: the state and counts, why it failed (first), what can be done
 //! now, the jobs, then the timeline. Each value is shown once.
 
+use crate::api::scope::Scope;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
@@ -190,12 +191,14 @@ pub(crate) async fn batch(State(ui): State<Ui>, admin: Admin, Path(bid): Path<St
         return no_such(&admin, "batch", &bid);
     };
     let app = &ui.app;
-    let view = match crate::api::depositor::batch(State(app.clone()), ApiPath(bid)).await {
-        Ok(Json(v)) => v,
-        Err(e) => return api_error(&admin, &e),
-    };
+    let view =
+        match crate::api::depositor::batch(State(app.clone()), Scope::All, ApiPath(bid)).await {
+            Ok(Json(v)) => v,
+            Err(e) => return api_error(&admin, &e),
+        };
     let hist = crate::api::depositor::batch_history(
         State(app.clone()),
+        Scope::All,
         ApiPath(bid),
         axum::http::Uri::from_static("/"),
     )

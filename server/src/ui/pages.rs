@@ -1,6 +1,7 @@
 //! The pages (GET): each reads through the API's own functions and
 //! renders with maud, which escapes every value.
 
+use crate::api::scope::Scope;
 use std::collections::BTreeMap;
 
 use axum::extract::{Path, Query, State};
@@ -404,12 +405,14 @@ pub(crate) async fn job(State(ui): State<Ui>, admin: Admin, Path(jid): Path<Stri
         return no_such(&admin, "job", &jid);
     };
     let app = &ui.app;
-    let view = match crate::api::depositor::job(State(app.clone()), ApiPath(jid)).await {
+    let view = match crate::api::depositor::job(State(app.clone()), Scope::All, ApiPath(jid)).await
+    {
         Ok(Json(v)) => v,
         Err(e) => return api_error(&admin, &e),
     };
     let hist = crate::api::depositor::job_history(
         State(app.clone()),
+        Scope::All,
         ApiPath(jid),
         axum::http::Uri::from_static("/"),
     )
@@ -627,7 +630,8 @@ pub(crate) async fn access(
     let Ok(qid) = qid.parse::<Qid>() else {
         return no_such(&admin, "access request", &qid);
     };
-    let view = match crate::api::access::show(State(ui.app.clone()), ApiPath(qid)).await {
+    let view = match crate::api::access::show(State(ui.app.clone()), Scope::All, ApiPath(qid)).await
+    {
         Ok(Json(v)) => v,
         Err(e) => return api_error(&admin, &e),
     };
