@@ -12,8 +12,9 @@ use reqwest::Method;
 
 use super::backend::Refused;
 use super::backend::{Local, Remote};
+use super::list::time;
 use super::opts::{Format, Reason};
-use super::output::{emit, print_rows};
+use super::output::{emit, print_rows, table, write_stdout};
 
 /// Actions on the access (assembly) queue.
 #[derive(Debug, Subcommand)]
@@ -45,10 +46,11 @@ pub enum AccessAction {
         #[arg(long, value_enum, default_value_t = Format::Yaml)]
         format: Format,
     },
-    /// Every request, small queue first, and the paused queues.
+    /// Every request, small queue first, and the paused queues (a table, as
+    /// `ingest batches` and `ingest jobs` print).
     List {
         /// Output format.
-        #[arg(long, value_enum, default_value_t = Format::Yaml)]
+        #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
     /// One request.
@@ -190,7 +192,7 @@ fn local_inner(local: &mut Local, action: AccessAction) -> Result<i32> {
                 .context("the request appended nothing")?;
             emit(&AccessView::from(a), format)?;
         }
-        AccessAction::List { format } => emit(&AccessList::of(local.engine.state()), format)?,
+        AccessAction::List { format } => print_list(&AccessList::of(local.engine.state()), format)?,
         AccessAction::Show { qid, format } => {
             let state = local.engine.state();
             let a = state
@@ -244,7 +246,7 @@ fn remote_inner(remote: &Remote, action: AccessAction) -> Result<i32> {
         }
         AccessAction::List { format } => {
             let client = remote.reader_api()?;
-            emit(&remote.run(client.access_list())?, format)?;
+            print_list(&remote.run(client.access_list())?, format)?;
         }
         AccessAction::Show { qid, format } => {
             let client = remote.reader_api()?;
@@ -253,4 +255,44 @@ fn remote_inner(remote: &Remote, action: AccessAction) -> Result<i32> {
         _ => {}
     }
     Ok(0)
+}
+
+/// `ingest access list`: a table like the other listings' (one request a
+/// row, then how many and the paused queues), or the list as JSON/YAML.
+fn print_list(list: &AccessList, format: Format) -> Result<()> {
+    if format != Format::Table {
+        return emit(list, format);
+    }
+    let rows = list
+        .items
+        .iter()
+        .map(|a| {
+            vec![
+                a.qid.clone(),
+                a.queue.clone(),
+                a.status.clone(),
+                a.ark.clone(),
+                a.version.to_string(),
+                a.format.clone(),
+                a.size.to_string(),
+                a.retry_count.to_string(),
+                time(&a.last_modified),
+                a.message.clone(),
+            ]
+        })
+        .collect();
+    let mut out = table(
+        &[
+            "QID", "QUEUE", "STATUS", "ARK", "VERSION", "FORMAT", "BYTES", "REQUEUES", "MODIFIED",
+            "MESSAGE",
+        ],
+        rows,
+    );
+    out.push_str(&format!("{} requests", list.items.len()));
+    if !list.paused.is_empty() {
+        out.push_str(&format!("; paused: {}", list.paused.join(", ")));
+    }
+    out.push('\n');
+    write_stdout(&out);
+    Ok(())
 }

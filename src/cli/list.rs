@@ -129,7 +129,7 @@ fn follow<P: Paged>(
     Ok(page)
 }
 
-fn time(t: &chrono::DateTime<chrono::Utc>) -> String {
+pub(super) fn time(t: &chrono::DateTime<chrono::Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%S").to_string()
 }
 

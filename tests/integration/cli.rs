@@ -779,3 +779,46 @@ fn noun_id_verb_forms_of_show_and_history_print_the_same() {
         );
     }
 }
+
+/// `ingest access list` prints a table as `ingest batches` and `ingest
+/// jobs` do (it printed YAML), and still gives JSON when asked.
+#[test]
+fn access_list_prints_a_table_like_the_other_listings() {
+    let ing = Ingest::new();
+    crate::server::seed_objects_at(
+        ing.data_dir(),
+        "demo",
+        &[("ark:/99999/fk4tabled", 1, &[1234])],
+    );
+    ing.run(&["access", "request", "--ark", "ark:/99999/fk4tabled"])
+        .ok();
+    let out = ing.run(&["access", "list"]).ok().stdout;
+    let lines: Vec<&str> = out.lines().collect();
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "QID", "QUEUE", "STATUS", "ARK", "VERSION", "FORMAT", "BYTES", "REQUEUES", "MODIFIED",
+            "MESSAGE"
+        ],
+        "{out}"
+    );
+    let row: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(
+        row[..7],
+        [
+            "qid0000000001",
+            "small",
+            "Pending",
+            "ark:/99999/fk4tabled",
+            "1",
+            "zip",
+            "1234"
+        ],
+        "{out}"
+    );
+    assert_eq!(lines.last().copied(), Some("1 requests"), "{out}");
+    let json = ing.run(&["access", "list", "--format", "json"]).ok().stdout;
+    let list: serde_json::Value = serde_json::from_str(&json).expect("json");
+    assert_eq!(list["items"][0]["qid"], "qid0000000001", "{json}");
+}

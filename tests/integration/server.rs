@@ -299,8 +299,12 @@ pub fn seed_objects(dir: &Path, objects: &[(&str, u32, &[u64])]) {
 
 /// [`seed_objects`] into collection `collection`.
 pub fn seed_objects_in(dir: &Path, collection: &str, objects: &[(&str, u32, &[u64])]) {
-    let log = ingest_events::Log::open(&dir.join("data").join("log"), &Default::default())
-        .expect("the log");
+    seed_objects_at(&dir.join("data"), collection, objects);
+}
+
+/// [`seed_objects_in`] the data directory `data` itself.
+pub fn seed_objects_at(data: &Path, collection: &str, objects: &[(&str, u32, &[u64])]) {
+    let log = ingest_events::Log::open(&data.join("log"), &Default::default()).expect("the log");
     let inventory = ingest_engine::objects::open_inventory(&log).expect("the inventory");
     for (ark, version, sizes) in objects {
         let files = sizes
