@@ -601,9 +601,13 @@ impl ingest_projections::RecordForeign for EngineRecorder {
 }
 
 impl ingest_projections::AdoptForeign for EngineRecorder {
-    /// Adoption mode: the status another client wrote is decided as an
-    /// explicit status change (`SetJobStatus` to that state) with the
-    /// ZooKeeper client as a worker actor; any refusal reverts it.
+    /// Adoption mode: the status another client wrote is decided as the
+    /// command an `ingest worker` would send, with the ZooKeeper client as
+    /// a worker actor: Pending → Estimating (mrt-zk's acquisition: the lock,
+    /// then the status) as the engine's own acquisition (`StartJob`:
+    /// refused while the queue is paused or the collection held), any
+    /// other move as an explicit status change (`SetJobStatus` to that
+    /// state, which the lifecycle judges); any refusal reverts it.
     fn adopt(
         &self,
         change: ingest_projections::ForeignStatus,
@@ -611,11 +615,16 @@ impl ingest_projections::AdoptForeign for EngineRecorder {
         Box<dyn std::future::Future<Output = ingest_projections::Adoption> + Send + '_>,
     > {
         Box::pin(async move {
-            let command = ingest_events::command::Command::SetJobStatus {
-                jid: change.jid,
-                target: ingest_events::command::Target::To(change.to),
-                message: change.message,
-                priority: None,
+            use ingest_events::command::{Command, Target};
+            use ingest_events::JobState;
+            let command = match (change.from, change.to) {
+                (JobState::Pending, JobState::Estimating) => Command::StartJob { jid: change.jid },
+                _ => Command::SetJobStatus {
+                    jid: change.jid,
+                    target: Target::To(change.to),
+                    message: change.message,
+                    priority: None,
+                },
             };
             match self
                 .handle

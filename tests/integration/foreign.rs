@@ -18,7 +18,7 @@ use std::process::Command as Process;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::server::{self, eventually, Server, ADMIN};
+use crate::server::{self, eventually, Server, ADMIN, WALK};
 use crate::zk_server::{shared, unique_root};
 
 /// A Python with kazoo (the Merritt interop tests' virtual environment).
@@ -67,6 +67,16 @@ impl Rig {
 }
 
 impl Rig {
+    /// A rig in adoption mode with no job daemon ([`NO_JOB_DAEMONS`]) and
+    /// a batch of `jobs` jobs, acquired and projected: its jobs.
+    async fn adopting(name: &str, jobs: usize) -> Option<(Rig, Vec<String>)> {
+        let r =
+            Rig::start_with(name, Some(&NO_JOB_DAEMONS), &["--foreign-writes", "adopt"]).await?;
+        let bid = r.s.submit(jobs).await;
+        let jids = jobs_of(&r.s, &r.zk, &bid, jobs).await;
+        Some((r, jids))
+    }
+
     /// Runs the Merritt-pattern writer on the rig's root; its JSON summary.
     fn write(&self, args: &[&str]) -> Value {
         merritt_write(&self.python, &self.zks.hosts(), &self.root, args)
@@ -351,64 +361,168 @@ async fn a_pause_lock_deleted_by_unlock_ingest_queue_is_projected_again_and_reco
     assert_converged(s).await;
 }
 
-/// Adoption mode (`--foreign-writes adopt`, issue 23 item 2): mrt-zk's
-/// `setStatus` of a pending job to Estimating is a legal move, so it becomes
-/// the engine's own `JobStatusChanged`, decided like an API call and
-/// recorded with the ZooKeeper client as actor; the tree converges to it
-/// (queue references completed) without a revert. A skipped state
-/// (Estimating → Completed) is refused by the lifecycle: reverted and
-/// recorded, the job stays where the log has it.
+/// Adoption mode (`--foreign-writes adopt`, issue 23 item 2): a Merritt
+/// daemon's acquisition of a pending job (its lock, then `setStatus` to
+/// Estimating) is a legal move, so it becomes the engine's own
+/// acquisition, decided like an API call and recorded with the ZooKeeper
+/// session as actor; the tree converges to it (queue references completed)
+/// without a revert. A skipped state (Estimating → Completed) under the
+/// lock is refused by the lifecycle; a legal move written without the lock
+/// is refused too: each is reverted and recorded, the job stays where the
+/// log has it, and the other job of the batch does not move.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adoption_mode_turns_a_legal_foreign_set_status_into_an_event_and_reverts_an_illegal_one() {
-    let Some(r) = Rig::start_with(
-        "foreign-adopt",
-        Some(&["job_pending=off", "estimating=off"]),
-        &["--foreign-writes", "adopt"],
-    )
-    .await
-    else {
+    let Some((r, jids)) = Rig::adopting("foreign-adopt", 2).await else {
         return;
     };
     let (s, zk) = (&r.s, &r.zk);
-    let bid = s.submit(1).await;
-    let jid = jobs_of(s, zk, &bid, 1).await.remove(0);
+    let (jid, other) = (&jids[0], &jids[1]);
 
-    r.write(&[
-        "set-status",
-        &jid,
-        "Estimating",
-        "taken by a Merritt consumer",
-    ]);
+    let summary = r.write(&["step", jid, "Estimating", "taken by a Merritt consumer"]);
+    let session = summary["session"].as_str().expect("session");
     let history = eventually("the adopted move", 30, async || {
         let job = s.get(&format!("/jobs/{jid}")).await;
         (job["status"] == "Estimating").then_some(())?;
         Some(s.get(&format!("/jobs/{jid}/history")).await)
     })
     .await;
-    let moved: Vec<&Value> = history["events"]
-        .as_array()
-        .expect("events")
-        .iter()
-        .filter(|r| r["event"] == "JobStatusChanged")
-        .collect();
-    assert_eq!(moved.len(), 1, "{history}");
-    assert!(
-        moved[0]["actor"]
-            .as_str()
-            .is_some_and(|a| a.starts_with("worker:zk-")),
-        "the ZooKeeper client is the actor: {history}"
-    );
-    assert!(
-        moved[0]["detail"]
-            .as_str()
-            .is_some_and(|d| d.contains("taken by a Merritt consumer")),
+    let moved = moves(s, jid).await;
+    assert_eq!(
+        moved,
+        vec![(
+            "Pending -> Estimating".to_string(),
+            format!("worker:zk-session-{session}")
+        )],
         "{history}"
     );
     assert!(
         repairs(&history).is_empty(),
         "adopted, not reverted: {history}"
     );
-    eventually("the tree converged to the adopted move", 30, async || {
+    converged(s).await;
+    assert!(
+        exists(
+            zk,
+            &queue_ref(zk, "estimating", jid).await.expect("priority")
+        )
+        .await
+    );
+
+    // A skipped state under the lock: refused by the lifecycle, reverted
+    // and recorded.
+    r.write(&["step", jid, "Completed", "done, says Merritt"]);
+    let rows = repaired(s, &format!("/jobs/{jid}/history")).await;
+    let text = Value::Array(rows).to_string();
+    assert!(
+        text.contains("adoption refused Estimating -> Completed"),
+        "{text}"
+    );
+    status_node_says(zk, jid, "Estimating").await;
+    converged(s).await;
+
+    // A legal move written without the lock: refused, reverted, recorded.
+    r.write(&["set-status", jid, "Provisioning", "no lock taken"]);
+    eventually("the unlocked write refused", 30, async || {
+        let rows = repairs(&s.get(&format!("/jobs/{jid}/history")).await);
+        Value::Array(rows)
+            .to_string()
+            .contains("adoption refused Estimating -> Provisioning: written while no session held")
+            .then_some(())
+    })
+    .await;
+    status_node_says(zk, jid, "Estimating").await;
+    converged(s).await;
+    let job = s.get(&format!("/jobs/{jid}")).await;
+    assert_eq!(job["status"], "Estimating", "{job}");
+    // Nothing else moved.
+    let job = s.get(&format!("/jobs/{other}")).await;
+    assert_eq!(job["status"], "Pending", "{job}");
+    assert!(moves(s, other).await.is_empty());
+    assert_ready(s).await;
+}
+
+/// Adoption mode: a Merritt daemon's acquisition while the queue is paused
+/// (mrt-zk's `acquireJob` does not look at `/locks/queue/ingest`) is
+/// refused as the engine refuses a start, reverted and recorded; the job
+/// is still pending and acquired after the resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adoption_mode_reverts_an_acquisition_while_the_queue_is_paused() {
+    let Some((r, mut jids)) = Rig::adopting("foreign-adopt-paused", 1).await else {
+        return;
+    };
+    let (s, zk) = (&r.s, &r.zk);
+    let jid = jids.remove(0);
+    admin(s, Method::POST, "/queue/pause", "storage maintenance").await;
+    eventually("the pause lock", 30, async || {
+        exists(zk, "/locks/queue/ingest").await.then_some(())
+    })
+    .await;
+
+    r.write(&["step", &jid, "Estimating", "taken while paused"]);
+    let rows = repaired(s, &format!("/jobs/{jid}/history")).await;
+    let text = Value::Array(rows).to_string();
+    assert!(
+        text.contains("adoption refused Pending -> Estimating") && text.contains("paused"),
+        "{text}"
+    );
+    status_node_says(zk, &jid, "Pending").await;
+    converged(s).await;
+    assert!(moves(s, &jid).await.is_empty());
+    assert_eq!(s.get("/queue").await["paused"], true);
+
+    admin(s, Method::POST, "/queue/resume", "done").await;
+    converged(s).await;
+    let summary = r.write(&["step", &jid, "Estimating", "taken after the resume"]);
+    let session = summary["session"].as_str().expect("session");
+    eventually("the acquisition after the resume", 30, async || {
+        let m = moves(s, &jid).await;
+        (m == vec![(
+            "Pending -> Estimating".to_string(),
+            format!("worker:zk-session-{session}"),
+        )])
+        .then_some(())
+    })
+    .await;
+    converged(s).await;
+}
+
+/// The job daemons of `ingest serve`, all off: only the Merritt-pattern
+/// client moves jobs (the batch daemons still acquire and report).
+const NO_JOB_DAEMONS: [&str; 8] = [
+    "job_pending=off",
+    "estimating=off",
+    "provisioning=off",
+    "downloading=off",
+    "processing=off",
+    "storing=off",
+    "recording=off",
+    "notify=off",
+];
+
+/// The moves (`FROM -> TO`) and their actors in a job's history.
+async fn moves(s: &Server, jid: &str) -> Vec<(String, String)> {
+    let history = s.get(&format!("/jobs/{jid}/history")).await;
+    history["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|r| r["event"] == "JobStatusChanged")
+        .map(|r| {
+            let detail = r["detail"].as_str().unwrap_or("");
+            let mut words = detail.split_whitespace();
+            let (from, to) = (words.next(), words.nth(1));
+            (
+                format!("{} -> {}", from.unwrap_or("?"), to.unwrap_or("?")),
+                r["actor"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `GET /diff` finds nothing, once the projector has written what the log
+/// holds.
+async fn converged(s: &Server) {
+    eventually("the tree converged to the log", 30, async || {
         let (status, diff) = s.call(Method::GET, "/diff", ADMIN, None).await;
         (status == 200
             && ["missing", "unexpected", "differing"]
@@ -417,25 +531,63 @@ async fn adoption_mode_turns_a_legal_foreign_set_status_into_an_event_and_revert
         .then_some(())
     })
     .await;
-    assert!(
-        exists(
-            zk,
-            &queue_ref(zk, "estimating", &jid).await.expect("priority")
-        )
-        .await
-    );
+}
 
-    // A skipped state: refused by the lifecycle, reverted and recorded.
-    r.write(&["set-status", &jid, "Completed", "done, says Merritt"]);
-    let rows = repaired(s, &format!("/jobs/{jid}/history")).await;
-    let text = Value::Array(rows).to_string();
-    assert!(
-        text.contains("adoption refused Estimating -> Completed"),
-        "{text}"
+/// Issue 23, adoption mode: a job walked Pending → Completed entirely by
+/// the Merritt-pattern client, one session per state as Merritt's daemons
+/// do (lock, load, `setStatus` with mrt-zk's JSON, unlock), has the same
+/// moves in the log as a job walked by `ingest worker` (the server's own
+/// daemons, started afterwards on the same log), each move's actor naming
+/// the session that made it; the acquisition is the engine's own
+/// (`StartJob`); no write is reverted; `ingest diff` is clean after each
+/// state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_walked_by_the_merritt_client_in_adoption_mode_has_the_workers_history() {
+    let Some((mut r, jids)) = Rig::adopting("foreign-walk", 2).await else {
+        return;
+    };
+    let (merritt, ours) = (&jids[0], &jids[1]);
+
+    let mut sessions = Vec::new();
+    for (i, to) in WALK[1..].iter().chain(["Completed"].iter()).enumerate() {
+        let summary = r.write(&["step", merritt, to, &format!("step {i} by Merritt")]);
+        let session = summary["session"].as_str().expect("session").to_string();
+        sessions.push(session);
+        eventually(&format!("{merritt} adopted in {to}"), 30, async || {
+            let job = r.s.get(&format!("/jobs/{merritt}")).await;
+            (job["status"] == *to).then_some(())
+        })
+        .await;
+        converged(&r.s).await;
+    }
+    let history = r.s.get(&format!("/jobs/{merritt}/history")).await;
+    assert!(repairs(&history).is_empty(), "nothing reverted: {history}");
+    let walked = moves(&r.s, merritt).await;
+    for ((_, actor), session) in walked.iter().zip(&sessions) {
+        assert_eq!(actor, &format!("worker:zk-session-{session}"), "{history}");
+    }
+    assert_eq!(walked.len(), sessions.len(), "{history}");
+    r.s.assert_walked_once(merritt).await;
+
+    // The same walk by `ingest worker`: the server's own daemons, on the
+    // same log, still in adoption mode.
+    r.s.terminate(30).await;
+    r.s = server::start_with(
+        r._dir.path(),
+        &r.zks.hosts(),
+        &r.root,
+        Some(&[]),
+        "simulate",
+        &["--foreign-writes".to_string(), "adopt".to_string()],
     );
-    let job = s.get(&format!("/jobs/{jid}")).await;
-    assert_eq!(job["status"], "Estimating", "{job}");
-    status_node_says(zk, &jid, "Estimating").await;
-    assert_converged(s).await;
-    assert_ready(s).await;
+    eventually(&format!("{ours} walked by the worker"), 60, async || {
+        let job = r.s.get(&format!("/jobs/{ours}")).await;
+        (job["status"] == "Completed").then_some(())
+    })
+    .await;
+    let by_worker = moves(&r.s, ours).await;
+    let transitions = |m: &[(String, String)]| m.iter().map(|(t, _)| t.clone()).collect::<Vec<_>>();
+    assert_eq!(transitions(&walked), transitions(&by_worker));
+    converged(&r.s).await;
+    assert_ready(&r.s).await;
 }

@@ -14,6 +14,12 @@ Usage:
       /jobs/states/<old>/PP-JID to /jobs/states/<new>/PP-JID and the batch
       reference from /batches/BID/states/batch-<old set>/JID to the new set
       (setJobStatePath, setBatchStatePath).
+  python merritt_writer.py HOSTS ROOT step JID STATUS MESSAGE
+      One state of a job as a Merritt daemon handles it: acquire the job
+      (QueueItem.lock: the ephemeral node /jobs/JID/lock with empty data;
+      exit status 3 when another session holds it), load it (read its
+      nodes, as Job.load does), Job.setStatus as above, release it
+      (QueueItem.unlock: delete the lock node).
   python merritt_writer.py HOSTS ROOT delete PATH...
       QueueItemHelper.delete of each node (mrt-zk's unlockIngestQueue is
       `delete /locks/queue/ingest`; its delete helpers remove a batch's
@@ -28,7 +34,7 @@ import sys
 import time
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import NoNodeError, NodeExistsError
 
 FINISHED_SETS = {"Failed": "batch-failed", "Completed": "batch-completed", "Deleted": "batch-deleted"}
 
@@ -89,6 +95,29 @@ def move(zk, old, new, written):
         written.append(new)
 
 
+JOB_NODES = ("status", "priority", "bid", "space_needed", "configuration",
+             "identifiers", "metadata", "inventory", "store")
+
+
+def step(zk, jid, status, message, written):
+    """acquireJob's lock, Job.load, setStatus, unlock."""
+    lock = f"/jobs/{jid}/lock"
+    try:
+        zk.create(lock, b"", ephemeral=True)
+    except NodeExistsError:
+        return False
+    written.append(lock)
+    for node in JOB_NODES:
+        try:
+            zk.get(f"/jobs/{jid}/{node}")
+        except NoNodeError:
+            pass
+    set_status(zk, jid, status, message, written)
+    zk.delete(lock)
+    written.append(lock)
+    return True
+
+
 def main(argv):
     if len(argv) < 4:
         print(__doc__, file=sys.stderr)
@@ -101,6 +130,10 @@ def main(argv):
         session = zk.client_id[0]
         if command == "set-status" and len(args) == 3:
             set_status(zk, args[0], args[1], args[2], written)
+        elif command == "step" and len(args) == 3:
+            if not step(zk, args[0], args[1], args[2], written):
+                print(json.dumps({"session": f"0x{session:x}", "locked": True}))
+                return 3
         elif command == "delete" and args:
             for path in args:
                 delete_quietly(zk, path, written)

@@ -4,7 +4,7 @@
 //! it means; anything else another client writes, and a status the engine
 //! refuses, is converged back and recorded as in `foreign.rs`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use ingest_events::lifecycle::StateKind;
 use ingest_events::{Jid, JobState};
@@ -27,8 +27,9 @@ pub struct ForeignStatus {
     /// The `message` written (cut to 512 bytes).
     pub message: String,
     /// Who wrote it, as far as ZooKeeper tells: the session holding the
-    /// job's lock (mrt-zk locks a job before it sets its status), else the
-    /// zxid of the write.
+    /// job's lock when the status was written (mrt-zk locks a job before it
+    /// sets its status), else (a lock released before its holder was read)
+    /// the zxid of the write.
     pub actor: String,
 }
 
@@ -73,6 +74,54 @@ pub(super) struct TreeWatch {
     watchers: Option<(zk::PersistentWatcher, zk::PersistentWatcher)>,
     events: Vec<(zk::EventType, String)>,
     last: Option<tokio::time::Instant>,
+    /// Job lock nodes created since the last read of their holders.
+    unread_locks: Vec<String>,
+    /// The holder of each job lock node seen created, read as soon as its
+    /// creation was seen (mrt-zk releases a lock right after its status
+    /// write, often before the round is handled).
+    pub(super) holders: HashMap<String, Holder>,
+}
+
+/// The holder of a job's lock node, as read when it was created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Holder {
+    /// Its ephemeral owner: the session.
+    session: i64,
+    /// Whether it is an `ingest worker`'s lock (it holds a fence secret):
+    /// such a worker reports through the API and never writes the status.
+    ingest_worker: bool,
+}
+
+impl Holder {
+    /// Reads a lock node's holder from its data and stat.
+    fn of(data: &[u8], stat: &zk::Stat) -> Holder {
+        Holder {
+            session: stat.ephemeral_owner,
+            ingest_worker: ingest_protocol::fence::LockNode::read(data).is_some(),
+        }
+    }
+}
+
+/// A job's lock as a status write saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LockSeen {
+    /// Held; by this holder when it could be read.
+    Held(Option<Holder>),
+    /// Nobody held it.
+    Free,
+}
+
+/// The job whose lock node `path` is (`/jobs/JID/lock`).
+fn job_of_lock(path: &str) -> Option<Jid> {
+    match path
+        .trim_start_matches('/')
+        .split('/')
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["jobs", id, "lock"] => id.parse().ok(),
+        _ => None,
+    }
 }
 
 impl TreeWatch {
@@ -82,6 +131,8 @@ impl TreeWatch {
             watchers: None,
             events: Vec::new(),
             last: None,
+            unread_locks: Vec::new(),
+            holders: HashMap::new(),
         }
     }
 
@@ -107,6 +158,12 @@ impl TreeWatch {
         }
         // Bounded: past this many, one more round is read from the tree anyway.
         if self.events.len() < 65_536 {
+            if event.event_type == zk::EventType::NodeCreated
+                && job_of_lock(&event.path).is_some()
+                && self.unread_locks.len() < 4_096
+            {
+                self.unread_locks.push(event.path.clone());
+            }
             self.events.push((event.event_type, event.path));
         }
         self.last = Some(tokio::time::Instant::now());
@@ -162,9 +219,23 @@ impl Runner {
         let batches = watch(layout::BATCHES).await?;
         Ok(TreeWatch {
             watchers: Some((jobs, batches)),
-            events: Vec::new(),
-            last: None,
+            ..TreeWatch::none()
         })
+    }
+
+    /// Reads the holder of each job lock node seen created since the last
+    /// call, at once: a status write is judged later, when the lock may be
+    /// gone. A lock already gone stays unread (its holder unknown).
+    pub(super) async fn read_new_locks(&self, client: &zk::Client, tree: &mut TreeWatch) {
+        for path in std::mem::take(&mut tree.unread_locks) {
+            // Best effort: an error leaves the holder unknown.
+            let read = tokio::time::timeout(self.deadline(), client.get_data(&path)).await;
+            if let Ok(Ok((data, stat))) = read {
+                if tree.holders.len() < 65_536 {
+                    tree.holders.insert(path, Holder::of(&data, &stat));
+                }
+            }
+        }
     }
 
     /// Handles the events a [`TreeWatch`] collected: job status changes are
@@ -177,6 +248,7 @@ impl Runner {
         client: &zk::Client,
         mut version: i32,
         events: Vec<(zk::EventType, String)>,
+        holders: &mut HashMap<String, Holder>,
     ) -> Result<i32, Exit> {
         // Between transactions, as every write of the sink (see `ProjectorGate`).
         let gate = std::sync::Arc::clone(&self.cfg.gate.lock);
@@ -184,10 +256,27 @@ impl Runner {
             turn = gate.read_owned() => turn,
             _ = self.shutdown.cancelled() => return Ok(version),
         };
-        let mut statuses: BTreeSet<Jid> = BTreeSet::new();
+        // Each job's lock as the events tell it, in their order, and the
+        // lock as each job's last status write saw it (`None`: no lock
+        // event this round; the lock is read with the status).
+        let mut locks: HashMap<Jid, LockSeen> = HashMap::new();
+        let mut statuses: BTreeMap<Jid, Option<LockSeen>> = BTreeMap::new();
         let mut items: Vec<(Item, String)> = Vec::new();
         let state = self.model.projector.state();
         for (kind, path) in events {
+            if let Some(jid) = job_of_lock(&path) {
+                match kind {
+                    zk::EventType::NodeCreated => {
+                        locks.insert(jid, LockSeen::Held(holders.get(&path).copied()));
+                    }
+                    zk::EventType::NodeDeleted => {
+                        holders.remove(&path);
+                        locks.insert(jid, LockSeen::Free);
+                    }
+                    _ => {}
+                }
+                continue;
+            }
             if layout::is_ephemeral_lock(&path) {
                 continue;
             }
@@ -195,8 +284,8 @@ impl Runner {
             if let (zk::EventType::NodeDataChanged, ["jobs", id, "status"]) =
                 (kind, parts.as_slice())
             {
-                if let Ok(jid) = id.parse() {
-                    statuses.insert(jid);
+                if let Ok(jid) = id.parse::<Jid>() {
+                    statuses.insert(jid, locks.get(&jid).copied());
                 }
                 continue;
             }
@@ -215,14 +304,13 @@ impl Runner {
                 }
             }
         }
-        version = self
-            .adopt_statuses(client, version, statuses.clone())
-            .await?;
+        let offered: BTreeSet<Jid> = statuses.keys().copied().collect();
+        version = self.adopt_statuses(client, version, statuses).await?;
         for (item, path) in items {
             // A job just offered was read whole; an adopted one waits for
             // its event (its nodes are put back silently then).
             if let Item::Job(j) = item {
-                if statuses.contains(&j) || self.adopted.contains_key(&j) {
+                if offered.contains(&j) || self.adopted.contains_key(&j) {
                     continue;
                 }
             }
@@ -243,20 +331,22 @@ impl Runner {
     }
 
     /// Offers each job's foreign status change to the engine (the caller
-    /// holds the gate): adopted, it
-    /// flows back as the engine's event; refused (or not a status change),
-    /// the job's nodes are reverted and recorded. Returns the checkpoint
-    /// version after the repairs.
+    /// holds the gate), with the job's lock as the status write saw it
+    /// (`None`: read with the status). Adopted, it flows back as the
+    /// engine's event; refused (or not a status change, or written without
+    /// the lock, or under an `ingest worker`'s lock), the job's nodes are
+    /// reverted and recorded. Returns the checkpoint version after the
+    /// repairs.
     pub(super) async fn adopt_statuses(
         &mut self,
         client: &zk::Client,
         mut version: i32,
-        jobs: BTreeSet<Jid>,
+        jobs: BTreeMap<Jid, Option<LockSeen>>,
     ) -> Result<i32, Exit> {
         let Some(adopter) = self.cfg.adopt.clone() else {
             return Ok(version);
         };
-        for jid in jobs {
+        for (jid, seen) in jobs {
             let status = layout::job_status(jid);
             let lock = format!("{}/lock", layout::job(jid));
             let mut reader = client.new_multi_reader();
@@ -271,57 +361,58 @@ impl Runner {
             let Some(zk::MultiReadResult::Data { data, stat }) = read.next() else {
                 continue;
             };
-            let owner = match read.next() {
-                Some(zk::MultiReadResult::Data { stat, .. }) => stat.ephemeral_owner,
-                _ => 0,
-            };
+            let seen = seen.unwrap_or_else(|| match read.next() {
+                Some(zk::MultiReadResult::Data { data, stat }) => {
+                    LockSeen::Held(Some(Holder::of(&data, &stat)))
+                }
+                _ => LockSeen::Free,
+            });
             let applied = self.model.applied_data(&status);
             if applied.as_deref() == Some(data.as_slice()) {
                 continue;
             }
-            let name = |d: &[u8]| {
-                serde_json::from_slice::<serde_json::Value>(d)
-                    .ok()
-                    .and_then(|v| {
-                        let status = v["status"].as_str().and_then(JobState::from_name)?;
-                        let message = v["message"].as_str().unwrap_or("").to_string();
-                        Some((status, message))
-                    })
-            };
-            let change = match (applied.as_deref().and_then(name), name(&data)) {
-                (Some((from, _)), Some((to, message))) if from != to => Some(ForeignStatus {
-                    jid,
-                    from,
-                    to,
-                    message: ingest_protocol::cut(&found_text(message.as_bytes()), 512)
-                        .into_owned(),
-                    actor: if owner != 0 {
-                        format!("zk-session-0x{owner:x}")
-                    } else {
-                        format!("zk-zxid-0x{:x}", stat.mzxid)
-                    },
-                }),
-                _ => None,
-            };
-            let reason = match change {
-                None => "adoption: not a status change the engine can adopt".to_string(),
-                Some(change) => {
-                    let (from, to) = (change.from, change.to);
-                    match tokio::time::timeout(self.deadline(), adopter.0.adopt(change)).await {
-                        Ok(Adoption::Accepted(position)) => {
-                            tracing::info!(root = %self.cfg.zk.root, %jid, %from, %to, position, "adopted a foreign status change");
-                            self.adopted.insert(jid, position);
-                            continue;
+            let reason = match (applied.as_deref().and_then(status_of), status_of(&data)) {
+                (Some((from, _)), Some((to, message))) if from != to => {
+                    let change = ForeignStatus {
+                        jid,
+                        from,
+                        to,
+                        message: ingest_protocol::cut(&found_text(message.as_bytes()), 512)
+                            .into_owned(),
+                        actor: match seen {
+                            LockSeen::Held(Some(h)) => format!("zk-session-0x{:x}", h.session),
+                            _ => format!("zk-zxid-0x{:x}", stat.mzxid),
+                        },
+                    };
+                    match seen {
+                        LockSeen::Free => format!(
+                            "adoption refused {from} -> {to}: written while no session held {lock} (a status change is made under the job's lock)"
+                        ),
+                        LockSeen::Held(Some(h)) if h.ingest_worker => format!(
+                            "adoption refused {from} -> {to}: {lock} is held by the ingest worker of session 0x{:x}, which reports through the API; the write is another client's",
+                            h.session
+                        ),
+                        LockSeen::Held(_) => {
+                            match tokio::time::timeout(self.deadline(), adopter.0.adopt(change))
+                                .await
+                            {
+                                Ok(Adoption::Accepted(position)) => {
+                                    tracing::info!(root = %self.cfg.zk.root, %jid, %from, %to, position, "adopted a foreign status change");
+                                    self.adopted.insert(jid, position);
+                                    continue;
+                                }
+                                Ok(Adoption::Refused(why)) => format!(
+                                    "adoption refused {from} -> {to}: {}",
+                                    ingest_protocol::cut(&why, 300)
+                                ),
+                                Err(_) => format!(
+                                    "adoption of {from} -> {to}: the engine did not answer"
+                                ),
+                            }
                         }
-                        Ok(Adoption::Refused(why)) => {
-                            format!(
-                                "adoption refused {from} -> {to}: {}",
-                                ingest_protocol::cut(&why, 300)
-                            )
-                        }
-                        Err(_) => format!("adoption of {from} -> {to}: the engine did not answer"),
                     }
                 }
+                _ => "adoption: not a status change the engine can adopt".to_string(),
             };
             if self
                 .repair_item(client, version, &Item::Job(jid), None, &reason)
@@ -332,4 +423,12 @@ impl Runner {
         }
         Ok(version)
     }
+}
+
+/// The state and `message` of a job's status node (mrt-zk's JSON).
+fn status_of(data: &[u8]) -> Option<(JobState, String)> {
+    let v = serde_json::from_slice::<serde_json::Value>(data).ok()?;
+    let status = v["status"].as_str().and_then(JobState::from_name)?;
+    let message = v["message"].as_str().unwrap_or("").to_string();
+    Some((status, message))
 }

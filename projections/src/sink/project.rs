@@ -169,8 +169,11 @@ impl Runner {
                 version = self.check_locks(client, version).await?;
             }
             tree.drain().await;
+            self.read_new_locks(client, &mut tree).await;
             if let Some(events) = tree.take_due() {
-                version = self.handle_tree_events(client, version, events).await?;
+                version = self
+                    .handle_tree_events(client, version, events, &mut tree.holders)
+                    .await?;
             }
             if repairs {
                 version = self.converge_some(client, version).await?;
