@@ -23,7 +23,7 @@ use zookeeper_client as zk;
 use super::item::Item;
 use super::runner::{Exit, Runner};
 use super::work::{ConvergeScope, Converged, Work};
-use crate::checkpoint::{CHECKPOINT_NODE, LAYOUT_NODE, LAYOUT_VERSION};
+use crate::checkpoint::{LAYOUT_NODE, LAYOUT_VERSION};
 use crate::layout;
 use crate::zk::{call, ZkError, ZkErrorKind};
 
@@ -221,16 +221,8 @@ impl Runner {
     ) -> Result<i32, Exit> {
         let (_, existing) = self.tree_layout(client).await?;
         let data = layout.to_string();
-        let mut w = client.new_multi_writer();
+        let mut w = self.fenced_multi(client, version)?;
         let add = super::runner::multi_add;
-        add(
-            w.add_set_data(
-                CHECKPOINT_NODE,
-                &self.model.applied.to_json(),
-                Some(version),
-            ),
-            CHECKPOINT_NODE,
-        )?;
         let acl = self.cfg.zk.access.acl(LAYOUT_NODE);
         match existing {
             Some(v) => add(

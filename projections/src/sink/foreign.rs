@@ -332,16 +332,8 @@ impl Runner {
         }
         // Children before parents when deleting, parents first when creating.
         deletes.reverse();
-        let mut w = client.new_multi_writer();
+        let mut w = self.fenced_multi(client, version)?;
         let add = super::runner::multi_add;
-        add(
-            w.add_set_data(
-                CHECKPOINT_NODE,
-                &self.model.applied.to_json(),
-                Some(version),
-            ),
-            CHECKPOINT_NODE,
-        )?;
         let access = &self.cfg.zk.access;
         for fix in deletes.iter().chain(&sets).chain(&creates) {
             match fix {

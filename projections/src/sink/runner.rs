@@ -678,6 +678,29 @@ pub(super) fn multi_add(r: Result<(), zk::Error>, what: &str) -> Result<(), Exit
     })
 }
 
+impl Runner {
+    /// A `multi` whose first operation sets the checkpoint to the applied
+    /// one (same data) if its version is still `version`: every write of
+    /// the sink outside its own transactions (a repair, the layout) is
+    /// fenced this way.
+    pub(super) fn fenced_multi<'a>(
+        &self,
+        client: &'a zk::Client,
+        version: i32,
+    ) -> Result<zk::MultiWriter<'a>, Exit> {
+        let mut w = client.new_multi_writer();
+        multi_add(
+            w.add_set_data(
+                CHECKPOINT_NODE,
+                &self.model.applied.to_json(),
+                Some(version),
+            ),
+            CHECKPOINT_NODE,
+        )?;
+        Ok(w)
+    }
+}
+
 /// A projector brought to `position` from the start of the log.
 fn replay(log: &Log, position: u64) -> Result<Projector, Exit> {
     let mut p = Projector::new();
