@@ -38,7 +38,7 @@ use tokio::time::Instant;
 use super::estimate;
 use super::fetch::{Fetcher, RetryPolicy};
 use super::RealConfig;
-use crate::step::{JobCtx, Outcome, Step, StepFailure, StepFuture, StepResult};
+use crate::step::{JobCtx, Outcome, Step, StepError, StepFuture, StepResult};
 
 /// The directory of the object's files, under the job's directory.
 pub const PRODUCER_DIR: &str = "producer";
@@ -108,7 +108,7 @@ impl Step for Download {
                     .with_space_needed(report.bytes)
                 }
                 Err(failure) => {
-                    tracing::warn!(jid = %job.jid, state = %job.state, message = %ingest_protocol::bounded(&failure.message), kind = ?failure.kind, "download failed");
+                    tracing::warn!(jid = %job.jid, state = %job.state, message = %ingest_protocol::bounded(failure.message()), kind = ?failure.kind(), "download failed");
                     failure.into()
                 }
             };
@@ -128,7 +128,7 @@ impl Download {
         }
     }
 
-    async fn run_job(&self, job: &JobCtx) -> Result<DownloadReport, StepFailure> {
+    async fn run_job(&self, job: &JobCtx) -> Result<DownloadReport, StepError> {
         let data = job.data().await?;
         let (kind, single_digest) = match data.configuration.payload_type.as_str() {
             "container" => (ObjectKind::Container, estimate::payload_digest(&data)?),
@@ -141,7 +141,7 @@ impl Download {
         let listed = estimate::object_files(&self.fetcher, &self.config, &data, Some(job));
         let files = match deadline {
             Some(at) => tokio::time::timeout_at(at, listed).await.map_err(|_| {
-                StepFailure::from(
+                StepError::from(
                     self.deadline_passed(std::slice::from_ref(&data.configuration.payload_url)),
                 )
             })??,
@@ -196,7 +196,7 @@ impl Download {
         job_dir: &Path,
         job: Option<&JobCtx>,
         deadline: Option<Instant>,
-    ) -> Result<DownloadReport, StepFailure> {
+    ) -> Result<DownloadReport, StepError> {
         let args = &self.config.args;
         check_limits(files, args.max_object_files, args.max_object_bytes)?;
         if single_digest.is_some() && files.len() != 1 {
@@ -265,7 +265,7 @@ impl Download {
         plan: Vec<Transfer>,
         job: Option<&JobCtx>,
         deadline: Option<Instant>,
-    ) -> Result<DownloadReport, StepFailure> {
+    ) -> Result<DownloadReport, StepError> {
         let max = self.config.args.max_object_bytes;
         let total = Arc::new(AtomicU64::new(0));
         let policy = self.config.retry();
@@ -342,7 +342,7 @@ pub async fn download_object(
     single_digest: Option<Expected>,
     job_dir: &Path,
     job: Option<&JobCtx>,
-) -> Result<DownloadReport, StepFailure> {
+) -> Result<DownloadReport, StepError> {
     let step = Download::new(Arc::clone(fetcher), Arc::clone(config));
     let deadline = step.deadline();
     step.download(files, kind, single_digest, job_dir, job, deadline)
@@ -480,7 +480,7 @@ impl Transfer {
         }
     }
 
-    async fn run(self, ctx: TransferCtx) -> Result<(usize, DownloadedFile), StepFailure> {
+    async fn run(self, ctx: TransferCtx) -> Result<(usize, DownloadedFile), StepError> {
         let _permit = Arc::clone(&ctx.transfers)
             .acquire_owned()
             .await
@@ -807,7 +807,7 @@ mod tests {
         ) -> Result<DownloadReport, String> {
             self.download_or_failure(files, kind, single)
                 .await
-                .map_err(|f| f.message)
+                .map_err(|f| f.to_string())
         }
 
         async fn download_or_failure(
@@ -815,7 +815,7 @@ mod tests {
             files: &[FileSpec],
             kind: ObjectKind,
             single: Option<Expected>,
-        ) -> Result<DownloadReport, StepFailure> {
+        ) -> Result<DownloadReport, StepError> {
             download_object(
                 &self.fetcher,
                 &self.config,
@@ -900,7 +900,7 @@ mod tests {
         // corrected at its URL and the job requeued).
         assert_eq!(
             err,
-            StepFailure::from(format!(
+            StepError::from(format!(
                 "{}: sha256 mismatch: expected {wrong}, got {}",
                 s.url("two"),
                 hex(Algorithm::Sha256, TWO)
@@ -918,11 +918,11 @@ mod tests {
                 .download_or_failure(&files, kind, Some(single.clone()))
                 .await
                 .expect_err("mismatch");
-            assert_eq!(err.kind, Some(FailureKind::DigestMismatch), "{kind:?}");
+            assert_eq!(err.kind(), Some(FailureKind::DigestMismatch), "{kind:?}");
             assert!(
-                err.message
+                err.message()
                     .starts_with(&format!("{}: sha1 mismatch", s.url("one")))
-                    && err.message.ends_with("a new submission is required"),
+                    && err.message().ends_with("a new submission is required"),
                 "{err}"
             );
         }
@@ -1046,7 +1046,7 @@ mod tests {
         .await
         .expect_err("too large");
         assert!(
-            err.message.contains("larger than the limit of 5 bytes"),
+            err.message().contains("larger than the limit of 5 bytes"),
             "{err}"
         );
     }

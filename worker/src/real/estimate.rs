@@ -24,7 +24,7 @@ use tokio::task::JoinSet;
 
 use super::fetch::Fetcher;
 use super::RealConfig;
-use crate::step::{JobCtx, JobData, Outcome, Step, StepFailure, StepFuture, StepResult};
+use crate::step::{JobCtx, JobData, Outcome, Step, StepError, StepFuture, StepResult};
 
 /// The largest object manifest read.
 pub const MANIFEST_MAX_BYTES: u64 = 64 * 1024 * 1024;
@@ -63,20 +63,20 @@ impl Step for Estimate {
         Box::pin(async move {
             let files = match job.data().await {
                 Ok(data) => object_files(&self.fetcher, &self.config, &data, Some(job)).await,
-                Err(e) => Err(StepFailure::from(e.to_string())),
+                Err(e) => Err(StepError::from(e.to_string())),
             };
             let sizes = match files {
                 Ok(files) => sizes(&self.fetcher, &files, self.config.args.transfers_per_job).await,
                 // A failure with a kind (an object manifest whose digest is
                 // not the depositor's) is known now and fails the job now.
-                Err(failure) if failure.kind.is_some() => {
-                    tracing::warn!(jid = %job.jid, state = %job.state, message = %ingest_protocol::bounded(&failure.message), "the payload's digest does not match");
+                Err(failure) if failure.kind().is_some() => {
+                    tracing::warn!(jid = %job.jid, state = %job.state, message = %ingest_protocol::bounded(failure.message()), "the payload's digest does not match");
                     return StepResult::Report(failure.into());
                 }
                 Err(reason) => Sizes {
                     files: 0,
                     bytes: 0,
-                    unknown: Some(reason.message),
+                    unknown: Some(reason.message().to_string()),
                 },
             };
             StepResult::Report(outcome(job, &sizes))
@@ -111,7 +111,7 @@ pub async fn object_files(
     config: &RealConfig,
     data: &JobData,
     job: Option<&JobCtx>,
-) -> Result<Vec<FileSpec>, StepFailure> {
+) -> Result<Vec<FileSpec>, StepError> {
     let conf = &data.configuration;
     let url = Some(conf.payload_url.as_str())
         .filter(|u| !u.is_empty())
@@ -151,8 +151,8 @@ pub async fn object_files(
 /// requeue recovers (the transitions document: "Recovery is not possible
 /// under these conditions. A new submission will be required."). `what`
 /// names the payload (its URL, cut).
-pub fn payload_digest_mismatch(what: &str, mismatch: &Mismatch) -> StepFailure {
-    StepFailure::of(
+pub fn payload_digest_mismatch(what: &str, mismatch: &Mismatch) -> StepError {
+    StepError::of(
         FailureKind::DigestMismatch,
         format!(
             "{}: {mismatch}: the payload is not what the depositor's digest describes; \
@@ -459,10 +459,10 @@ mod tests {
         .await
         .expect_err("404");
         assert!(
-            missing.message.contains("/gone") && missing.message.contains("404"),
+            missing.message().contains("/gone") && missing.message().contains("404"),
             "{missing}"
         );
-        assert_eq!(missing.kind, None);
+        assert_eq!(missing.kind(), None);
         let corrupt = object_files(
             &fetcher,
             &config,
@@ -472,10 +472,10 @@ mod tests {
         .await
         .expect_err("not a manifest");
         assert!(
-            corrupt.message.contains("/a") && corrupt.message.contains("line"),
+            corrupt.message().contains("/a") && corrupt.message().contains("line"),
             "{corrupt}"
         );
-        assert_eq!(corrupt.kind, None);
+        assert_eq!(corrupt.kind(), None);
         let batch = object_files(
             &fetcher,
             &config,
@@ -484,7 +484,7 @@ mod tests {
         )
         .await
         .expect_err("a batch payload");
-        assert!(batch.message.contains("batch-manifest"), "{batch}");
+        assert!(batch.message().contains("batch-manifest"), "{batch}");
         let bad_digest = JobData {
             configuration: node(json!({
                 "payload_url": format!("{base}/manifest"),
@@ -498,12 +498,12 @@ mod tests {
             .await
             .expect_err("digest mismatch");
         assert!(
-            err.message.contains("md5 mismatch")
-                && err.message.contains("/manifest")
-                && err.message.contains("a new submission is required"),
+            err.message().contains("md5 mismatch")
+                && err.message().contains("/manifest")
+                && err.message().contains("a new submission is required"),
             "{err}"
         );
-        assert_eq!(err.kind, Some(FailureKind::DigestMismatch));
+        assert_eq!(err.kind(), Some(FailureKind::DigestMismatch));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use ingest_steps::ocfl::OcflTarget;
 use serde::{Deserialize, Serialize};
 
 use super::process::{file_url, MANIFEST_FILE};
+use crate::step::StepError;
 
 /// The names of the `NAME=DIR` specs, in order, skipping malformed ones
 /// (which [`super::store::open_targets`] refuses at start-up).
@@ -46,14 +47,14 @@ pub fn marker_path(job_dir: &Path, target: &str) -> PathBuf {
 ///
 /// # Errors
 /// An unreadable or malformed marker.
-pub fn read_marker(job_dir: &Path, target: &str) -> Result<Option<StoredMarker>, String> {
+pub fn read_marker(job_dir: &Path, target: &str) -> Result<Option<StoredMarker>, StepError> {
     let path = marker_path(job_dir, target);
     match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| format!("{} is not a storage marker: {e}", path.display())),
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            StepError::permanent(format!("{} is not a storage marker: {e}", path.display()))
+        }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+        Err(e) => Err(StepError::io(format_args!("read {}", path.display()), &e)),
     }
 }
 
@@ -98,7 +99,7 @@ pub async fn stored_manifest_url(
     targets: &[Arc<OcflTarget>],
     ark: &str,
     version: Option<u32>,
-) -> Result<String, String> {
+) -> Result<String, StepError> {
     let target = Arc::clone(
         targets
             .first()

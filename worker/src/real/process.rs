@@ -71,7 +71,7 @@ impl Process {
         let policy = self.config.retry();
         let data = match job_data(job, policy).await {
             Ok(d) => d,
-            Err(e) => return StepResult::Report(Outcome::failure(e)),
+            Err(e) => return StepResult::Report(Outcome::from(e)),
         };
         let locks = locks::localid_locks(
             &data.configuration.profile_name,
@@ -95,7 +95,7 @@ impl Process {
         let (ark, how) =
             match assign_ark(job, policy, &collection, &local_ids, supplied.as_deref()).await {
                 Ok(assigned) => assigned,
-                Err(e) => return Outcome::failure(e),
+                Err(e) => return Outcome::from(e),
             };
         let job_dir = self.config.job_dir(&data.bid, &job.jid);
         let erc = erc_fields(&data.metadata);
@@ -115,7 +115,7 @@ impl Process {
                     local_ids,
                 })
             }
-            Ok(Err(e)) => Outcome::failure(e),
+            Ok(Err(e)) => Outcome::from(e),
             Err(e) => Outcome::failure(format!("writing the object's files failed: {e}")),
         }
     }
@@ -142,7 +142,7 @@ pub async fn assign_ark(
     collection: &str,
     local_ids: &[String],
     supplied: Option<&str>,
-) -> Result<(String, &'static str), String> {
+) -> Result<(String, &'static str), StepError> {
     let found = if local_ids.is_empty() {
         BTreeMap::new()
     } else {
@@ -187,7 +187,7 @@ pub async fn assign_ark(
 pub fn choose_ark(
     supplied: Option<&str>,
     found: &BTreeMap<String, Option<String>>,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, StepError> {
     let supplied = supplied.map(str::trim).filter(|s| !s.is_empty());
     let mut bound: Option<(&str, &str)> = None;
     for (local_id, ark) in found {
@@ -196,19 +196,19 @@ pub fn choose_ark(
         };
         match bound {
             Some((first_id, first_ark)) if first_ark != ark => {
-                return Err(format!(
+                return Err(StepError::permanent(format!(
                     "the local ids {first_id:?} and {local_id:?} belong to different objects \
                      ({first_ark} and {ark})"
-                ))
+                )))
             }
             Some(_) => {}
             None => bound = Some((local_id, ark)),
         }
     }
     match (supplied, bound) {
-        (Some(s), Some((local_id, ark))) if s != ark => Err(format!(
+        (Some(s), Some((local_id, ark))) if s != ark => Err(StepError::permanent(format!(
             "the ark {s} supplied for local id {local_id} contradicts the inventory's ark {ark}"
-        )),
+        ))),
         (_, Some((_, ark))) => Ok(Some(ark.to_string())),
         (Some(s), None) => Ok(Some(s.to_string())),
         (None, None) => Ok(None),
@@ -232,7 +232,7 @@ pub fn write_object_files(
     local_ids: &[String],
     erc: &ErcFields,
     key: Option<&SigningKeyFile>,
-) -> Result<Vec<ManifestFile>, String> {
+) -> Result<Vec<ManifestFile>, StepError> {
     let job_dir = std::fs::canonicalize(job_dir)
         .map_err(|e| format!("the working directory {}: {e}", job_dir.display()))?;
     // Fails early, before anything is written, when there is no file.
@@ -254,12 +254,12 @@ pub fn write_object_files(
         wheres,
         ..erc.clone()
     };
-    write_atomically(
+    write_file(
         &job_dir,
         &system.join(ERC_FILE),
         write_erc(&fields).as_bytes(),
     )?;
-    write_atomically(
+    write_file(
         &job_dir,
         &system.join(DC_FILE),
         write_dublin_core(&fields).as_bytes(),
@@ -290,7 +290,7 @@ pub enum ManifestUrls<'a> {
 }
 
 impl ManifestUrls<'_> {
-    fn url(&self, job_dir: &Path, name: &str) -> Result<String, String> {
+    fn url(&self, job_dir: &Path, name: &str) -> Result<String, StepError> {
         match *self {
             ManifestUrls::Working => file_url(&job_dir.join(name)),
             ManifestUrls::Stored {
@@ -319,7 +319,7 @@ pub fn write_manifest(
     urls: &ManifestUrls<'_>,
     comment: Option<&str>,
     key: Option<&SigningKeyFile>,
-) -> Result<Vec<ManifestFile>, String> {
+) -> Result<Vec<ManifestFile>, StepError> {
     let job_dir = std::fs::canonicalize(job_dir)
         .map_err(|e| format!("the working directory {}: {e}", job_dir.display()))?;
     let producer = producer_files(&job_dir)?;
@@ -355,12 +355,12 @@ pub fn write_manifest(
         None => render(&files),
     }
     .map_err(|e| format!("the storage manifest: {e}"))?;
-    write_atomically(&job_dir, &system.join(MANIFEST_FILE), manifest.as_bytes())?;
+    write_file(&job_dir, &system.join(MANIFEST_FILE), manifest.as_bytes())?;
     match key {
         Some(key) => {
             let signature = key.sign(manifest.as_bytes()).to_text();
-            write_atomically(&job_dir, &system.join(SIGNATURE_FILE), signature.as_bytes())?;
-            write_atomically(
+            write_file(&job_dir, &system.join(SIGNATURE_FILE), signature.as_bytes())?;
+            write_file(
                 &job_dir,
                 &system.join(PUBLIC_KEY_FILE),
                 key.public_key_pem().as_bytes(),
@@ -405,19 +405,24 @@ pub struct ProducerFile {
 /// An unreadable or malformed list, an unsafe name, a listed file that is
 /// missing or has another size, a file that cannot be read, or no file at
 /// all.
-pub fn producer_files(job_dir: &Path) -> Result<Vec<ProducerFile>, String> {
+pub fn producer_files(job_dir: &Path) -> Result<Vec<ProducerFile>, StepError> {
     let producer = job_dir.join("producer");
     let list_path = job_dir.join("system").join(FILES_JSON);
     let mut files = match std::fs::read(&list_path) {
         Ok(bytes) => from_list(&producer, &list_path, &bytes)?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => from_disk(&producer)?,
-        Err(e) => return Err(format!("cannot read {}: {e}", list_path.display())),
+        Err(e) => {
+            return Err(StepError::io(
+                format_args!("read {}", list_path.display()),
+                &e,
+            ))
+        }
     };
     if files.is_empty() {
-        return Err(format!(
+        return Err(StepError::permanent(format!(
             "{} holds no file: Downloading did not produce any",
             producer.display()
-        ));
+        )));
     }
     files.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(files)
@@ -428,19 +433,19 @@ pub fn producer_files(job_dir: &Path) -> Result<Vec<ProducerFile>, String> {
 ///
 /// # Errors
 /// A relative path.
-pub fn file_url(path: &Path) -> Result<String, String> {
+pub fn file_url(path: &Path) -> Result<String, StepError> {
     reqwest::Url::from_file_path(path)
         .map(|u| u.as_str().replace('|', "%7C"))
-        .map_err(|()| format!("{} is not an absolute path", path.display()))
+        .map_err(|()| StepError::permanent(format!("{} is not an absolute path", path.display())))
 }
 
 /// The size and SHA-256 of a file.
 ///
 /// # Errors
 /// An unreadable file; the message names it.
-pub fn sha256_of(path: &Path) -> Result<(u64, String), String> {
+pub fn sha256_of(path: &Path) -> Result<(u64, String), StepError> {
     let (size, digests) = digest_file(path, &[Algorithm::Sha256])
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        .map_err(|e| StepError::io(format_args!("read {}", path.display()), &e))?;
     let sha256 = digests
         .into_iter()
         .find(|(a, _)| *a == Algorithm::Sha256)
@@ -496,7 +501,7 @@ pub(crate) async fn job_data(job: &JobCtx, policy: RetryPolicy) -> Result<JobDat
             let message = format!("cannot read the job: {}", g.error);
             match g.error {
                 DataError::Read(_) => StepError::Recoverable(message),
-                _ => StepError::Permanent(message),
+                _ => StepError::permanent(message),
             }
         })
 }
@@ -524,7 +529,7 @@ pub(crate) async fn call_api<B: serde::Serialize, R: serde::de::DeserializeOwned
             let message = format!("POST {path} failed: {}", gave_up.message());
             Err(match gave_up.error.is_retryable() {
                 true => StepError::Recoverable(message),
-                false => StepError::Permanent(message),
+                false => StepError::permanent(message),
             })
         }
     }
@@ -532,12 +537,12 @@ pub(crate) async fn call_api<B: serde::Serialize, R: serde::de::DeserializeOwned
 
 /// An ark must be an OCFL id, a checkm value and an ERC line: `ark:/…`
 /// without whitespace, `|` or control characters.
-pub(crate) fn check_ark(ark: &str) -> Result<(), String> {
+pub(crate) fn check_ark(ark: &str) -> Result<(), StepError> {
     let bad = ark
         .chars()
         .any(|c| c.is_whitespace() || c.is_control() || c == '|');
     if !ark.starts_with("ark:/") || ark.len() <= 5 || bad {
-        return Err(format!("{ark:?} is not a usable ark"));
+        return Err(StepError::permanent(format!("{ark:?} is not a usable ark")));
     }
     Ok(())
 }
@@ -562,7 +567,11 @@ struct ListedFile {
     stamp: Option<FileStamp>,
 }
 
-fn from_list(producer: &Path, list_path: &Path, bytes: &[u8]) -> Result<Vec<ProducerFile>, String> {
+fn from_list(
+    producer: &Path,
+    list_path: &Path,
+    bytes: &[u8],
+) -> Result<Vec<ProducerFile>, StepError> {
     let list: FileList = serde_json::from_slice(bytes)
         .map_err(|e| format!("{} is not a file list: {e}", list_path.display()))?;
     let listed = match list {
@@ -573,21 +582,22 @@ fn from_list(producer: &Path, list_path: &Path, bytes: &[u8]) -> Result<Vec<Prod
         let name = ingest_steps::paths::normalized_name(&file.name)
             .map_err(|e| format!("{}: file {:?}: {e}", list_path.display(), file.name))?;
         let path: PathBuf = producer.join(&name);
-        let meta = std::fs::symlink_metadata(&path)
-            .map_err(|e| format!("producer file {} is missing: {e}", path.display()))?;
+        let meta = std::fs::symlink_metadata(&path).map_err(|e| {
+            StepError::io(format_args!("find producer file {}", path.display()), &e)
+        })?;
         if !meta.is_file() {
-            return Err(format!(
+            return Err(StepError::permanent(format!(
                 "producer file {} is not a regular file",
                 path.display()
-            ));
+            )));
         }
         if let Some(size) = file.size {
             if size != meta.len() {
-                return Err(format!(
+                return Err(StepError::permanent(format!(
                     "producer file {} is {} bytes, but {size} were downloaded",
                     path.display(),
                     meta.len()
-                ));
+                )));
             }
         }
         let mut digests = BTreeMap::new();
@@ -620,7 +630,7 @@ fn from_list(producer: &Path, list_path: &Path, bytes: &[u8]) -> Result<Vec<Prod
     Ok(out)
 }
 
-fn from_disk(producer: &Path) -> Result<Vec<ProducerFile>, String> {
+fn from_disk(producer: &Path) -> Result<Vec<ProducerFile>, StepError> {
     let mut out = Vec::new();
     for (name, path) in walk(producer)? {
         let (size, sha256) = sha256_of(&path)?;
@@ -641,17 +651,20 @@ fn from_disk(producer: &Path) -> Result<Vec<ProducerFile>, String> {
 /// # Errors
 /// A missing directory, an unreadable entry, or an entry that is neither a
 /// regular file nor a directory (a symbolic link is refused, not followed).
-pub(crate) fn walk(dir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
+pub(crate) fn walk(dir: &Path) -> Result<Vec<(String, PathBuf)>, StepError> {
     if !dir.is_dir() {
-        return Err(format!("{} is missing or not a directory", dir.display()));
+        return Err(StepError::permanent(format!(
+            "{} is missing or not a directory",
+            dir.display()
+        )));
     }
     let mut out = Vec::new();
     let mut pending = vec![(dir.to_path_buf(), String::new())];
     while let Some((path, prefix)) = pending.pop() {
-        let entries =
-            std::fs::read_dir(&path).map_err(|e| format!("cannot list {}: {e}", path.display()))?;
+        let list = |e: std::io::Error| StepError::io(format_args!("list {}", path.display()), &e);
+        let entries = std::fs::read_dir(&path).map_err(list)?;
         for entry in entries {
-            let entry = entry.map_err(|e| format!("cannot list {}: {e}", path.display()))?;
+            let entry = entry.map_err(list)?;
             let p = entry.path();
             let name = entry
                 .file_name()
@@ -659,16 +672,16 @@ pub(crate) fn walk(dir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
                 .map_err(|_| format!("{} has a name that is not UTF-8", p.display()))?;
             let kind = entry
                 .file_type()
-                .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+                .map_err(|e| StepError::io(format_args!("read {}", p.display()), &e))?;
             if kind.is_dir() {
                 pending.push((p, format!("{prefix}{name}/")));
             } else if kind.is_file() {
                 out.push((format!("{prefix}{name}"), p));
             } else {
-                return Err(format!(
+                return Err(StepError::permanent(format!(
                     "{} is not a regular file or directory",
                     p.display()
-                ));
+                )));
             }
         }
     }
@@ -678,22 +691,22 @@ pub(crate) fn walk(dir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
 
 /// Writes `bytes` to `path` through a temporary file in `tmp_dir` (outside
 /// `system/`, so a crash never leaves a partial file among the files that
-/// are stored).
-pub(crate) fn write_atomically(tmp_dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), String> {
+/// are stored). A full disk is recoverable, a bad path is not.
+pub(crate) fn write_file(tmp_dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), StepError> {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = tmp_dir.join(format!(".{name}.tmp"));
     super::atomic::write_atomically(&tmp, path, bytes)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        .map_err(|e| StepError::io(format_args!("write {}", path.display()), &e))
 }
 
-fn remove_if_present(path: &Path) -> Result<(), String> {
+fn remove_if_present(path: &Path) -> Result<(), StepError> {
     match std::fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("cannot remove {}: {e}", path.display())),
+        Err(e) => Err(StepError::io(format_args!("remove {}", path.display()), &e)),
     }
 }
 
@@ -733,7 +746,9 @@ mod tests {
             choose_ark(Some("ark:/1/x"), &bound),
             Ok(Some("ark:/1/x".into()))
         );
-        let err = choose_ark(Some("ark:/1/y"), &bound).expect_err("contradiction");
+        let err = choose_ark(Some("ark:/1/y"), &bound)
+            .expect_err("contradiction")
+            .to_string();
         assert_eq!(
             err,
             "the ark ark:/1/y supplied for local id L1 contradicts the inventory's ark ark:/1/x"
@@ -741,7 +756,9 @@ mod tests {
         let same = found(&[("L1", Some("ark:/1/x")), ("L2", Some("ark:/1/x"))]);
         assert_eq!(choose_ark(None, &same), Ok(Some("ark:/1/x".into())));
         let split = found(&[("L1", Some("ark:/1/x")), ("L2", Some("ark:/1/z"))]);
-        let err = choose_ark(None, &split).expect_err("two objects");
+        let err = choose_ark(None, &split)
+            .expect_err("two objects")
+            .to_string();
         assert!(
             err.contains("L1") && err.contains("L2") && err.contains("ark:/1/z"),
             "{err}"
@@ -875,12 +892,13 @@ mod tests {
         );
         let wrong = json!([{"name": "a.txt", "size": 4}]);
         std::fs::write(system.join(FILES_JSON), wrong.to_string()).expect("list");
-        let err = producer_files(dir.path()).expect_err("size");
+        let err = producer_files(dir.path()).expect_err("size").to_string();
         assert!(err.contains("a.txt") && err.contains("4"), "{err}");
         let missing = json!([{"name": "nope.txt"}]);
         std::fs::write(system.join(FILES_JSON), missing.to_string()).expect("list");
         assert!(producer_files(dir.path())
             .expect_err("missing")
+            .to_string()
             .contains("nope.txt"));
         let escape = json!([{"name": "../x"}]);
         std::fs::write(system.join(FILES_JSON), escape.to_string()).expect("list");
@@ -965,7 +983,8 @@ mod tests {
             Some("ark:/99999/fk4other"),
         )
         .await
-        .expect_err("contradiction");
+        .expect_err("contradiction")
+        .to_string();
         assert!(
             err.contains("contradicts the inventory's ark ark:/99999/fk4old"),
             "{err}"
@@ -984,7 +1003,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(dir.path().join("producer")).expect("mkdir");
         let err = write_object_files(dir.path(), "ark:/1/a", &[], &ErcFields::default(), None)
-            .expect_err("empty");
+            .expect_err("empty")
+            .to_string();
         assert!(err.contains("no file"), "{err}");
     }
 }

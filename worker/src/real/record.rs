@@ -24,7 +24,7 @@ use super::fetch::RetryPolicy;
 use super::marker::{read_marker, target_names};
 use super::process::{self, call_api, erc_fields, job_data, local_ids, primary_id, MANIFEST_FILE};
 use super::{locks, RealConfig};
-use crate::step::{JobCtx, JobData, Outcome, Step, StepFuture, StepResult};
+use crate::step::{JobCtx, JobData, Outcome, Step, StepError, StepFuture, StepResult};
 
 /// The step.
 pub struct Record {
@@ -50,7 +50,7 @@ impl Record {
         let policy = self.config.retry();
         let data = match job_data(job, policy).await {
             Ok(d) => d,
-            Err(e) => return StepResult::Report(Outcome::failure(e)),
+            Err(e) => return StepResult::Report(Outcome::from(e)),
         };
         let Some(ark) = primary_id(&data.identifiers) else {
             return StepResult::Report(Outcome::failure("no ark: Processing did not assign one"));
@@ -96,7 +96,7 @@ impl Record {
         };
         let record = match built {
             Ok(Ok(built)) => built,
-            Ok(Err(e)) => return Outcome::failure(e),
+            Ok(Err(e)) => return Outcome::from(e),
             Err(e) => {
                 return Outcome::failure(format!("building the inventory record failed: {e}"))
             }
@@ -109,7 +109,7 @@ impl Record {
         .await
         {
             Ok(url) => url,
-            Err(e) => return Outcome::failure(e),
+            Err(e) => return Outcome::from(e),
         };
         match send_record(job, policy, &record).await {
             Ok(new) => {
@@ -124,7 +124,7 @@ impl Record {
                     mode: mode.to_string(),
                 })
             }
-            Err(e) => Outcome::failure(e),
+            Err(e) => Outcome::from(e),
         }
     }
 }
@@ -162,17 +162,17 @@ pub struct RecordInput {
 /// No storage marker for a target, markers for another ark or disagreeing
 /// on the version (the message names each target and version), a storage
 /// manifest changed since it was stored, or a file that cannot be read.
-pub fn build_record(job_dir: &Path, input: &RecordInput) -> Result<ObjectVersionRecord, String> {
+pub fn build_record(job_dir: &Path, input: &RecordInput) -> Result<ObjectVersionRecord, StepError> {
     let targets = if input.targets.is_empty() {
         marker_targets(job_dir)?
     } else {
         input.targets.clone()
     };
     if targets.is_empty() {
-        return Err(format!(
+        return Err(StepError::permanent(format!(
             "no storage target holds {}: Storing did not finish",
             input.ark
-        ));
+        )));
     }
     let (_, manifest_sha256) = process::sha256_of(&job_dir.join("system").join(MANIFEST_FILE))?;
     let mut versions = Vec::with_capacity(targets.len());
@@ -184,16 +184,16 @@ pub fn build_record(job_dir: &Path, input: &RecordInput) -> Result<ObjectVersion
             )
         })?;
         if marker.ark != input.ark {
-            return Err(format!(
+            return Err(StepError::permanent(format!(
                 "target {target} stored {}, not the job's ark {}",
                 marker.ark, input.ark
-            ));
+            )));
         }
         if marker.manifest_sha256 != manifest_sha256 {
-            return Err(format!(
+            return Err(StepError::permanent(format!(
                 "the storage manifest changed after target {target} stored {} v{}: store again",
                 input.ark, marker.version
-            ));
+            )));
         }
         versions.push((target.clone(), marker.version));
     }
@@ -205,11 +205,11 @@ pub fn build_record(job_dir: &Path, input: &RecordInput) -> Result<ObjectVersion
                 .iter()
                 .map(|(t, v)| format!("v{v} in {t}"))
                 .collect();
-            return Err(format!(
+            return Err(StepError::permanent(format!(
                 "the storage targets disagree on the version of {}: {}",
                 input.ark,
                 each.join(", ")
-            ));
+            )));
         }
     };
     Ok(assemble(input, version, targets, record_files(job_dir)?))
@@ -217,7 +217,7 @@ pub fn build_record(job_dir: &Path, input: &RecordInput) -> Result<ObjectVersion
 
 /// The files of the version stored from `job_dir`, sorted by path: the
 /// producer files (digests from the download step) and `system/`.
-fn record_files(job_dir: &Path) -> Result<Vec<InventoryFile>, String> {
+fn record_files(job_dir: &Path) -> Result<Vec<InventoryFile>, StepError> {
     let mut files: Vec<InventoryFile> = process::producer_files(job_dir)?
         .into_iter()
         .map(|f| InventoryFile {
@@ -276,7 +276,7 @@ fn assemble(
 ///
 /// # Errors
 /// A working file that cannot be read, with its path.
-pub fn record_body_bytes(job_dir: &Path, input: &RecordInput) -> Result<usize, String> {
+pub fn record_body_bytes(job_dir: &Path, input: &RecordInput) -> Result<usize, StepError> {
     let record = assemble(
         input,
         u32::MAX,
@@ -291,7 +291,7 @@ pub fn record_body_bytes(job_dir: &Path, input: &RecordInput) -> Result<usize, S
     };
     serde_json::to_vec(&body)
         .map(|b| b.len())
-        .map_err(|e| format!("the inventory record cannot be encoded: {e}"))
+        .map_err(|e| StepError::permanent(format!("the inventory record cannot be encoded: {e}")))
 }
 
 /// Sends `record` to `POST /jobs/JID/object`; `true` when the version is
@@ -305,7 +305,7 @@ pub async fn send_record(
     job: &JobCtx,
     policy: RetryPolicy,
     record: &ObjectVersionRecord,
-) -> Result<bool, String> {
+) -> Result<bool, StepError> {
     let path = format!("/jobs/{}/object", job.jid);
     let answer: ObjectRecorded = call_api(job, policy, &path, |who: WorkerRef| ObjectBody {
         worker: who.worker,
@@ -317,7 +317,7 @@ pub async fn send_record(
 }
 
 /// The targets that left a marker in `job_dir`, sorted.
-fn marker_targets(job_dir: &Path) -> Result<Vec<String>, String> {
+fn marker_targets(job_dir: &Path) -> Result<Vec<String>, StepError> {
     let entries = std::fs::read_dir(job_dir)
         .map_err(|e| format!("cannot list {}: {e}", job_dir.display()))?;
     let mut names = Vec::new();
@@ -395,7 +395,9 @@ mod tests {
     fn the_record_lists_the_stored_version() {
         let root = tempfile::tempdir().expect("tempdir");
         let dir = job_dir(root.path());
-        let err = build_record(&dir, &input(&[])).expect_err("not stored");
+        let err = build_record(&dir, &input(&[]))
+            .expect_err("not stored")
+            .to_string();
         assert!(err.contains("Storing did not finish"), "{err}");
         mark(&dir, "one", 2);
         mark(&dir, "two", 2);
@@ -420,14 +422,20 @@ mod tests {
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
 
-        let err = build_record(&dir, &input(&["one", "three"])).expect_err("missing");
+        let err = build_record(&dir, &input(&["one", "three"]))
+            .expect_err("missing")
+            .to_string();
         assert!(err.contains("target three"), "{err}");
         mark(&dir, "two", 3);
-        let err = build_record(&dir, &input(&["one", "two"])).expect_err("disagree");
+        let err = build_record(&dir, &input(&["one", "two"]))
+            .expect_err("disagree")
+            .to_string();
         assert!(err.contains("v2 in one, v3 in two"), "{err}");
         assert!(build_record(&dir, &input(&["one"])).is_ok());
         std::fs::write(dir.join("system").join(MANIFEST_FILE), b"changed").expect("write");
-        let err = build_record(&dir, &input(&["one"])).expect_err("changed manifest");
+        let err = build_record(&dir, &input(&["one"]))
+            .expect_err("changed manifest")
+            .to_string();
         assert!(err.contains("changed after target one"), "{err}");
     }
 
@@ -527,14 +535,16 @@ mod tests {
         let (base, calls, _) = api(0, 409, conflict).await;
         let err = send_record(&job(&base), policy(), &rec)
             .await
-            .expect_err("conflict");
+            .expect_err("conflict")
+            .to_string();
         assert!(err.contains("version gap: v3 after v1"), "{err}");
         assert_eq!(calls.load(Ordering::SeqCst), 1, "a conflict is not retried");
 
         let (base, calls, _) = api(10, 200, json!({})).await;
         let err = send_record(&job(&base), policy(), &rec)
             .await
-            .expect_err("always failing");
+            .expect_err("always failing")
+            .to_string();
         assert!(err.contains("503"), "{err}");
         assert_eq!(calls.load(Ordering::SeqCst), 4);
     }
@@ -572,7 +582,7 @@ mod tests {
         let (base, _, _) = api(10, 200, json!({})).await;
         assert!(matches!(call(base).await, Err(StepError::Recoverable(_))));
         let (base, calls, _) = api(0, 400, json!({"error": {"code": "invalid_field"}})).await;
-        assert!(matches!(call(base).await, Err(StepError::Permanent(_))));
+        assert!(matches!(call(base).await, Err(StepError::Permanent { .. })));
         assert_eq!(calls.load(Ordering::SeqCst), 1, "a 400 is not retried");
     }
 }

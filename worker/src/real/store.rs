@@ -64,7 +64,7 @@ use super::marker::{
 };
 use super::process::{self, job_data, primary_id, MANIFEST_FILE};
 use super::{locks, RealConfig};
-use crate::step::{JobCtx, JobData, Outcome, Step, StepFuture, StepResult};
+use crate::step::{JobCtx, JobData, Outcome, Step, StepError, StepFuture, StepResult};
 
 /// The step.
 pub struct Store {
@@ -106,7 +106,7 @@ impl Store {
         let policy = self.config.retry();
         let data = match job_data(job, policy).await {
             Ok(d) => d,
-            Err(e) => return StepResult::Report(Outcome::failure(e)),
+            Err(e) => return StepResult::Report(Outcome::from(e)),
         };
         let Some(ark) = primary_id(&data.identifiers) else {
             return StepResult::Report(Outcome::failure("no ark: Processing did not assign one"));
@@ -162,14 +162,14 @@ impl Store {
             .await;
             match settled {
                 Ok(Ok(version)) => version,
-                Ok(Err(e)) => return Outcome::failure(e),
+                Ok(Err(e)) => return Outcome::from(e),
                 Err(e) => {
                     return Outcome::failure(format!("writing the stored manifest failed: {e}"))
                 }
             }
         };
         if let Err(refused) = self.check_record_size(job, &data, &ark, &job_dir).await {
-            return Outcome::failure(refused);
+            return Outcome::from(refused);
         }
         let meta = VersionMeta {
             user_name: Some(data.configuration.submitter.as_str())
@@ -187,12 +187,12 @@ impl Store {
             Ok(stored) => {
                 tracing::info!(jid = %job.jid, state = %job.state, %ark, ?stored, "stored");
                 if let Err(e) = self.check_stored(&ark, version, &stored).await {
-                    return Outcome::failure(e);
+                    return Outcome::from(e);
                 }
                 let manifest_url =
                     match stored_manifest_url(&self.targets, &ark, Some(version)).await {
                         Ok(url) => url,
-                        Err(e) => return Outcome::failure(e),
+                        Err(e) => return Outcome::from(e),
                     };
                 Outcome::success(stored_message(&ark, &stored)).with_store(StoreBody {
                     manifest_url,
@@ -200,7 +200,7 @@ impl Store {
                     delete: false,
                 })
             }
-            Err(e) => Outcome::failure(e),
+            Err(e) => Outcome::from(e),
         }
     }
 }
@@ -215,11 +215,11 @@ impl Store {
         ark: &str,
         version: u32,
         stored: &[(String, u32)],
-    ) -> Result<(), String> {
+    ) -> Result<(), StepError> {
         if let Some((name, v)) = stored.first().filter(|(_, v)| *v != version) {
-            return Err(format!(
+            return Err(StepError::permanent(format!(
                 "target {name} holds {ark} as v{v}, but the manifest stored with it names v{version}: another writer committed a version of {ark} meanwhile; requeue the job to store it again"
-            ));
+            )));
         }
         let first = Arc::clone(
             self.targets
@@ -244,7 +244,7 @@ impl Store {
         data: &JobData,
         ark: &str,
         job_dir: &Path,
-    ) -> Result<(), String> {
+    ) -> Result<(), StepError> {
         let Some(limit) = self.config.args.max_record_bytes else {
             return Ok(());
         };
@@ -263,9 +263,9 @@ impl Store {
                 .await
                 .map_err(|e| format!("measuring the inventory record failed: {e}"))??;
         if bytes > limit {
-            return Err(format!(
+            return Err(StepError::permanent(format!(
                 "the inventory record of {ark} would be {bytes} bytes, more than the {limit} bytes the server accepts (--max-record-bytes): nothing was stored; raise --max-record-bytes on the server and its workers, or submit the object in smaller parts"
-            ));
+            )));
         }
         Ok(())
     }
@@ -417,11 +417,16 @@ pub fn settle_manifest(
     jid: &str,
     bid: &str,
     settings: &ManifestSettings,
-) -> Result<u32, String> {
+) -> Result<u32, StepError> {
     let versions = match first.versions(ark) {
         Ok(v) => v,
         Err(StorageError::NotFound { .. }) => Vec::new(),
-        Err(e) => return Err(format!("reading {ark} in target {}: {e}", first.name())),
+        Err(e) => {
+            return Err(StepError::permanent(format!(
+                "reading {ark} in target {}: {e}",
+                first.name()
+            )))
+        }
     };
     let next = versions.last().map_or(1, |v| v + 1);
     let comment = job_comment(jid, bid);
@@ -442,31 +447,35 @@ pub fn settle_manifest(
             Ok(bytes) => bytes,
             Err(StorageError::NotFound { .. }) => continue,
             Err(e) => {
-                return Err(format!(
+                return Err(StepError::permanent(format!(
                     "reading {ark} v{v} in target {}: {e}",
                     first.name()
-                ))
+                )))
             }
         };
         if wanted.is_none() || manifest_identity(&stored) != wanted {
             continue;
         }
         tracing::info!(%ark, version = v, jid, "the version stored by an earlier run of the job is kept");
-        process::write_atomically(job_dir, &system.join(MANIFEST_FILE), &stored)?;
+        process::write_file(job_dir, &system.join(MANIFEST_FILE), &stored)?;
         for name in [process::SIGNATURE_FILE, process::PUBLIC_KEY_FILE] {
             match first.read_file(ark, Some(v), &format!("system/{name}")) {
-                Ok(bytes) => process::write_atomically(job_dir, &system.join(name), &bytes)?,
+                Ok(bytes) => process::write_file(job_dir, &system.join(name), &bytes)?,
                 Err(StorageError::NotFound { .. }) => match std::fs::remove_file(system.join(name))
                 {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(format!("cannot remove system/{name}: {e}")),
+                    Err(e) => {
+                        return Err(StepError::permanent(format!(
+                            "cannot remove system/{name}: {e}"
+                        )))
+                    }
                 },
                 Err(e) => {
-                    return Err(format!(
+                    return Err(StepError::permanent(format!(
                         "reading {ark} v{v} in target {}: {e}",
                         first.name()
-                    ))
+                    )))
                 }
             }
         }
@@ -510,7 +519,7 @@ pub fn check_stored_manifest(
     ark: &str,
     version: u32,
     node: u32,
-) -> Result<(), String> {
+) -> Result<(), StepError> {
     let read =
         |e: StorageError| format!("reading {ark} v{version} in target {}: {e}", target.name());
     let manifest = target
@@ -536,28 +545,28 @@ pub fn check_stored_manifest(
         // URLs of versions stored before it as they were.
         let path = ingest_steps::storage_manifest::content_url("", node, ark, version, name);
         if name.is_empty() || !url.ends_with(&path) || !url.starts_with("http") {
-            return Err(format!(
+            return Err(StepError::permanent(format!(
                 "the manifest stored in {ark} v{version} names {shown}, not the stored file's URL: nothing will find the file there"
-            ));
+            )));
         }
         match (sizes.get(name), size) {
             (Some(stored), Some(listed)) if *stored == listed => {}
             (Some(stored), _) => {
-                return Err(format!(
+                return Err(StepError::permanent(format!(
                     "the manifest stored in {ark} v{version} gives {shown} another size than the stored file's {stored} bytes"
-                ))
+                )))
             }
             (None, _) => {
-                return Err(format!(
+                return Err(StepError::permanent(format!(
                     "the manifest stored in {ark} v{version} names {shown}, which that version does not hold"
-                ))
+                )))
             }
         }
     }
     if count == 0 {
-        return Err(format!(
+        return Err(StepError::permanent(format!(
             "the manifest stored in {ark} v{version} lists no file"
-        ));
+        )));
     }
     Ok(())
 }
@@ -578,7 +587,7 @@ pub async fn store_object(
     meta: &VersionMeta,
     policy: RetryPolicy,
     job: Option<&JobCtx>,
-) -> Result<Vec<(String, u32)>, String> {
+) -> Result<Vec<(String, u32)>, StepError> {
     if targets.is_empty() {
         return Err("no storage target is configured".into());
     }
@@ -601,7 +610,7 @@ pub async fn store_object(
         let job = job.cloned();
         tasks.spawn(async move { (index, work.run(policy, job.as_ref()).await) });
     }
-    let mut results: Vec<Option<Result<u32, String>>> = vec![None; targets.len()];
+    let mut results: Vec<Option<Result<u32, StepError>>> = vec![None; targets.len()];
     while let Some(joined) = tasks.join_next().await {
         match joined {
             Ok((index, result)) => {
@@ -609,7 +618,7 @@ pub async fn store_object(
                     *slot = Some(result);
                 }
             }
-            Err(e) => return Err(format!("a storage task failed: {e}")),
+            Err(e) => return Err(StepError::permanent(format!("a storage task failed: {e}"))),
         }
     }
     let mut stored = Vec::with_capacity(targets.len());
@@ -617,14 +626,14 @@ pub async fn store_object(
     for (target, result) in targets.iter().zip(results) {
         match result {
             Some(Ok(version)) => stored.push((target.name().to_string(), version)),
-            Some(Err(e)) => failures.push(e),
+            Some(Err(e)) => failures.push(e.to_string()),
             None => failures.push(format!("target {}: no result", target.name())),
         }
     }
     if failures.is_empty() {
         Ok(stored)
     } else {
-        Err(failures.join("; "))
+        Err(StepError::permanent(failures.join("; ")))
     }
 }
 
@@ -660,7 +669,7 @@ struct Prepared {
 }
 
 /// Reads the manifest and the digests the stored files must have.
-fn prepare(job_dir: &Path) -> Result<Prepared, String> {
+fn prepare(job_dir: &Path) -> Result<Prepared, StepError> {
     let manifest_path = job_dir.join("system").join(MANIFEST_FILE);
     let manifest = std::fs::read(&manifest_path).map_err(|e| {
         format!(
@@ -714,7 +723,7 @@ fn stage(
     job_dir: &Path,
     source: &Path,
     stamps: &BTreeMap<String, FileStamp>,
-) -> Result<BTreeSet<String>, String> {
+) -> Result<BTreeSet<String>, StepError> {
     remove_staged(source)?;
     let mut unchanged = BTreeSet::new();
     for part in ["producer", "system"] {
@@ -742,16 +751,19 @@ fn stage(
 }
 
 /// Removes a staging directory, if present.
-fn remove_staged(source: &Path) -> Result<(), String> {
+fn remove_staged(source: &Path) -> Result<(), StepError> {
     match std::fs::remove_dir_all(source) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("cannot clear {}: {e}", source.display())),
+        Err(e) => Err(StepError::permanent(format!(
+            "cannot clear {}: {e}",
+            source.display()
+        ))),
     }
 }
 
 /// The SHA-512 and SHA-256 of a file, lower-case hex, in one read.
-fn both_digests(path: &Path) -> Result<(String, String), String> {
+fn both_digests(path: &Path) -> Result<(String, String), StepError> {
     let (_, digests) = digest_file(path, &[Algorithm::Sha512, Algorithm::Sha256])
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let get = |wanted: Algorithm| {
@@ -781,41 +793,18 @@ struct TargetWork {
     moving: bool,
 }
 
-/// Why a target's store stopped.
-#[derive(Debug)]
-enum Failure {
-    /// May succeed if tried again.
-    Recoverable(String),
-    /// Will not.
-    Permanent(String),
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Failure::Recoverable(m) | Failure::Permanent(m) => f.write_str(m),
-        }
-    }
-}
-
-impl crate::retry::Retryable for Failure {
-    fn is_retryable(&self) -> bool {
-        matches!(self, Failure::Recoverable(_))
-    }
-}
-
-impl From<StorageError> for Failure {
-    fn from(e: StorageError) -> Failure {
+impl From<StorageError> for StepError {
+    fn from(e: StorageError) -> StepError {
         if e.is_recoverable() {
-            Failure::Recoverable(e.to_string())
+            StepError::Recoverable(e.to_string())
         } else {
-            Failure::Permanent(e.to_string())
+            StepError::permanent(e.to_string())
         }
     }
 }
 
 impl TargetWork {
-    async fn run(self, policy: RetryPolicy, job: Option<&JobCtx>) -> Result<u32, String> {
+    async fn run(self, policy: RetryPolicy, job: Option<&JobCtx>) -> Result<u32, StepError> {
         let name = self.target.name().to_string();
         let work = Arc::new(self);
         let what = format!("target {name}");
@@ -825,23 +814,24 @@ impl TargetWork {
                 crate::bulk::spawn(move || w.store_blocking())
                     .await
                     .unwrap_or_else(|e| {
-                        Err(Failure::Permanent(format!("the store task failed: {e}")))
+                        Err(StepError::permanent(format!("the store task failed: {e}")))
                     })
             }
         };
         crate::retry::retry(&policy, job, &what, attempt)
             .await
             .map_err(|gave_up| match gave_up.error {
-                Failure::Recoverable(m) => {
-                    format!("target {name}: {m} (after {} attempts)", gave_up.attempts)
-                }
-                Failure::Permanent(m) => format!("target {name}: {m}"),
+                StepError::Recoverable(m) => StepError::Recoverable(format!(
+                    "target {name}: {m} (after {} attempts)",
+                    gave_up.attempts
+                )),
+                other => other.context(format_args!("target {name}")),
             })
     }
 
-    fn store_blocking(&self) -> Result<u32, Failure> {
+    fn store_blocking(&self) -> Result<u32, StepError> {
         let name = self.target.name();
-        let marker = read_marker(&self.job_dir, name).map_err(Failure::Permanent)?;
+        let marker = read_marker(&self.job_dir, name)?;
         if let Some(m) = marker {
             if m.ark == self.ark && m.manifest_sha256 == self.prepared.manifest_sha256 {
                 tracing::info!(target_name = name, ark = %self.ark, version = m.version, "already stored");
@@ -855,8 +845,9 @@ impl TargetWork {
             }
             None => {
                 let source = staging_dir(&self.job_dir, name);
+                // Staging is retried whatever stopped it, as before.
                 let unchanged = stage(&self.job_dir, &source, &self.prepared.stamps)
-                    .map_err(Failure::Recoverable)?;
+                    .map_err(|e| StepError::Recoverable(e.to_string()))?;
                 // Nothing is committed unless every file on disk is the
                 // one hashed at download: for a new object moved into the
                 // first target, by its stamp or its SHA-256 re-read (the
@@ -889,7 +880,7 @@ impl TargetWork {
             }
         };
         if !report.ok {
-            return Err(Failure::Permanent(format!(
+            return Err(StepError::permanent(format!(
                 "the fixity check of {} v{version} failed: {}",
                 self.ark,
                 report.problems.join("; ")
@@ -902,15 +893,14 @@ impl TargetWork {
             manifest_sha256: self.prepared.manifest_sha256.clone(),
         };
         let bytes = serde_json::to_vec_pretty(&marker)
-            .map_err(|e| Failure::Permanent(format!("cannot encode the marker: {e}")))?;
-        process::write_atomically(&self.job_dir, &marker_path(&self.job_dir, name), &bytes)
-            .map_err(Failure::Recoverable)?;
+            .map_err(|e| StepError::permanent(format!("cannot encode the marker: {e}")))?;
+        process::write_file(&self.job_dir, &marker_path(&self.job_dir, name), &bytes)?;
         Ok(version)
     }
 
     /// The version of the object, newest first, whose storage manifest is
     /// this job's: stored by a run that ended before writing its marker.
-    fn earlier_version(&self) -> Result<Option<u32>, Failure> {
+    fn earlier_version(&self) -> Result<Option<u32>, StepError> {
         let versions = match self.target.versions(&self.ark) {
             Ok(v) => v,
             Err(StorageError::NotFound { .. }) => return Ok(None),
@@ -1088,18 +1078,21 @@ mod tests {
         let dir = job_dir(root.path());
         let err = store_object(&[], "ark:/1/a", &dir, &meta(), policy(), None)
             .await
-            .expect_err("no target");
+            .expect_err("no target")
+            .to_string();
         assert_eq!(err, "no storage target is configured");
         let targets = targets(root.path());
         let err = store_object(&targets, "not an ark", &dir, &meta(), policy(), None)
             .await
-            .expect_err("bad ark");
+            .expect_err("bad ark")
+            .to_string();
         assert!(err.contains("not a usable ark"), "{err}");
         let empty = root.path().join("empty");
         std::fs::create_dir_all(&empty).expect("mkdir");
         let err = store_object(&targets, "ark:/1/a", &empty, &meta(), policy(), None)
             .await
-            .expect_err("no manifest");
+            .expect_err("no manifest")
+            .to_string();
         assert!(err.contains("Processing did not write it"), "{err}");
     }
 
@@ -1112,7 +1105,8 @@ mod tests {
         std::fs::remove_file(marker_path(&dir, "one")).expect("rm");
         let err = store_object(&targets, ark, &dir, &meta(), policy(), None)
             .await
-            .expect_err("fixity");
+            .expect_err("fixity")
+            .to_string();
         assert!(
             err.starts_with("target one: the fixity check of ark:/99999/fk4store v1 failed"),
             "{err}"
@@ -1180,7 +1174,8 @@ mod tests {
         let ark = "ark:/99999/fk4store";
         let err = store_object(&targets, ark, &dir, &meta(), policy(), None)
             .await
-            .expect_err("the digests differ");
+            .expect_err("the digests differ")
+            .to_string();
         for target in ["one", "two"] {
             assert!(
                 err.contains(&format!(
@@ -1201,7 +1196,9 @@ mod tests {
     async fn store_into_one(root: &Path, dir: &Path) -> Result<Vec<(String, u32)>, String> {
         let target =
             open_targets(&[format!("one={}", root.join("ocfl1").display())]).expect("target");
-        store_object(&target, "ark:/99999/fk4store", dir, &meta(), policy(), None).await
+        store_object(&target, "ark:/99999/fk4store", dir, &meta(), policy(), None)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     #[tokio::test]
@@ -1230,7 +1227,8 @@ mod tests {
 
         let err = store_into_one(root.path(), &dir)
             .await
-            .expect_err("the bytes on disk are not those hashed");
+            .expect_err("the bytes on disk are not those hashed")
+            .to_string();
         assert!(err.contains("producer/a.txt has SHA-256"), "{err}");
         assert!(!err.contains("sub/b.txt"), "{err}");
     }
@@ -1257,7 +1255,10 @@ mod tests {
         let root = tempfile::tempdir().expect("tempdir");
         let dir = job_dir(root.path());
         record_download(&dir, false, &[("sub/b.txt", &wrong)]);
-        let err = store_into_one(root.path(), &dir).await.expect_err("read");
+        let err = store_into_one(root.path(), &dir)
+            .await
+            .expect_err("read")
+            .to_string();
         assert!(err.contains("producer/sub/b.txt has SHA-256"), "{err}");
 
         let root = tempfile::tempdir().expect("tempdir");
@@ -1267,7 +1268,10 @@ mod tests {
         let path = dir.join("producer/sub/b.txt");
         let mode = std::fs::metadata(&path).expect("meta").permissions();
         std::fs::set_permissions(&path, mode).expect("chmod");
-        let err = store_into_one(root.path(), &dir).await.expect_err("read");
+        let err = store_into_one(root.path(), &dir)
+            .await
+            .expect_err("read")
+            .to_string();
         assert!(err.contains("producer/sub/b.txt has SHA-256"), "{err}");
     }
 
@@ -1311,7 +1315,9 @@ mod tests {
             .expect("stored");
         assert_eq!(stored[0].1, 1);
         check_stored_manifest(&targets[0], ark, 1, 9501).expect("every URL names a stored file");
-        let err = check_stored_manifest(&targets[0], ark, 1, 7).expect_err("another node");
+        let err = check_stored_manifest(&targets[0], ark, 1, 7)
+            .expect_err("another node")
+            .to_string();
         assert!(err.contains("not the stored file's URL"), "{err}");
     }
 
@@ -1371,7 +1377,8 @@ mod tests {
         // the job's working files (removed by Notify).
         let (_root, _dir, targets) = stored_once().await;
         let err = check_stored_manifest(&targets[0], "ark:/99999/fk4store", 1, 1)
-            .expect_err("file:// URLs");
+            .expect_err("file:// URLs")
+            .to_string();
         assert!(err.contains("file:///"), "{err}");
         assert!(err.contains("not the stored file's URL"), "{err}");
     }
@@ -1403,7 +1410,9 @@ mod tests {
             got,
             vec![("a".into(), 1), ("b".into(), 2), ("c".into(), 9501)]
         );
-        let err = target_node_ids(&targets, &ids(&["a=2"])).expect_err("twice");
+        let err = target_node_ids(&targets, &ids(&["a=2"]))
+            .expect_err("twice")
+            .to_string();
         assert!(err.to_string().contains("the same node id 2"), "{err}");
     }
 
@@ -1433,7 +1442,9 @@ mod tests {
             );
             assert!(e.contains(says), "{bad}: {e}");
         }
-        let e = primary_node_id(&targets, &ids(&["primary=1", "primary=2"])).expect_err("twice");
+        let e = primary_node_id(&targets, &ids(&["primary=1", "primary=2"]))
+            .expect_err("twice")
+            .to_string();
         assert!(e.to_string().contains("twice"), "{e}");
     }
 

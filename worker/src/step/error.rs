@@ -1,61 +1,11 @@
-//! Why a step or a call of it failed: [`StepFailure`] (the message and kind
-//! recorded with a move to Failed), [`CallError`], [`StepError`] and
-//! [`DataError`].
+//! Why a step or a call of it failed: [`StepError`] (what the engine does
+//! with it, and the message recorded with a move to Failed), [`CallError`]
+//! and [`DataError`].
+
+use std::io;
 
 use super::Outcome;
 use ingest_events::event::FailureKind;
-
-/// Why a step failed: the message recorded with the move to Failed, and
-/// the kind of the failure when it is one the engine records
-/// ([`FailureKind`]: a payload whose digest does not match the
-/// depositor's, which no requeue may recover).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StepFailure {
-    /// What went wrong, naming the URL or file.
-    pub message: String,
-    /// The kind; `None` for an ordinary failure.
-    pub kind: Option<FailureKind>,
-}
-
-impl StepFailure {
-    /// A failure of `kind`.
-    pub fn of(kind: FailureKind, message: impl Into<String>) -> StepFailure {
-        StepFailure {
-            message: message.into(),
-            kind: Some(kind),
-        }
-    }
-}
-
-impl From<String> for StepFailure {
-    fn from(message: String) -> StepFailure {
-        StepFailure {
-            message,
-            kind: None,
-        }
-    }
-}
-
-impl From<&str> for StepFailure {
-    fn from(message: &str) -> StepFailure {
-        StepFailure::from(message.to_string())
-    }
-}
-
-impl std::fmt::Display for StepFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl From<StepFailure> for Outcome {
-    fn from(f: StepFailure) -> Outcome {
-        match f.kind {
-            Some(kind) => Outcome::failure_of(kind, f.message),
-            None => Outcome::failure(f.message),
-        }
-    }
-}
 
 /// Why a fenced call got no usable answer.
 #[derive(Debug, thiserror::Error)]
@@ -69,23 +19,33 @@ pub enum CallError {
     Client(#[from] ingest_client::ClientError),
 }
 
-/// Why a step's work stopped short, by what a caller can do about it.
+/// Why a step's work stopped short, by what the engine and the step do
+/// with it. The one error of the worker's steps.
 ///
 /// ### Handling
-/// The step reports a failure with the message in every case; the kind
-/// says why: `Recoverable` ran out of retries (an admin may requeue once
-/// the cause is fixed), `Permanent` will fail the same way again, and
-/// `Refused` means the engine would not take the call (the lock was lost or
-/// the job moved on): the result is discarded.
+/// The step reports a failure with the message in every case; the variant
+/// says why: `Recoverable` may work if tried again (the step's retries try;
+/// once they run out an admin may requeue after the cause is fixed),
+/// `Permanent` will fail the same way again (with a [`FailureKind`] the
+/// engine records, e.g. a payload whose digest is not the depositor's,
+/// which no requeue may recover), and `Refused` means the engine would not
+/// take the call (the lock was lost or the job moved on): the result is
+/// discarded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum StepError {
-    /// It may have worked if tried again; the retries ran out.
+    /// It may have worked if tried again (a full disk, a timeout, a
+    /// connection lost).
     #[error("{0}")]
     Recoverable(String),
     /// It will not work with the same input.
-    #[error("{0}")]
-    Permanent(String),
+    #[error("{message}")]
+    Permanent {
+        /// What went wrong, naming the URL or file.
+        message: String,
+        /// The kind the engine records; `None` for an ordinary failure.
+        kind: Option<FailureKind>,
+    },
     /// The engine refused the call (HTTP 409) with its code.
     #[error("{message}")]
     Refused {
@@ -96,9 +56,142 @@ pub enum StepError {
     },
 }
 
-impl From<StepError> for String {
-    fn from(e: StepError) -> String {
-        e.to_string()
+impl StepError {
+    /// A permanent failure of no particular kind.
+    pub fn permanent(message: impl Into<String>) -> StepError {
+        StepError::Permanent {
+            message: message.into(),
+            kind: None,
+        }
+    }
+
+    /// A permanent failure of `kind`.
+    pub fn of(kind: FailureKind, message: impl Into<String>) -> StepError {
+        StepError::Permanent {
+            message: message.into(),
+            kind: Some(kind),
+        }
+    }
+
+    /// An I/O error while doing `what` (`write /work/…/system/erc.txt`):
+    /// recoverable or permanent by its [`io::ErrorKind`] (see
+    /// [`io_is_recoverable`]); a full file system says so.
+    pub fn io(what: impl std::fmt::Display, e: &io::Error) -> StepError {
+        let message = match e.kind() {
+            io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded => {
+                format!("cannot {what}: the file system is full ({e})")
+            }
+            _ => format!("cannot {what}: {e}"),
+        };
+        if io_is_recoverable(e.kind()) {
+            StepError::Recoverable(message)
+        } else {
+            StepError::permanent(message)
+        }
+    }
+
+    /// The message recorded with the failure.
+    pub fn message(&self) -> &str {
+        match self {
+            StepError::Recoverable(m)
+            | StepError::Permanent { message: m, .. }
+            | StepError::Refused { message: m, .. } => m,
+        }
+    }
+
+    /// The same error with `prefix: ` before its message.
+    pub fn context(self, prefix: impl std::fmt::Display) -> StepError {
+        match self {
+            StepError::Recoverable(m) => StepError::Recoverable(format!("{prefix}: {m}")),
+            StepError::Permanent { message, kind } => StepError::Permanent {
+                message: format!("{prefix}: {message}"),
+                kind,
+            },
+            StepError::Refused { code, message } => StepError::Refused {
+                code,
+                message: format!("{prefix}: {message}"),
+            },
+        }
+    }
+
+    /// The kind the engine records, if any.
+    pub fn kind(&self) -> Option<FailureKind> {
+        match self {
+            StepError::Permanent { kind, .. } => *kind,
+            _ => None,
+        }
+    }
+
+    /// Whether trying again may succeed.
+    pub fn is_recoverable(&self) -> bool {
+        matches!(self, StepError::Recoverable(_))
+    }
+}
+
+/// Whether an I/O error of `kind` may go away by itself: a full disk or
+/// quota (space is freed), a timeout, an interruption, a busy resource, a
+/// lost connection, memory. A missing file, a permission, an invalid name
+/// or data will fail the same way again.
+pub fn io_is_recoverable(kind: io::ErrorKind) -> bool {
+    use io::ErrorKind as K;
+    matches!(
+        kind,
+        K::StorageFull
+            | K::QuotaExceeded
+            | K::Interrupted
+            | K::TimedOut
+            | K::WouldBlock
+            | K::ResourceBusy
+            | K::OutOfMemory
+            | K::ConnectionRefused
+            | K::ConnectionReset
+            | K::ConnectionAborted
+            | K::NotConnected
+            | K::BrokenPipe
+            | K::HostUnreachable
+            | K::NetworkUnreachable
+            | K::NetworkDown
+            | K::StaleNetworkFileHandle
+    )
+}
+
+impl From<io::Error> for StepError {
+    /// Recoverable or permanent by the error's kind: a full disk is not a
+    /// bad path. Prefer [`StepError::io`], which names what was done.
+    fn from(e: io::Error) -> StepError {
+        StepError::io("do the file operation", &e)
+    }
+}
+
+/// A message of the steps' older text errors: an ordinary permanent
+/// failure, as such a message always was.
+impl From<String> for StepError {
+    fn from(message: String) -> StepError {
+        StepError::permanent(message)
+    }
+}
+
+impl From<&str> for StepError {
+    fn from(message: &str) -> StepError {
+        StepError::permanent(message)
+    }
+}
+
+impl From<StepError> for Outcome {
+    fn from(e: StepError) -> Outcome {
+        match e {
+            StepError::Permanent {
+                message,
+                kind: Some(kind),
+            } => Outcome::failure_of(kind, message),
+            other => Outcome::failure(other.to_string()),
+        }
+    }
+}
+
+impl crate::retry::Retryable for StepError {
+    fn is_retryable(&self) -> bool {
+        self.is_recoverable()
     }
 }
 
@@ -117,14 +210,59 @@ pub enum DataError {
     Invalid(#[from] ingest_protocol::node::NodeError),
 }
 
-impl From<DataError> for String {
-    fn from(e: DataError) -> String {
-        e.to_string()
+impl From<DataError> for StepError {
+    /// A read that failed may work again; a node that is not what the
+    /// projection writes will not.
+    fn from(e: DataError) -> StepError {
+        match e {
+            DataError::Read(m) => StepError::Recoverable(m),
+            other => StepError::permanent(other.to_string()),
+        }
     }
 }
 
-impl From<DataError> for StepFailure {
-    fn from(e: DataError) -> StepFailure {
-        StepFailure::from(e.to_string())
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A full disk is worth another try and says what it is; a bad path is
+    // not, and names the path.
+    #[test]
+    fn io_errors_are_recoverable_or_permanent_by_kind() {
+        let full = StepError::io(
+            "write /w/system/erc.txt",
+            &io::Error::from(io::ErrorKind::StorageFull),
+        );
+        assert!(full.is_recoverable(), "{full:?}");
+        assert!(full.message().contains("file system is full"), "{full}");
+        let quota = StepError::from(io::Error::from(io::ErrorKind::QuotaExceeded));
+        assert!(quota.is_recoverable(), "{quota:?}");
+        let missing = StepError::io(
+            "read /w/producer/a.txt",
+            &io::Error::from(io::ErrorKind::NotFound),
+        );
+        assert!(!missing.is_recoverable(), "{missing:?}");
+        assert!(missing.message().contains("/w/producer/a.txt"), "{missing}");
+        assert!(!missing.message().contains("full"), "{missing}");
+        let denied = StepError::from(io::Error::from(io::ErrorKind::PermissionDenied));
+        assert!(
+            matches!(denied, StepError::Permanent { kind: None, .. }),
+            "{denied:?}"
+        );
+        let timeout = StepError::from(io::Error::from(io::ErrorKind::TimedOut));
+        assert!(timeout.is_recoverable(), "{timeout:?}");
+    }
+
+    #[test]
+    fn a_kind_reaches_the_outcome_and_context_keeps_the_variant() {
+        let e = StepError::of(FailureKind::DigestMismatch, "digest").context("file a.txt");
+        assert_eq!(e.message(), "file a.txt: digest");
+        assert_eq!(
+            Outcome::from(e),
+            Outcome::failure_of(FailureKind::DigestMismatch, "file a.txt: digest")
+        );
+        let e = StepError::Recoverable("later".into()).context("target t");
+        assert!(e.is_recoverable());
+        assert_eq!(Outcome::from(e), Outcome::failure("target t: later"));
     }
 }

@@ -19,7 +19,7 @@ mod provision;
 mod simulate;
 
 pub use ctx::{ApiCtx, JobCtx, JobData};
-pub use error::{CallError, DataError, StepError, StepFailure};
+pub use error::{io_is_recoverable, CallError, DataError, StepError};
 pub use provision::{used_percent, DfProbe, FixedProbe, Provision, StorageProbe};
 pub use simulate::{Faults, Rng, SimSettings, Simulate};
 
