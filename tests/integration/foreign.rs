@@ -591,3 +591,45 @@ async fn a_job_walked_by_the_merritt_client_in_adoption_mode_has_the_workers_his
     converged(&r.s).await;
     assert_ready(&r.s).await;
 }
+
+/// Adoption mode: a status written to a job whose lock an `ingest worker`
+/// holds (the server's own daemon, in a long estimating step) is another
+/// client's change to a held job: refused without asking the engine,
+/// reverted and recorded; the worker keeps the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adoption_mode_reverts_a_status_written_to_a_job_an_ingest_worker_holds() {
+    let Some(r) = Rig::start_with(
+        "foreign-adopt-held",
+        Some(&[]),
+        &["--foreign-writes", "adopt", "--step-ms", "600000"],
+    )
+    .await
+    else {
+        return;
+    };
+    let (s, zk) = (&r.s, &r.zk);
+    let bid = s.submit(1).await;
+    let jid: String = eventually("the job in its estimating step", 30, async || {
+        let batch = s.get(&format!("/batches/{bid}")).await;
+        let jid = batch["jobs"][0]["jid"].as_str()?.to_string();
+        let job = s.get(&format!("/jobs/{jid}")).await;
+        (job["status"] == "Estimating" && exists(zk, &format!("/jobs/{jid}/lock")).await)
+            .then_some(jid)
+    })
+    .await;
+    converged(s).await;
+
+    r.write(&["set-status", &jid, "Provisioning", "not the holder"]);
+    let rows = repaired(s, &format!("/jobs/{jid}/history")).await;
+    let text = Value::Array(rows).to_string();
+    assert!(
+        text.contains("adoption refused Estimating -> Provisioning")
+            && text.contains("is held by the ingest worker of session"),
+        "{text}"
+    );
+    status_node_says(zk, &jid, "Estimating").await;
+    converged(s).await;
+    let job = s.get(&format!("/jobs/{jid}")).await;
+    assert_eq!(job["status"], "Estimating", "{job}");
+    assert!(exists(zk, &format!("/jobs/{jid}/lock")).await);
+}
