@@ -156,7 +156,7 @@ impl Batches {
             if let Err(e) =
                 post_callback(&self.fetcher, url, &body, self.config.retry(), None).await
             {
-                errors.push(e);
+                errors.push(e.to_string());
             }
         }
         if !n.emails.is_empty() {

@@ -149,11 +149,10 @@ impl Download {
         };
         let max = self.config.args.max_object_bytes;
         if data.space_needed > max {
-            return Err(format!(
+            return Err(StepError::permanent(format!(
                 "the object is {} bytes (estimated), larger than the limit of {max} bytes",
                 data.space_needed
-            )
-            .into());
+            )));
         }
         let job_dir = self.config.job_dir(&data.bid, &job.jid);
         self.download(&files, kind, single_digest, &job_dir, Some(job), deadline)
@@ -236,11 +235,10 @@ impl Download {
                         format!("unsafe file name {:?} for {}: {e}", file.name, file.url)
                     })?;
                     if !names.insert(dest.clone()) {
-                        return Err(format!(
+                        return Err(StepError::permanent(format!(
                             "the file name {:?} (for {}) is listed twice",
                             file.name, file.url
-                        )
-                        .into());
+                        )));
                     }
                     let expected = match &single_digest {
                         Some(d) => Checked::payload(Some(d.clone())),
@@ -311,7 +309,9 @@ impl Download {
                     done.push(file);
                 }
                 Some(Ok((_, Err(failure)))) => return Err(failure),
-                Some(Err(e)) => return Err(format!("a download task failed: {e}").into()),
+                Some(Err(e)) => {
+                    return Err(StepError::permanent(format!("a download task failed: {e}")))
+                }
             }
         }
         done.sort_by_key(|(index, _)| *index);
@@ -378,39 +378,40 @@ impl Checked {
 ///
 /// # Errors
 /// A missing or unreadable file; the message names it.
-pub fn read_files_json(job_dir: &Path) -> Result<Vec<DownloadedFile>, String> {
+pub fn read_files_json(job_dir: &Path) -> Result<Vec<DownloadedFile>, StepError> {
     let path = job_dir.join(SYSTEM_DIR).join(FILES_JSON);
-    let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let bytes = std::fs::read(&path)
+        .map_err(|e| StepError::io(format_args!("read {}", path.display()), &e))?;
     serde_json::from_slice(&bytes)
-        .map_err(|e| format!("{} is not a file list: {e}", path.display()))
+        .map_err(|e| StepError::permanent(format!("{} is not a file list: {e}", path.display())))
 }
 
 /// The limits known before downloading: the number of files and the sum of
 /// the declared sizes.
-fn check_limits(files: &[FileSpec], max_files: usize, max_bytes: u64) -> Result<(), String> {
+fn check_limits(files: &[FileSpec], max_files: usize, max_bytes: u64) -> Result<(), StepError> {
     if files.is_empty() {
         return Err("the object has no files".into());
     }
     if files.len() > max_files {
-        return Err(format!(
+        return Err(StepError::permanent(format!(
             "the object has {} files, more than the limit of {max_files} files",
             files.len()
-        ));
+        )));
     }
     let declared = files
         .iter()
         .filter_map(|f| f.size)
         .fold(0u64, u64::saturating_add);
     if declared > max_bytes {
-        return Err(format!(
+        return Err(StepError::permanent(format!(
             "the object is {declared} bytes (declared), larger than the limit of {max_bytes} bytes"
-        ));
+        )));
     }
     Ok(())
 }
 
 /// The digest a manifest line supplies, if any.
-fn supplied_digest(file: &FileSpec) -> Result<Option<Expected>, String> {
+fn supplied_digest(file: &FileSpec) -> Result<Option<Expected>, StepError> {
     let Some(d) = &file.digest else {
         return Ok(None);
     };
@@ -500,19 +501,17 @@ impl Transfer {
             .map_err(|e| e.to_string())?;
         let total = ctx.total.fetch_add(downloaded.size, Ordering::Relaxed) + downloaded.size;
         if total > ctx.max {
-            return Err(format!(
+            return Err(StepError::permanent(format!(
                 "the object is larger than the limit of {} bytes (at {url})",
                 ctx.max
-            )
-            .into());
+            )));
         }
         if let Some(declared) = self.declared_size.filter(|&d| d != downloaded.size) {
-            return Err(format!(
+            return Err(StepError::permanent(format!(
                 "{}: {} bytes downloaded, but the manifest declares {declared} bytes",
                 ingest_protocol::cut(url, 512),
                 downloaded.size
-            )
-            .into());
+            )));
         }
         let digests: BTreeMap<String, String> = downloaded
             .digests
@@ -529,7 +528,7 @@ impl Transfer {
                 Err(m) if self.payload_digest => {
                     return Err(estimate::payload_digest_mismatch(url, &m));
                 }
-                Err(m) => return Err(format!("{url}: {m}").into()),
+                Err(m) => return Err(StepError::permanent(format!("{url}: {m}"))),
             }
         }
         Ok((
@@ -548,18 +547,18 @@ impl Transfer {
 
 /// Clears what an earlier attempt left and creates `producer/` and
 /// `system/`.
-fn prepare(job_dir: &Path) -> Result<(), String> {
+fn prepare(job_dir: &Path) -> Result<(), StepError> {
     let producer = job_dir.join(PRODUCER_DIR);
     let system = job_dir.join(SYSTEM_DIR);
     let remove_dir = |dir: &Path| match std::fs::remove_dir_all(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(format!("cannot clear {}: {e}", dir.display()))
+            Err(StepError::io(format_args!("clear {}", dir.display()), &e))
         }
         _ => Ok(()),
     };
     let remove_file = |file: &Path| match std::fs::remove_file(file) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(format!("cannot remove {}: {e}", file.display()))
+            Err(StepError::io(format_args!("remove {}", file.display()), &e))
         }
         _ => Ok(()),
     };
@@ -570,7 +569,7 @@ fn prepare(job_dir: &Path) -> Result<(), String> {
     remove_file(&system.join(FILES_JSON))?;
     for dir in [&producer, &system] {
         std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            .map_err(|e| StepError::io(format_args!("create {}", dir.display()), &e))?;
     }
     Ok(())
 }
@@ -582,20 +581,22 @@ fn unpack(
     container: &Path,
     producer: &Path,
     limits: &ExtractLimits,
-) -> Result<DownloadReport, String> {
+) -> Result<DownloadReport, StepError> {
     let extracted = container::extract(container, producer, limits)
         .map_err(|e| format!("container {url}: {e}"))?;
     if extracted.is_empty() {
-        return Err(format!("container {url} holds no files"));
+        return Err(StepError::permanent(format!(
+            "container {url} holds no files"
+        )));
     }
     std::fs::remove_file(container)
-        .map_err(|e| format!("cannot remove {}: {e}", container.display()))?;
+        .map_err(|e| StepError::io(format_args!("remove {}", container.display()), &e))?;
     let mut files = Vec::with_capacity(extracted.len());
     for entry in extracted {
         let before = FileStamp::of_path(&entry.path).ok();
         let (size, digests) =
             digest::digest_file(&entry.path, &[Algorithm::Sha256, Algorithm::Sha512])
-                .map_err(|e| format!("cannot read {}: {e}", entry.path.display()))?;
+                .map_err(|e| StepError::io(format_args!("read {}", entry.path.display()), &e))?;
         // Only a file that did not change while it was read has a stamp,
         // and only where every later change is sure to move it.
         let stamp = before
@@ -617,23 +618,24 @@ fn unpack(
     Ok(DownloadReport { files, bytes })
 }
 
-fn write_files_json(job_dir: &Path, files: &[DownloadedFile]) -> Result<(), String> {
+fn write_files_json(job_dir: &Path, files: &[DownloadedFile]) -> Result<(), StepError> {
     let path = job_dir.join(SYSTEM_DIR).join(FILES_JSON);
     let text = serde_json::to_vec_pretty(files)
         .map_err(|e| format!("cannot encode {}: {e}", path.display()))?;
-    std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    std::fs::write(&path, text)
+        .map_err(|e| StepError::io(format_args!("write {}", path.display()), &e))
 }
 
 /// Runs blocking file-system work (unpacking and hashing containers among
 /// it) on the bulk threads ([`crate::bulk`]).
-async fn blocking<T, F>(f: F) -> Result<T, String>
+async fn blocking<T, F>(f: F) -> Result<T, StepError>
 where
     T: Send + 'static,
-    F: FnOnce() -> Result<T, String> + Send + 'static,
+    F: FnOnce() -> Result<T, StepError> + Send + 'static,
 {
     crate::bulk::spawn(f)
         .await
-        .unwrap_or_else(|e| Err(format!("a file task failed: {e}")))
+        .unwrap_or_else(|e| Err(StepError::permanent(format!("a file task failed: {e}"))))
 }
 
 #[cfg(test)]

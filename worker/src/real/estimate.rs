@@ -139,10 +139,9 @@ pub async fn object_files(
             }
             Ok(manifest_files(url, &bytes)?)
         }
-        other => Err(format!(
+        other => Err(StepError::permanent(format!(
             "payload type {other:?} is not one object's payload (file, container or object-manifest)"
-        )
-        .into()),
+        ))),
     }
 }
 
@@ -168,7 +167,7 @@ pub fn payload_digest_mismatch(what: &str, mismatch: &Mismatch) -> StepError {
 /// # Errors
 /// An unknown algorithm, a value of the wrong length or not hexadecimal,
 /// or one given without the other.
-pub fn payload_digest(data: &JobData) -> Result<Option<Expected>, String> {
+pub fn payload_digest(data: &JobData) -> Result<Option<Expected>, StepError> {
     let conf = &data.configuration;
     let field = |v: &Option<String>| {
         v.as_deref()
@@ -182,10 +181,10 @@ pub fn payload_digest(data: &JobData) -> Result<Option<Expected>, String> {
             let algorithm: Algorithm =
                 kind.parse().map_err(|e| format!("the job's digest: {e}"))?;
             if value.len() != algorithm.hex_len() || !value.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(format!(
+                return Err(StepError::permanent(format!(
                     "the job's {algorithm} digest {value:?} is not {} hexadecimal digits",
                     algorithm.hex_len()
-                ));
+                )));
             }
             Ok(Some(Expected {
                 algorithm,
@@ -197,7 +196,7 @@ pub fn payload_digest(data: &JobData) -> Result<Option<Expected>, String> {
 }
 
 /// The one file of a `file` or `container` payload.
-fn payload_file(url: &str) -> Result<FileSpec, String> {
+fn payload_file(url: &str) -> Result<FileSpec, StepError> {
     let parsed = Url::parse(url).map_err(|e| format!("invalid payload URL {url:?}: {e}"))?;
     let segment = parsed
         .path_segments()
@@ -218,15 +217,15 @@ fn payload_file(url: &str) -> Result<FileSpec, String> {
 }
 
 /// The files of an object manifest.
-fn manifest_files(url: &str, bytes: &[u8]) -> Result<Vec<FileSpec>, String> {
+fn manifest_files(url: &str, bytes: &[u8]) -> Result<Vec<FileSpec>, StepError> {
     let manifest = checkm::parse(bytes).map_err(|e| format!("object manifest {url}: {e}"))?;
     let mut objects = forms::objects(&manifest, Form::ObjectManifest)
         .map_err(|e| format!("object manifest {url}: {e}"))?;
     match (objects.pop(), objects.is_empty()) {
         (Some(object), true) => Ok(object.files),
-        _ => Err(format!(
+        _ => Err(StepError::permanent(format!(
             "object manifest {url} does not describe exactly one object"
-        )),
+        ))),
     }
 }
 

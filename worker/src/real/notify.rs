@@ -13,7 +13,7 @@ use ingest_protocol::callback::JobCallback;
 
 use super::fetch::{request_error, Fetcher, RetryPolicy};
 use super::RealConfig;
-use crate::step::{JobCtx, JobData, Outcome, Step, StepFuture, StepResult};
+use crate::step::{JobCtx, JobData, Outcome, Step, StepError, StepFuture, StepResult};
 
 /// The Notify step.
 pub struct Notify {
@@ -56,7 +56,7 @@ impl Notify {
                 if let Err(e) =
                     post_callback(&self.fetcher, url, &body, self.config.retry(), Some(job)).await
                 {
-                    return Outcome::failure(e);
+                    return Outcome::from(e);
                 }
                 format!("notified {url}")
             }
@@ -106,7 +106,7 @@ pub async fn post_callback(
     body: &impl serde::Serialize,
     policy: RetryPolicy,
     job: Option<&JobCtx>,
-) -> Result<(), String> {
+) -> Result<(), StepError> {
     let checked = fetcher
         .check_http(url)
         .map_err(|e| format!("callback {}", e.message()))?;
@@ -139,13 +139,13 @@ pub async fn post_callback(
             tracing::info!(url, "callback delivered");
             Ok(())
         }
-        Err(gave_up) if gave_up.error.recoverable => Err(format!(
+        Err(gave_up) if gave_up.error.recoverable => Err(StepError::permanent(format!(
             "{} after {} attempt{}",
             gave_up.error.message,
             gave_up.attempts,
             if gave_up.attempts == 1 { "" } else { "s" }
-        )),
-        Err(gave_up) => Err(gave_up.error.message),
+        ))),
+        Err(gave_up) => Err(StepError::permanent(gave_up.error.message)),
     }
 }
 
@@ -173,7 +173,7 @@ impl crate::retry::Retryable for CallbackError {
 /// # Errors
 /// A batch or job id that is not a plain name (it could point outside
 /// working storage), or a removal that failed.
-async fn remove_job_dir(config: &RealConfig, bid: &str, jid: &str) -> Result<String, String> {
+async fn remove_job_dir(config: &RealConfig, bid: &str, jid: &str) -> Result<String, StepError> {
     let plain = |id: &str| {
         !id.is_empty()
             && id
@@ -181,9 +181,9 @@ async fn remove_job_dir(config: &RealConfig, bid: &str, jid: &str) -> Result<Str
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
     };
     if !plain(bid) || !plain(jid) {
-        return Err(format!(
+        return Err(StepError::permanent(format!(
             "batch {bid:?} / job {jid:?} is not a plain name; nothing removed"
-        ));
+        )));
     }
     let dir = config.job_dir(bid, jid);
     let shown = dir.display().to_string();
@@ -193,7 +193,7 @@ async fn remove_job_dir(config: &RealConfig, bid: &str, jid: &str) -> Result<Str
     match removed {
         Ok(()) => Ok(shown),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(format!("{shown} (already gone)")),
-        Err(e) => Err(format!("cannot remove {shown}: {e}")),
+        Err(e) => Err(StepError::permanent(format!("cannot remove {shown}: {e}"))),
     }
 }
 
@@ -321,7 +321,8 @@ mod tests {
         let client = client();
         let error = post_callback(&client, &url, &json!({}), policy(), None)
             .await
-            .expect_err("fails");
+            .expect_err("fails")
+            .to_string();
         assert_eq!(
             error,
             format!("callback URL {url} returned 500 after 4 attempts")
@@ -335,7 +336,8 @@ mod tests {
         let client = client();
         let error = post_callback(&client, &url, &json!({}), policy(), None)
             .await
-            .expect_err("fails");
+            .expect_err("fails")
+            .to_string();
         assert_eq!(error, format!("callback URL {url} returned 404"));
         assert_eq!(cb.calls.load(Ordering::SeqCst), 1);
     }
@@ -350,7 +352,8 @@ mod tests {
         let client = client();
         let error = post_callback(&client, &url, &json!({}), policy(), None)
             .await
-            .expect_err("fails");
+            .expect_err("fails")
+            .to_string();
         assert!(
             error.starts_with(&format!("callback POST {url}: cannot connect")),
             "{error}"
@@ -394,7 +397,8 @@ mod tests {
         for url in [url.clone(), format!("http://2130706433:{port}/cb")] {
             let error = post_callback(&strict, &url, &json!({}), policy(), None)
                 .await
-                .expect_err("refused");
+                .expect_err("refused")
+                .to_string();
             assert!(error.contains("refused by outbound policy"), "{error}");
             assert!(error.contains(&url), "{error}");
         }
