@@ -12,9 +12,8 @@ use reqwest::Method;
 
 use super::backend::Refused;
 use super::backend::{Local, Remote};
-use super::list::time;
 use super::opts::{Format, Reason};
-use super::output::{emit, print_rows, table, write_stdout};
+use super::output::{emit, print_rows, table, time, write_stdout};
 
 /// Actions on the access (assembly) queue.
 #[derive(Debug, Subcommand)]

@@ -9,7 +9,7 @@ use ingest_protocol::listing::{
 use super::args::{ListBatchesArgs, ListFilters, ListJobsArgs};
 use super::backend::Backend;
 use super::opts::Format;
-use super::output::{emit, table, write_stdout};
+use super::output::{emit, table, time, write_stdout};
 
 /// The most pages `--all` follows (a million items at the largest page).
 const MAX_PAGES: usize = 1000;
@@ -127,10 +127,6 @@ fn follow<P: Paged>(
         pages += 1;
     }
     Ok(page)
-}
-
-pub(super) fn time(t: &chrono::DateTime<chrono::Utc>) -> String {
-    t.format("%Y-%m-%d %H:%M:%S").to_string()
 }
 
 fn footer(shown: usize, matched: usize, next: Option<&str>) -> String {

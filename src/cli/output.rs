@@ -208,3 +208,8 @@ pub(crate) fn write_stdout(text: &str) {
         std::process::exit(1);
     }
 }
+
+/// A time as the tables show it (UTC, to the second).
+pub(super) fn time(t: &chrono::DateTime<chrono::Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S").to_string()
+}
