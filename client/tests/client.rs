@@ -1,0 +1,299 @@
+//! The client against real local HTTP servers (axum on loopback): what it
+//! sends, how it reads each kind of answer, and how it finds the leader
+//! among several engines.
+
+use std::sync::{Arc, Mutex};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use ingest_client::{Client, ClientError, Method, Reply};
+use ingest_protocol::fence::{FenceSecret, FENCE_HEADER};
+use serde_json::{json, Value};
+
+const TOKEN: &str = "client-test-token-0123456789";
+
+/// What a server saw: (path, authorization, fence header, body).
+type Seen = Arc<Mutex<Vec<(String, Option<String>, Option<String>, Value)>>>;
+
+/// Serves `router` on a loopback port; the base URL.
+async fn serve(router: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    base
+}
+
+fn header(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+fn error(status: StatusCode, code: &str, message: &str, leader: Option<&str>) -> Response {
+    let mut error = json!({"code": code, "message": message});
+    if let Some(l) = leader {
+        error["leader"] = json!(l);
+    }
+    (status, Json(json!({ "error": error }))).into_response()
+}
+
+/// A server whose routes answer each kind of reply, recording requests.
+fn recording_router(seen: Seen) -> Router {
+    let record = |path: &'static str| {
+        move |State(seen): State<Seen>, headers: HeaderMap, body: Option<Json<Value>>| async move {
+            seen.lock().expect("lock").push((
+                path.to_string(),
+                header(&headers, "authorization"),
+                header(&headers, FENCE_HEADER),
+                body.map(|Json(v)| v).unwrap_or(Value::Null),
+            ));
+        }
+    };
+    Router::new()
+        .route(
+            "/ok",
+            post(
+                move |s: State<Seen>, h: HeaderMap, b: Option<Json<Value>>| async move {
+                    record("/ok")(s, h, b).await;
+                    Json(json!({"answer": 42}))
+                },
+            ),
+        )
+        .route(
+            "/invalid",
+            post(|| async {
+                error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid_field",
+                    "invalid priority: too big",
+                    None,
+                )
+            }),
+        )
+        .route(
+            "/busy",
+            get(|| async {
+                error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "engine_stopped",
+                    "stopped",
+                    None,
+                )
+            }),
+        )
+        .route(
+            "/refused",
+            post(
+                move |s: State<Seen>, h: HeaderMap, b: Option<Json<Value>>| async move {
+                    record("/refused")(s, h, b).await;
+                    error(
+                        StatusCode::CONFLICT,
+                        "lock_not_held",
+                        "the worker does not hold the lock",
+                        None,
+                    )
+                },
+            ),
+        )
+        .route(
+            "/odd",
+            get(|| async { Json(json!(["not", "an", "object"])) }),
+        )
+        .route("/text", get(|| async { "plain text" }))
+        .with_state(seen)
+}
+
+#[derive(Debug, serde::Deserialize, PartialEq)]
+struct Answer {
+    answer: u32,
+}
+
+#[tokio::test]
+async fn a_call_sends_the_token_and_body_and_decodes_the_answer() {
+    let seen = Seen::default();
+    let base = serve(recording_router(Arc::clone(&seen))).await;
+    let client = Client::new(&base, TOKEN).expect("client");
+    let answer: Answer = client
+        .send(Method::POST, "/ok", Some(&json!({"x": 1})))
+        .await
+        .expect("answer");
+    assert_eq!(answer, Answer { answer: 42 });
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(seen.len(), 1);
+    let (path, auth, fence, body) = &seen[0];
+    assert_eq!(path, "/ok");
+    assert_eq!(auth.as_deref(), Some(&*format!("Bearer {TOKEN}")));
+    assert_eq!(fence, &None, "an unfenced call sends no fence");
+    assert_eq!(body, &json!({"x": 1}));
+    assert_eq!(client.get_text("/text").await.expect("text"), "plain text");
+}
+
+#[tokio::test]
+async fn errors_keep_the_status_and_code_and_say_whether_to_retry() {
+    let base = serve(recording_router(Seen::default())).await;
+    let client = Client::new(&base, TOKEN).expect("client");
+    let e = client
+        .send::<_, Value>(Method::POST, "/invalid", Some(&json!({})))
+        .await
+        .expect_err("422");
+    assert_eq!(e.status(), Some(422));
+    assert_eq!(e.code(), Some("invalid_field"));
+    assert!(!e.is_retryable(), "{e}");
+    assert!(e.to_string().contains("invalid priority: too big"), "{e}");
+    let e = client
+        .send::<(), Value>(Method::GET, "/busy", None)
+        .await
+        .expect_err("503");
+    assert_eq!(e.status(), Some(503));
+    assert!(e.is_retryable(), "{e}");
+    let e = client
+        .send::<(), Answer>(Method::GET, "/odd", None)
+        .await
+        .expect_err("another shape");
+    assert!(matches!(e, ClientError::Decode { .. }), "{e:?}");
+    assert!(!e.is_retryable(), "{e}");
+    let e = client
+        .send::<(), Value>(Method::GET, "/nowhere", None)
+        .await
+        .expect_err("404");
+    assert_eq!(e.status(), Some(404));
+}
+
+#[tokio::test]
+async fn a_refused_report_is_a_reply_and_the_fence_is_sent() {
+    let seen = Seen::default();
+    let base = serve(recording_router(Arc::clone(&seen))).await;
+    let client = Client::new(&base, TOKEN).expect("client");
+    let fence = FenceSecret::from_bytes([7; 32]);
+    let reply: Reply<Answer> = client
+        .report("/refused", &fence, &json!({"worker": "w"}))
+        .await
+        .expect("a reply");
+    assert_eq!(
+        reply,
+        Reply::Refused {
+            code: "lock_not_held".into(),
+            message: "the worker does not hold the lock".into()
+        }
+    );
+    let reply: Reply<Answer> = client
+        .report("/ok", &fence, &json!({"worker": "w"}))
+        .await
+        .expect("a reply");
+    assert_eq!(reply, Reply::Done(Answer { answer: 42 }));
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(seen.len(), 2);
+    for (_, _, sent, _) in &seen {
+        assert_eq!(sent.as_deref(), Some(&*fence.to_header()));
+    }
+}
+
+#[tokio::test]
+async fn no_answer_is_a_transport_error_that_says_nothing_was_sent() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    let client = Client::new(&format!("http://127.0.0.1:{port}"), TOKEN).expect("client");
+    let e = client
+        .send::<(), Value>(Method::GET, "/status", None)
+        .await
+        .expect_err("nobody listens");
+    assert!(
+        matches!(e, ClientError::Transport { connect: true, .. }),
+        "{e:?}"
+    );
+    assert!(e.is_retryable(), "{e}");
+    assert_eq!(e.status(), None);
+}
+
+#[test]
+fn a_base_that_is_not_an_http_url_is_refused() {
+    for base in ["ftp://127.0.0.1:1", "", " , ", "not a url"] {
+        let e = Client::new(base, TOKEN).expect_err(base);
+        assert!(
+            matches!(e, ClientError::InvalidBase { .. }),
+            "{base}: {e:?}"
+        );
+    }
+    let client = Client::new("http://a:1/, http://b:2", TOKEN).expect("two engines");
+    assert_eq!(client.bases(), ["http://a:1", "http://b:2"]);
+}
+
+/// A follower: every call is a 307 naming `leader`.
+fn follower(leader: String) -> Router {
+    Router::new().fallback(move || {
+        let leader = leader.clone();
+        async move {
+            error(
+                StatusCode::TEMPORARY_REDIRECT,
+                "not_leader",
+                "this engine follows",
+                Some(&leader),
+            )
+        }
+    })
+}
+
+#[tokio::test]
+async fn calls_go_to_the_leader_a_follower_names_and_skip_an_engine_that_is_down() {
+    let seen = Seen::default();
+    let leader = serve(recording_router(Arc::clone(&seen))).await;
+    let follower = serve(follower(leader.clone())).await;
+    let down = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        format!("http://{}", l.local_addr().expect("addr"))
+    };
+    // Next in the list after the follower, but not the one it names.
+    let other = serve(Router::new().fallback(|| async { Json(json!({"answer": 7})) })).await;
+    let client =
+        Client::new(&format!("{down},{follower},{other},{leader}"), TOKEN).expect("client");
+    assert_eq!(client.base(), down);
+    // The first engine cannot be reached: the next one is tried, which
+    // follows and names the leader, which is called next.
+    let answer: Answer = client
+        .send(Method::POST, "/ok", Some(&json!({})))
+        .await
+        .expect("answered by the leader");
+    assert_eq!(answer, Answer { answer: 42 });
+    assert_eq!(
+        client.base(),
+        leader,
+        "later calls go to the leader at once"
+    );
+    assert_eq!(seen.lock().expect("lock").len(), 1);
+}
+
+#[tokio::test]
+async fn an_engine_that_does_not_lead_is_left_for_the_next() {
+    let leader = serve(recording_router(Seen::default())).await;
+    let not_leading = serve(Router::new().fallback(|| async {
+        error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_leader",
+            "no leader known",
+            None,
+        )
+    }))
+    .await;
+    let client = Client::new(&format!("{not_leading},{leader}"), TOKEN).expect("client");
+    let answer: Answer = client
+        .send(Method::POST, "/ok", Some(&json!({})))
+        .await
+        .expect("answered by the leader");
+    assert_eq!(answer, Answer { answer: 42 });
+    assert_eq!(client.base(), leader);
+    // With one engine, its 503 is the answer.
+    let alone = Client::new(&not_leading, TOKEN).expect("client");
+    let e = alone
+        .send::<(), Value>(Method::GET, "/status", None)
+        .await
+        .expect_err("503");
+    assert_eq!(e.code(), Some("not_leader"));
+}
