@@ -128,6 +128,15 @@ pub enum SnapshotError {
         /// What is wrong.
         reason: String,
     },
+    /// The state could not be encoded into a snapshot (nothing was
+    /// written).
+    #[error("a snapshot of position {position} cannot be encoded: {source}")]
+    Encode {
+        /// The position of the state.
+        position: u64,
+        /// What failed.
+        source: EncodeError,
+    },
     /// The snapshot is intact but is not a fold of this log.
     #[error("snapshot {} does not match the log: {reason}", path.display())]
     Mismatch {
@@ -189,20 +198,37 @@ enum Decoded {
     Jobs(Vec<(Jid, Job)>),
 }
 
-fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, String> {
-    let raw = bincode::serde::encode_to_vec(value, bincode::config::standard())
-        .map_err(|e| e.to_string())?;
-    Ok(raw)
+/// Why a part of a snapshot could not be encoded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EncodeError {
+    /// bincode refused a value.
+    #[error("a part does not encode: {0}")]
+    Encode(#[from] bincode::error::EncodeError),
+    /// zstd could not compress a part.
+    #[error("a part does not compress: {0}")]
+    Compress(#[source] io::Error),
+}
+
+fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, EncodeError> {
+    Ok(bincode::serde::encode_to_vec(
+        value,
+        bincode::config::standard(),
+    )?)
 }
 
 /// Encodes and compresses one part; returns (stored bytes, decoded length).
-fn compress_part(raw: &[u8]) -> Result<Vec<u8>, String> {
-    zstd::block::compress(raw, ZSTD_LEVEL).map_err(|e| e.to_string())
+fn compress_part(raw: &[u8]) -> Result<Vec<u8>, EncodeError> {
+    zstd::block::compress(raw, ZSTD_LEVEL).map_err(EncodeError::Compress)
 }
 
 /// The body of a format-2 snapshot of `state` and `frontier`; its parts are
 /// encoded on every core at once.
-fn encode_body(state: &State, frontier: &Frontier, part_entries: usize) -> Result<Vec<u8>, String> {
+fn encode_body(
+    state: &State,
+    frontier: &Frontier,
+    part_entries: usize,
+) -> Result<Vec<u8>, EncodeError> {
     // Every field named, so that a field added to the state cannot be left
     // out of snapshots unnoticed (this stops compiling instead).
     let State {
@@ -236,7 +262,7 @@ fn encode_body(state: &State, frontier: &Frontier, part_entries: usize) -> Resul
     };
     let batch_entries: Vec<(&Bid, &Batch)> = batches.iter().collect();
     let job_entries: Vec<(&Jid, &Job)> = jobs.iter().collect();
-    type Encoder<'a> = Box<dyn Fn() -> Result<Vec<u8>, String> + Send + Sync + 'a>;
+    type Encoder<'a> = Box<dyn Fn() -> Result<Vec<u8>, EncodeError> + Send + Sync + 'a>;
     let mut work: Vec<(PartKind, Encoder<'_>)> = Vec::new();
     let rest = &rest;
     work.push((
@@ -254,7 +280,7 @@ fn encode_body(state: &State, frontier: &Frontier, part_entries: usize) -> Resul
     for chunk in job_entries.chunks(part_entries) {
         work.push((PartKind::Jobs, Box::new(move || encode(chunk))));
     }
-    let parts = on_threads(cores(), work.len(), |i| {
+    let parts = on_threads(cores(), work.len(), |i| -> Result<_, EncodeError> {
         let raw = (work[i].1)()?;
         Ok((compress_part(&raw)?, raw.len() as u64))
     })?;
@@ -279,15 +305,15 @@ fn cores() -> usize {
 
 /// Runs `f(0..n)` on `threads` threads (at most `n`, at least one) and
 /// returns the results in order; the first error wins.
-fn on_threads<T: Send>(
+fn on_threads<T: Send, E: Send>(
     threads: usize,
     n: usize,
-    f: impl Fn(usize) -> Result<T, String> + Sync,
-) -> Result<Vec<T>, String> {
+    f: impl Fn(usize) -> Result<T, E> + Sync,
+) -> Result<Vec<T>, E> {
     let threads = threads.min(n).max(1);
     let next = AtomicUsize::new(0);
-    let mut results: Vec<Option<Result<T, String>>> = (0..n).map(|_| None).collect();
-    let done: Vec<Vec<(usize, Result<T, String>)>> = std::thread::scope(|scope| {
+    let mut results: Vec<Option<Result<T, E>>> = (0..n).map(|_| None).collect();
+    let done: Vec<Vec<(usize, Result<T, E>)>> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
@@ -321,15 +347,15 @@ fn on_threads<T: Send>(
         match r {
             Some(Ok(v)) => out.push(v),
             Some(Err(e)) => return Err(e),
-            // Left undone because another part failed: that error is reported.
+            // Left undone only because another part failed (work stops
+            // being handed out after an error), whose error came first.
             None => {}
         }
     }
-    if out.len() == n {
-        Ok(out)
-    } else {
-        Err("a part was not decoded".into())
-    }
+    // Every index below `n` was handed out until an error: without one,
+    // each has its result.
+    debug_assert_eq!(out.len(), n);
+    Ok(out)
 }
 
 /// Decodes a format-3 body into a snapshot, its parts on every core but one
@@ -582,11 +608,12 @@ pub fn write_split(
     part_entries: usize,
 ) -> Result<PathBuf, SnapshotError> {
     fs::create_dir_all(dir).map_err(io_err(dir))?;
-    let body =
-        encode_body(state, frontier, part_entries.max(1)).map_err(|e| SnapshotError::Io {
-            path: dir.to_path_buf(),
-            source: io::Error::other(e),
-        })?;
+    let body = encode_body(state, frontier, part_entries.max(1)).map_err(|source| {
+        SnapshotError::Encode {
+            position: state.position,
+            source,
+        }
+    })?;
     let mut bytes = Vec::with_capacity(HEADER_LEN + body.len());
     bytes.extend_from_slice(MAGIC);
     bytes.extend_from_slice(&FORMAT.to_le_bytes());
