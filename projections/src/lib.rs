@@ -103,9 +103,9 @@ pub use rebuild::{
 };
 #[cfg(feature = "log")]
 pub use sink::{
-    AdoptForeign, Adoption, ForeignAdopter, ForeignRecorder, ForeignStatus, GateGuard,
-    ProjectorGate, RecordForeign, ResumeRebuild, Resumer, RunMode, Sink, SinkConfig, SinkError,
-    SinkReport, SinkState, SinkStatus,
+    AdoptForeign, Adoption, ForeignAdopter, ForeignLock, ForeignRecorder, ForeignStatus, GateGuard,
+    LockChange, ProjectorGate, RecordForeign, ResumeRebuild, Resumer, RunMode, Sink, SinkConfig,
+    SinkError, SinkReport, SinkState, SinkStatus,
 };
 pub use tree::{Differing, Tree, TreeDiff, TreeError};
 pub use txn::TxnLimits;

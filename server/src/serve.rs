@@ -600,6 +600,23 @@ impl ingest_projections::RecordForeign for EngineRecorder {
     }
 }
 
+impl EngineRecorder {
+    /// Decides and appends an adopted `command` as `actor`: accepted at
+    /// the position of its last record, or refused with the engine's reason.
+    async fn decided(
+        &self,
+        actor: ingest_events::Actor,
+        command: ingest_events::command::Command,
+    ) -> ingest_projections::Adoption {
+        match self.handle.execute(actor, command).await {
+            Ok(outcome) => ingest_projections::Adoption::Accepted(
+                outcome.records.last().map_or(0, |r| r.envelope.position),
+            ),
+            Err(e) => ingest_projections::Adoption::Refused(e.to_string()),
+        }
+    }
+}
+
 impl ingest_projections::AdoptForeign for EngineRecorder {
     /// Adoption mode: the status another client wrote is decided as the
     /// command an `ingest worker` would send, with the ZooKeeper client as
@@ -626,16 +643,41 @@ impl ingest_projections::AdoptForeign for EngineRecorder {
                     priority: None,
                 },
             };
-            match self
-                .handle
-                .execute(ingest_events::Actor::worker(change.actor), command)
+            self.decided(ingest_events::Actor::worker(change.actor), command)
                 .await
-            {
-                Ok(outcome) => ingest_projections::Adoption::Accepted(
-                    outcome.records.last().map_or(0, |r| r.envelope.position),
-                ),
-                Err(e) => ingest_projections::Adoption::Refused(e.to_string()),
-            }
+        })
+    }
+
+    /// Adoption mode: a pause or hold lock node another client created or
+    /// deleted (mrt-zk's `MerrittLocks`, as Merritt's admin tool uses it)
+    /// is the admin command it means, with the ZooKeeper client as an
+    /// admin actor; any refusal reverts it.
+    fn adopt_lock(
+        &self,
+        change: ingest_projections::ForeignLock,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = ingest_projections::Adoption> + Send + '_>,
+    > {
+        Box::pin(async move {
+            use ingest_events::command::Command;
+            use ingest_projections::LockChange;
+            let reason = "a lock node written by a ZooKeeper client (adoption mode)".to_string();
+            let command = match change.change {
+                LockChange::Queue(true) => Command::PauseQueue { reason },
+                LockChange::Queue(false) => Command::ResumeQueue { reason },
+                LockChange::AccessQueue(queue, true) => Command::PauseAccessQueue { queue, reason },
+                LockChange::AccessQueue(queue, false) => {
+                    Command::ResumeAccessQueue { queue, reason }
+                }
+                LockChange::Collection(profile, true) => {
+                    Command::HoldCollection { profile, reason }
+                }
+                LockChange::Collection(profile, false) => {
+                    Command::ReleaseCollection { profile, reason }
+                }
+            };
+            self.decided(ingest_events::Actor::admin(change.actor), command)
+                .await
         })
     }
 }

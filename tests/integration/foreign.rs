@@ -633,3 +633,70 @@ async fn adoption_mode_reverts_a_status_written_to_a_job_an_ingest_worker_holds(
     assert_eq!(job["status"], "Estimating", "{job}");
     assert!(exists(zk, &format!("/jobs/{jid}/lock")).await);
 }
+
+/// Adoption mode: the pause and hold lock nodes Merritt's admin tool makes
+/// through mrt-zk (`lockIngestQueue`, `lockCollection`, and their unlocks)
+/// become the engine's own pause, resume, hold and release, recorded with
+/// the ZooKeeper client as an admin actor, instead of being reverted; a
+/// Merritt acquisition under the adopted pause is refused; the tree stays
+/// converged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adoption_mode_turns_merritt_pause_and_hold_locks_into_the_engines_own() {
+    let Some((r, mut jids)) = Rig::adopting("foreign-adopt-locks", 1).await else {
+        return;
+    };
+    let (s, zk) = (&r.s, &r.zk);
+    let jid = jids.remove(0);
+
+    r.write(&["create", "/locks/queue/ingest"]);
+    eventually("the queue paused by the lock node", 30, async || {
+        (s.get("/queue").await["paused"] == true).then_some(())
+    })
+    .await;
+    let history = s.get("/history").await;
+    assert!(
+        history.to_string().contains("admin:zk-zxid-0x"),
+        "the pause names the ZooKeeper client: {history}"
+    );
+    converged(s).await;
+    assert!(exists(zk, "/locks/queue/ingest").await);
+
+    // The adopted pause holds: a Merritt acquisition is refused.
+    r.write(&["step", &jid, "Estimating", "taken while paused"]);
+    let rows = repaired(s, &format!("/jobs/{jid}/history")).await;
+    assert!(Value::Array(rows).to_string().contains("paused"));
+
+    r.write(&["delete", "/locks/queue/ingest"]);
+    eventually(
+        "the queue resumed by the lock node's delete",
+        30,
+        async || (s.get("/queue").await["paused"] == false).then_some(()),
+    )
+    .await;
+    converged(s).await;
+    assert!(!exists(zk, "/locks/queue/ingest").await);
+
+    r.write(&["create", "/locks/collections/demo"]);
+    eventually("the collection held by the lock node", 30, async || {
+        (s.get("/collections/demo").await["held"] == true).then_some(())
+    })
+    .await;
+    converged(s).await;
+    r.write(&["delete", "/locks/collections/demo"]);
+    eventually(
+        "the collection released by the lock node's delete",
+        30,
+        async || (s.get("/collections/demo").await["held"] == false).then_some(()),
+    )
+    .await;
+    converged(s).await;
+    assert!(!exists(zk, "/locks/collections/demo").await);
+    let engine = s.get("/history?actor=engine").await;
+    assert!(
+        repairs(&engine)
+            .iter()
+            .all(|r| !r.to_string().contains("/locks/")),
+        "no lock reverted: {engine}"
+    );
+    assert_ready(s).await;
+}

@@ -20,6 +20,11 @@ Usage:
       exit status 3 when another session holds it), load it (read its
       nodes, as Job.load does), Job.setStatus as above, release it
       (QueueItem.unlock: delete the lock node).
+  python merritt_writer.py HOSTS ROOT create PATH...
+      MerrittLocks.lockIngestQueue, lockSmallAccessQueue,
+      lockLargeAccessQueue, lockCollection: each PATH created as a
+      persistent node with empty data (an existing one is left: mrt-zk's
+      createLock answers false).
   python merritt_writer.py HOSTS ROOT delete PATH...
       QueueItemHelper.delete of each node (mrt-zk's unlockIngestQueue is
       `delete /locks/queue/ingest`; its delete helpers remove a batch's
@@ -134,6 +139,13 @@ def main(argv):
             if not step(zk, args[0], args[1], args[2], written):
                 print(json.dumps({"session": f"0x{session:x}", "locked": True}))
                 return 3
+        elif command == "create" and args:
+            for path in args:
+                try:
+                    zk.create(path, b"")
+                    written.append(path)
+                except NodeExistsError:
+                    pass
         elif command == "delete" and args:
             for path in args:
                 delete_quietly(zk, path, written)

@@ -10,7 +10,7 @@ use ingest_events::lifecycle::StateKind;
 use ingest_events::{Jid, JobState};
 use zookeeper_client as zk;
 
-use super::foreign::{found_text, Item};
+use super::item::{found_text, Item};
 use super::runner::{Exit, Runner};
 use crate::layout;
 use crate::zk::{call, ZkError, ZkErrorKind};
@@ -42,6 +42,51 @@ pub enum Adoption {
     Refused(String),
 }
 
+/// A pause or hold lock node another client created or deleted
+/// (mrt-zk's `MerrittLocks`: `lockIngestQueue`, `unlockIngestQueue`, the
+/// access queues', `lockCollection`, `unlockCollection`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockChange {
+    /// `/locks/queue/ingest`: paused (created) or resumed (deleted).
+    Queue(bool),
+    /// `/locks/queue/accessSmall|accessLarge`: paused or resumed.
+    AccessQueue(ingest_events::event::AccessQueue, bool),
+    /// `/locks/collections/PROFILE`: held or released.
+    Collection(String, bool),
+}
+
+impl LockChange {
+    /// The change a lock node at `path` existing (`exists`) means, if the
+    /// path is a pause or hold lock.
+    pub fn of(path: &str, exists: bool) -> Option<LockChange> {
+        use ingest_events::event::AccessQueue;
+        if path == layout::QUEUE_LOCK {
+            return Some(LockChange::Queue(exists));
+        }
+        for q in AccessQueue::ALL {
+            if path == layout::access_queue_lock(q) {
+                return Some(LockChange::AccessQueue(q, exists));
+            }
+        }
+        let profile = path
+            .strip_prefix(layout::LOCKS_COLLECTIONS)?
+            .strip_prefix('/')?;
+        (!profile.is_empty() && !profile.contains('/'))
+            .then(|| LockChange::Collection(profile.to_string(), exists))
+    }
+}
+
+/// A [`LockChange`] offered to the engine, with who made it as far as
+/// ZooKeeper tells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForeignLock {
+    /// What changed.
+    pub change: LockChange,
+    /// `zk-zxid-0x…` of a created node's creation; `zk-client` for a
+    /// deletion (ZooKeeper keeps nothing of a deleted node).
+    pub actor: String,
+}
+
 /// Turns a foreign status change into the command it means (implemented by
 /// the server over the engine's `decide`).
 pub trait AdoptForeign: Send + Sync {
@@ -50,6 +95,26 @@ pub trait AdoptForeign: Send + Sync {
         &self,
         change: ForeignStatus,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Adoption> + Send + '_>>;
+
+    /// Decides and appends a pause or hold another client made or
+    /// removed, or says why not (by default: not adopted, so reverted).
+    fn adopt_lock(
+        &self,
+        change: ForeignLock,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Adoption> + Send + '_>> {
+        let _ = change;
+        Box::pin(std::future::ready(Adoption::Refused(
+            "pauses and holds are not adopted here".to_string(),
+        )))
+    }
+}
+
+/// What became of a pause or hold lock another client changed.
+pub(super) enum LockAdoption {
+    /// The engine took it; its event will be projected.
+    Adopted,
+    /// Refused: revert it and record this.
+    Refused(String),
 }
 
 /// A shared [`AdoptForeign`]: with it the sink runs in adoption mode.
@@ -328,6 +393,55 @@ impl Runner {
             }
         }
         Ok(version)
+    }
+
+    /// In adoption mode, offers the pause or hold lock at `path` to the
+    /// engine when the node's existence differs from what the applied
+    /// checkpoint says (the caller holds the gate). `None`: nothing to
+    /// adopt (revert mode, or no difference).
+    pub(super) async fn adopt_lock(
+        &mut self,
+        client: &zk::Client,
+        path: &str,
+    ) -> Result<Option<LockAdoption>, Exit> {
+        let Some(adopter) = self.cfg.adopt.clone() else {
+            return Ok(None);
+        };
+        // Adopted, its event not projected yet: left as it is until then.
+        if self.adopted_locks.contains_key(path) {
+            return Ok(Some(LockAdoption::Adopted));
+        }
+        let stat = call(self.deadline(), "exists", path, client.check_stat(path)).await?;
+        let applied = self.model.applied_data(path).is_some();
+        if stat.is_some() == applied {
+            return Ok(None);
+        }
+        let Some(change) = LockChange::of(path, stat.is_some()) else {
+            return Ok(None);
+        };
+        let actor = match stat {
+            Some(s) => format!("zk-zxid-0x{:x}", s.czxid),
+            None => "zk-client".to_string(),
+        };
+        let what = if stat.is_some() { "created" } else { "deleted" };
+        let offered = ForeignLock { change, actor };
+        Ok(Some(
+            match tokio::time::timeout(self.deadline(), adopter.0.adopt_lock(offered)).await {
+                Ok(Adoption::Accepted(position)) => {
+                    tracing::info!(root = %self.cfg.zk.root, %path, what, position, "adopted a foreign pause or hold");
+                    self.adopted_locks
+                        .insert(path.to_string(), (position, stat.is_some()));
+                    LockAdoption::Adopted
+                }
+                Ok(Adoption::Refused(why)) => LockAdoption::Refused(format!(
+                    "adoption refused: {path} {what}: {}",
+                    ingest_protocol::cut(&why, 300)
+                )),
+                Err(_) => LockAdoption::Refused(format!(
+                    "adoption of {path} {what}: the engine did not answer"
+                )),
+            },
+        ))
     }
 
     /// Offers each job's foreign status change to the engine (the caller

@@ -44,7 +44,7 @@ use ingest_events::lifecycle::StateKind;
 use ingest_events::{Bid, JobState};
 use zookeeper_client as zk;
 
-pub(super) use super::item::Item;
+pub(super) use super::item::{found_text, Item};
 use super::runner::{Exit, Runner};
 use super::SinkError;
 use crate::checkpoint::CHECKPOINT_NODE;
@@ -99,20 +99,6 @@ enum Fix {
     Create(String, Vec<u8>),
     Set(String, Vec<u8>, i32),
     Delete(String, i32),
-}
-
-/// The found data as a record keeps it: UTF-8 (lossy), control characters
-/// replaced, cut to [`ForeignNode::MAX_FOUND_BYTES`].
-pub(super) fn found_text(data: &[u8]) -> String {
-    let text: String = String::from_utf8_lossy(data)
-        .chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect();
-    let mut end = text.len().min(ForeignNode::MAX_FOUND_BYTES);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_string()
 }
 
 /// The queue pause lock paths: the ingest queue's, then each access queue's.
@@ -279,6 +265,7 @@ impl Runner {
         // client as actor) being the record.
         let adopted = match item {
             Item::Job(j) => self.adopted.remove(j).is_some(),
+            Item::Lock(p) => self.adopted_locks.remove(p).is_some(),
             _ => false,
         };
         let scope = self.scope(item, failed);
@@ -378,7 +365,7 @@ impl Runner {
                 root = %self.cfg.zk.root,
                 item = %item.name(),
                 nodes = nodes.len(),
-                "converged the nodes of a job whose foreign status change was adopted"
+                "converged the nodes of an item whose foreign change was adopted"
             );
             return Ok(true);
         }
@@ -474,14 +461,13 @@ impl Runner {
                 .map(|c| format!("{}/{c}", layout::LOCKS_COLLECTIONS)),
         );
         for p in paths {
+            let reason = match self.adopt_lock(client, &p).await? {
+                Some(super::adopt::LockAdoption::Adopted) => continue,
+                Some(super::adopt::LockAdoption::Refused(why)) => why,
+                None => "a watch on the pause and hold locks fired".to_string(),
+            };
             if self
-                .repair_item(
-                    client,
-                    version,
-                    &Item::Lock(p),
-                    None,
-                    "a watch on the pause and hold locks fired",
-                )
+                .repair_item(client, version, &Item::Lock(p), None, &reason)
                 .await?
             {
                 version += 1;

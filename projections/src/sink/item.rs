@@ -62,3 +62,19 @@ impl Item {
         }
     }
 }
+
+/// The found data as a record keeps it: UTF-8 (lossy), control characters
+/// replaced, cut to [`ingest_events::event::ForeignNode::MAX_FOUND_BYTES`].
+pub(super) fn found_text(data: &[u8]) -> String {
+    let text: String = String::from_utf8_lossy(data)
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    let mut end = text
+        .len()
+        .min(ingest_events::event::ForeignNode::MAX_FOUND_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}

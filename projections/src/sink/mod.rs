@@ -129,7 +129,7 @@ mod project;
 mod runner;
 mod work;
 
-pub use adopt::{AdoptForeign, Adoption, ForeignAdopter, ForeignStatus};
+pub use adopt::{AdoptForeign, Adoption, ForeignAdopter, ForeignLock, ForeignStatus, LockChange};
 pub use foreign::{ForeignRecorder, RecordForeign};
 pub use work::{ConvergeError, ConvergeScope, Converged, Converger};
 
@@ -658,6 +658,7 @@ impl Sink {
             conflict_streak: 0,
             repair_streak: 0,
             adopted: Default::default(),
+            adopted_locks: Default::default(),
             ever_connected: false,
             converging: None,
         };

@@ -2,7 +2,7 @@
 //! planning, the checkpoint compare-and-set, unknown outcomes, and the
 //! worker locks of finished jobs.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use ingest_events::log::LogError;
@@ -245,9 +245,27 @@ impl Runner {
             )?;
             sent.push(Sent::Checkpoint);
             let access = &self.cfg.zk.access;
+            // The adopted pause and hold locks, as the tree has them.
+            let mut adopted: BTreeMap<&str, bool> = self
+                .adopted_locks
+                .iter()
+                .map(|(p, (_, exists))| (p.as_str(), *exists))
+                .collect();
             for seg in &plan.segments {
                 for i in seg.ops.clone() {
                     let op = &self.model.pending[seg.event].ops[i];
+                    if let Some(exists) = adopted.get_mut(op.path()) {
+                        match op {
+                            Op::Create { path, data } if *exists => {
+                                add(w.add_set_data(path, data, None), path)?;
+                                sent.push(Sent::Op(seg.event, i));
+                                continue;
+                            }
+                            Op::Delete { .. } if !*exists => continue,
+                            _ => {}
+                        }
+                        *exists = !matches!(op, Op::Delete { .. });
+                    }
                     if let Op::Delete { path } = op {
                         if lock_parents.contains(path) {
                             let lock = format!("{path}/lock");
@@ -284,6 +302,7 @@ impl Runner {
                     // Adopted events now in the tree need no silent repair.
                     let applied = end.position;
                     self.adopted.retain(|_, p| *p > applied);
+                    self.adopted_locks.retain(|_, (p, _)| *p > applied);
                     lock_parents.clear();
                     self.applied(&plan, end);
                     tracing::debug!(

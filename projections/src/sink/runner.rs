@@ -130,6 +130,12 @@ pub(super) struct Runner {
     /// position of the adopted event: until that event is in the tree, a
     /// repair of the job is silent (the adopted event is the record).
     pub(super) adopted: std::collections::BTreeMap<ingest_events::Jid, u64>,
+    /// The same for pause and hold locks another client made or removed,
+    /// by path, with whether the node existed when it was adopted: until
+    /// the adopted event is in the tree, the projector's create of such a
+    /// node that exists is a set and its delete of one that is gone is
+    /// left out (so the node never flips back and forth).
+    pub(super) adopted_locks: std::collections::BTreeMap<String, (u64, bool)>,
     pub(super) ever_connected: bool,
     /// The convergence request being worked through (see `converge`).
     pub(super) converging: Option<super::work::Work>,
