@@ -132,6 +132,11 @@ impl std::fmt::Debug for ForeignAdopter {
 /// then each reference), and they are judged together.
 pub(super) const QUIET: std::time::Duration = std::time::Duration::from_millis(200);
 
+/// The longest the events of a round wait for [`QUIET`]: under a steady
+/// stream of other clients' writes the tree is never quiet, and without a
+/// bound nothing would be adopted until the stream stops.
+pub(super) const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The persistent recursive watches of adoption mode and the events they
 /// gave that are not handled yet.
 pub(super) struct TreeWatch {
@@ -139,6 +144,8 @@ pub(super) struct TreeWatch {
     watchers: Option<(zk::PersistentWatcher, zk::PersistentWatcher)>,
     events: Vec<(zk::EventType, String)>,
     last: Option<tokio::time::Instant>,
+    /// When the first event of the round came.
+    first: Option<tokio::time::Instant>,
     /// Job lock nodes created since the last read of their holders.
     unread_locks: Vec<String>,
     /// The holder of each job lock node seen created, read as soon as its
@@ -196,6 +203,7 @@ impl TreeWatch {
             watchers: None,
             events: Vec::new(),
             last: None,
+            first: None,
             unread_locks: Vec::new(),
             holders: HashMap::new(),
         }
@@ -221,17 +229,23 @@ impl TreeWatch {
             }
             return;
         }
+        self.keep(event.event_type, event.path, tokio::time::Instant::now());
+    }
+
+    /// Keeps a node event that came at `now`.
+    fn keep(&mut self, kind: zk::EventType, path: String, now: tokio::time::Instant) {
         // Bounded: past this many, one more round is read from the tree anyway.
         if self.events.len() < 65_536 {
-            if event.event_type == zk::EventType::NodeCreated
-                && job_of_lock(&event.path).is_some()
+            if kind == zk::EventType::NodeCreated
+                && job_of_lock(&path).is_some()
                 && self.unread_locks.len() < 4_096
             {
-                self.unread_locks.push(event.path.clone());
+                self.unread_locks.push(path.clone());
             }
-            self.events.push((event.event_type, event.path));
+            self.events.push((kind, path));
         }
-        self.last = Some(tokio::time::Instant::now());
+        self.last = Some(now);
+        self.first.get_or_insert(now);
     }
 
     /// Takes every event already delivered, without waiting.
@@ -249,20 +263,26 @@ impl TreeWatch {
         }
     }
 
-    /// When the events kept are due ([`QUIET`] after the last one).
+    /// When the events kept are due: [`QUIET`] after the last one, or
+    /// [`MAX_WAIT`] after the first, whichever comes first.
     pub(super) fn due(&self) -> Option<tokio::time::Instant> {
-        self.last
-            .filter(|_| !self.events.is_empty())
-            .map(|t| t + QUIET)
+        let (first, last) = (self.first?, self.last?);
+        (!self.events.is_empty()).then(|| (last + QUIET).min(first + MAX_WAIT))
     }
 
     /// The events kept, once due.
     pub(super) fn take_due(&mut self) -> Option<Vec<(zk::EventType, String)>> {
+        self.take_due_at(tokio::time::Instant::now())
+    }
+
+    /// The events kept, if due at `now`.
+    fn take_due_at(&mut self, now: tokio::time::Instant) -> Option<Vec<(zk::EventType, String)>> {
         let due = self.due()?;
-        if tokio::time::Instant::now() < due {
+        if now < due {
             return None;
         }
         self.last = None;
+        self.first = None;
         Some(std::mem::take(&mut self.events))
     }
 }
@@ -545,4 +565,56 @@ fn status_of(data: &[u8]) -> Option<(JobState, String)> {
     let status = v["status"].as_str().and_then(JobState::from_name)?;
     let message = v["message"].as_str().unwrap_or("").to_string();
     Some((status, message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A round is due once the tree is quiet, and under a steady stream of
+    /// writes (never quiet) at most `MAX_WAIT` after its first event.
+    #[test]
+    fn a_round_is_due_when_quiet_or_after_the_longest_wait() {
+        let changed = zk::EventType::NodeDataChanged;
+        let mut tree = TreeWatch::none();
+        let mut now = tokio::time::Instant::now();
+        assert!(tree.take_due_at(now).is_none());
+        tree.keep(changed, "/jobs/jid0000000001/status".into(), now);
+        now += QUIET / 2;
+        assert!(tree.take_due_at(now).is_none());
+        now += QUIET;
+        assert_eq!(tree.take_due_at(now).map(|e| e.len()), Some(1));
+
+        // A write every half QUIET: never quiet.
+        let start = now;
+        let mut taken = None;
+        for _ in 0..100 {
+            tree.keep(changed, "/jobs/jid0000000002/status".into(), now);
+            now += QUIET / 2;
+            taken = tree.take_due_at(now);
+            if taken.is_some() {
+                break;
+            }
+        }
+        assert!(now - start <= MAX_WAIT + QUIET / 2);
+        assert!(taken.is_some_and(|e| e.len() > 2));
+    }
+
+    #[test]
+    fn lock_paths_name_their_job_and_lock_changes_their_meaning() {
+        assert_eq!(job_of_lock("/jobs/jid0000000003/lock"), Some(Jid(3)));
+        assert_eq!(job_of_lock("/jobs/jid0000000003/status"), None);
+        assert_eq!(job_of_lock("/batches/bid0000000003/lock"), None);
+        assert_eq!(
+            LockChange::of("/locks/queue/ingest", true),
+            Some(LockChange::Queue(true))
+        );
+        assert_eq!(
+            LockChange::of("/locks/collections/demo", false),
+            Some(LockChange::Collection("demo".into(), false))
+        );
+        assert_eq!(LockChange::of("/locks/collections/a/b", true), None);
+        assert_eq!(LockChange::of("/locks/collections/", true), None);
+        assert_eq!(LockChange::of("/locks/storage/x", true), None);
+    }
 }
