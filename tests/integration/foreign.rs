@@ -700,3 +700,40 @@ async fn adoption_mode_turns_merritt_pause_and_hold_locks_into_the_engines_own()
     );
     assert_ready(s).await;
 }
+
+/// Adoption mode: twenty acquisitions by one Merritt daemon back to back
+/// are judged in one round and adopted together; the projector's next
+/// transaction then meets twenty jobs whose references mrt-zk moved, and
+/// puts each right once (before, the ninth repair in one transaction
+/// stopped the projector as if one item kept changing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adoption_mode_adopts_many_acquisitions_in_one_round_without_stopping() {
+    let Some((r, jids)) = Rig::adopting("foreign-adopt-many", 20).await else {
+        return;
+    };
+    let s = &r.s;
+    let mut args = vec!["steps", "Estimating", "taken in a burst"];
+    args.extend(jids.iter().map(String::as_str));
+    let summary = r.write(&args);
+    let actor = format!(
+        "worker:zk-session-{}",
+        summary["session"].as_str().expect("session")
+    );
+    for jid in &jids {
+        eventually(&format!("{jid} adopted"), 30, async || {
+            (s.get(&format!("/jobs/{jid}")).await["status"] == "Estimating").then_some(())
+        })
+        .await;
+    }
+    converged(s).await;
+    assert_ready(s).await;
+    let named = {
+        let mut n = 0;
+        for jid in &jids {
+            n += usize::from(moves(s, jid).await.iter().any(|(_, a)| *a == actor));
+        }
+        n
+    };
+    // A lock released before its holder was read names the write's zxid.
+    assert!(named > 0, "no move names the session {actor}");
+}

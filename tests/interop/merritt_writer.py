@@ -20,6 +20,9 @@ Usage:
       exit status 3 when another session holds it), load it (read its
       nodes, as Job.load does), Job.setStatus as above, release it
       (QueueItem.unlock: delete the lock node).
+  python merritt_writer.py HOSTS ROOT steps STATUS MESSAGE JID...
+      `step` for each JID in turn, in one session (one Merritt daemon
+      acquiring several jobs back to back).
   python merritt_writer.py HOSTS ROOT create PATH...
       MerrittLocks.lockIngestQueue, lockSmallAccessQueue,
       lockLargeAccessQueue, lockCollection: each PATH created as a
@@ -139,6 +142,11 @@ def main(argv):
             if not step(zk, args[0], args[1], args[2], written):
                 print(json.dumps({"session": f"0x{session:x}", "locked": True}))
                 return 3
+        elif command == "steps" and len(args) >= 3:
+            for jid in args[2:]:
+                if not step(zk, jid, args[0], args[1], written):
+                    print(json.dumps({"session": f"0x{session:x}", "locked": jid}))
+                    return 3
         elif command == "create" and args:
             for path in args:
                 try:

@@ -51,8 +51,9 @@ use crate::checkpoint::CHECKPOINT_NODE;
 use crate::layout::{self, BatchSet};
 use crate::zk::{call, ZkError, ZkErrorKind};
 
-/// Repairs in a row, without a transaction of events committing, after
-/// which the projector stops: something keeps writing the tree.
+/// Repairs of one item in a row, without a transaction of events
+/// committing, after which the projector stops: something keeps writing
+/// that item.
 pub(super) const MAX_REPAIRS: u32 = 8;
 
 /// The most nodes one item's repair reads.

@@ -656,7 +656,7 @@ impl Sink {
             backoff: Backoff::default(),
             counters: Counters::default(),
             conflict_streak: 0,
-            repair_streak: 0,
+            repair_streak: Default::default(),
             adopted: Default::default(),
             adopted_locks: Default::default(),
             ever_connected: false,

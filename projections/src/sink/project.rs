@@ -298,7 +298,7 @@ impl Runner {
             match outcome {
                 Ok(Ok(_)) => {
                     version += 1;
-                    self.repair_streak = 0;
+                    self.repair_streak.clear();
                     // Adopted events now in the tree need no silent repair.
                     let applied = end.position;
                     self.adopted.retain(|_, p| *p > applied);
@@ -388,9 +388,10 @@ impl Runner {
                         })
                     });
                     if let (true, true, Some(item)) = (repairs, drift, item) {
-                        if self.repair_streak < MAX_REPAIRS {
+                        let repaired = self.repair_streak.entry(item.name()).or_default();
+                        if *repaired < MAX_REPAIRS {
+                            *repaired += 1;
                             projected_ahead?;
-                            self.repair_streak += 1;
                             let reason = format!(
                                 "`{op}` failed ({source}) in the projector's transaction for positions {first}..={last}"
                             );

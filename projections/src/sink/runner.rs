@@ -124,8 +124,12 @@ pub(super) struct Runner {
     pub(super) counters: Counters,
     /// Conflicts since the last committed transaction.
     pub(super) conflict_streak: u32,
-    /// Foreign-change repairs since the last committed transaction.
-    pub(super) repair_streak: u32,
+    /// Foreign-change repairs of each item (by name) since the last
+    /// committed transaction: one transaction may hold many items another
+    /// client changed (a stream of adopted acquisitions), each repaired
+    /// once; only an item repaired [`super::foreign::MAX_REPAIRS`] times
+    /// stops the projector.
+    pub(super) repair_streak: std::collections::HashMap<String, u32>,
     /// Jobs whose foreign status change the engine adopted, with the
     /// position of the adopted event: until that event is in the tree, a
     /// repair of the job is silent (the adopted event is the record).
