@@ -100,6 +100,17 @@ pub struct RealArgs {
         default_value_t = 60
     )]
     pub janitor_interval_secs: u64,
+    /// The delivery area: where the access daemons put finished containers and `ingest serve` serves them from (`GET /deliveries/NAME`); the server and every worker that assembles must see the same directory [default: WORKING_STORAGE/deliveries].
+    #[arg(long, env = "INGEST_DELIVERY_DIR", value_name = "DIR")]
+    pub delivery_dir: Option<PathBuf>,
+    /// How long a finished container can be downloaded, in seconds; after that its URL answers 410 and the janitor removes it.
+    #[arg(
+        long,
+        env = "INGEST_DELIVERY_TTL_SECS",
+        value_name = "SECS",
+        default_value_t = 7 * 24 * 3600
+    )]
+    pub delivery_ttl_secs: u64,
     /// Concurrent transfers per worker process, over all its jobs.
     #[arg(long, env = "INGEST_TRANSFERS", value_name = "N", default_value_t = 16)]
     pub transfers: usize,

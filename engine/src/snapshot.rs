@@ -27,11 +27,11 @@
 //! the [`State`] with no batches and no jobs and the Merkle [`Frontier`];
 //! the others are runs of at most [`PART_ENTRIES`] `(id, batch)` or
 //! `(id, job)` pairs in ascending id order, which together make up the
-//! state's batches and jobs. The body of format 2 (written before) is one
-//! bincode (standard) of the [`State`] and the [`Frontier`]; it is still read.
-//! Format 1 is format 2's layout with the state of 0.2.0 and before (jobs
-//! without the kind of their failure): it is skipped with a WARN, and the
-//! log is folded instead.
+//! state's batches and jobs. Formats 2 and 3 (written before) have the
+//! state of access requests without their packaging and delivery, and
+//! format 1 the state of jobs without the kind of their failure: a
+//! snapshot of an older format is skipped with a WARN, and the log is
+//! folded instead (once, after an upgrade; the next snapshot is format 4).
 //!
 //! A snapshot is used only when its checksum holds, its body decodes, its
 //! state names the same position and hash as its header, and the log's
@@ -62,12 +62,9 @@ use serde::{Deserialize, Serialize};
 /// The snapshot directory's name inside the data directory.
 pub const SNAPSHOT_DIR: &str = "snapshots";
 const MAGIC: &[u8; 16] = b"ingest-snapshot\n";
-/// 3: the body in zstd-compressed parts.
-const FORMAT: u32 = 3;
-/// 2: one bincode body, as format 1, of the state since jobs keep the
-/// kind of their failure (`Job::failure`); still read. Format 1 (before
-/// that) is skipped with a WARN and the log folded instead.
-const FORMAT_PLAIN: u32 = 2;
+/// 4: the body in zstd-compressed parts, access requests with their
+/// packaging and delivery. Older formats are skipped (the log is folded).
+const FORMAT: u32 = 4;
 /// How many batches or jobs one part of a format-2 body holds at most.
 pub const PART_ENTRIES: usize = 50_000;
 /// The zstd level parts are compressed with (the fastest: the data is
@@ -164,15 +161,14 @@ struct RestRef<'a> {
     frontier: &'a Frontier,
 }
 
-/// Part 0 of a format-2 body as read back (the same bytes as [`RestRef`];
-/// also the whole body of format 2).
+/// Part 0 of a body as read back (the same bytes as [`RestRef`]).
 #[derive(Deserialize)]
 struct Rest {
     state: State,
     frontier: Frontier,
 }
 
-/// What a part of a format-2 body holds.
+/// What a part of a body holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum PartKind {
     Rest = 0,
@@ -701,9 +697,9 @@ pub fn read_timed(path: &Path, times: &mut LoadTimes) -> Result<Snapshot, Snapsh
     let mut format = [0u8; 4];
     format.copy_from_slice(&header[16..20]);
     let format = u32::from_le_bytes(format);
-    if format != FORMAT && format != FORMAT_PLAIN {
+    if format != FORMAT {
         return Err(corrupt(format!(
-            "format {format}; this build reads formats {FORMAT_PLAIN} and {FORMAT}"
+            "format {format}; this build reads format {FORMAT} only"
         )));
     }
     let position = u64_at(20);
@@ -722,20 +718,7 @@ pub fn read_timed(path: &Path, times: &mut LoadTimes) -> Result<Snapshot, Snapsh
         return Err(corrupt("the body fails its checksum".into()));
     }
     let started = Instant::now();
-    let mut snapshot = if format == FORMAT_PLAIN {
-        let config = bincode::config::standard().with_limit::<MAX_BODY>();
-        let (rest, used): (Rest, usize) = bincode::serde::decode_from_slice(body, config)
-            .map_err(|e| corrupt(format!("the body does not decode: {e}")))?;
-        if used != body.len() {
-            return Err(corrupt(format!("{} trailing bytes", body.len() - used)));
-        }
-        Snapshot {
-            state: rest.state,
-            frontier: rest.frontier,
-        }
-    } else {
-        decode_body(body).map_err(|e| corrupt(format!("the body: {e}")))?
-    };
+    let mut snapshot = decode_body(body).map_err(|e| corrupt(format!("the body: {e}")))?;
     snapshot.state.reindex();
     times.decode += started.elapsed();
     if snapshot.state.position != position || snapshot.state.head_hash != head_hash {

@@ -423,6 +423,78 @@ pub struct AccessToken {
     pub delivery_node: u32,
 }
 
+/// Which files of the version an assembly puts in its container
+/// (mrt-store's `content` parameter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccessContent {
+    /// The depositor's files (`producer/…`) only: mrt-store's default.
+    #[default]
+    Producer,
+    /// Every file of the version, `system/…` included.
+    Full,
+}
+
+impl AccessContent {
+    /// Its name on the wire: `producer` or `full`.
+    pub fn name(self) -> &'static str {
+        match self {
+            AccessContent::Producer => "producer",
+            AccessContent::Full => "full",
+        }
+    }
+}
+
+impl fmt::Display for AccessContent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for AccessContent {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "producer" => Ok(AccessContent::Producer),
+            "full" => Ok(AccessContent::Full),
+            _ => Err(format!(
+                "{:?} is not an assembly content (producer or full)",
+                s.chars().take(40).collect::<String>()
+            )),
+        }
+    }
+}
+
+/// How a request's container is packed beyond its format: which files, and
+/// whether they are laid out as a BagIt bag. The default (producer files,
+/// no bag) is what a request without `AccessPackagingChosen` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct AccessPackaging {
+    /// Producer files or the full version.
+    pub content: AccessContent,
+    /// A BagIt bag (`bagit.txt`, `data/`, manifests) inside the container.
+    pub bag: bool,
+}
+
+/// Where a finished container waits for its requester.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessDelivery {
+    /// The download URL (unguessable; served until `expires`).
+    pub url: String,
+    /// The container's size in bytes.
+    pub size: u64,
+    /// The container's SHA-256 (hex).
+    pub sha256: String,
+    /// The storage target it was assembled from.
+    pub target: String,
+    /// The version assembled (the latest resolved to its number).
+    pub version: u32,
+    /// When it was ready.
+    pub ready: chrono::DateTime<chrono::Utc>,
+    /// When the URL stops answering (410 after).
+    pub expires: chrono::DateTime<chrono::Utc>,
+}
+
 /// The kind of a job's failure, where the kind decides what may follow.
 /// A step's failure without a kind is an ordinary one, which an admin may
 /// requeue.
@@ -736,6 +808,12 @@ events! {
         /// An admin requeue (Failed → Pending, as Merritt's admin tool does).
         pub requeue: bool,
     }
+    /// The request asks for other packaging than producer files without a
+    /// bag (in the same append as its `AccessRequested`).
+    AccessPackagingChosen { pub packaging: AccessPackaging }
+    /// The assembly's container is ready for download (in the same append
+    /// as the move to Completed).
+    AccessDelivered { pub delivery: AccessDelivery }
     /// An admin paused one access queue: no request of it starts.
     AccessQueuePaused { pub queue: AccessQueue, pub reason: String }
     /// An admin resumed one access queue.
@@ -868,6 +946,23 @@ impl Event {
                 }
                 s
             }
+            Event::AccessPackagingChosen(e) => format!(
+                "packed as {} files{}",
+                e.packaging.content,
+                if e.packaging.bag {
+                    " in a BagIt bag"
+                } else {
+                    ""
+                }
+            ),
+            Event::AccessDelivered(e) => format!(
+                "v{} assembled from {}: {} bytes at {} until {}",
+                e.delivery.version,
+                e.delivery.target,
+                e.delivery.size,
+                e.delivery.url,
+                e.delivery.expires.to_rfc3339()
+            ),
             Event::AccessQueuePaused(e) => {
                 format!("access queue {} paused ({})", e.queue, e.reason)
             }

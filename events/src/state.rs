@@ -12,8 +12,8 @@ use uuid::Uuid;
 
 use crate::codec::{Hash, Recorded, GENESIS_HASH};
 use crate::event::{
-    AccessQueue, AccessToken, Erc, Event, FailureKind, Identifiers, InventoryParams,
-    JobConfiguration, StoreParams, StreamId, Submission,
+    AccessDelivery, AccessPackaging, AccessQueue, AccessToken, Erc, Event, FailureKind,
+    Identifiers, InventoryParams, JobConfiguration, StoreParams, StreamId, Submission,
 };
 use crate::ids::{Bid, Jid, Qid};
 use crate::lifecycle::{AccessState, BatchState, JobState};
@@ -115,6 +115,10 @@ pub struct AccessRequest {
     pub queue: AccessQueue,
     /// What it asks for (`/access/<queue>/QID/token`).
     pub token: AccessToken,
+    /// Which files, and whether in a bag.
+    pub packaging: AccessPackaging,
+    /// Where its finished container waits, once assembled.
+    pub delivery: Option<AccessDelivery>,
     /// Current state.
     pub status: AccessState,
     /// The message of the last move.
@@ -462,6 +466,8 @@ impl State {
                         qid,
                         queue: e.queue,
                         token: e.token.clone(),
+                        packaging: AccessPackaging::default(),
+                        delivery: None,
                         status: AccessState::Pending,
                         message: String::new(),
                         retry_count: 0,
@@ -491,6 +497,8 @@ impl State {
                         a.message = e.message.clone();
                         a.last_modified = at;
                     }
+                    Event::AccessPackagingChosen(e) => a.packaging = e.packaging,
+                    Event::AccessDelivered(e) => a.delivery = Some(e.delivery.clone()),
                     Event::ForeignChangeRepaired(_) => {}
                     other => {
                         return Err(err(format!(

@@ -586,6 +586,35 @@ fn cases() -> Vec<Case> {
             }
             .into(),
         ),
+        (
+            "AccessPackagingChosen",
+            StreamId::Access(Qid(42)),
+            Actor::depositor("access"),
+            event::AccessPackagingChosen {
+                packaging: event::AccessPackaging {
+                    content: event::AccessContent::Full,
+                    bag: true,
+                },
+            }
+            .into(),
+        ),
+        (
+            "AccessDelivered",
+            StreamId::Access(Qid(42)),
+            Actor::worker("w1"),
+            event::AccessDelivered {
+                delivery: event::AccessDelivery {
+                    url: "https://ingest.example.org/deliveries/1900000000-abababababababababababababababab.zip".into(),
+                    size: 925,
+                    sha256: "ab".repeat(32),
+                    target: "primary".into(),
+                    version: 2,
+                    ready: chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("a time"),
+                    expires: chrono::DateTime::from_timestamp(1_900_000_000, 0).expect("a time"),
+                },
+            }
+            .into(),
+        ),
     ];
     list.into_iter()
         .enumerate()

@@ -24,8 +24,8 @@ use std::fmt::Display;
 use chrono::{DateTime, Utc};
 use ingest_events::command::is_reserved_submission_key;
 use ingest_events::event::{
-    AccessQueue, AccessToken, Digest, Erc, Identifiers, InventoryParams, JobConfiguration,
-    StoreParams, Submission,
+    AccessQueue, Digest, Erc, Identifiers, InventoryParams, JobConfiguration, StoreParams,
+    Submission,
 };
 use ingest_events::lifecycle::{BatchState, JobState, StateKind};
 use ingest_events::state::{AccessRequest, Job, Report};
@@ -109,8 +109,12 @@ pub fn access_queue_lock(queue: AccessQueue) -> String {
 }
 
 /// `/access/<queue>/QID/token` ([`AccessTokenNode`]): `status` 201 as
-/// mrt-store queues a request.
-pub fn access_token_json(t: &AccessToken) -> String {
+/// mrt-store queues a request, then the packaging, and once the container
+/// is ready its URL, size, digest, ready time and expiry.
+pub fn access_token_json(a: &AccessRequest) -> String {
+    let t = &a.token;
+    let d = a.delivery.as_ref();
+    let time = |at: DateTime<Utc>| at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     json(&AccessTokenNode {
         status: 201,
         token: t.token.clone(),
@@ -119,6 +123,13 @@ pub fn access_token_json(t: &AccessToken) -> String {
         ark: t.ark.clone(),
         version: u64::from(t.version),
         format: t.format.clone(),
+        content: a.packaging.content.name().to_string(),
+        bag: a.packaging.bag,
+        url: d.map(|d| d.url.clone()).unwrap_or_default(),
+        delivery_size: d.map_or(0, |d| d.size),
+        delivery_digest: d.map(|d| d.sha256.clone()).unwrap_or_default(),
+        available: d.map(|d| time(d.ready)).unwrap_or_default(),
+        expires: d.map(|d| time(d.expires)).unwrap_or_default(),
     })
 }
 

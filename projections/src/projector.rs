@@ -368,7 +368,7 @@ fn project_event(
             tx.create(&layout::access(e.queue, qid), "")?;
             tx.create(
                 &layout::access_token(e.queue, qid),
-                layout::access_token_json(&e.token),
+                layout::access_token_json(a),
             )?;
             tx.create(
                 &layout::access_status(e.queue, qid),
@@ -382,6 +382,15 @@ fn project_event(
             tx.upsert(
                 &layout::access_status(a.queue, qid),
                 layout::access_status_json(a),
+            )?;
+        }
+        (Event::AccessPackagingChosen(_) | Event::AccessDelivered(_), StreamId::Access(qid)) => {
+            let Some(a) = state.access.get(&qid) else {
+                return Ok(());
+            };
+            tx.upsert(
+                &layout::access_token(a.queue, qid),
+                layout::access_token_json(a),
             )?;
         }
         (Event::AccessQueuePaused(e), StreamId::System) => {

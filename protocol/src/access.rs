@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::{OutcomeKind, SessionId};
 use crate::history::HistoryRow;
+pub use ingest_events::event::{AccessContent, AccessDelivery, AccessPackaging};
 
 /// The body of `POST /access`: an object version to assemble. The queue is
 /// chosen by `size` as mrt-store chooses it (large above the server's
@@ -35,6 +36,13 @@ pub struct AccessRequestBody {
     /// unknown).
     #[serde(default)]
     pub delivery_node: u32,
+    /// `producer` (the default: the depositor's files) or `full` (every
+    /// file of the version, `system/` included), as mrt-store's `content`.
+    #[serde(default)]
+    pub content: AccessContent,
+    /// The files laid out as a BagIt bag inside the container.
+    #[serde(default)]
+    pub bag: bool,
 }
 
 fn default_format() -> String {
@@ -72,6 +80,19 @@ pub struct AccessView {
     pub created: DateTime<Utc>,
     /// When its status last changed.
     pub last_modified: DateTime<Utc>,
+    /// `producer` or `full`.
+    #[serde(default)]
+    pub content: AccessContent,
+    /// Whether the container holds a BagIt bag.
+    #[serde(default)]
+    pub bag: bool,
+    /// Where the finished container waits (once Completed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<AccessDelivery>,
+    /// Whether the delivery's time is over: its URL answers 410 and the
+    /// janitor removes the container.
+    #[serde(default)]
+    pub expired: bool,
 }
 
 /// `GET /access`: every request in queue order (small, then large; each
@@ -108,6 +129,9 @@ pub struct AccessOutcomeBody {
     /// The error of a failure.
     #[serde(default)]
     pub message: String,
+    /// Where a successful assembly's container waits for its requester.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<AccessDelivery>,
 }
 
 impl From<&ingest_events::state::AccessRequest> for AccessView {
@@ -127,6 +151,10 @@ impl From<&ingest_events::state::AccessRequest> for AccessView {
             retry_count: a.retry_count,
             created: a.created,
             last_modified: a.last_modified,
+            content: a.packaging.content,
+            bag: a.packaging.bag,
+            delivery: a.delivery.clone(),
+            expired: a.delivery.as_ref().is_some_and(|d| d.expires < Utc::now()),
         }
     }
 }

@@ -31,6 +31,7 @@ pub mod access;
 pub mod api;
 pub mod callback;
 pub mod consistency;
+pub mod delivery;
 pub mod fence;
 pub mod history;
 pub mod inventory;

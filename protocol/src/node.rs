@@ -68,6 +68,10 @@ pub fn decode<T: DeserializeOwned>(node: &'static str, data: &[u8]) -> Result<T,
 
 /// Text from any JSON scalar: `null` is `""`, numbers and booleans their
 /// JSON text. Objects and arrays are refused.
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     use serde::de::Error;
     match serde_json::Value::deserialize(d)? {
@@ -166,6 +170,46 @@ pub struct AccessTokenNode {
     /// The container format (`zip`, `tar`, `targz`).
     #[serde(deserialize_with = "text")]
     pub format: String,
+    /// `producer` or `full` (mrt-store's `content`); empty when read from a
+    /// node written before it was carried (producer).
+    #[serde(deserialize_with = "text")]
+    pub content: String,
+    /// Whether the container holds a BagIt bag (absent when not).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub bag: bool,
+    /// Where the finished container is downloaded (mrt-zk's `url`); absent
+    /// until it is ready, as every key below.
+    #[serde(skip_serializing_if = "String::is_empty", deserialize_with = "text")]
+    pub url: String,
+    /// The container's bytes.
+    #[serde(
+        rename = "delivery-size",
+        skip_serializing_if = "is_zero",
+        deserialize_with = "number"
+    )]
+    pub delivery_size: u64,
+    /// The container's SHA-256 (hex).
+    #[serde(
+        rename = "delivery-digest",
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "text"
+    )]
+    pub delivery_digest: String,
+    /// When it was ready (RFC 3339; mrt-zk's `anticipated-availability-time`,
+    /// here the time it became available).
+    #[serde(
+        rename = "anticipated-availability-time",
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "text"
+    )]
+    pub available: String,
+    /// When the URL stops answering (RFC 3339).
+    #[serde(
+        rename = "expiration-time",
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "text"
+    )]
+    pub expires: String,
 }
 
 /// `/access/{small,large}/QID/status`: the same three keys as a batch's
@@ -515,11 +559,13 @@ mod tests {
             ark: "ark:/1/2".into(),
             version: 0,
             format: "zip".into(),
+            content: "producer".into(),
+            ..AccessTokenNode::default()
         };
         let text = serde_json::to_string(&node).expect("encode");
         assert_eq!(
             text,
-            r#"{"status":201,"token":"t","cloud-content-byte":17079,"delivery-node":7777,"ark":"ark:/1/2","version":0,"format":"zip"}"#
+            r#"{"status":201,"token":"t","cloud-content-byte":17079,"delivery-node":7777,"ark":"ark:/1/2","version":0,"format":"zip","content":"producer"}"#
         );
         let merritt: AccessTokenNode = decode(
             "/access/small/QID/token",

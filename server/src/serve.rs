@@ -225,6 +225,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
         pages: Some(crate::ui::pages(config.ui.clone())),
         storage_targets: target_specs(&config.real.storage_targets)?,
         content_nodes: content_nodes(&config.real)?,
+        delivery_dir: Some(ingest_worker::real::delivery_dir(&config.real, work)),
         replication: replication_cell.clone(),
         listing_items_per_second: config.listing_items_per_second,
         converger: zk_config.as_ref().map(|_| converger.clone()),

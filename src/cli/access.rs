@@ -4,7 +4,7 @@
 use anyhow::{Context, Result};
 use clap::Subcommand;
 use ingest_events::command::Command;
-use ingest_events::event::{AccessQueue, AccessToken};
+use ingest_events::event::{AccessContent, AccessPackaging, AccessQueue, AccessToken};
 use ingest_events::{Actor, Qid};
 use ingest_protocol::access::{AccessList, AccessRequestBody, AccessView};
 use ingest_protocol::api::AdminBody;
@@ -41,6 +41,12 @@ pub enum AccessAction {
         /// The storage node the object is read from.
         #[arg(long, default_value_t = 0)]
         delivery_node: u32,
+        /// producer (the depositor's files) or full (system/ files too).
+        #[arg(long, default_value = "producer")]
+        content: AccessContent,
+        /// Lay the files out as a BagIt bag inside the container.
+        #[arg(long)]
+        bag: bool,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Yaml)]
         format: Format,
@@ -158,6 +164,8 @@ fn local_inner(local: &mut Local, action: AccessAction) -> Result<i32> {
             size,
             token,
             delivery_node,
+            content,
+            bag,
             format,
         } => {
             let inventory = ingest_engine::objects::open_inventory(local.engine.log())?;
@@ -181,6 +189,7 @@ fn local_inner(local: &mut Local, action: AccessAction) -> Result<i32> {
                 &Actor::depositor("access"),
                 &Command::RequestAccess {
                     token,
+                    packaging: AccessPackaging { content, bag },
                     size_limit: AccessQueue::DEFAULT_SIZE_LIMIT,
                 },
             )?;
@@ -224,6 +233,8 @@ fn remote_inner(remote: &Remote, action: AccessAction) -> Result<i32> {
             size,
             token,
             delivery_node,
+            content,
+            bag,
             format,
         } => {
             let body = AccessRequestBody {
@@ -233,6 +244,8 @@ fn remote_inner(remote: &Remote, action: AccessAction) -> Result<i32> {
                 format: container,
                 size,
                 delivery_node,
+                content,
+                bag,
             };
             // The size override is an admin's.
             let client = if body.size.is_some() {

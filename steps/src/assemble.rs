@@ -116,6 +116,15 @@ pub enum AssembleError {
         /// Why.
         source: io::Error,
     },
+    /// The bag writer refused the version (a damaged file, a missing
+    /// version, I/O).
+    #[error("storage target {target}: {source}")]
+    Bag {
+        /// The target.
+        target: String,
+        /// Why.
+        source: Box<crate::bagit::BagError>,
+    },
     /// No target was given.
     #[error("no storage target holds the object")]
     NoTarget,
@@ -314,16 +323,20 @@ pub fn assemble<W: Write + Seek>(
 /// [`assemble`] into the file `dest` from the first of `targets` that
 /// gives the version whole and intact; each failure (a mismatch names the
 /// file and target) is in the list returned beside the result, and the
-/// last one is the error when none succeeds.
+/// last one is the error when none succeeds. With `bag`, the version is
+/// first exported as a BagIt bag (the project's bag writer, which checks
+/// every file against the inventory) into `<dest>.bag`, and the bag is
+/// packed; the bag directory is removed afterwards.
 ///
 /// # Errors
 /// The last target's [`AssembleError`], or [`AssembleError::NoTarget`].
-pub fn assemble_from_any(
-    targets: &[OcflTarget],
+pub fn assemble_from_any<'a>(
+    targets: impl IntoIterator<Item = &'a OcflTarget>,
     ark: &str,
     version: Option<u32>,
     content: Content,
     container: Container,
+    bag: bool,
     dest: &Path,
 ) -> (Result<Assembled, AssembleError>, Vec<AssembleError>) {
     let mut failures = Vec::new();
@@ -341,7 +354,12 @@ pub fn assemble_from_any(
                 )
             }
         };
-        match assemble(target, ark, version, content, container, file) {
+        let built = if bag {
+            assemble_bag(target, ark, version, container, dest, file)
+        } else {
+            assemble(target, ark, version, content, container, file)
+        };
+        match built {
             Ok((done, file)) => match file.sync_all() {
                 Ok(()) => return (Ok(done), failures),
                 Err(source) => failures.push(AssembleError::Io {
@@ -356,6 +374,119 @@ pub fn assemble_from_any(
     let _ = std::fs::remove_file(dest);
     let last = failures.pop().unwrap_or(AssembleError::NoTarget);
     (Err(last), failures)
+}
+
+/// A BagIt bag of the version (every file: a bag is the full version)
+/// exported beside `dest` and packed into `out` under `<ark>/v<N>/`.
+fn assemble_bag(
+    target: &OcflTarget,
+    ark: &str,
+    version: Option<u32>,
+    container: Container,
+    dest: &Path,
+    out: File,
+) -> Result<(Assembled, File), AssembleError> {
+    let mut dir = dest.as_os_str().to_owned();
+    dir.push(".bag");
+    let dir = PathBuf::from(dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    let name = target.name().to_string();
+    let summary = crate::bagit::export_bag(
+        target,
+        ark,
+        version,
+        &dir,
+        &crate::bagit::BagOptions::default(),
+    )
+    .map_err(|source| AssembleError::Bag {
+        target: name.clone(),
+        source: Box::new(source),
+    });
+    let packed = summary.and_then(|summary| {
+        let out = pack_dir(&dir, ark, summary.version, container, out)?;
+        Ok((
+            Assembled {
+                target: name,
+                version: summary.version,
+                files: summary.files,
+                bytes: summary.bytes,
+            },
+            out,
+        ))
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    packed
+}
+
+/// Every regular file under `dir` (sorted, links not followed) packed into
+/// `out` under `<ark>/v<version>/`.
+fn pack_dir<W: Write + Seek>(
+    dir: &Path,
+    ark: &str,
+    version: u32,
+    container: Container,
+    out: W,
+) -> Result<W, AssembleError> {
+    let mut files = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let entries = std::fs::read_dir(&d).map_err(|source| AssembleError::Io {
+            what: "cannot list",
+            path: d.clone(),
+            source,
+        })?;
+        for entry in entries {
+            let entry = entry.map_err(|source| AssembleError::Io {
+                what: "cannot list",
+                path: d.clone(),
+                source,
+            })?;
+            let kind = entry.file_type().map_err(|source| AssembleError::Io {
+                what: "cannot read",
+                path: entry.path(),
+                source,
+            })?;
+            if kind.is_dir() {
+                todo.push(entry.path());
+            } else if kind.is_file() {
+                files.push(entry.path());
+            }
+        }
+    }
+    files.sort();
+    let mut writer = Writer::new(container, out);
+    for path in &files {
+        let rel = path
+            .strip_prefix(dir)
+            .unwrap_or(path)
+            .to_string_lossy()
+            .into_owned();
+        let file = File::open(path).map_err(|source| AssembleError::Io {
+            what: "cannot read",
+            path: path.clone(),
+            source,
+        })?;
+        let size = file
+            .metadata()
+            .map_err(|source| AssembleError::Io {
+                what: "cannot read",
+                path: path.clone(),
+                source,
+            })?
+            .len();
+        writer
+            .entry(&entry_name(ark, version, &rel), size, &mut file.take(size))
+            .map_err(|source| AssembleError::Io {
+                what: "cannot assemble",
+                path: path.clone(),
+                source,
+            })?;
+    }
+    writer.finish().map_err(|source| AssembleError::Io {
+        what: "cannot finish",
+        path: dir.to_path_buf(),
+        source,
+    })
 }
 
 #[cfg(test)]

@@ -174,6 +174,7 @@ impl Server {
             pages: None,
             storage_targets: Vec::new(),
             content_nodes: Vec::new(),
+            delivery_dir: None,
             replication: None,
             listing_items_per_second: ingest_config::DEFAULT_LISTING_ITEMS_PER_SECOND,
             converger: None,

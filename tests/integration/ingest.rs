@@ -20,7 +20,7 @@ use crate::zk_server::{shared, unique_root};
 
 /// What the local depositor server saw and serves.
 #[derive(Default)]
-struct Depot {
+pub(crate) struct Depot {
     files: BTreeMap<String, Vec<u8>>,
     /// Requests per file name.
     hits: BTreeMap<String, u32>,
@@ -35,7 +35,7 @@ struct Depot {
     redirects: BTreeMap<String, String>,
 }
 
-type Shared = Arc<Mutex<Depot>>;
+pub(crate) type Shared = Arc<Mutex<Depot>>;
 
 async fn serve_file(
     method: Method,
@@ -120,7 +120,7 @@ async fn depot() -> (Shared, String) {
     (depot, format!("http://{addr}"))
 }
 
-fn add(depot: &Shared, name: &str, body: &[u8]) {
+pub(crate) fn add(depot: &Shared, name: &str, body: &[u8]) {
     depot
         .lock()
         .expect("depot")
@@ -128,13 +128,13 @@ fn add(depot: &Shared, name: &str, body: &[u8]) {
         .insert(name.to_string(), body.to_vec());
 }
 
-fn sha256(bytes: &[u8]) -> String {
+pub(crate) fn sha256(bytes: &[u8]) -> String {
     let mut h = ingest_steps::digest::MultiHasher::new(&[ingest_steps::digest::Algorithm::Sha256]);
     h.update(bytes);
     h.finish().remove(0).1
 }
 
-fn zip(entries: &[(&str, &[u8])]) -> Vec<u8> {
+pub(crate) fn zip(entries: &[(&str, &[u8])]) -> Vec<u8> {
     let mut out = std::io::Cursor::new(Vec::new());
     {
         let mut w = zip::ZipWriter::new(&mut out);
@@ -163,19 +163,19 @@ fn manifest(profile: &str, fields: &str, lines: &[String]) -> Vec<u8> {
 const BATCH_FIELDS: &str = "nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileSize | nfo:fileLastModified | nfo:fileName | mrt:primaryIdentifier | mrt:localIdentifier | mrt:creator | mrt:title | mrt:date";
 const OBJECT_FIELDS: &str = "nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileSize | nfo:fileLastModified | nfo:fileName | mrt:mimeType";
 
-struct Rig {
-    server: Server,
-    depot: Shared,
-    base: String,
-    storage: PathBuf,
+pub(crate) struct Rig {
+    pub(crate) server: Server,
+    pub(crate) depot: Shared,
+    pub(crate) base: String,
+    pub(crate) storage: PathBuf,
     /// `HOSTS/ROOT` of the server's tree.
-    zk_at: String,
-    _dir: tempfile::TempDir,
+    pub(crate) zk_at: String,
+    pub(crate) _dir: tempfile::TempDir,
     /// Keeps the shared ZooKeeper running while the rig lives.
     _zk: std::sync::Arc<crate::zk_server::ZkServer>,
 }
 
-async fn rig(name: &str, extra: &[String]) -> Rig {
+pub(crate) async fn rig(name: &str, extra: &[String]) -> Rig {
     let zk_server = shared();
     let dir = tempfile::tempdir().expect("tempdir");
     let (depot, base) = depot().await;
@@ -222,7 +222,7 @@ async fn rig(name: &str, extra: &[String]) -> Rig {
 }
 
 impl Rig {
-    async fn submit(&self, body: Value) -> String {
+    pub(crate) async fn submit(&self, body: Value) -> String {
         let (status, reply) = self
             .server
             .call(Method::POST, "/batches", DEPOSITOR, Some(body))
@@ -232,7 +232,7 @@ impl Rig {
     }
 
     /// Waits until the batch ended (Completed or Failed); its view.
-    async fn finished(&self, bid: &str) -> Value {
+    pub(crate) async fn finished(&self, bid: &str) -> Value {
         eventually(&format!("batch {bid} finished"), 90, async || {
             let b = self.server.get(&format!("/batches/{bid}")).await;
             matches!(b["status"].as_str(), Some("Completed" | "Failed")).then_some(b)
@@ -240,7 +240,7 @@ impl Rig {
         .await
     }
 
-    async fn job(&self, jid: &str) -> Value {
+    pub(crate) async fn job(&self, jid: &str) -> Value {
         self.server.get(&format!("/jobs/{jid}")).await
     }
 
@@ -276,7 +276,7 @@ impl Rig {
             .clone()
     }
 
-    fn jobs(batch: &Value) -> Vec<String> {
+    pub(crate) fn jobs(batch: &Value) -> Vec<String> {
         batch["jobs"]
             .as_array()
             .expect("jobs")

@@ -3,6 +3,7 @@
 
 mod access;
 mod api;
+mod assembly;
 mod audit;
 mod backup;
 mod cli;

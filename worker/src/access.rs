@@ -9,11 +9,11 @@
 //!
 //! The lock holds a [`LockNode`] with the digest of a fresh secret, and the
 //! start and outcome reports carry the secret, so the engine accepts them
-//! only from the holder (as for jobs). The assembly itself is simulated
-//! (the real one, reading the object from storage and building the
-//! container, is left to a later issue): it succeeds, unless the request's
-//! token begins with [`SIMULATED_FAILURE_PREFIX`], which asks for a
-//! failure.
+//! only from the holder (as for jobs). With the real steps the request is
+//! assembled from the storage targets into the delivery area
+//! ([`crate::real::assembly`]) and the outcome names the delivery; with the
+//! simulated steps it succeeds, unless the request's token begins with
+//! [`SIMULATED_FAILURE_PREFIX`], which asks for a failure.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -175,24 +175,64 @@ async fn assemble(
         Ok((data, _)) => decode::<AccessTokenNode>("/access/QUEUE/QID/token", &data).ok(),
         Err(_) => None,
     };
-    // The simulated assembly: as long as a simulated step (`--step-ms`).
-    tokio::time::sleep(shared.steps.simulated_assembly).await;
-    let (outcome, message) = match &token {
-        None => (
+    let (outcome, message, delivery) = match (&token, &shared.steps.access) {
+        (None, _) => (
             OutcomeKind::Failure,
             "the request's token node is missing or unreadable".to_string(),
+            None,
         ),
-        Some(t) if t.token.starts_with(SIMULATED_FAILURE_PREFIX) => (
-            OutcomeKind::Failure,
-            "simulated assembly failure (asked for by the token)".to_string(),
-        ),
-        Some(_) => (OutcomeKind::Success, String::new()),
+        (Some(t), Some(assembler)) => {
+            let assembler = Arc::clone(assembler);
+            let t = t.clone();
+            match tokio::task::spawn_blocking(move || assembler.assemble(&t)).await {
+                Ok(Ok(done)) => {
+                    let message = if done.failed_over.is_empty() {
+                        format!("assembled from {}", done.delivery.target)
+                    } else {
+                        format!(
+                            "assembled from {} after: {}",
+                            done.delivery.target,
+                            done.failed_over.join("; ")
+                        )
+                    };
+                    (
+                        OutcomeKind::Success,
+                        ingest_protocol::cut(&message, 2048).into_owned(),
+                        Some(done.delivery),
+                    )
+                }
+                Ok(Err(e)) => (
+                    OutcomeKind::Failure,
+                    ingest_protocol::cut(&e.to_string(), 2048).into_owned(),
+                    None,
+                ),
+                Err(e) => (
+                    OutcomeKind::Failure,
+                    format!("the assembly task failed: {e}"),
+                    None,
+                ),
+            }
+        }
+        (Some(t), None) => {
+            // The simulated assembly: as long as a simulated step (`--step-ms`).
+            tokio::time::sleep(shared.steps.simulated_assembly).await;
+            if t.token.starts_with(SIMULATED_FAILURE_PREFIX) {
+                (
+                    OutcomeKind::Failure,
+                    "simulated assembly failure (asked for by the token)".to_string(),
+                    None,
+                )
+            } else {
+                (OutcomeKind::Success, String::new(), None)
+            }
+        }
     };
     let body = AccessOutcomeBody {
         worker: shared.name.clone(),
         session_id,
         outcome,
         message,
+        delivery,
     };
     match shared
         .engine

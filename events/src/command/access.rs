@@ -1,7 +1,7 @@
 //! Access (assembly) request decisions: mrt-zk's `/access/{small,large}`
 //! queue, its `access_states` and the pause of each queue.
 
-use crate::event::{self, AccessQueue, AccessToken, StreamId};
+use crate::event::{self, AccessDelivery, AccessPackaging, AccessQueue, AccessToken, StreamId};
 use crate::ids::Qid;
 use crate::lifecycle::{AccessState, Lifecycle};
 use crate::state::{AccessRequest, State};
@@ -80,6 +80,7 @@ pub(super) fn request_access(
     _lc: &Lifecycle,
     d: &mut Decision,
     token: &AccessToken,
+    packaging: AccessPackaging,
     size_limit: u64,
 ) -> Result<(), Rejection> {
     validate_token(token)?;
@@ -89,14 +90,22 @@ pub(super) fn request_access(
             token.token, a.qid
         )));
     }
+    let qid = state.next_qid();
     d.push(
         state,
-        StreamId::Access(state.next_qid()),
+        StreamId::Access(qid),
         event::AccessRequested {
             queue: AccessQueue::for_size(token.size, size_limit),
             token: token.clone(),
         },
     );
+    if packaging != AccessPackaging::default() {
+        d.push(
+            state,
+            StreamId::Access(qid),
+            event::AccessPackagingChosen { packaging },
+        );
+    }
     Ok(())
 }
 
@@ -144,9 +153,21 @@ pub(super) fn access_outcome(
     qid: &Qid,
     success: bool,
     message: &str,
+    delivery: Option<&AccessDelivery>,
 ) -> Result<(), Rejection> {
     let a = request(state, qid)?;
     check_size("message", message.len(), MAX_JOB_FIELD_BYTES)?;
+    if let Some(delivery) = delivery {
+        if !success {
+            return Err(Rejection::Invalid {
+                field: "delivery".into(),
+                reason: "a failed assembly has no delivery".into(),
+            });
+        }
+        field("delivery url", &delivery.url)?;
+        field("delivery target", &delivery.target)?;
+        field("delivery sha256", &delivery.sha256)?;
+    }
     if a.status != AccessState::Processing {
         return Err(Rejection::StaleReport {
             item: Item::Access(a.qid),
@@ -170,6 +191,15 @@ pub(super) fn access_outcome(
             },
         ));
     };
+    if let Some(delivery) = delivery {
+        d.push(
+            state,
+            StreamId::Access(a.qid),
+            event::AccessDelivered {
+                delivery: delivery.clone(),
+            },
+        );
+    }
     moved(state, d, a, to, message, false);
     Ok(())
 }
@@ -284,6 +314,7 @@ mod tests {
     fn request(t: AccessToken) -> Result<Decision, Rejection> {
         let cmd = Command::RequestAccess {
             token: t,
+            packaging: Default::default(),
             size_limit: AccessQueue::DEFAULT_SIZE_LIMIT,
         };
         decide(&State::new(), &Lifecycle::builtin(), &cmd)

@@ -12,8 +12,8 @@ use uuid::Uuid;
 
 use crate::append::{ExpectedVersion, Proposed};
 use crate::event::{
-    AccessQueue, AccessToken, Digest, Erc, Event, FailureKind, Identifiers, InventoryParams,
-    PayloadType, StoreParams, StreamId, Submission,
+    AccessDelivery, AccessPackaging, AccessQueue, AccessToken, Digest, Erc, Event, FailureKind,
+    Identifiers, InventoryParams, PayloadType, StoreParams, StreamId, Submission,
 };
 use crate::ids::{Bid, Jid, Qid};
 use crate::lifecycle::{JobState, Lifecycle};
@@ -328,6 +328,8 @@ pub enum Command {
     RequestAccess {
         /// What to assemble.
         token: AccessToken,
+        /// Which files, and whether in a bag.
+        packaging: AccessPackaging,
         /// Bytes above which a request goes to the large queue.
         size_limit: u64,
     },
@@ -346,6 +348,8 @@ pub enum Command {
         success: bool,
         /// The error of a failure.
         message: String,
+        /// Where a successful assembly's container waits.
+        delivery: Option<AccessDelivery>,
     },
     /// An admin requeues a failed access request (Failed → Pending).
     RequeueAccess {
@@ -708,15 +712,18 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
             admin::record_foreign_change(state, &mut d, *stream, repaired.clone())?
         }
         Command::Cleanup { before } => admin::cleanup(state, lc, &mut d, before)?,
-        Command::RequestAccess { token, size_limit } => {
-            access::request_access(state, lc, &mut d, token, *size_limit)?
-        }
+        Command::RequestAccess {
+            token,
+            packaging,
+            size_limit,
+        } => access::request_access(state, lc, &mut d, token, *packaging, *size_limit)?,
         Command::StartAccess { qid } => access::start_access(state, lc, &mut d, qid)?,
         Command::AccessOutcome {
             qid,
             success,
             message,
-        } => access::access_outcome(state, lc, &mut d, qid, *success, message)?,
+            delivery,
+        } => access::access_outcome(state, lc, &mut d, qid, *success, message, delivery.as_ref())?,
         Command::RequeueAccess { qid, reason } => {
             access::requeue_access(state, lc, &mut d, qid, reason)?
         }
@@ -1268,6 +1275,17 @@ mod tests {
         );
     }
 
+    fn access_token() -> AccessToken {
+        AccessToken {
+            token: "t".into(),
+            ark: "ark:/1/2".into(),
+            version: 0,
+            format: "zip".into(),
+            size: 1,
+            delivery_node: 9501,
+        }
+    }
+
     /// A request left in Processing by a worker that died (its ephemeral
     /// lock gone with its session) is not stuck: the next lock holder starts
     /// it again, and an admin may requeue or delete it. Before, all three
@@ -1286,14 +1304,8 @@ mod tests {
         run(
             &mut processing,
             Command::RequestAccess {
-                token: AccessToken {
-                    token: "t".into(),
-                    ark: "ark:/1/2".into(),
-                    version: 0,
-                    format: "zip".into(),
-                    size: 1,
-                    delivery_node: 9501,
-                },
+                token: access_token(),
+                packaging: Default::default(),
                 size_limit: AccessQueue::DEFAULT_SIZE_LIMIT,
             },
         )
@@ -1312,6 +1324,7 @@ mod tests {
                 qid,
                 success: true,
                 message: String::new(),
+                delivery: None,
             },
         )
         .expect("outcome");
@@ -1333,5 +1346,56 @@ mod tests {
         let mut deleted = processing;
         run(&mut deleted, Command::DeleteAccess { qid, reason }).expect("delete");
         assert_eq!(deleted.0.access[&qid].status, AccessState::Deleted);
+    }
+
+    /// A request carries its packaging from the request to the state, and a
+    /// successful outcome its delivery (refused on a failure).
+    #[test]
+    fn an_access_request_keeps_its_packaging_and_its_delivery() {
+        use crate::event::{AccessContent, AccessDelivery, AccessPackaging};
+        use crate::ids::Qid;
+        use crate::lifecycle::AccessState;
+        let lc = Lifecycle::builtin();
+        let mut s = (State::new(), 0);
+        let run = |(state, position): &mut (State, u64), cmd: Command| {
+            run_command(state, &lc, cmd, position, crate::event::Actor::engine())
+        };
+        let packaging = AccessPackaging {
+            content: AccessContent::Full,
+            bag: true,
+        };
+        run(
+            &mut s,
+            Command::RequestAccess {
+                token: access_token(),
+                packaging,
+                size_limit: AccessQueue::DEFAULT_SIZE_LIMIT,
+            },
+        )
+        .expect("request");
+        let qid = Qid(1);
+        assert_eq!(s.0.access[&qid].packaging, packaging);
+        run(&mut s, Command::StartAccess { qid }).expect("start");
+        let at = chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("a time");
+        let delivery = AccessDelivery {
+            url: "http://x/deliveries/n".into(),
+            size: 3,
+            sha256: "ab".into(),
+            target: "primary".into(),
+            version: 1,
+            ready: at,
+            expires: at,
+        };
+        let outcome = |success: bool| Command::AccessOutcome {
+            qid,
+            success,
+            message: String::new(),
+            delivery: Some(delivery.clone()),
+        };
+        let refused = run(&mut s.clone(), outcome(false)).expect_err("no delivery of a failure");
+        assert!(matches!(refused, Rejection::Invalid { .. }), "{refused:?}");
+        run(&mut s, outcome(true)).expect("delivered");
+        assert_eq!(s.0.access[&qid].status, AccessState::Completed);
+        assert_eq!(s.0.access[&qid].delivery.as_ref(), Some(&delivery));
     }
 }

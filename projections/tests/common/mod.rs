@@ -428,15 +428,32 @@ pub fn expected_tree(state: &State, acquired: &BTreeSet<Bid>) -> BTreeMap<String
         put(root.clone(), vec![]);
         put(
             format!("{root}/token"),
-            text(&json!({
-                "status": 201,
-                "token": a.token.token,
-                "cloud-content-byte": a.token.size,
-                "delivery-node": a.token.delivery_node,
-                "ark": a.token.ark,
-                "version": a.token.version,
-                "format": a.token.format,
-            })),
+            text(&{
+                let mut token = json!({
+                    "status": 201,
+                    "token": a.token.token,
+                    "cloud-content-byte": a.token.size,
+                    "delivery-node": a.token.delivery_node,
+                    "ark": a.token.ark,
+                    "version": a.token.version,
+                    "format": a.token.format,
+                    "content": a.packaging.content.name(),
+                });
+                if a.packaging.bag {
+                    token["bag"] = json!(true);
+                }
+                if let Some(d) = &a.delivery {
+                    let time = |t: chrono::DateTime<chrono::Utc>| {
+                        t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                    };
+                    token["url"] = json!(d.url);
+                    token["delivery-size"] = json!(d.size);
+                    token["delivery-digest"] = json!(d.sha256);
+                    token["anticipated-availability-time"] = json!(time(d.ready));
+                    token["expiration-time"] = json!(time(d.expires));
+                }
+                token
+            }),
         );
         put(
             format!("{root}/status"),
@@ -1338,6 +1355,7 @@ impl Harness {
                         size: a.bytes,
                         delivery_node: 9501,
                     },
+                    packaging: Default::default(),
                     size_limit: ingest_events::event::AccessQueue::DEFAULT_SIZE_LIMIT,
                 }
             }
@@ -1346,6 +1364,7 @@ impl Harness {
                 qid: Qid(*q),
                 success: true,
                 message: String::new(),
+                delivery: None,
             },
             Step::AccessFail(a) => {
                 let (qid, message) = match a {
@@ -1356,6 +1375,7 @@ impl Harness {
                     qid,
                     success: false,
                     message,
+                    delivery: None,
                 }
             }
             Step::RequeueAccess(q) => Command::RequeueAccess {

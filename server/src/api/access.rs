@@ -12,7 +12,7 @@ use ingest_events::event::{AccessQueue, AccessToken};
 use ingest_events::lifecycle::AccessState;
 use ingest_events::{Actor, Qid, Recorded};
 use ingest_protocol::access::{
-    AccessList, AccessMoved, AccessOutcomeBody, AccessRequestBody, AccessView,
+    AccessList, AccessMoved, AccessOutcomeBody, AccessPackaging, AccessRequestBody, AccessView,
 };
 use ingest_protocol::api::{AdminBody, Appended, OutcomeKind, SessionId, WorkerRef};
 use uuid::Uuid;
@@ -86,6 +86,10 @@ pub(crate) async fn request(
             cid,
             Command::RequestAccess {
                 token,
+                packaging: AccessPackaging {
+                    content: body.content,
+                    bag: body.bag,
+                },
                 size_limit: app.inner.access_size_limit,
             },
         )
@@ -241,6 +245,7 @@ pub(crate) async fn outcome(
         qid,
         success: body.outcome == OutcomeKind::Success,
         message: body.message,
+        delivery: body.delivery,
     };
     let who = (body.worker.as_str(), body.session_id);
     fenced(&app, &proof, cid, qid, who, command).await

@@ -40,6 +40,7 @@
 //!     pages: None,
 //!     storage_targets: Vec::new(),
 //!     content_nodes: Vec::new(),
+//!     delivery_dir: None,
 //!     replication: None,
 //!     listing_items_per_second: ingest_config::DEFAULT_LISTING_ITEMS_PER_SECOND,
 //!     converger: None,
@@ -56,6 +57,7 @@ mod auth;
 mod budget;
 pub(crate) mod consistency;
 mod content;
+mod deliveries;
 pub(crate) mod depositor;
 mod error;
 mod extension;
@@ -150,6 +152,9 @@ pub struct ApiConfig {
     /// The storage targets `GET /content/{node}/…` serves files from, by
     /// Merritt node id (empty: every content request is 404).
     pub content_nodes: Vec<ContentNode>,
+    /// The delivery area `GET /deliveries/{name}` serves finished
+    /// assemblies from (`None`: every delivery request is 404).
+    pub delivery_dir: Option<std::path::PathBuf>,
     /// This engine's place in a replicated group (`None`: a single engine).
     pub replication: Option<ingest_replication::StatusCell>,
     /// How many items of the state one token's listing pages may walk per
@@ -183,6 +188,7 @@ pub(crate) struct Inner {
     pub(crate) inventory: Option<ingest_steps::inventory::Inventory>,
     pub(crate) storage_targets: Vec<ingest_engine::consistency::TargetSpec>,
     pub(crate) content_nodes: Vec<ContentNode>,
+    pub(crate) delivery_dir: Option<std::path::PathBuf>,
     pub(crate) replication: Option<ingest_replication::StatusCell>,
     pub(crate) minter: Option<ingest_engine::ezid::ArkMinter>,
     pub(crate) outbound: ingest_protocol::outbound::OutboundPolicy,
@@ -301,6 +307,7 @@ fn table() -> Vec<Entry> {
             Reader,
             content::content,
         ),
+        entry(M::GET, "/deliveries/{name}", Public, deliveries::delivery),
         // Admins.
         entry(M::POST, "/jobs/{jid}/hold", Admin, admin::hold_job),
         entry(M::POST, "/jobs/{jid}/release", Admin, admin::release_job),
@@ -408,6 +415,7 @@ pub fn router(config: ApiConfig) -> Router {
             inventory: config.inventory,
             storage_targets: config.storage_targets,
             content_nodes: config.content_nodes,
+            delivery_dir: config.delivery_dir,
             replication: config.replication,
             minter: config.minter,
             outbound: config.outbound,
@@ -908,6 +916,7 @@ mod tests {
             pages: None,
             storage_targets: Vec::new(),
             content_nodes: Vec::new(),
+            delivery_dir: None,
             replication: None,
             listing_items_per_second: ingest_config::DEFAULT_LISTING_ITEMS_PER_SECOND,
             converger: None,

@@ -187,6 +187,7 @@ fn a_changed_byte_fails_naming_the_file_and_the_next_target_is_used() {
         None,
         Content::Producer,
         Container::Zip,
+        false,
         &dest,
     );
     let done = done.expect("the second target");
@@ -204,6 +205,7 @@ fn a_changed_byte_fails_naming_the_file_and_the_next_target_is_used() {
         None,
         Content::Producer,
         Container::Tar,
+        false,
         &dest,
     );
     assert!(matches!(alone, Err(AssembleError::Mismatch { .. })));

@@ -329,12 +329,24 @@ pub async fn zk_status(client: &zk::Client, jid: &str) -> Result<Option<String>,
 pub struct Janitor {
     work_dir: PathBuf,
     interval: Duration,
+    deliveries: Option<PathBuf>,
 }
 
 impl Janitor {
     /// A janitor of `work_dir` sweeping every `interval`.
     pub fn new(work_dir: PathBuf, interval: Duration) -> Janitor {
-        Janitor { work_dir, interval }
+        Janitor {
+            work_dir,
+            interval,
+            deliveries: None,
+        }
+    }
+
+    /// Also removes the expired containers of the delivery area `dir`
+    /// ([`super::assembly::sweep_expired`]) on every sweep.
+    pub fn with_deliveries(mut self, dir: PathBuf) -> Janitor {
+        self.deliveries = Some(dir);
+        self
     }
 
     /// The working storage it sweeps.
@@ -363,6 +375,13 @@ impl Janitor {
     pub async fn run(self: Arc<Self>, session: Arc<Session>, stop: CancellationToken) {
         tracing::debug!(dir = %self.work_dir.display(), interval = ?self.interval, "janitor started");
         while !stop.is_cancelled() {
+            if let Some(dir) = &self.deliveries {
+                let (removed, freed) =
+                    super::assembly::sweep_expired(dir, chrono::Utc::now().timestamp());
+                if removed > 0 {
+                    tracing::info!(removed, freed, "janitor: expired deliveries removed");
+                }
+            }
             let once = async {
                 match session.client().await {
                     Ok(client)

@@ -28,6 +28,7 @@
 //! step's message and keeps its `last_successful_status`, so an admin
 //! requeue resumes at that step).
 
+pub mod assembly;
 mod atomic;
 pub mod batch;
 pub mod download;
@@ -107,6 +108,14 @@ pub fn with_content_url(args: &RealArgs, engine: &str) -> RealArgs {
     args
 }
 
+/// The delivery area: `--delivery-dir`, or `deliveries` in working
+/// storage (a name the janitor of job directories leaves alone).
+pub fn delivery_dir(args: &RealArgs, work: &Path) -> PathBuf {
+    args.delivery_dir
+        .clone()
+        .unwrap_or_else(|| work.join("deliveries"))
+}
+
 /// A job's working directory under `work`.
 pub fn job_dir(work: &Path, bid: &str, jid: &str) -> PathBuf {
     work.join(bid).join(jid)
@@ -130,6 +139,7 @@ pub fn steps(
     })?;
     let fetcher = Arc::new(fetch::Fetcher::new(&config).context("the HTTP client")?);
     let targets = store::open_targets(&config.args.storage_targets)?;
+    let targets_for_access = targets.clone();
     let pause = std::time::Duration::from_millis(config.args.store_pause_ms);
     for target in &targets {
         target.set_build_pause(pause);
@@ -195,7 +205,7 @@ pub fn steps(
         ),
         (
             JobState::Recording,
-            Arc::new(record::Record::new(Arc::clone(&config), targets)),
+            Arc::new(record::Record::new(Arc::clone(&config), targets.clone())),
         ),
         (
             JobState::Notify,
@@ -212,7 +222,17 @@ pub fn steps(
         0 => janitor::DEFAULT_INTERVAL,
         secs => Duration::from_secs(secs),
     };
-    let sweeper = janitor::Janitor::new(config.work_dir.clone(), interval);
+    let deliveries = delivery_dir(&config.args, &config.work_dir);
+    let assembler = assembly::Assembler::new(
+        targets_for_access,
+        deliveries.clone(),
+        config.args.content_url.as_deref().unwrap_or_default(),
+        Duration::from_secs(config.args.delivery_ttl_secs),
+    )
+    .with_context(|| format!("cannot create the delivery area {}", deliveries.display()))?;
+    steps.access = Some(Arc::new(assembler));
+    let sweeper =
+        janitor::Janitor::new(config.work_dir.clone(), interval).with_deliveries(deliveries);
     steps.janitor = Some(Arc::new(sweeper));
     steps.batch = Some(Arc::new(batch::Batches::new(fetcher, config)?));
     Ok(steps)

@@ -188,6 +188,9 @@ pub struct Steps {
     pub batch: Option<Arc<dyn BatchWork>>,
     /// The janitor of working storage, when the steps are real.
     pub janitor: Option<Arc<super::real::janitor::Janitor>>,
+    /// The access daemons' assembler, when the steps are real (the
+    /// assembly is simulated otherwise).
+    pub access: Option<Arc<super::real::assembly::Assembler>>,
     /// How long a simulated assembly (the access daemons') takes: the
     /// simulated steps' duration (`--step-ms`).
     pub simulated_assembly: std::time::Duration,
@@ -226,6 +229,7 @@ impl Steps {
             faults,
             batch: None,
             janitor: None,
+            access: None,
             simulated_assembly: settings.duration,
         }
     }

@@ -1,0 +1,384 @@
+//! Real assembly end to end (issue 24): objects stored by `ingest serve
+//! --steps real` in two real OCFL storage targets are requested on the
+//! access queue, assembled by the in-process access daemons into the
+//! delivery area, downloaded over HTTP from the URL the request names, and
+//! read by an independent reader (python's `zipfile`/`tarfile`, and the
+//! `bagit` package for bags): the files, their bytes and their digests
+//! equal the stored version's.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use reqwest::Method;
+use serde_json::{json, Value};
+use zookeeper_client as zk;
+
+use crate::ingest::{add, rig, sha256, zip, Rig};
+use crate::server::{eventually, DEPOSITOR};
+
+/// Reads a container with python's standard library: every regular entry's
+/// name and SHA-256.
+const READER: &str = r#"
+import hashlib, json, sys, tarfile, zipfile
+path, fmt = sys.argv[1], sys.argv[2]
+out = {}
+if fmt == "zip":
+    with zipfile.ZipFile(path) as z:
+        bad = z.testzip()
+        assert bad is None, "bad CRC: " + str(bad)
+        for i in z.infolist():
+            if not i.is_dir():
+                out[i.filename] = hashlib.sha256(z.read(i)).hexdigest()
+else:
+    with tarfile.open(path, "r:gz" if fmt == "targz" else "r:") as t:
+        for m in t.getmembers():
+            if m.isfile():
+                out[m.name] = hashlib.sha256(t.extractfile(m).read()).hexdigest()
+print(json.dumps(out))
+"#;
+
+fn python_entries(path: &Path, format: &str) -> BTreeMap<String, String> {
+    let out = std::process::Command::new("python3")
+        .args(["-c", READER])
+        .arg(path)
+        .arg(format)
+        .output()
+        .expect("python3 (needed by this test)");
+    assert!(
+        out.status.success(),
+        "python could not read the {format} container: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the reader's json")
+}
+
+/// Two storage targets (`primary` in the rig's `ocfl`, `second` beside it).
+async fn two_target_rig(name: &str, extra: &[&str]) -> (Rig, tempfile::TempDir) {
+    let second = tempfile::tempdir().expect("tempdir");
+    let mut args = vec![
+        "--storage-target".to_string(),
+        format!("second={}", second.path().join("ocfl").display()),
+        "--janitor-interval-secs".into(),
+        "1".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    (rig(name, &args).await, second)
+}
+
+/// Stores two versions of one object: `a.txt` is the same in both (OCFL
+/// keeps its content once, in v1), `b.txt` only in v1, `c.txt` only in
+/// v2. Returns the ark.
+async fn store_two_versions(rig: &Rig, local: &str) -> String {
+    add(
+        &rig.depot,
+        "v1.zip",
+        &zip(&[
+            ("a.txt", b"the same in both versions"),
+            ("b.txt", b"first only"),
+        ]),
+    );
+    add(
+        &rig.depot,
+        "v2.zip",
+        &zip(&[
+            ("a.txt", b"the same in both versions"),
+            ("c.txt", &vec![b'c'; 200_000]),
+        ]),
+    );
+    let mut ark = String::new();
+    for (file, mode) in [("v1.zip", "add"), ("v2.zip", "update")] {
+        let bid = rig
+            .submit(
+                json!({"profile": "demo", "submitter": "alice", "type": "container",
+                           "payload_url": format!("{}/files/{file}", rig.base),
+                           "submission_mode": mode, "erc_where": local}),
+            )
+            .await;
+        let batch = rig.finished(&bid).await;
+        assert_eq!(batch["status"], "Completed", "{batch}");
+        let job = rig.job(&Rig::jobs(&batch)[0]).await;
+        ark = job["primary_id"].as_str().expect("ark").to_string();
+    }
+    ark
+}
+
+/// The stored version's files as the storage target has them: logical path
+/// → SHA-256 of the bytes read back (`producer/` only unless `full`).
+fn stored(storage: &Path, ark: &str, version: u32, full: bool) -> BTreeMap<String, String> {
+    let target = ingest_steps::ocfl::OcflTarget::open_existing("check", storage).expect("storage");
+    let v = target.version_content(ark, Some(version)).expect("version");
+    v.files
+        .iter()
+        .filter(|f| full || f.logical_path.starts_with("producer/"))
+        .map(|f| {
+            let bytes = target
+                .read_file(ark, Some(version), &f.logical_path)
+                .expect("read back");
+            (f.logical_path.clone(), sha256(&bytes))
+        })
+        .collect()
+}
+
+/// Requests `body` and waits until the request ended; its view.
+async fn assembled(rig: &Rig, body: Value) -> Value {
+    let (code, answer) = rig
+        .server
+        .call(Method::POST, "/access", DEPOSITOR, Some(body))
+        .await;
+    assert_eq!(code, 201, "{answer}");
+    let qid = answer["request"]["qid"].as_str().expect("qid").to_string();
+    eventually(&format!("access request {qid} ended"), 90, async || {
+        let a = rig.server.get(&format!("/access/{qid}")).await;
+        matches!(a["status"].as_str(), Some("Completed" | "Failed")).then_some(a)
+    })
+    .await
+}
+
+/// Downloads the request's container into `dir`, checking its size and
+/// SHA-256 against the delivery.
+async fn download(view: &Value, dir: &Path) -> PathBuf {
+    let delivery = &view["delivery"];
+    let url = delivery["url"].as_str().expect("a delivery url");
+    let answer = reqwest::get(url).await.expect("GET the delivery");
+    assert_eq!(answer.status(), 200, "{url}");
+    let bytes = answer.bytes().await.expect("body");
+    assert_eq!(bytes.len() as u64, delivery["size"].as_u64().expect("size"));
+    assert_eq!(sha256(&bytes), delivery["sha256"].as_str().expect("sha256"));
+    let path = dir.join(format!(
+        "{}.{}",
+        view["qid"].as_str().expect("qid"),
+        view["format"].as_str().expect("format")
+    ));
+    std::fs::write(&path, &bytes).expect("write the download");
+    path
+}
+
+/// The entries under `<ark>/v<N>/`, with that prefix cut, the manifest
+/// left out.
+fn object_entries(
+    entries: &BTreeMap<String, String>,
+    ark: &str,
+    version: u32,
+) -> BTreeMap<String, String> {
+    let prefix = format!("{}/v{version}/", ark.replace([':', '/'], "+"));
+    entries
+        .iter()
+        .map(|(name, digest)| {
+            let rel = name
+                .strip_prefix(&prefix)
+                .unwrap_or_else(|| panic!("{name} is not under {prefix}"));
+            (rel.to_string(), digest.clone())
+        })
+        .filter(|(rel, _)| !rel.starts_with("manifest-"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_object_is_assembled_in_every_form_downloaded_and_read_back() {
+    let (rig, _second) = two_target_rig("assembly", &[]).await;
+    let ark = store_two_versions(&rig, "loc-assembled").await;
+    // a.txt of v2 is v1's content: the assembler must find it there.
+    let target =
+        ingest_steps::ocfl::OcflTarget::open_existing("check", &rig.storage).expect("storage");
+    let v2 = target.version_content(&ark, Some(2)).expect("v2");
+    let a = v2
+        .files
+        .iter()
+        .find(|f| f.logical_path == "producer/a.txt")
+        .expect("a.txt in v2");
+    assert!(
+        a.path.to_string_lossy().contains("/v1/"),
+        "a.txt deduplicated: {}",
+        a.path.display()
+    );
+
+    let downloads = tempfile::tempdir().expect("tempdir");
+    let cases = [
+        ("zip", "producer", 0, 2),
+        ("tar", "producer", 1, 1),
+        ("targz", "producer", 2, 2),
+        ("zip", "full", 2, 2),
+        ("targz", "full", 1, 1),
+    ];
+    for (format, content, asked, version) in cases {
+        let view = assembled(
+            &rig,
+            json!({"ark": ark, "version": asked, "format": format, "content": content}),
+        )
+        .await;
+        assert_eq!(
+            view["status"], "Completed",
+            "{format} {content} v{asked}: {view}"
+        );
+        assert_eq!(view["delivery"]["version"], version, "{view}");
+        let path = download(&view, downloads.path()).await;
+        let entries = python_entries(&path, format);
+        let want = stored(&rig.storage, &ark, version, content == "full");
+        assert!(want.contains_key("producer/a.txt"), "{want:?}");
+        assert_eq!(
+            object_entries(&entries, &ark, version),
+            want,
+            "{format} {content} v{asked}"
+        );
+        assert!(
+            entries.keys().any(|k| k.ends_with("/manifest-sha512.txt")),
+            "a checksum manifest inside: {entries:?}"
+        );
+    }
+
+    // The token node names the delivery with mrt-store's keys.
+    let view = assembled(&rig, json!({"ark": ark, "format": "zip"})).await;
+    let client = zk::Client::connect(&rig.zk_at).await.expect("zookeeper");
+    let (data, _) = client
+        .get_data(&format!("{}/token", view["path"].as_str().expect("path")))
+        .await
+        .expect("token node");
+    let node: Value = serde_json::from_slice(&data).expect("json");
+    assert_eq!(node["url"], view["delivery"]["url"], "{node}");
+    assert_eq!(node["content"], "producer", "{node}");
+    assert_eq!(node["delivery-size"], view["delivery"]["size"], "{node}");
+    assert_eq!(
+        node["delivery-digest"], view["delivery"]["sha256"],
+        "{node}"
+    );
+    assert!(node["anticipated-availability-time"].is_string(), "{node}");
+    assert!(node["expiration-time"].is_string(), "{node}");
+
+    // HEAD and Range are answered.
+    let url = view["delivery"]["url"].as_str().expect("url").to_string();
+    let http = reqwest::Client::new();
+    let head = http.head(&url).send().await.expect("HEAD");
+    assert_eq!(head.status(), 200);
+    let length = head
+        .headers()
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    assert_eq!(
+        length,
+        view["delivery"]["size"].as_u64(),
+        "HEAD names the size"
+    );
+    let whole = http
+        .get(&url)
+        .send()
+        .await
+        .expect("GET")
+        .bytes()
+        .await
+        .expect("body");
+    let part = http
+        .get(&url)
+        .header("Range", "bytes=10-29")
+        .send()
+        .await
+        .expect("ranged GET");
+    assert_eq!(part.status(), 206);
+    assert_eq!(part.bytes().await.expect("part"), whole[10..30]);
+    // A guessed name is not served.
+    let guessed = url.rsplit_once('/').expect("a name").0.to_string()
+        + "/9999999999-00000000000000000000000000000000.zip";
+    assert_eq!(http.get(&guessed).send().await.expect("GET").status(), 404);
+
+    // A bag: validated by the bagit package, its payload the full version.
+    let view = assembled(&rig, json!({"ark": ark, "format": "zip", "bag": true})).await;
+    assert_eq!(view["status"], "Completed", "{view}");
+    assert_eq!(view["bag"], true, "{view}");
+    let path = download(&view, downloads.path()).await;
+    let entries = python_entries(&path, "zip");
+    let payload: BTreeMap<String, String> = object_entries(&entries, &ark, 2)
+        .into_iter()
+        .filter_map(|(k, v)| k.strip_prefix("data/").map(|k| (k.to_string(), v)))
+        .collect();
+    assert_eq!(payload, stored(&rig.storage, &ark, 2, true));
+    let Some(python) = tokio::task::spawn_blocking(|| {
+        crate::util::venv_python("bagit-venv", "bagit==1.9.0", "bagit")
+    })
+    .await
+    .expect("the venv task") else {
+        return;
+    };
+    let check = "import bagit, sys, zipfile, os\n\
+                 zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])\n\
+                 top = os.path.join(sys.argv[2], os.listdir(sys.argv[2])[0])\n\
+                 bag = bagit.Bag(os.path.join(top, os.listdir(top)[0]))\n\
+                 bag.validate()\n\
+                 print(bag.info['External-Identifier'])\n";
+    let out = downloads.path().join("bag");
+    let validated = std::process::Command::new(&python)
+        .args(["-c", check])
+        .arg(&path)
+        .arg(&out)
+        .output()
+        .expect("python bagit");
+    assert!(validated.status.success(), "bagit: {validated:?}");
+    assert_eq!(String::from_utf8_lossy(&validated.stdout).trim(), ark);
+}
+
+/// Changes one byte of `producer/a.txt`'s stored content in `storage`.
+fn damage(storage: &Path, ark: &str) -> String {
+    let target = ingest_steps::ocfl::OcflTarget::open_existing("damage", storage).expect("storage");
+    let v = target.version_content(ark, None).expect("head");
+    let f = v
+        .files
+        .iter()
+        .find(|f| f.logical_path == "producer/a.txt")
+        .expect("a.txt");
+    let mut bytes = std::fs::read(&f.path).expect("read");
+    bytes[0] ^= 1;
+    std::fs::write(&f.path, bytes).expect("write");
+    f.logical_path.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_copy_fails_over_to_the_next_target_and_none_intact_fails_naming_the_file() {
+    let (rig, second) = two_target_rig("assembly-damage", &[]).await;
+    let ark = store_two_versions(&rig, "loc-damaged").await;
+    let file = damage(&rig.storage, &ark);
+    let view = assembled(&rig, json!({"ark": ark, "format": "tar"})).await;
+    assert_eq!(view["status"], "Completed", "{view}");
+    assert_eq!(view["delivery"]["target"], "second", "{view}");
+    let message = view["message"].as_str().expect("message");
+    assert!(
+        message.contains("primary") && message.contains(&file),
+        "says it failed over: {message}"
+    );
+    let downloads = tempfile::tempdir().expect("tempdir");
+    let path = download(&view, downloads.path()).await;
+    assert_eq!(
+        object_entries(&python_entries(&path, "tar"), &ark, 2),
+        stored(&second.path().join("ocfl"), &ark, 2, false),
+        "the second target's intact copy"
+    );
+
+    damage(&second.path().join("ocfl"), &ark);
+    let view = assembled(&rig, json!({"ark": ark, "format": "zip"})).await;
+    assert_eq!(view["status"], "Failed", "{view}");
+    let message = view["message"].as_str().expect("message");
+    assert!(
+        message.contains(&file) && message.contains("primary") && message.contains("second"),
+        "names the file and each target: {message}"
+    );
+    assert!(view.get("delivery").is_none_or(Value::is_null), "{view}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_delivery_is_removed_and_its_url_answers_gone() {
+    let (rig, _second) = two_target_rig("assembly-expiry", &["--delivery-ttl-secs", "3"]).await;
+    let ark = store_two_versions(&rig, "loc-expiring").await;
+    let view = assembled(&rig, json!({"ark": ark, "format": "targz"})).await;
+    assert_eq!(view["status"], "Completed", "{view}");
+    let url = view["delivery"]["url"].as_str().expect("url").to_string();
+    let name = url.rsplit_once('/').expect("a name").1.to_string();
+    let file = rig._dir.path().join("work").join("deliveries").join(&name);
+    assert!(file.is_file(), "{} in the delivery area", file.display());
+    let qid = view["qid"].as_str().expect("qid").to_string();
+    eventually("the janitor removed the expired delivery", 60, async || {
+        (!file.exists()).then_some(())
+    })
+    .await;
+    let answer = reqwest::get(&url).await.expect("GET");
+    assert_eq!(answer.status(), 410);
+    let view = rig.server.get(&format!("/access/{qid}")).await;
+    assert_eq!(view["expired"], true, "the request says so: {view}");
+}
