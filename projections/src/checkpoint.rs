@@ -45,8 +45,10 @@ pub const LAYOUT_NODE: &str = "/ingest-engine/layout";
 /// what changed in the tree:
 /// - 1: 0.1.0 and 0.2.0 (0.1.0 wrote each job's `configuration` without
 ///   `profile`, `submissionDate`, `filename`, `title`, `creator`);
-/// - 2: the tree records its layout in [`LAYOUT_NODE`].
-pub const LAYOUT_VERSION: u32 = 2;
+/// - 2: the tree records its layout in [`LAYOUT_NODE`];
+/// - 3: an access request's token node carries `content` (and `bag` when
+///   asked), and the delivery's keys once it is delivered.
+pub const LAYOUT_VERSION: u32 = 3;
 
 /// What `/ingest-engine/rebuilding` says: who rebuilds, since when, and
 /// which position of which log the tree is being brought to.

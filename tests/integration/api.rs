@@ -1478,6 +1478,17 @@ async fn the_openapi_file_describes_exactly_the_routes_served() {
     for (method, path, access) in &documented {
         let method: Method = method.parse().expect("method");
         let reply = s.call(method.clone(), &concrete(path), None, None).await;
+        if access == "public" && path.contains('{') {
+            // A public route of one item (a delivery by its name) answers
+            // its own 404 for a made-up one, never the router's fallbacks.
+            assert!(
+                ![404, 405].contains(&reply.status.as_u16())
+                    || reply.body["error"]["code"] == "not_found",
+                "{method} {path}: {}",
+                reply.body
+            );
+            continue;
+        }
         let expected = if access == "public" { 200 } else { 401 };
         assert_eq!(
             reply.status.as_u16(),
