@@ -1957,7 +1957,7 @@ async fn a_running_server_reports_and_repairs_foreign_nodes() {
 
 /// `ingest worker --steps real` processes killed on drop (a test that fails
 /// leaves none behind).
-struct WorkerProcs(Vec<std::process::Child>);
+pub(crate) struct WorkerProcs(pub(crate) Vec<std::process::Child>);
 
 impl Drop for WorkerProcs {
     fn drop(&mut self) {

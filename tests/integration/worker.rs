@@ -471,43 +471,46 @@ async fn two_worker_processes_share_a_batch_and_do_every_job_once() {
     let off: Vec<String> = ALL_DAEMONS.split(',').map(|d| format!("{d}=off")).collect();
     let off: Vec<&str> = off.iter().map(String::as_str).collect();
     let s = start(dir.path(), &hosts, &root, Some(&off));
-    let mut workers: Vec<std::process::Child> = (1..=2)
-        .map(|n| {
-            // D12: the second runs without --daemons: every daemon by
-            // default (it refused to start).
-            let daemons: &[&str] = match n {
-                1 => &["--daemons", ALL_DAEMONS],
-                _ => &[],
-            };
-            Command::new(ingest_bin())
-                .args([
-                    "worker",
-                    "--engine",
-                    &s.base,
-                    "--zk",
-                    &hosts,
-                    "--zk-root",
-                    &root,
-                ])
-                .args(daemons)
-                .args([
-                    "--name",
-                    &format!("proc{n}"),
-                    "--seed",
-                    &n.to_string(),
-                    "--provisioning-threshold",
-                    "100",
-                ])
-                .arg("--working-storage")
-                .arg(dir.path())
-                .env("INGEST_WORKER_TOKEN", WORKER)
-                .env_remove("INGEST_DATA_DIR")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start ingest worker")
-        })
-        .collect();
+    // Killed when the test ends, also when an assertion fails first.
+    let mut workers = crate::ingest::WorkerProcs(
+        (1..=2)
+            .map(|n| {
+                // D12: the second runs without --daemons: every daemon by
+                // default (it refused to start).
+                let daemons: &[&str] = match n {
+                    1 => &["--daemons", ALL_DAEMONS],
+                    _ => &[],
+                };
+                Command::new(ingest_bin())
+                    .args([
+                        "worker",
+                        "--engine",
+                        &s.base,
+                        "--zk",
+                        &hosts,
+                        "--zk-root",
+                        &root,
+                    ])
+                    .args(daemons)
+                    .args([
+                        "--name",
+                        &format!("proc{n}"),
+                        "--seed",
+                        &n.to_string(),
+                        "--provisioning-threshold",
+                        "100",
+                    ])
+                    .arg("--working-storage")
+                    .arg(dir.path())
+                    .env("INGEST_WORKER_TOKEN", WORKER)
+                    .env_remove("INGEST_DATA_DIR")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("start ingest worker")
+            })
+            .collect(),
+    );
     let bid = s.submit(40).await;
     let batch = batch_done(&s, &bid, 60).await;
     let done = batch["successful_jobs"]
@@ -520,14 +523,14 @@ async fn two_worker_processes_share_a_batch_and_do_every_job_once() {
         actors.iter().any(|a| a.contains("proc1")) && actors.iter().any(|a| a.contains("proc2")),
         "{actors:?}"
     );
-    for w in &mut workers {
+    for w in &mut workers.0 {
         assert!(Command::new("kill")
             .args(["-TERM", &w.id().to_string()])
             .status()
             .expect("kill")
             .success());
     }
-    for w in &mut workers {
+    for w in &mut workers.0 {
         let exit = eventually("ingest worker to exit", 30, async || {
             w.try_wait().expect("wait")
         })
