@@ -21,6 +21,7 @@ use ingest_events::event::StreamId;
 use ingest_events::lifecycle::BatchState;
 use ingest_events::log::{Log, LogError};
 use ingest_events::{Actor, Bid, Lifecycle, Recorded, State};
+use ingest_projections::ids::{IdError, IdKind};
 use tokio::sync::{mpsc, oneshot, watch};
 use uuid::Uuid;
 
@@ -77,10 +78,28 @@ impl Published {
     }
 }
 
+/// Where the ids of new batches and jobs come from when they are shared
+/// with another allocator (adoption mode: ZooKeeper's sequential counters,
+/// which mrt-zk names its batches and jobs by; see
+/// [`ingest_projections::ids`]).
+pub trait IdSource: Send + Sync {
+    /// `n` unused ids of `kind`, ascending, each at least `floor` (the
+    /// log's next id).
+    fn reserve(
+        &self,
+        kind: IdKind,
+        n: usize,
+        floor: u64,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<u64>, IdError>> + Send + '_>>;
+}
+
 /// A cheap, cloneable handle on the engine service.
 #[derive(Clone)]
 pub struct EngineHandle {
     tx: mpsc::Sender<Msg>,
+    /// Set once, in adoption mode: new batches and jobs take their ids
+    /// from it ([`Command::WithIds`]).
+    ids: Arc<std::sync::OnceLock<Arc<dyn IdSource>>>,
     published: Arc<Published>,
     log: Arc<Log>,
     lifecycle: Arc<Lifecycle>,
@@ -116,6 +135,11 @@ pub enum ServiceError {
     /// The writer thread could not be started: the engine takes no command.
     #[error("the engine's writer thread could not be started: {0}")]
     NoWriter(#[source] Arc<std::io::Error>),
+    /// The command creates a batch or jobs, and their ids come from
+    /// ZooKeeper (adoption mode), which could not give them: nothing was
+    /// decided; retry later (HTTP 503).
+    #[error("no ids for the new items: {0} (in adoption mode ids come from ZooKeeper's sequential counters)")]
+    Ids(#[source] IdError),
 }
 
 impl EngineHandle {
@@ -146,6 +170,7 @@ impl EngineService {
         let published = Arc::new(Published::new(engine.state().clone()));
         let mut handle = EngineHandle {
             tx,
+            ids: Arc::default(),
             published: Arc::clone(&published),
             log: engine.shared_log(),
             lifecycle: Arc::new(engine.lifecycle().clone()),
@@ -442,6 +467,7 @@ impl EngineHandle {
         correlation_id: Uuid,
         command: Command,
     ) -> Result<Outcome, ServiceError> {
+        let command = self.with_ids(command).await?;
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Msg::Command(Box::new(Request {
@@ -453,6 +479,39 @@ impl EngineHandle {
             .await
             .map_err(|_| self.gone())?;
         rx.await.map_err(|_| self.gone())?
+    }
+
+    /// From now on, new batches and jobs take their ids from `source`
+    /// (adoption mode); a second call changes nothing.
+    pub fn share_ids_with(&self, source: Arc<dyn IdSource>) {
+        let _ = self.ids.set(source);
+    }
+
+    /// `command` with the ids of the batch or jobs it creates, when ids
+    /// are shared ([`EngineHandle::share_ids_with`]); else as it is.
+    async fn with_ids(&self, command: Command) -> Result<Command, ServiceError> {
+        let Some(source) = self.ids.get() else {
+            return Ok(command);
+        };
+        let (kind, n, floor) = {
+            let state = self.state();
+            match &command {
+                Command::SubmitBatch { .. } => (IdKind::Batch, 1, state.next_bid().0),
+                Command::AcquireBatch { jobs, .. } if !jobs.is_empty() => {
+                    (IdKind::Job, jobs.len(), state.next_jid().0)
+                }
+                Command::CreateJob { .. } => (IdKind::Job, 1, state.next_jid().0),
+                _ => return Ok(command),
+            }
+        };
+        let ids = source
+            .reserve(kind, n, floor)
+            .await
+            .map_err(ServiceError::Ids)?;
+        Ok(Command::WithIds {
+            ids,
+            command: Box::new(command),
+        })
     }
 
     /// Writes records copied from the leader (a frame) through the writer,

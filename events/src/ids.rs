@@ -1,8 +1,10 @@
 //! Identifiers allocated by the engine from the log.
 //!
 //! Batch and job ids are `bid` / `jid` followed by ten decimal digits, as
-//! DESIGN.md fixes them. They are allocated from the log, never from
-//! ZooKeeper sequential nodes, so a rebuilt tree carries the same ids.
+//! DESIGN.md fixes them. They are recorded in the events, so a rebuilt tree
+//! carries the same ids: allocated from the log, or in adoption mode given
+//! by the command (`Command::WithIds`, ids from ZooKeeper's sequential
+//! counters, shared with mrt-zk).
 
 use std::fmt;
 use std::str::FromStr;

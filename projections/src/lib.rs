@@ -78,6 +78,7 @@
 pub mod acl;
 pub mod checkpoint;
 pub mod consistency;
+pub mod ids;
 pub mod layout;
 pub mod leader;
 pub mod materialize;
@@ -103,9 +104,9 @@ pub use rebuild::{
 };
 #[cfg(feature = "log")]
 pub use sink::{
-    AdoptForeign, Adoption, ForeignAdopter, ForeignLock, ForeignRecorder, ForeignStatus, GateGuard,
-    LockChange, ProjectorGate, RecordForeign, ResumeRebuild, Resumer, RunMode, Sink, SinkConfig,
-    SinkError, SinkReport, SinkState, SinkStatus,
+    AdoptForeign, Adoption, ForeignAdopter, ForeignBatch, ForeignLock, ForeignRecorder,
+    ForeignStatus, GateGuard, LockChange, ProjectorGate, RecordForeign, ResumeRebuild, Resumer,
+    RunMode, Sink, SinkConfig, SinkError, SinkReport, SinkState, SinkStatus,
 };
 pub use tree::{Differing, Tree, TreeDiff, TreeError};
 pub use txn::TxnLimits;

@@ -134,6 +134,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
             let start_sink = {
                 let handle = handle.clone();
                 let foreign_writes = config.foreign_writes;
+                let profiles = profiles.clone();
                 let (log, zk_config, gate, metrics, converger) = (
                     Arc::clone(handle.log()),
                     zk_config.clone(),
@@ -148,6 +149,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
                     let recorder = Arc::new(EngineRecorder {
                         handle: handle.clone(),
                         metrics: Arc::clone(&metrics),
+                        profiles: profiles.clone(),
                     });
                     if foreign_writes == ingest_config::ForeignWrites::Adopt {
                         sink_config.adopt =
@@ -192,8 +194,11 @@ async fn serve(config: ServeConfig) -> Result<i32> {
                     .context("the projector's status")?;
                 Some((task, stop, status))
             };
-            let checker = ZkLocks::new(zk_config.clone(), Arc::clone(&metrics));
-            (Arc::new(checker) as Arc<dyn LockChecker>, sink_task)
+            let checker = Arc::new(ZkLocks::new(zk_config.clone(), Arc::clone(&metrics)));
+            if config.foreign_writes == ingest_config::ForeignWrites::Adopt {
+                handle.share_ids_with(Arc::new(ZkIds(Arc::clone(&checker))));
+            }
+            (checker as Arc<dyn LockChecker>, sink_task)
         }
     };
 
@@ -398,38 +403,41 @@ impl ZkLocks {
         }
     }
 
+    /// The shared session, made on first use and again once it ended.
+    async fn session(&self) -> Result<zk::Client, String> {
+        // Held only to find or make the session, never across a read:
+        // every fenced report checks a lock here, and one read at a
+        // time made the checks a queue (13 ms of each report's 18 ms
+        // under `tools/load --mode real`).
+        let mut guard = self.client.lock().await;
+        match guard.as_ref() {
+            Some(c) if !c.state().is_terminated() => Ok(c.clone()),
+            _ => {
+                let client = match ingest_projections::zk::connect(&self.config).await {
+                    Ok(client) => client,
+                    Err(e) => {
+                        self.metrics.zookeeper_unreachable();
+                        return Err(e.to_string());
+                    }
+                };
+                // Every scrape reads the session's state from now on:
+                // before, the gauge changed only when a lock check ran,
+                // so it said SyncConnected for as long as an outage
+                // kept workers idle.
+                self.metrics
+                    .follow_zookeeper_session(client.state_watcher());
+                *guard = Some(client.clone());
+                Ok(client)
+            }
+        }
+    }
+
     async fn holder_of(&self, path: &str) -> Result<Option<LockHolder>, LockCheckError> {
         let fail = |message: String| LockCheckError {
             path: path.to_string(),
             message,
         };
-        let client = {
-            // Held only to find or make the session, never across a read:
-            // every fenced report checks a lock here, and one read at a
-            // time made the checks a queue (13 ms of each report's 18 ms
-            // under `tools/load --mode real`).
-            let mut guard = self.client.lock().await;
-            match guard.as_ref() {
-                Some(c) if !c.state().is_terminated() => c.clone(),
-                _ => {
-                    let client = match ingest_projections::zk::connect(&self.config).await {
-                        Ok(client) => client,
-                        Err(e) => {
-                            self.metrics.zookeeper_unreachable();
-                            return Err(fail(e.to_string()));
-                        }
-                    };
-                    // Every scrape reads the session's state from now on:
-                    // before, the gauge changed only when a lock check ran,
-                    // so it said SyncConnected for as long as an outage
-                    // kept workers idle.
-                    self.metrics
-                        .follow_zookeeper_session(client.state_watcher());
-                    *guard = Some(client.clone());
-                    client
-                }
-            }
-        };
+        let client = self.session().await.map_err(fail)?;
         let checked = tokio::time::timeout(self.deadline(), client.get_data(path)).await;
         self.metrics.set_zookeeper_session(client.state());
         match checked {
@@ -463,6 +471,49 @@ impl ZkLocks {
 impl LockChecker for ZkLocks {
     fn holder<'a>(&'a self, path: &'a str) -> LockFuture<'a> {
         Box::pin(self.holder_of(path))
+    }
+}
+
+/// Adoption mode: the ids of new batches and jobs, reserved from
+/// ZooKeeper's sequential counters (`ingest_projections::ids`) through the
+/// lock checker's session, so that mrt-zk's `createBatch` and `createJob`
+/// and the engine never take each other's ids.
+struct ZkIds(Arc<ZkLocks>);
+
+impl ingest_engine::service::IdSource for ZkIds {
+    fn reserve(
+        &self,
+        kind: ingest_projections::ids::IdKind,
+        n: usize,
+        floor: u64,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<Output = Result<Vec<u64>, ingest_projections::ids::IdError>>
+                + Send
+                + '_,
+        >,
+    > {
+        Box::pin(async move {
+            use ingest_projections::ids::IdError;
+            use ingest_projections::zk::{ZkError, ZkErrorKind};
+            let client = self.0.session().await.map_err(|e| {
+                IdError::Zk(ZkError::new(
+                    "connect",
+                    e,
+                    ZkErrorKind::Server(zk::Error::ConnectionLoss),
+                ))
+            })?;
+            let config = &self.0.config;
+            ingest_projections::ids::reserve(
+                &client,
+                &config.access,
+                config.request_timeout,
+                kind,
+                n,
+                floor,
+            )
+            .await
+        })
     }
 }
 
@@ -576,6 +627,8 @@ fn reexec() -> std::io::Error {
 struct EngineRecorder {
     handle: ingest_engine::service::EngineHandle,
     metrics: Arc<Metrics>,
+    /// The collection profiles a submission must name (as `POST /batches`).
+    profiles: ingest_config::Profiles,
 }
 
 impl ingest_projections::RecordForeign for EngineRecorder {
@@ -680,5 +733,92 @@ impl ingest_projections::AdoptForeign for EngineRecorder {
             self.decided(ingest_events::Actor::admin(change.actor), command)
                 .await
         })
+    }
+
+    /// Adoption mode: a batch mrt-zk's `createBatch` made is the submission
+    /// it holds, with the id ZooKeeper gave it and the ZooKeeper client as
+    /// a depositor actor: read as `POST /batches` reads a body (the same
+    /// required fields, a known profile, a manifest that expands), with
+    /// the `batchID` uuid (one is made when there is none); any refusal
+    /// removes it.
+    fn adopt_batch(
+        &self,
+        batch: ingest_projections::ForeignBatch,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = ingest_projections::Adoption> + Send + '_>,
+    > {
+        Box::pin(async move {
+            use ingest_projections::Adoption;
+            match self.foreign_submission(&batch) {
+                Ok((uuid, submission)) => {
+                    let command = ingest_events::command::Command::WithIds {
+                        ids: vec![batch.bid.0],
+                        command: Box::new(ingest_events::command::Command::SubmitBatch {
+                            uuid,
+                            submission,
+                        }),
+                    };
+                    self.decided(ingest_events::Actor::depositor(batch.actor), command)
+                        .await
+                }
+                Err(why) => Adoption::Refused(why),
+            }
+        })
+    }
+}
+
+impl EngineRecorder {
+    /// The uuid and submission of a batch another client created, checked
+    /// as `POST /batches` checks a body; why not, in words.
+    fn foreign_submission(
+        &self,
+        batch: &ingest_projections::ForeignBatch,
+    ) -> Result<(uuid::Uuid, ingest_events::event::Submission), String> {
+        use ingest_protocol::node::{decode, SubmissionNode};
+        use ingest_protocol::submission::{expand_simple, SubmissionInput};
+        if batch.status != "Pending" {
+            return Err(format!(
+                "a new batch is Pending, not {}",
+                ingest_protocol::submission::quoted(&batch.status)
+            ));
+        }
+        let node: SubmissionNode =
+            decode("/batches/BID/submission", &batch.submission).map_err(|e| e.to_string())?;
+        let text = |s: &str| (!s.is_empty()).then(|| s.to_string());
+        let uuid = match node.batch_id.as_str() {
+            "" => uuid::Uuid::new_v4(),
+            u => u.parse().map_err(|_| {
+                format!(
+                    "batchID {} is not a uuid",
+                    ingest_protocol::submission::quoted(u)
+                )
+            })?,
+        };
+        let digest = match (&node.digest_type, &node.digest_value) {
+            (Some(t), Some(v)) => Some(format!("{t}:{v}")),
+            _ => None,
+        };
+        let input = SubmissionInput {
+            submitter: text(&node.submitter),
+            profile: text(&node.profile_name),
+            payload_type: text(&node.payload_type),
+            payload_url: text(&node.payload_url),
+            submission_mode: text(&node.submission_mode),
+            response_type: text(&node.response_type),
+            manifest: node.manifest.clone(),
+            erc_who: text(&node.erc_who),
+            erc_what: text(&node.erc_what),
+            erc_when: text(&node.erc_when),
+            erc_where: text(&node.erc_where),
+            digest,
+            uuid: None,
+            extra: Default::default(),
+        };
+        let submission = input.build().map_err(|e| e.to_string())?;
+        self.profiles
+            .check(&submission.profile_name)
+            .map_err(|e| e.to_string())?;
+        expand_simple(&submission).map_err(|e| e.to_string())?;
+        Ok((uuid, submission))
     }
 }

@@ -737,3 +737,104 @@ async fn adoption_mode_adopts_many_acquisitions_in_one_round_without_stopping() 
     // A lock released before its holder was read names the write's zxid.
     assert!(named > 0, "no move names the session {actor}");
 }
+
+/// Issue 23, adoption mode: one id space with mrt-zk. Two Merritt-pattern
+/// clients (mrt-zk's `createBatch`: a sequential `/batches/bid` node, the
+/// uuid node, the submission, the status) create 500 batches between them
+/// while 500 are submitted through `POST /batches` at the same time: no
+/// `createBatch` meets `NodeExistsException`, the 1,000 ids are distinct,
+/// every batch the clients created is in the log as a `BatchSubmitted`
+/// whose actor names the ZooKeeper client, nothing is reverted, and the
+/// tree is converged. Before, the engine took ids from the log, ZooKeeper's
+/// counter reached them, and `createBatch` failed (and a batch it did make
+/// was removed as another client's write).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adoption_mode_shares_one_id_space_with_mrt_zk_over_1000_creations() {
+    let mut daemons = NO_JOB_DAEMONS.to_vec();
+    daemons.push("batch_pending=off");
+    let Some(r) = Rig::start_with(
+        "foreign-adopt-ids",
+        Some(&daemons),
+        &["--foreign-writes", "adopt"],
+    )
+    .await
+    else {
+        return;
+    };
+    let s = &r.s;
+    // Ingest's own first, so ZooKeeper's counter and the log start level.
+    let first = s.submit(1).await;
+    let writers: Vec<_> = (0..2)
+        .map(|_| {
+            let (python, hosts, root) = (r.python.clone(), r.zks.hosts(), r.root.clone());
+            tokio::task::spawn_blocking(move || {
+                merritt_write(
+                    &python,
+                    &hosts,
+                    &root,
+                    &["create-batches", "250", "demo", "https://example.org/m.txt"],
+                )
+            })
+        })
+        .collect();
+    let base = s.base.clone();
+    let submitters: Vec<_> = (0..5)
+        .map(|_| {
+            let base = base.clone();
+            tokio::spawn(async move {
+                let client = ingest_client::Client::new(&base, server::DEPOSITOR).expect("client");
+                let mut bids = Vec::new();
+                for i in 0..100 {
+                    let input = ingest_protocol::submission::SubmissionInput {
+                        submitter: Some("alice".into()),
+                        profile: Some("demo".into()),
+                        payload_url: Some(format!("https://example.org/{i}.txt")),
+                        ..Default::default()
+                    };
+                    bids.push(client.submit(&input).await.expect("submitted").bid);
+                }
+                bids
+            })
+        })
+        .collect();
+    let mut merritt: Vec<String> = Vec::new();
+    for w in writers {
+        let summary = w.await.expect("the writer task");
+        assert_eq!(summary["collisions"], 0, "{summary}");
+        assert_eq!(summary["failures"], json!([]), "{summary}");
+        let created = summary["created"].as_array().expect("created");
+        assert_eq!(created.len(), 250, "{summary}");
+        merritt.extend(created.iter().map(|b| b.as_str().expect("bid").to_string()));
+    }
+    let mut ours: Vec<String> = vec![first];
+    for t in submitters {
+        ours.extend(t.await.expect("the submitter task"));
+    }
+    let all: std::collections::BTreeSet<&String> = merritt.iter().chain(&ours).collect();
+    assert_eq!(all.len(), 1001, "an id was given twice");
+    for bid in &merritt {
+        let history = eventually(&format!("{bid} adopted"), 60, async || {
+            let (status, h) = s
+                .call(Method::GET, &format!("/batches/{bid}/history"), ADMIN, None)
+                .await;
+            (status == 200).then_some(h)
+        })
+        .await;
+        let rows = history["events"].as_array().expect("events");
+        let submitted = rows
+            .iter()
+            .find(|r| r["event"] == "BatchSubmitted")
+            .unwrap_or_else(|| panic!("{bid}: {history}"));
+        let actor = submitted["actor"].as_str().unwrap_or("");
+        assert!(
+            actor.starts_with("depositor:zk-zxid-0x"),
+            "{bid}: {history}"
+        );
+        assert!(repairs(&history).is_empty(), "{bid}: {history}");
+        assert_eq!(s.get(&format!("/batches/{bid}")).await["status"], "Pending");
+    }
+    converged(s).await;
+    assert_ready(s).await;
+    let system = s.get("/history?actor=engine&limit=1000").await;
+    assert!(repairs(&system).is_empty(), "{system}");
+}

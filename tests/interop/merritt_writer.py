@@ -28,6 +28,17 @@ Usage:
       lockLargeAccessQueue, lockCollection: each PATH created as a
       persistent node with empty data (an existing one is left: mrt-zk's
       createLock answers false).
+  python merritt_writer.py HOSTS ROOT create-batches COUNT PROFILE PAYLOAD_URL
+      Batch.createBatch COUNT times in one session: the id from a
+      sequential node (QueueItemHelper.createId: /batches/bid, persistent
+      sequential, empty), then /batch-uuids/UUID holding the id, then
+      /batches/BID/submission (the submission JSON: profile_name,
+      submitter, payload_url, type, response_type, submission_mode,
+      batchID, erc_*), then /batches/BID/status created with
+      {"status": "Pending", "last_modified", "message"}. A
+      NodeExistsException is counted, not raised (the summary's
+      "collisions"), as is any other ZooKeeper error (its name in
+      "failures"); the summary's "created" lists the ids.
   python merritt_writer.py HOSTS ROOT delete PATH...
       QueueItemHelper.delete of each node (mrt-zk's unlockIngestQueue is
       `delete /locks/queue/ingest`; its delete helpers remove a batch's
@@ -40,9 +51,10 @@ show it) and the paths written.
 import json
 import sys
 import time
+import uuid as uuid_mod
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError, NodeExistsError
+from kazoo.exceptions import KazooException, NoNodeError, NodeExistsError
 
 FINISHED_SETS = {"Failed": "batch-failed", "Completed": "batch-completed", "Deleted": "batch-deleted"}
 
@@ -126,6 +138,33 @@ def step(zk, jid, status, message, written):
     return True
 
 
+def create_batch(zk, profile, payload_url, written):
+    """Batch.createBatch: the sequential id, the uuid node, the submission,
+    the status (QueueItem.setStatus of a new item creates the node)."""
+    path = zk.create("/batches/bid", b"", sequence=True)
+    bid = path.rsplit("/", 1)[1]
+    uuid = str(uuid_mod.uuid4())
+    zk.create(f"/batch-uuids/{uuid}", bid.encode("utf-8"))
+    submission = {
+        "profile_name": profile,
+        "submitter": "merritt-writer",
+        "payload_url": payload_url,
+        "type": "file",
+        "response_type": "json",
+        "submission_mode": "add",
+        "batchID": uuid,
+        "erc_who": "",
+        "erc_what": f"created by mrt-zk's createBatch pattern as {bid}",
+        "erc_when": "",
+        "erc_where": "",
+    }
+    zk.create(f"/batches/{bid}/submission", json.dumps(submission).encode("utf-8"))
+    status = {"status": "Pending", "last_modified": now(), "message": ""}
+    zk.create(f"/batches/{bid}/status", json.dumps(status).encode("utf-8"))
+    written.append(f"/batches/{bid}")
+    return bid
+
+
 def main(argv):
     if len(argv) < 4:
         print(__doc__, file=sys.stderr)
@@ -154,6 +193,20 @@ def main(argv):
                     written.append(path)
                 except NodeExistsError:
                     pass
+        elif command == "create-batches" and len(args) == 3:
+            created, collisions, failures = [], 0, []
+            for _ in range(int(args[0])):
+                try:
+                    created.append(create_batch(zk, args[1], args[2], written))
+                except NodeExistsError:
+                    collisions += 1
+                except KazooException as e:
+                    # A node of the batch removed under the client (the
+                    # projector reverting another client's batch).
+                    failures.append(type(e).__name__)
+            print(json.dumps({"session": f"0x{session:x}", "created": created,
+                              "collisions": collisions, "failures": failures[:20]}))
+            return 0
         elif command == "delete" and args:
             for path in args:
                 delete_quietly(zk, path, written)

@@ -18,6 +18,7 @@ pub(super) fn submit_batch(
     state: &State,
     _lc: &Lifecycle,
     d: &mut Decision,
+    ids: Ids<'_>,
     uuid: &Uuid,
     submission: &Submission,
 ) -> Result<(), Rejection> {
@@ -27,7 +28,7 @@ pub(super) fn submit_batch(
             "a batch with uuid {uuid} already exists ({bid})"
         )));
     }
-    let bid = state.next_bid();
+    let bid = ids.bid(state)?;
     d.push(
         state,
         StreamId::Batch(bid),
@@ -47,6 +48,7 @@ pub(super) fn acquire_batch(
     state: &State,
     lc: &Lifecycle,
     d: &mut Decision,
+    ids: Ids<'_>,
     bid: &Bid,
     jobs: &[JobSpec],
 ) -> Result<(), Rejection> {
@@ -63,8 +65,7 @@ pub(super) fn acquire_batch(
             other => other,
         })?;
     }
-    let first = state.next_jid();
-    let jids: Vec<Jid> = (0..jobs.len() as u64).map(|i| Jid(first.0 + i)).collect();
+    let jids = ids.jids(state, jobs.len())?;
     d.push(
         state,
         StreamId::Batch(*bid),
@@ -122,6 +123,7 @@ pub(super) fn create_job(
     state: &State,
     _lc: &Lifecycle,
     d: &mut Decision,
+    ids: Ids<'_>,
     bid: &Bid,
     spec: &JobSpec,
 ) -> Result<(), Rejection> {
@@ -135,7 +137,8 @@ pub(super) fn create_job(
         });
     }
     validate_spec(spec)?;
-    d.push(state, StreamId::Job(state.next_jid()), job_created(b, spec));
+    let jid = ids.jids(state, 1)?[0];
+    d.push(state, StreamId::Job(jid), job_created(b, spec));
     Ok(())
 }
 

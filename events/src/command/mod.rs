@@ -379,6 +379,84 @@ pub enum Command {
         /// Why.
         reason: String,
     },
+    /// `command` (a [`Command::SubmitBatch`], [`Command::AcquireBatch`] or
+    /// [`Command::CreateJob`]) with the ids its new batch or jobs take,
+    /// instead of the next ones after the log's highest: in adoption mode
+    /// ids come from ZooKeeper's sequential counters, shared with mrt-zk
+    /// (a batch mrt-zk created keeps the id ZooKeeper gave it; the engine's
+    /// own are ids ZooKeeper's counter has passed). Each id must be unused
+    /// and the ids ascending; the first ones are taken.
+    WithIds {
+        /// The ids, ascending (at most [`MAX_GIVEN_IDS`]).
+        ids: Vec<u64>,
+        /// The command that creates the items.
+        command: Box<Command>,
+    },
+}
+
+/// The most ids a [`Command::WithIds`] may carry (a batch's jobs at most).
+pub const MAX_GIVEN_IDS: usize = 1_000_000;
+
+/// Where the ids of new batches and jobs come from.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Ids<'a> {
+    /// The next ones after the log's highest.
+    Next,
+    /// These, ascending and unused ([`Command::WithIds`]).
+    Given(&'a [u64]),
+}
+
+impl Ids<'_> {
+    /// The id of a new batch.
+    pub(super) fn bid(self, state: &State) -> Result<Bid, Rejection> {
+        match self {
+            Ids::Next => Ok(state.next_bid()),
+            Ids::Given(ids) => {
+                let bid = Bid(*ids.first().ok_or_else(|| too_few(0, 1))?);
+                if bid.0 == 0 || state.batches.contains_key(&bid) {
+                    return Err(id_taken(bid));
+                }
+                Ok(bid)
+            }
+        }
+    }
+
+    /// The ids of `n` new jobs.
+    pub(super) fn jids(self, state: &State, n: usize) -> Result<Vec<Jid>, Rejection> {
+        match self {
+            Ids::Next => {
+                let first = state.next_jid();
+                Ok((0..n as u64).map(|i| Jid(first.0 + i)).collect())
+            }
+            Ids::Given(ids) => {
+                if ids.len() < n {
+                    return Err(too_few(ids.len(), n));
+                }
+                let jids: Vec<Jid> = ids[..n].iter().map(|i| Jid(*i)).collect();
+                for (i, jid) in jids.iter().enumerate() {
+                    let ascending = i == 0 || jids[i - 1] < *jid;
+                    if jid.0 == 0 || !ascending || state.jobs.contains_key(jid) {
+                        return Err(id_taken(*jid));
+                    }
+                }
+                Ok(jids)
+            }
+        }
+    }
+}
+
+fn too_few(given: usize, needed: usize) -> Rejection {
+    Rejection::Invalid {
+        field: "ids".into(),
+        reason: format!("{given} id(s) given, {needed} needed"),
+    }
+}
+
+fn id_taken(id: impl fmt::Display) -> Rejection {
+    Rejection::Invalid {
+        field: "ids".into(),
+        reason: format!("{id} is taken, zero or out of order"),
+    }
 }
 
 impl Command {
@@ -569,14 +647,44 @@ impl Decision {
 pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, Rejection> {
     let mut d = Decision::default();
     match cmd {
-        Command::SubmitBatch { uuid, submission } => {
-            batch::submit_batch(state, lc, &mut d, uuid, submission)?
+        Command::WithIds { ids, command } => {
+            if ids.len() > MAX_GIVEN_IDS {
+                return Err(Rejection::Invalid {
+                    field: "ids".into(),
+                    reason: format!("more than {MAX_GIVEN_IDS} ids"),
+                });
+            }
+            let ids = Ids::Given(ids);
+            match command.as_ref() {
+                Command::SubmitBatch { uuid, submission } => {
+                    batch::submit_batch(state, lc, &mut d, ids, uuid, submission)?
+                }
+                Command::AcquireBatch { bid, jobs } => {
+                    batch::acquire_batch(state, lc, &mut d, ids, bid, jobs)?
+                }
+                Command::CreateJob { bid, spec } => {
+                    batch::create_job(state, lc, &mut d, ids, bid, spec)?
+                }
+                _ => {
+                    return Err(Rejection::Invalid {
+                        field: "ids".into(),
+                        reason: "only a submission, an acquisition or a new job takes ids".into(),
+                    })
+                }
+            }
         }
-        Command::AcquireBatch { bid, jobs } => batch::acquire_batch(state, lc, &mut d, bid, jobs)?,
+        Command::SubmitBatch { uuid, submission } => {
+            batch::submit_batch(state, lc, &mut d, Ids::Next, uuid, submission)?
+        }
+        Command::AcquireBatch { bid, jobs } => {
+            batch::acquire_batch(state, lc, &mut d, Ids::Next, bid, jobs)?
+        }
         Command::RejectBatch { bid, message } => {
             batch::reject_batch(state, lc, &mut d, bid, message)?
         }
-        Command::CreateJob { bid, spec } => batch::create_job(state, lc, &mut d, bid, spec)?,
+        Command::CreateJob { bid, spec } => {
+            batch::create_job(state, lc, &mut d, Ids::Next, bid, spec)?
+        }
         Command::StartJob { jid } => job::start_job(state, lc, &mut d, jid)?,
         Command::SetJobStatus {
             jid,
@@ -762,7 +870,7 @@ mod tests {
         }
     }
 
-    fn field_of(r: Result<Decision, Rejection>) -> String {
+    fn field_of<T: fmt::Debug>(r: Result<T, Rejection>) -> String {
         match r {
             Err(Rejection::Invalid { field, .. }) => field,
             other => panic!("expected Invalid, got {other:?}"),
@@ -919,6 +1027,59 @@ mod tests {
             state.apply(&r).expect("a decided event applies");
         }
         Ok(d.events.into_iter().map(|p| p.event).collect())
+    }
+
+    // Issue 23: with ids given (adoption mode: ZooKeeper's sequential
+    // counters), a submission, an acquisition and a new job take them, in
+    // order; a taken, zero or unordered id, or too few, is refused; and
+    // the log's own allocation goes on after the highest.
+    #[test]
+    fn given_ids_are_taken_when_unused_and_refused_otherwise() {
+        let mut f = Fixture::acquired(1);
+        let given = |ids: Vec<u64>, command: Command| Command::WithIds {
+            ids,
+            command: Box::new(command),
+        };
+        let submit = |n: u128| Command::SubmitBatch {
+            uuid: Uuid::from_u128(n),
+            submission: submission("demo"),
+        };
+        let stream_of = |f: &Fixture| f.state.batches.keys().next_back().copied();
+        f.run(given(vec![40], submit(1))).expect("bid 40");
+        assert_eq!(stream_of(&f), Some(Bid(40)));
+        assert_eq!(field_of(f.run(given(vec![40], submit(2)))), "ids");
+        assert_eq!(field_of(f.run(given(vec![0], submit(2)))), "ids");
+        assert_eq!(field_of(f.run(given(vec![], submit(2)))), "ids");
+        // Below the highest, when unused (mrt-zk's batch of an earlier id).
+        f.run(given(vec![7, 8], submit(3))).expect("bid 7");
+        assert!(f.state.batches.contains_key(&Bid(7)));
+        f.run(submit(4)).expect("the log's own");
+        assert_eq!(stream_of(&f), Some(Bid(41)));
+
+        let acquire = |bid: u64, n: usize| Command::AcquireBatch {
+            bid: Bid(bid),
+            jobs: vec![file_job(); n],
+        };
+        assert_eq!(field_of(f.run(given(vec![10], acquire(40, 2)))), "ids");
+        assert_eq!(field_of(f.run(given(vec![11, 10], acquire(40, 2)))), "ids");
+        // Job 1 exists (the fixture's).
+        assert_eq!(field_of(f.run(given(vec![1, 10], acquire(40, 2)))), "ids");
+        f.run(given(vec![10, 12, 13], acquire(40, 2)))
+            .expect("acquired");
+        assert_eq!(f.state.batches[&Bid(40)].jobs, vec![Jid(10), Jid(12)]);
+        f.run(given(
+            vec![20],
+            Command::CreateJob {
+                bid: Bid(40),
+                spec: file_job(),
+            },
+        ))
+        .expect("job 20");
+        assert!(f.state.jobs.contains_key(&Jid(20)));
+        assert_eq!(
+            field_of(f.run(given(vec![21], Command::ClearFaults))),
+            "ids"
+        );
     }
 
     // Armed faults are state: a success of their step is recorded as a

@@ -87,6 +87,24 @@ pub struct ForeignLock {
     pub actor: String,
 }
 
+/// A batch another client created (mrt-zk's `createBatch`: a sequential
+/// `/batches/bid…` node, its `submission` and its `status`), offered to the
+/// engine (adoption mode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForeignBatch {
+    /// The id ZooKeeper's sequential counter gave it.
+    pub bid: ingest_events::Bid,
+    /// The data of `/batches/BID/submission` (at most
+    /// [`ingest_protocol::node::MAX_NODE_BYTES`]).
+    pub submission: Vec<u8>,
+    /// The state its `status` node names.
+    pub status: String,
+    /// Who created it, as far as ZooKeeper tells: `zk-zxid-0x…`, the zxid
+    /// that created `/batches/BID` (ZooKeeper keeps no writer's session for
+    /// a persistent node; the zxid finds it in the servers' logs).
+    pub actor: String,
+}
+
 /// Turns a foreign status change into the command it means (implemented by
 /// the server over the engine's `decide`).
 pub trait AdoptForeign: Send + Sync {
@@ -105,6 +123,19 @@ pub trait AdoptForeign: Send + Sync {
         let _ = change;
         Box::pin(std::future::ready(Adoption::Refused(
             "pauses and holds are not adopted here".to_string(),
+        )))
+    }
+
+    /// Decides and appends a batch another client created, with the id
+    /// ZooKeeper gave it, or says why not (by default: not adopted, so
+    /// removed and recorded).
+    fn adopt_batch(
+        &self,
+        batch: ForeignBatch,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Adoption> + Send + '_>> {
+        let _ = batch;
+        Box::pin(std::future::ready(Adoption::Refused(
+            "batch creations are not adopted here".to_string(),
         )))
     }
 }
@@ -234,6 +265,10 @@ impl TreeWatch {
 
     /// Keeps a node event that came at `now`.
     fn keep(&mut self, kind: zk::EventType, path: String, now: tokio::time::Instant) {
+        // The engine's own id reservations (never seen outside their multi).
+        if crate::ids::is_scratch(&path) {
+            return;
+        }
         // Bounded: past this many, one more round is read from the tree anyway.
         if self.events.len() < 65_536 {
             if kind == zk::EventType::NodeCreated
@@ -347,6 +382,7 @@ impl Runner {
         let mut locks: HashMap<Jid, LockSeen> = HashMap::new();
         let mut statuses: BTreeMap<Jid, Option<LockSeen>> = BTreeMap::new();
         let mut items: Vec<(Item, String)> = Vec::new();
+        let mut created: BTreeSet<ingest_events::Bid> = BTreeSet::new();
         let state = self.model.projector.state();
         for (kind, path) in events {
             if let Some(jid) = job_of_lock(&path) {
@@ -383,6 +419,17 @@ impl Runner {
             let item = Item::of(&path, |uuid| {
                 uuid.parse().ok().and_then(|u| state.uuids.get(&u).copied())
             });
+            // A node of a batch the log does not have: another client
+            // created it (mrt-zk's `createBatch`), unless it is adopted
+            // already and waits for its event.
+            if let Some(Item::Batch(bid)) = &item {
+                if !state.batches.contains_key(bid) {
+                    if !self.adopted_batches.contains_key(bid) {
+                        created.insert(*bid);
+                    }
+                    continue;
+                }
+            }
             if let (true, Some(item)) = (suspect, item) {
                 if !items.iter().any(|(i, _)| *i == item) {
                     items.push((item, path));
@@ -390,6 +437,7 @@ impl Runner {
             }
         }
         let offered: BTreeSet<Jid> = statuses.keys().copied().collect();
+        version = self.adopt_batches(client, version, created).await?;
         version = self.adopt_statuses(client, version, statuses).await?;
         for (item, path) in items {
             // A job just offered was read whole; an adopted one waits for
@@ -462,6 +510,103 @@ impl Runner {
                 )),
             },
         ))
+    }
+
+    /// Offers each batch another client created to the engine (the caller
+    /// holds the gate). A creation still under way (no `submission` or
+    /// `status` yet) waits for the watch to report the rest. Adopted, the
+    /// nodes found are left in place and the projector writes the engine's
+    /// event over them (a create of a node found is a set); refused, the
+    /// batch's nodes and its `/batch-uuids` node are removed and recorded.
+    /// Returns the checkpoint version after the repairs.
+    pub(super) async fn adopt_batches(
+        &mut self,
+        client: &zk::Client,
+        mut version: i32,
+        created: BTreeSet<ingest_events::Bid>,
+    ) -> Result<i32, Exit> {
+        let Some(adopter) = self.cfg.adopt.clone() else {
+            return Ok(version);
+        };
+        for bid in created {
+            let root = layout::batch(bid);
+            let (submission, status) = (layout::batch_submission(bid), layout::batch_status(bid));
+            let mut reader = client.new_multi_reader();
+            for p in [&root, &submission, &status] {
+                reader
+                    .add_get_data(p)
+                    .map_err(|e| ZkError::new("multi-read", p.clone(), ZkErrorKind::Server(e)))?;
+            }
+            let read = call(self.deadline(), "multi-read", &root, reader.commit()).await?;
+            let data = |i: usize| match read.get(i) {
+                Some(zk::MultiReadResult::Data { data, stat }) => Some((data.clone(), *stat)),
+                _ => None,
+            };
+            let (Some((_, root_stat)), Some((submitted, _)), Some((status_data, _))) =
+                (data(0), data(1), data(2))
+            else {
+                // Gone again, or not finished: the watch brings the rest.
+                continue;
+            };
+            let uuid = serde_json::from_slice::<serde_json::Value>(&submitted)
+                .ok()
+                .and_then(|v| v["batchID"].as_str().map(str::to_string))
+                .filter(|u| !u.is_empty() && !u.contains('/'))
+                .map(|u| format!("{}/{u}", layout::BATCH_UUIDS));
+            let uuid_found = match &uuid {
+                Some(p) => call(self.deadline(), "exists", p, client.check_stat(p))
+                    .await?
+                    .is_some(),
+                None => false,
+            };
+            let offered = ForeignBatch {
+                bid,
+                submission: submitted,
+                status: serde_json::from_slice::<serde_json::Value>(&status_data)
+                    .ok()
+                    .and_then(|v| {
+                        v["status"]
+                            .as_str()
+                            .map(|s| ingest_protocol::cut(s, 64).into_owned())
+                    })
+                    .unwrap_or_default(),
+                actor: format!("zk-zxid-0x{:x}", root_stat.czxid),
+            };
+            let reason = match tokio::time::timeout(self.deadline(), adopter.0.adopt_batch(offered))
+                .await
+            {
+                Ok(Adoption::Accepted(position)) => {
+                    tracing::info!(root = %self.cfg.zk.root, %bid, position, "adopted a batch another client created");
+                    self.adopted_batches.insert(bid, position);
+                    let mut found = vec![root.clone(), submission.clone(), status.clone()];
+                    found.extend(uuid.clone().filter(|_| uuid_found));
+                    for p in found {
+                        self.adopted_locks.insert(p, (position, true));
+                    }
+                    continue;
+                }
+                Ok(Adoption::Refused(why)) => format!(
+                    "adoption refused: batch {bid} created by another client: {}",
+                    ingest_protocol::cut(&why, 300)
+                ),
+                Err(_) => format!("adoption of batch {bid}: the engine did not answer"),
+            };
+            if self
+                .repair_item(client, version, &Item::Batch(bid), None, &reason)
+                .await?
+            {
+                version += 1;
+            }
+            if let Some(p) = uuid.filter(|p| uuid_found && self.model.applied_data(p).is_none()) {
+                if self
+                    .repair_item(client, version, &Item::Node(p), None, &reason)
+                    .await?
+                {
+                    version += 1;
+                }
+            }
+        }
+        Ok(version)
     }
 
     /// Offers each job's foreign status change to the engine (the caller

@@ -266,6 +266,7 @@ impl Runner {
         // client as actor) being the record.
         let adopted = match item {
             Item::Job(j) => self.adopted.remove(j).is_some(),
+            Item::Batch(b) => self.adopted_batches.remove(b).is_some(),
             Item::Lock(p) => self.adopted_locks.remove(p).is_some(),
             _ => false,
         };

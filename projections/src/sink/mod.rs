@@ -129,7 +129,9 @@ mod project;
 mod runner;
 mod work;
 
-pub use adopt::{AdoptForeign, Adoption, ForeignAdopter, ForeignLock, ForeignStatus, LockChange};
+pub use adopt::{
+    AdoptForeign, Adoption, ForeignAdopter, ForeignBatch, ForeignLock, ForeignStatus, LockChange,
+};
 pub use foreign::{ForeignRecorder, RecordForeign};
 pub use work::{ConvergeError, ConvergeScope, Converged, Converger};
 
@@ -658,6 +660,7 @@ impl Sink {
             conflict_streak: 0,
             repair_streak: Default::default(),
             adopted: Default::default(),
+            adopted_batches: Default::default(),
             adopted_locks: Default::default(),
             ever_connected: false,
             converging: None,

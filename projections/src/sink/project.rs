@@ -302,6 +302,7 @@ impl Runner {
                     // Adopted events now in the tree need no silent repair.
                     let applied = end.position;
                     self.adopted.retain(|_, p| *p > applied);
+                    self.adopted_batches.retain(|_, p| *p > applied);
                     self.adopted_locks.retain(|_, (p, _)| *p > applied);
                     lock_parents.clear();
                     self.applied(&plan, end);

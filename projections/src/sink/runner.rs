@@ -134,8 +134,13 @@ pub(super) struct Runner {
     /// position of the adopted event: until that event is in the tree, a
     /// repair of the job is silent (the adopted event is the record).
     pub(super) adopted: std::collections::BTreeMap<ingest_events::Jid, u64>,
+    /// The same for batches another client created (mrt-zk's
+    /// `createBatch`): until the adopted submission is in the tree, the
+    /// batch's nodes are not another client's to report.
+    pub(super) adopted_batches: std::collections::BTreeMap<ingest_events::Bid, u64>,
     /// The same for pause and hold locks another client made or removed,
-    /// by path, with whether the node existed when it was adopted: until
+    /// and the nodes of a batch another client created, by path, with
+    /// whether the node existed when it was adopted: until
     /// the adopted event is in the tree, the projector's create of such a
     /// node that exists is a set and its delete of one that is gone is
     /// left out (so the node never flips back and forth).

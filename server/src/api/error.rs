@@ -291,6 +291,11 @@ impl From<ServiceError> for ApiError {
                 "engine_stopped",
                 format!("the engine's writer thread could not be started ({e}); it takes no commands"),
             ),
+            ServiceError::Ids(e) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no_ids",
+                ServiceError::Ids(e).to_string(),
+            ),
             ServiceError::Stopped => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "engine_stopped",
