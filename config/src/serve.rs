@@ -348,8 +348,9 @@ impl ServeConfig {
             text: &text,
         };
         let steps: StepsArgs = section("steps").merge(&args.steps, file.steps.as_ref())?;
-        let mut real: RealArgs =
-            section("real_steps").merge(&args.real, file.real_steps.as_ref())?;
+        let mut real = args
+            .real
+            .layered(&section("real_steps"), file.real_steps.as_ref())?;
         let ids: IdArgs = section("ids").merge(&args.ids, file.ids.as_ref())?;
         // Paths in the file are relative to the file.
         let from_file = |key: &str| {

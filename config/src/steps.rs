@@ -168,6 +168,21 @@ pub struct RealArgs {
 }
 
 impl RealArgs {
+    /// Layers the configuration file's `real_steps` section (`section`)
+    /// under these flags. The layering goes through the keys a file may
+    /// set, which the flags that are not configuration keys (serde-skipped)
+    /// are not: they are carried over from the flags here, where they were
+    /// lost before (`--store-pause-ms` never reached a worker).
+    pub(crate) fn layered(
+        &self,
+        section: &crate::file::Section<'_>,
+        file: Option<&serde_json::Value>,
+    ) -> Result<RealArgs, crate::ConfigError> {
+        let mut real: RealArgs = section.merge(self, file)?;
+        real.store_pause_ms = self.store_pause_ms;
+        Ok(real)
+    }
+
     /// The outbound policy of these options: `--allow-host`,
     /// `--allow-network` and `--file-root`.
     ///

@@ -851,6 +851,36 @@ mod worker {
         assert_eq!(c.token.expose(), "env-token-0123456789");
     }
 
+    /// Regression: a flag that is not a configuration key
+    /// (`--store-pause-ms`, serde-skipped) was dropped by the layering of
+    /// the file under the flags, so a test's worker never paused its
+    /// stores and the kill test caught one only by luck.
+    #[test]
+    fn flags_that_are_not_keys_survive_the_layering() {
+        let mut a = args(&[]);
+        a.real.store_pause_ms = 1500;
+        let c = a.resolve_with_env(&env).expect("resolves");
+        assert_eq!(c.real.store_pause_ms, 1500);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("ingest.yaml");
+        std::fs::write(&path, "real_steps:\n  step_retries: 9\n").expect("write");
+        a.config = Some(path.clone());
+        let c = a.resolve_with_env(&env).expect("resolves");
+        assert_eq!((c.real.store_pause_ms, c.real.step_retries), (1500, 9));
+        let serve = ServeArgs {
+            config: Some(path),
+            real: RealArgs {
+                store_pause_ms: 1500,
+                ..RealArgs::default()
+            },
+            ..ServeArgs::default()
+        };
+        let c =
+            ServeConfig::load_with_env(&serve, &GlobalOverrides::default(), &super::token_env())
+                .expect("loads");
+        assert_eq!((c.real.store_pause_ms, c.real.step_retries), (1500, 9));
+    }
+
     // `--metrics-listen` comes from the file's worker section or the flag,
     // and a bad address is refused naming the key.
     #[test]

@@ -134,7 +134,9 @@ impl WorkerArgs {
         steps
             .check()
             .map_err(|r| invalid(&origin, "steps.failure_rate", r))?;
-        let real: RealArgs = section("real_steps").merge(&self.real, file.real_steps.as_ref())?;
+        let real = self
+            .real
+            .layered(&section("real_steps"), file.real_steps.as_ref())?;
         real.outbound_policy().map_err(|e| {
             invalid(
                 &origin,

@@ -1955,15 +1955,26 @@ async fn a_running_server_reports_and_repairs_foreign_nodes() {
     .await;
 }
 
-/// `ingest worker --steps real` processes killed on drop (a test that fails
-/// leaves none behind).
-pub(crate) struct WorkerProcs(pub(crate) Vec<std::process::Child>);
+/// `ingest worker` processes killed on drop (a test that fails leaves none
+/// behind), and their log files, whose last lines a failing test prints.
+pub(crate) struct WorkerProcs(pub(crate) Vec<std::process::Child>, pub(crate) Vec<PathBuf>);
 
 impl Drop for WorkerProcs {
     fn drop(&mut self) {
         for w in &mut self.0 {
             let _ = w.kill();
             let _ = w.wait();
+        }
+        if std::thread::panicking() {
+            for log in &self.1 {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = &lines[lines.len().saturating_sub(60)..];
+                eprintln!("--- {} (last lines) ---", log.display());
+                for line in tail {
+                    eprintln!("{line}");
+                }
+            }
         }
     }
 }
@@ -2017,9 +2028,10 @@ async fn processes_sharing_a_storage_target_store_side_by_side_and_survive_a_kil
     // ends early (a download retried under the full suite's load) leaves its
     // job in a queue the server's daemons took it from, storing it without
     // the pause. Either way no worker was ever seen storing and the wait
-    // timed out. The hold is 1.5 s: with 300 ms the full suite (686 tests on
-    // two cores) missed every store of the 12 jobs again, and alone it
-    // missed them once in four runs.
+    // timed out. The hold is 1.5 s. (Until the layering of the
+    // configuration kept `--store-pause-ms`, no store held at all and the
+    // test caught a store only when a 50 ms poll happened to fall inside
+    // rocfl-free direct writes of about 40 ms: CI's run missed all 12.)
     let pause = ["--store-pause-ms".to_string(), "1500".to_string()];
     let server_args = [
         "--daemons".to_string(),
@@ -2042,7 +2054,7 @@ async fn processes_sharing_a_storage_target_store_side_by_side_and_survive_a_kil
     let dir = rig._dir.path();
     let hosts_root = rig.zk_at.clone();
     let (hosts, root) = hosts_root.split_at(hosts_root.find('/').expect("a root"));
-    let mut workers = WorkerProcs(Vec::new());
+    let mut workers = WorkerProcs(Vec::new(), Vec::new());
     for n in 1..=2 {
         let child = std::process::Command::new(crate::util::ingest_bin())
             .args(["worker", "--engine", &rig.server.base, "--zk", hosts])
@@ -2084,6 +2096,7 @@ async fn processes_sharing_a_storage_target_store_side_by_side_and_survive_a_kil
             .spawn()
             .expect("start ingest worker");
         workers.0.push(child);
+        workers.1.push(dir.join(format!("worker{n}.log")));
     }
     let pids: Vec<u32> = workers.0.iter().map(std::process::Child::id).collect();
     eventually("the workers to open their storage target", 30, async || {

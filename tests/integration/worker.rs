@@ -505,10 +505,16 @@ async fn two_worker_processes_share_a_batch_and_do_every_job_once() {
                     .env("INGEST_WORKER_TOKEN", WORKER)
                     .env_remove("INGEST_DATA_DIR")
                     .stdout(Stdio::null())
-                    .stderr(Stdio::null())
+                    .stderr(
+                        std::fs::File::create(dir.path().join(format!("proc{n}.log")))
+                            .expect("log"),
+                    )
                     .spawn()
                     .expect("start ingest worker")
             })
+            .collect(),
+        (1..=2)
+            .map(|n| dir.path().join(format!("proc{n}.log")))
             .collect(),
     );
     let bid = s.submit(40).await;
