@@ -68,3 +68,37 @@ pub struct ReportJob {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
 }
+
+/// Sent when an access request ended: its container is ready to download
+/// (`Completed`, with the delivery's URL, size, digest and expiry) or its
+/// assembly failed (`Failed`, with the reason). It goes to the callback of
+/// the profile of the object's collection, as a batch's report does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessCallback {
+    /// The request (`qid` + 10 digits).
+    pub qid: String,
+    /// The requester's token.
+    pub token: String,
+    /// `Completed` or `Failed`.
+    pub status: String,
+    /// The object's ark.
+    pub ark: String,
+    /// The version asked for (0: the latest).
+    pub version: u64,
+    /// The collection profile.
+    pub profile: String,
+    /// Where the container is downloaded (`Completed` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The container's bytes (`Completed` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// The container's SHA-256, hex (`Completed` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// When the URL stops answering (RFC 3339; `Completed` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<String>,
+    /// A sentence for people (a failure's reason).
+    pub message: String,
+}

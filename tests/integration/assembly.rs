@@ -343,6 +343,25 @@ async fn a_damaged_copy_fails_over_to_the_next_target_and_none_intact_fails_nami
         message.contains("primary") && message.contains(&file),
         "says it failed over: {message}"
     );
+    // The profile of the object's collection is told, by callback and
+    // e-mail, where the container waits.
+    let qid = view["qid"].as_str().expect("qid").to_string();
+    let callback = told(&rig, &qid).await;
+    assert_eq!(callback["status"], "Completed", "{callback}");
+    assert_eq!(callback["url"], view["delivery"]["url"], "{callback}");
+    assert_eq!(callback["size"], view["delivery"]["size"], "{callback}");
+    assert_eq!(callback["sha256"], view["delivery"]["sha256"], "{callback}");
+    assert_eq!(callback["ark"], ark.as_str(), "{callback}");
+    assert_eq!(callback["profile"], "demo", "{callback}");
+    assert!(callback["expires"].is_string(), "{callback}");
+    let mail = rig
+        .mail_containing(&format!("Subject: ingest access {qid} ready: "))
+        .await;
+    assert!(
+        mail.contains("To: curator@example.org")
+            && mail.contains(view["delivery"]["url"].as_str().expect("url")),
+        "{mail}"
+    );
     let downloads = tempfile::tempdir().expect("tempdir");
     let path = download(&view, downloads.path()).await;
     assert_eq!(
@@ -360,6 +379,23 @@ async fn a_damaged_copy_fails_over_to_the_next_target_and_none_intact_fails_nami
         "names the file and each target: {message}"
     );
     assert!(view.get("delivery").is_none_or(Value::is_null), "{view}");
+    let qid = view["qid"].as_str().expect("qid").to_string();
+    let callback = told(&rig, &qid).await;
+    assert_eq!(callback["status"], "Failed", "{callback}");
+    assert_eq!(callback["message"], message, "{callback}");
+    assert!(callback.get("url").is_none(), "{callback}");
+    rig.mail_containing(&format!("Subject: ingest access {qid} failed: "))
+        .await;
+}
+
+/// The one callback received for request `qid`, once it came.
+async fn told(rig: &Rig, qid: &str) -> Value {
+    let callback = eventually(&format!("the callback of {qid}"), 60, async || {
+        rig.callbacks_with("qid", qid).first().cloned()
+    })
+    .await;
+    assert_eq!(rig.callbacks_with("qid", qid).len(), 1, "one callback");
+    callback
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

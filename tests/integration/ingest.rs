@@ -359,6 +359,30 @@ impl Rig {
         .await;
     }
 
+    /// The callbacks received so far whose `key` is `value`.
+    pub(crate) fn callbacks_with(&self, key: &str, value: &str) -> Vec<Value> {
+        self.depot
+            .lock()
+            .expect("depot")
+            .callbacks
+            .iter()
+            .filter(|c| c[key] == value)
+            .cloned()
+            .collect()
+    }
+
+    /// The outbox's first message containing `needle`, once there is one.
+    pub(crate) async fn mail_containing(&self, needle: &str) -> String {
+        let outbox = self._dir.path().join("outbox");
+        eventually(&format!("an e-mail with {needle:?}"), 60, async || {
+            std::fs::read_dir(&outbox)
+                .ok()?
+                .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+                .find(|m| m.contains(needle))
+        })
+        .await
+    }
+
     fn callbacks_for(&self, jid: &str) -> usize {
         self.depot
             .lock()

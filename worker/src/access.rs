@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use crate::daemon::{fresh_secret, release, Shared};
+use crate::step::AccessEnded;
 
 /// A token beginning with this asks the simulated assembly to fail.
 pub const SIMULATED_FAILURE_PREFIX: &str = "simulate-failure";
@@ -241,6 +242,22 @@ async fn assemble(
     {
         Reply::Done(moved) => {
             tracing::info!(%qid, status = %moved.request.status, "assembly reported");
+            // Told once the engine recorded the outcome, so the URL named
+            // is one the server answers.
+            if let (Some(notifier), Some(token)) = (&shared.steps.access_notify, &token) {
+                let ended = AccessEnded {
+                    qid,
+                    token,
+                    delivery: body.delivery.as_ref(),
+                    message: &body.message,
+                };
+                match notifier.notify(&shared.engine, ended).await {
+                    Ok(done) => tracing::info!(%qid, %done, "access request notified"),
+                    Err(e) => {
+                        tracing::warn!(%qid, error = %ingest_protocol::bounded(&e), "the access request's notification failed")
+                    }
+                }
+            }
         }
         Reply::Refused { code, message } => {
             tracing::warn!(%qid, %code, message = %ingest_protocol::bounded(&message), "the assembly's outcome was refused");

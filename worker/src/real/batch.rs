@@ -37,7 +37,7 @@ use serde_json::Value;
 
 use super::fetch::{Fetcher, RetryPolicy};
 use super::mail::Outbox;
-use super::notify::post_callback;
+use super::notify::{Mail, Teller};
 use super::RealConfig;
 use crate::step::{BatchCtx, BatchFuture, BatchWork, Expansion};
 use ingest_config::Profile;
@@ -52,7 +52,7 @@ const SUBJECT_MESSAGE_BYTES: usize = 160;
 pub struct Batches {
     fetcher: Arc<Fetcher>,
     config: Arc<RealConfig>,
-    outbox: Outbox,
+    teller: Teller,
 }
 
 impl Batches {
@@ -62,17 +62,17 @@ impl Batches {
     /// # Errors
     /// A bad mail setting (an SMTP URL lettre cannot use, an invalid sender).
     pub fn new(fetcher: Arc<Fetcher>, config: Arc<RealConfig>) -> anyhow::Result<Batches> {
-        let outbox = Outbox::new(&config).map_err(anyhow::Error::msg)?;
+        let teller = Teller::new(Arc::clone(&fetcher), &config).map_err(anyhow::Error::msg)?;
         Ok(Batches {
             fetcher,
             config,
-            outbox,
+            teller,
         })
     }
 
     /// The outbox report and summary e-mails go to.
     pub fn outbox(&self) -> &Outbox {
-        &self.outbox
+        self.teller.outbox()
     }
 
     /// Expands the submission of batch `bid` (the JSON of
@@ -122,7 +122,7 @@ impl Batches {
         let (subject, body) = summary_text(bid, jobs);
         // Expansion cannot report a mail error (the batch is not at fault):
         // the outbox keeps the message when SMTP fails, and the log says so.
-        match self.outbox.send(&n.emails, &subject, &body).await {
+        match self.teller.outbox().send(&n.emails, &subject, &body).await {
             Ok(delivery) => tracing::info!(%bid, ?delivery, "summary at queueing sent"),
             Err(e) => {
                 tracing::warn!(%bid, error = %ingest_protocol::bounded(&e), "cannot send the summary at queueing")
@@ -149,27 +149,14 @@ impl Batches {
         submission: &SubmissionNode,
     ) -> Option<String> {
         let n = &self.profile(submission)?.notification;
-        let bid = report.bid;
-        let mut errors = Vec::new();
-        if let Some(url) = n.callback_url.as_deref().filter(|u| !u.trim().is_empty()) {
-            let body = report_json(report, submission);
-            if let Err(e) =
-                post_callback(&self.fetcher, url, &body, self.config.retry(), None).await
-            {
-                errors.push(e.to_string());
-            }
-        }
-        if !n.emails.is_empty() {
-            let (subject, body) = report_text(report);
-            match self.outbox.send(&n.emails, &subject, &body).await {
-                Ok(delivery) => tracing::info!(%bid, ?delivery, "batch report e-mailed"),
-                Err(e) => errors.push(format!("the report e-mail: {e}")),
-            }
-        }
-        match errors.is_empty() {
-            true => None,
-            false => Some(errors.join("; ")),
-        }
+        let body = report_json(report, submission);
+        let (subject, text) = report_text(report);
+        let mail = Mail {
+            what: "the report e-mail",
+            subject: &subject,
+            text: &text,
+        };
+        self.teller.tell(n, &body, mail).await
     }
 
     async fn report_batch(&self, batch: &BatchCtx) -> Option<String> {

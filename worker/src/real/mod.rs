@@ -19,6 +19,9 @@
 //!   Recording).
 //! - [`notify`]: the profile's callback, then the working directory is
 //!   removed (Notify).
+//! - [`assembly`] and [`access_notify`]: the access daemons' work: a
+//!   requested object version assembled into the delivery area, and the
+//!   requester told when it is ready or failed.
 //! - [`batch`]: the batch daemons' work: expanding a pending batch's
 //!   payload (the five Merritt forms) and sending its report (callback and
 //!   e-mail).
@@ -28,6 +31,7 @@
 //! step's message and keeps its `last_successful_status`, so an admin
 //! requeue resumes at that step).
 
+pub mod access_notify;
 pub mod assembly;
 mod atomic;
 pub mod batch;
@@ -231,6 +235,10 @@ pub fn steps(
     )
     .with_context(|| format!("cannot create the delivery area {}", deliveries.display()))?;
     steps.access = Some(Arc::new(assembler));
+    steps.access_notify = Some(Arc::new(access_notify::AccessNotifier::new(
+        Arc::clone(&fetcher),
+        Arc::clone(&config),
+    )?));
     let sweeper =
         janitor::Janitor::new(config.work_dir.clone(), interval).with_deliveries(deliveries);
     steps.janitor = Some(Arc::new(sweeper));

@@ -11,7 +11,10 @@ use std::sync::Arc;
 
 use ingest_protocol::callback::JobCallback;
 
+use ingest_protocol::profile::Notification;
+
 use super::fetch::{request_error, Fetcher, RetryPolicy};
+use super::mail::Outbox;
 use super::RealConfig;
 use crate::step::{JobCtx, JobData, Outcome, Step, StepError, StepFuture, StepResult};
 
@@ -87,6 +90,86 @@ pub fn callback_body(jid: &str, data: &JobData) -> JobCallback {
         submitter: data.configuration.submitter.clone(),
         message: format!("job {jid} of batch {} completed", data.bid),
     }
+}
+
+/// Tells a profile's recipients of something that ended (a batch's
+/// report, an access request's delivery): one callback client, one outbox.
+#[derive(Debug)]
+pub struct Teller {
+    fetcher: Arc<Fetcher>,
+    outbox: Outbox,
+    policy: RetryPolicy,
+}
+
+impl Teller {
+    /// Callbacks through `fetcher` with `config`'s retries; mail through
+    /// the outbox and SMTP server of `config`.
+    ///
+    /// # Errors
+    /// A bad mail setting (see [`Outbox::new`]).
+    pub fn new(fetcher: Arc<Fetcher>, config: &RealConfig) -> Result<Teller, String> {
+        Ok(Teller {
+            fetcher,
+            outbox: Outbox::new(config)?,
+            policy: config.retry(),
+        })
+    }
+
+    /// The outbox e-mails go to.
+    pub fn outbox(&self) -> &Outbox {
+        &self.outbox
+    }
+
+    /// POSTs `body` to the callback URL (with retries) and e-mails `mail`
+    /// to the addresses, each when `notification` has it.
+    ///
+    /// # Errors
+    /// `Some` with every failure (a callback that still fails, a message
+    /// neither sent nor written to the outbox, or one written to the outbox
+    /// because SMTP failed, prefixed with [`Mail::what`]), joined by `; `;
+    /// `None` when everything was sent.
+    pub async fn tell(
+        &self,
+        notification: &Notification,
+        body: &impl serde::Serialize,
+        mail: Mail<'_>,
+    ) -> Option<String> {
+        let mut errors = Vec::new();
+        if let Some(url) = notification
+            .callback_url
+            .as_deref()
+            .filter(|u| !u.trim().is_empty())
+        {
+            if let Err(e) = post_callback(&self.fetcher, url, body, self.policy, None).await {
+                errors.push(e.to_string());
+            }
+        }
+        if !notification.emails.is_empty() {
+            match self
+                .outbox
+                .send(&notification.emails, mail.subject, mail.text)
+                .await
+            {
+                Ok(delivery) => tracing::info!(subject = mail.subject, ?delivery, "e-mailed"),
+                Err(e) => errors.push(format!("{}: {e}", mail.what)),
+            }
+        }
+        match errors.is_empty() {
+            true => None,
+            false => Some(errors.join("; ")),
+        }
+    }
+}
+
+/// An e-mail [`Teller::tell`] sends.
+#[derive(Debug, Clone, Copy)]
+pub struct Mail<'a> {
+    /// What it is, for an error (`the report e-mail`).
+    pub what: &'a str,
+    /// Its subject.
+    pub subject: &'a str,
+    /// Its body.
+    pub text: &'a str,
 }
 
 /// POSTs `body` to `url`, retrying recoverable errors (connection errors,

@@ -157,6 +157,31 @@ pub enum Expansion {
 /// A boxed future of the batch work.
 pub type BatchFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// How an access request ended, as its requester is told.
+#[derive(Debug, Clone, Copy)]
+pub struct AccessEnded<'a> {
+    /// The request.
+    pub qid: &'a str,
+    /// Its token node.
+    pub token: &'a ingest_protocol::node::AccessTokenNode,
+    /// The container, when it is ready; `None` when the assembly failed.
+    pub delivery: Option<&'a ingest_protocol::access::AccessDelivery>,
+    /// The outcome's message (a failure's reason).
+    pub message: &'a str,
+}
+
+/// Telling an access request's requester that it ended (the real steps'
+/// [`crate::real::access_notify::AccessNotifier`]).
+pub trait AccessNotice: Send + Sync {
+    /// Tells whoever is to be told how the request ended; what was done,
+    /// for the log, or every failure.
+    fn notify<'a>(
+        &'a self,
+        engine: &'a ingest_client::Client,
+        ended: AccessEnded<'a>,
+    ) -> BatchFuture<'a, Result<String, String>>;
+}
+
 /// The work of the batch daemons beyond recording: expanding a pending
 /// batch's payload (fetching and parsing its manifest) and sending a
 /// finished batch's report. Without it the server expands the simple
@@ -191,6 +216,8 @@ pub struct Steps {
     /// The access daemons' assembler, when the steps are real (the
     /// assembly is simulated otherwise).
     pub access: Option<Arc<super::real::assembly::Assembler>>,
+    /// Who is told that an access request ended, when the steps are real.
+    pub access_notify: Option<Arc<dyn AccessNotice>>,
     /// How long a simulated assembly (the access daemons') takes: the
     /// simulated steps' duration (`--step-ms`).
     pub simulated_assembly: std::time::Duration,
@@ -230,6 +257,7 @@ impl Steps {
             batch: None,
             janitor: None,
             access: None,
+            access_notify: None,
             simulated_assembly: settings.duration,
         }
     }
