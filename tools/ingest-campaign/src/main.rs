@@ -188,6 +188,8 @@ struct Engine {
     base: String,
     child: Option<tokio::process::Child>,
     replicas: u32,
+    /// The ZooKeeper root it serves.
+    root: String,
 }
 
 impl Engine {
@@ -204,6 +206,7 @@ impl Engine {
             base: String::new(),
             child: None,
             replicas,
+            root: "/campaign".into(),
         };
         e.launch(ctx, hosts).await?;
         Ok(e)
@@ -225,7 +228,7 @@ impl Engine {
                 "--zk",
                 hosts,
                 "--zk-root",
-                "/campaign",
+                &self.root,
             ])
             .args(["--zk-session-timeout", &ctx.session_timeout.to_string()])
             .arg("--working-storage")
@@ -859,36 +862,58 @@ impl Cpu {
     }
 }
 
+/// One engine (no replication) taking a burst on `hosts`, under `root`;
+/// the CPU is that engine's and the ZooKeeper servers' under `zk_dir`.
+async fn single_burst(
+    ctx: &Ctx,
+    args: &ThroughputArgs,
+    (name, root): (&str, &str),
+    hosts: &str,
+    zk_dir: &str,
+) -> Result<(Duration, u64, Cpu)> {
+    let http = http();
+    let port = ctx.zk(&["free-port"])?;
+    let mut e = Engine {
+        name: name.to_string(),
+        dir: ctx.work.join(name),
+        listen: format!("127.0.0.1:{port}"),
+        base: String::new(),
+        child: None,
+        replicas: 1,
+        root: root.to_string(),
+    };
+    e.launch(ctx, hosts).await?;
+    burst(&e.base, args.batches / 10, args.concurrency).await?; // warm-up
+    let before = status(&http, &e.base)
+        .await
+        .and_then(|s| s["applied"].as_u64())
+        .unwrap_or(0);
+    let cpu0 = Cpu::read(&[&e], zk_dir);
+    let elapsed = burst(&e.base, args.batches, args.concurrency).await?;
+    let cpu = Cpu::read(&[&e], zk_dir).since(cpu0);
+    let events = status(&http, &e.base)
+        .await
+        .and_then(|s| s["applied"].as_u64())
+        .unwrap_or(0)
+        - before;
+    e.kill().await;
+    Ok((elapsed, events, cpu))
+}
+
 async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
     let http = http();
     // A single engine on a standalone ZooKeeper (which it only projects into).
     let single_dir = ctx.work.join("zk-single").to_string_lossy().into_owned();
-    let single_elapsed;
-    let single_events;
-    let single_cpu;
-    {
+    let (single_elapsed, single_events, single_cpu) = {
         let _zk = ZkGuard {
             ctx,
             stop: vec!["stop".into(), "--dir".into(), single_dir.clone()],
         };
         let port = ctx.zk(&["free-port"])?;
         ctx.zk(&["start", "--port", &port, "--dir", &single_dir])?;
-        let mut e = Engine::start(ctx, "single", &format!("127.0.0.1:{port}"), 1).await?;
-        burst(&e.base, args.batches / 10, args.concurrency).await?; // warm-up
-        let before = status(&http, &e.base)
-            .await
-            .and_then(|s| s["applied"].as_u64())
-            .unwrap_or(0);
-        let cpu0 = Cpu::read(&[&e], &single_dir);
-        single_elapsed = burst(&e.base, args.batches, args.concurrency).await?;
-        single_cpu = Cpu::read(&[&e], &single_dir).since(cpu0);
-        single_events = status(&http, &e.base)
-            .await
-            .and_then(|s| s["applied"].as_u64())
-            .unwrap_or(0)
-            - before;
-        e.kill().await;
-    }
+        let hosts = format!("127.0.0.1:{port}");
+        single_burst(ctx, &args, ("single", "/campaign"), &hosts, &single_dir).await?
+    };
     // The leader of three on an ensemble of three.
     let zk_dir = ctx.work.join("zk").to_string_lossy().into_owned();
     let _zk = ZkGuard {
@@ -902,6 +927,17 @@ async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
     };
     ctx.zk(&["ensemble", "start", "--dir", &zk_dir])?;
     let hosts = ctx.zk(&["ensemble", "hosts", "--dir", &zk_dir])?;
+    // A single engine on the same ensemble (a root of its own): what a
+    // single-node deployment on Merritt's ensemble pays for its projection,
+    // so that the replicated run's ratio to it is replication's own cost.
+    let (on_ensemble_elapsed, on_ensemble_events, on_ensemble_cpu) = single_burst(
+        ctx,
+        &args,
+        ("single-ensemble", "/campaign-single"),
+        &hosts,
+        &zk_dir,
+    )
+    .await?;
     let mut engines = Vec::new();
     for i in 1..=3 {
         engines.push(Engine::start(ctx, &format!("r{i}"), &hosts, 3).await?);
@@ -929,14 +965,16 @@ async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
     let writes = s1["tail_writes"].as_u64().unwrap_or(0) - s0["tail_writes"].as_u64().unwrap_or(0);
     converged(&http, &engines, Duration::from_secs(60)).await?;
     let single_rate = single_events as f64 / single_elapsed.as_secs_f64();
+    let on_ensemble_rate = on_ensemble_events as f64 / on_ensemble_elapsed.as_secs_f64();
     let replicated_rate = events as f64 / replicated_elapsed.as_secs_f64();
-    println!("| batches | in flight | single events/s | replicated events/s | replicated / single | events per ZooKeeper write |");
-    println!("|---|---|---|---|---|---|");
+    println!("| batches | in flight | single events/s (standalone ZooKeeper) | single events/s (ensemble of 3) | replicated events/s | replicated / single (standalone) | replicated / single (ensemble) | events per ZooKeeper write |");
+    println!("|---|---|---|---|---|---|---|---|");
     println!(
-        "| {} | {} | {single_rate:.0} | {replicated_rate:.0} | {:.2} | {:.1} |",
+        "| {} | {} | {single_rate:.0} | {on_ensemble_rate:.0} | {replicated_rate:.0} | {:.2} | {:.2} | {:.1} |",
         args.batches,
         args.concurrency,
         replicated_rate / single_rate,
+        replicated_rate / on_ensemble_rate,
         events as f64 / writes.max(1) as f64
     );
     println!();
@@ -946,7 +984,15 @@ async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
     println!("|---|---|---|---|---|---|---|---|");
     println!(
         "{}",
-        single_cpu.row("single", single_events, single_elapsed)
+        single_cpu.row("single (standalone)", single_events, single_elapsed)
+    );
+    println!(
+        "{}",
+        on_ensemble_cpu.row(
+            "single (ensemble of 3)",
+            on_ensemble_events,
+            on_ensemble_elapsed
+        )
     );
     println!(
         "{}",
