@@ -27,7 +27,7 @@ use ingest_events::log::Log;
 use ingest_events::state::Job;
 use ingest_events::{Jid, JobState};
 use ingest_projections::consistency::{self as rules, Found, RepairPlan};
-use ingest_projections::rebuild::{self, AdminConfig};
+use ingest_projections::rebuild::{self, AdminConfig, LiveRead};
 use ingest_projections::sink::{ConvergeScope, Converger};
 use ingest_projections::{layout, ZkConfig};
 use ingest_protocol::consistency::{ConsistencyReport, Finding, Repair, Severity};
@@ -147,22 +147,58 @@ pub struct Checked {
     pub plans: BTreeMap<String, Plan>,
 }
 
-/// Runs every rule.
+/// Runs every rule: [`read_tree`], then [`check_read`].
 ///
 /// # Errors
 /// [`CheckError`] when a source cannot be read (a broken node is a
 /// finding, not an error).
 pub async fn check(src: Sources<'_>, now: DateTime<Utc>) -> Result<Checked, CheckError> {
+    let tree = read_tree(src.zk).await?;
+    check_read(src, tree, now)
+}
+
+/// The ZooKeeper half of [`check`]: the live tree and its checkpoint, read
+/// the same before and after (`None` without ZooKeeper). All I/O to
+/// ZooKeeper and nothing that blocks, so a server awaits it on its runtime.
+///
+/// # Errors
+/// [`CheckError::Tree`] when the tree cannot be read.
+pub async fn read_tree(zk: Option<&ZkConfig>) -> Result<Option<LiveRead>, CheckError> {
+    let Some(zk) = zk else {
+        return Ok(None);
+    };
+    rebuild::read_checkpointed(zk, &mut |_| {})
+        .await
+        .map(Some)
+        .map_err(|source| CheckError::Tree {
+            root: zk.root.clone(),
+            source,
+        })
+}
+
+/// The rest of [`check`], given what [`read_tree`] read: the comparison
+/// with the log (a fold), the tree rules and the scan of storage. No I/O
+/// to ZooKeeper; it blocks (log reads, storage scans), so a server runs it
+/// on a blocking thread.
+///
+/// # Errors
+/// [`CheckError`] when a source cannot be read (a broken node is a
+/// finding, not an error).
+pub fn check_read(
+    src: Sources<'_>,
+    tree: Option<LiveRead>,
+    now: DateTime<Utc>,
+) -> Result<Checked, CheckError> {
     let mut found: Vec<(Finding, Plan)> = Vec::new();
     let mut nodes = 0u64;
     let mut position = src.log.durable_position();
-    if let Some(zk) = src.zk {
-        let diff = rebuild::diff(src.log, zk, &mut |_| {})
-            .await
-            .map_err(|source| CheckError::Tree {
+    if let (Some(zk), Some(read)) = (src.zk, tree) {
+        let diff = rebuild::compare(src.log, zk, read, &mut |_| {}).map_err(|source| {
+            CheckError::Tree {
                 root: zk.root.clone(),
                 source,
-            })?;
+            }
+        })?;
         position = diff.position;
         nodes = diff.live.tree.len() as u64;
         let unexpected: BTreeSet<&str> = diff.diff.unexpected.iter().map(String::as_str).collect();
@@ -486,6 +522,22 @@ pub async fn apply(
     now: DateTime<Utc>,
 ) -> Result<Applied, CheckError> {
     let checked = check(ctx.sources, now).await?;
+    apply_checked(ctx, &checked, id, reason, now).await
+}
+
+/// [`apply`] after its check: applies the repair of finding `id` of
+/// `checked`, a check made just now. A tree repair is I/O to ZooKeeper; a
+/// recorded version is one inventory transaction.
+///
+/// # Errors
+/// As [`apply`].
+pub async fn apply_checked(
+    ctx: &RepairContext<'_>,
+    checked: &Checked,
+    id: &str,
+    reason: &str,
+    now: DateTime<Utc>,
+) -> Result<Applied, CheckError> {
     let shown_id = cut(id, 128).into_owned();
     let (Some(finding), Some(plan)) = (
         checked.report.findings.iter().find(|f| f.id == id),

@@ -37,51 +37,74 @@ fn answer(e: CheckError) -> ApiError {
     }
 }
 
-/// What a check or a repair does with the server's sources, on a blocking
-/// thread (the storage reads block; the tree diff's progress callback is
-/// not `Send`), holding the projector between two transactions only while
-/// it reads the tree, so the tree and its checkpoint stand still: storage
-/// is scanned, and a repair made, with the projector running (a drift
-/// repair is made by the projector itself, see [`RepairContext`]).
-async fn with_sources<T: Send + 'static>(
-    app: &AppState,
-    stuck_after_secs: u64,
-    run: impl for<'a> FnOnce(
-            &'a Sources<'a>,
-        ) -> std::pin::Pin<
-            Box<dyn std::future::Future<Output = Result<T, CheckError>> + 'a>,
-        > + Send
-        + 'static,
-) -> Result<T, ApiError> {
-    let handle = app.inner.handle.clone();
-    let log = Arc::clone(handle.log());
-    let zk = app.inner.zookeeper.clone();
-    let inventory = app.inner.inventory.clone();
-    let targets = app.inner.storage_targets.clone();
-    let runtime = tokio::runtime::Handle::current();
+/// The server's sources of a check, owned, so a blocking thread and a
+/// handler can each lend them out as [`Sources`].
+struct Owned {
+    handle: ingest_engine::service::EngineHandle,
+    log: Arc<ingest_events::log::Log>,
+    zk: Option<ingest_projections::ZkConfig>,
+    inventory: Option<ingest_steps::inventory::Inventory>,
+    targets: Vec<consistency::TargetSpec>,
+}
+
+impl Owned {
+    fn of(app: &AppState) -> Owned {
+        let handle = app.inner.handle.clone();
+        Owned {
+            log: Arc::clone(handle.log()),
+            handle,
+            zk: app.inner.zookeeper.clone(),
+            inventory: app.inner.inventory.clone(),
+            targets: app.inner.storage_targets.clone(),
+        }
+    }
+
+    /// Runs `f` with these sources lent out.
+    fn lend<R>(
+        &self,
+        stuck_after_secs: u64,
+        tree_read: Option<&(dyn Fn() + Sync)>,
+        f: impl FnOnce(Sources<'_>) -> R,
+    ) -> R {
+        let job = |jid| self.handle.state().jobs.get(&jid).cloned();
+        f(Sources {
+            log: &self.log,
+            job: &job,
+            zk: self.zk.as_ref(),
+            targets: &self.targets,
+            inventory: self.inventory.as_ref(),
+            stuck_after_secs,
+            tree_read,
+        })
+    }
+}
+
+/// A check of the server's sources. The tree and its checkpoint are read
+/// on the runtime (I/O to ZooKeeper, awaited) holding the projector
+/// between two transactions, so they stand still; the comparison with the
+/// log (a fold) and the scan of storage run on a blocking thread, and the
+/// projector is let go once the tree is compared: storage is scanned with
+/// the projector running.
+async fn checked(app: &AppState, stuck_after_secs: u64) -> Result<(Owned, Checked), ApiError> {
+    let owned = Owned::of(app);
     let held = match &app.inner.projector_gate {
         Some(gate) => Some(gate.hold().await),
         None => None,
     };
+    let tree = consistency::read_tree(owned.zk.as_ref())
+        .await
+        .map_err(answer)?;
     let result = tokio::task::spawn_blocking(move || {
         let held = std::sync::Mutex::new(held);
         let release = || {
             let guard = held.lock().unwrap_or_else(|e| e.into_inner()).take();
             drop(guard);
         };
-        let job = |jid| handle.state().jobs.get(&jid).cloned();
-        let sources = Sources {
-            log: &log,
-            job: &job,
-            zk: zk.as_ref(),
-            targets: &targets,
-            inventory: inventory.as_ref(),
-            stuck_after_secs,
-            tree_read: Some(&release),
-        };
-        let result = runtime.block_on(run(&sources));
+        let result = owned.lend(stuck_after_secs, Some(&release), |sources| {
+            consistency::check_read(sources, tree, Utc::now())
+        });
         release();
-        result
+        result.map(|checked| (owned, checked))
     })
     .await
     .map_err(|e| ApiError::internal(format!("the consistency task failed: {e}")))?;
@@ -119,11 +142,7 @@ pub(crate) async fn checked_report(
     app: &AppState,
     stuck_after: u64,
 ) -> Result<ConsistencyReport, ApiError> {
-    let checked: Checked = with_sources(app, stuck_after, |s| {
-        let s = *s;
-        Box::pin(async move { consistency::check(s, Utc::now()).await })
-    })
-    .await?;
+    let (_, checked) = checked(app, stuck_after).await?;
     Ok(checked.report)
 }
 
@@ -145,24 +164,29 @@ pub(crate) async fn repair(
             "give a finding's id from GET /consistency (at most 128 bytes)",
         ));
     }
-    let id = body.finding.clone();
-    let why = reason.clone();
-    let converger = app.inner.converger.clone();
     // The projector runs again once the tree is read: a drift repair is
     // made by the projector itself, and a deleted foreign node is one the
     // log does not know, which the projector never writes.
-    let applied: Applied = with_sources(&app, default_stuck_after(), move |s| {
-        let s = *s;
-        Box::pin(async move {
-            let ctx = RepairContext {
-                sources: s,
-                admin: None,
-                converger: converger.as_ref(),
-            };
-            consistency::apply(&ctx, &id, &why, Utc::now()).await
-        })
-    })
-    .await?;
+    let (owned, checked) = checked(&app, default_stuck_after()).await?;
+    let converger = app.inner.converger.clone();
+    let job = |jid| owned.handle.state().jobs.get(&jid).cloned();
+    let ctx = RepairContext {
+        sources: Sources {
+            log: &owned.log,
+            job: &job,
+            zk: owned.zk.as_ref(),
+            targets: &owned.targets,
+            inventory: owned.inventory.as_ref(),
+            stuck_after_secs: default_stuck_after(),
+            tree_read: None,
+        },
+        admin: None,
+        converger: converger.as_ref(),
+    };
+    let applied: Applied =
+        consistency::apply_checked(&ctx, &checked, &body.finding, &reason, Utc::now())
+            .await
+            .map_err(answer)?;
     tracing::warn!(finding = %applied.finding.id, %actor, reason = %ingest_protocol::bounded(&reason), summary = %applied.summary, "consistency repair applied");
     let outcome = app.execute(actor, cid, applied.command).await?;
     let position = outcome.records.last().map_or(0, |r| r.envelope.position);
