@@ -244,12 +244,19 @@ async fn rebuild_force_retakes_a_tampered_tree_after_showing_what_it_changes() {
         .expect("marker");
     let dir = tempfile::tempdir().expect("tempdir");
     let mut s = crate::server::start_with_data(dir.path(), f.ingest.data_dir(), &hosts, &root);
-    let body = crate::server::eventually("serve to say the tree is incomplete", 60, async || {
-        let r = reqwest::get(format!("{}/readyz", s.base)).await.ok()?;
-        let code = r.status();
-        let body = r.text().await.ok()?;
-        (code == 503 && body.contains("incomplete")).then_some(body)
-    })
+    // It first says it is finishing the rebuild, then, once it has read
+    // the marker's position against its log, that only `--force` can: the
+    // wait is for the second (the test once read the first and failed).
+    let body = crate::server::eventually(
+        "serve to say the tree is incomplete and needs --force",
+        60,
+        async || {
+            let r = reqwest::get(format!("{}/readyz", s.base)).await.ok()?;
+            let code = r.status();
+            let body = r.text().await.ok()?;
+            (code == 503 && body.contains("incomplete") && body.contains("--force")).then_some(body)
+        },
+    )
     .await;
     assert!(
         body.contains("a rebuild by ingest@elsewhere") && body.contains("--force"),
