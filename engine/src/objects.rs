@@ -97,6 +97,12 @@ pub enum RequestedVersionError {
         /// The object's latest version.
         latest: u32,
     },
+    /// A version was named for the whole object, which has every version.
+    #[error("the whole object of {ark} (content object) has every version: leave the version out")]
+    VersionOfWholeObject {
+        /// The ark (cut).
+        ark: String,
+    },
     /// The inventory could not be read.
     #[error("the inventory failed: {0}")]
     Inventory(#[from] ingest_steps::inventory::InventoryError),
@@ -144,6 +150,42 @@ pub fn requested_version(
         size: record
             .files
             .iter()
+            .fold(0u64, |sum, f| sum.saturating_add(f.size)),
+    })
+}
+
+/// What an access request assembles of `ark`: the version `version` (0:
+/// the latest), or with `whole` the whole object, whose size is the sum of
+/// every version's (the container holds each version's files) and whose
+/// version is the latest.
+///
+/// # Errors
+/// As [`requested_version`], and
+/// [`RequestedVersionError::VersionOfWholeObject`] for a version named with
+/// `whole`.
+pub fn requested(
+    inventory: &Inventory,
+    ark: &str,
+    version: u32,
+    whole: bool,
+) -> Result<RequestedVersion, RequestedVersionError> {
+    if !whole {
+        return requested_version(inventory, ark, version);
+    }
+    if version != 0 {
+        return Err(RequestedVersionError::VersionOfWholeObject {
+            ark: ingest_protocol::cut(ark, ARK_SHOWN).into_owned(),
+        });
+    }
+    let versions = inventory.versions(ark)?;
+    let Some(latest) = versions.last() else {
+        return Err(RequestedVersionError::unknown_ark(ark));
+    };
+    Ok(RequestedVersion {
+        version: latest.version,
+        size: versions
+            .iter()
+            .flat_map(|v| &v.files)
             .fold(0u64, |sum, f| sum.saturating_add(f.size)),
     })
 }

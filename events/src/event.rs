@@ -433,6 +433,10 @@ pub enum AccessContent {
     Producer,
     /// Every file of the version, `system/…` included.
     Full,
+    /// The whole object: every version, each with every file, under its
+    /// own `vN/` (as Merritt's object download). Added after the first
+    /// two, so older records decode as before.
+    Object,
 }
 
 impl AccessContent {
@@ -441,6 +445,7 @@ impl AccessContent {
         match self {
             AccessContent::Producer => "producer",
             AccessContent::Full => "full",
+            AccessContent::Object => "object",
         }
     }
 }
@@ -457,8 +462,9 @@ impl std::str::FromStr for AccessContent {
         match s {
             "producer" => Ok(AccessContent::Producer),
             "full" => Ok(AccessContent::Full),
+            "object" => Ok(AccessContent::Object),
             _ => Err(format!(
-                "{:?} is not an assembly content (producer or full)",
+                "{:?} is not an assembly content (producer, full or object)",
                 s.chars().take(40).collect::<String>()
             )),
         }

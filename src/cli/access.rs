@@ -41,7 +41,8 @@ pub enum AccessAction {
         /// The storage node the object is read from.
         #[arg(long, default_value_t = 0)]
         delivery_node: u32,
-        /// producer (the depositor's files) or full (system/ files too).
+        /// producer (the depositor's files), full (system/ files too) or
+        /// object (the whole object: every version, each full; no --version).
         #[arg(long, default_value = "producer")]
         content: AccessContent,
         /// Lay the files out as a BagIt bag inside the container.
@@ -169,7 +170,8 @@ fn local_inner(local: &mut Local, action: AccessAction) -> Result<i32> {
             format,
         } => {
             let inventory = ingest_engine::objects::open_inventory(local.engine.log())?;
-            let found = ingest_engine::objects::requested_version(&inventory, &ark, version)
+            let whole = content == AccessContent::Object;
+            let found = ingest_engine::objects::requested(&inventory, &ark, version, whole)
                 .map_err(|e| match e {
                     ingest_engine::objects::RequestedVersionError::Inventory(_) => {
                         anyhow::Error::new(e)

@@ -58,6 +58,9 @@ pub enum Content {
     Producer,
     /// Every file of the version, `system/…` included.
     Full,
+    /// Every version (1 to the one asked for), each with every file, under
+    /// its own `<ark>/v<N>/` with its own manifest.
+    Object,
 }
 
 /// What an assembly wrote.
@@ -228,22 +231,61 @@ pub fn assemble<W: Write + Seek>(
     out: W,
 ) -> Result<(Assembled, W), AssembleError> {
     let name = target.name().to_string();
-    let v = target
-        .version_content(ark, version)
-        .map_err(|source| AssembleError::Storage {
-            target: name.clone(),
-            source,
-        })?;
+    let storage = |source| AssembleError::Storage {
+        target: name.clone(),
+        source,
+    };
+    let head = target.version_content(ark, version).map_err(storage)?;
+    let mut writer = Writer::new(container, out);
+    let (mut files, mut bytes) = (0usize, 0u64);
+    if content == Content::Object {
+        // Every version, oldest first, each read through its own state
+        // (so a file deduplicated into an earlier version is found).
+        for n in 1..head.version {
+            let v = target.version_content(ark, Some(n)).map_err(storage)?;
+            let (f, b) = pack_version(&mut writer, &name, ark, &v, true)?;
+            files += f;
+            bytes += b;
+        }
+    }
+    let (f, b) = pack_version(&mut writer, &name, ark, &head, content != Content::Producer)?;
+    files += f;
+    bytes += b;
+    let out = writer.finish().map_err(|source| AssembleError::Io {
+        what: "cannot finish",
+        path: PathBuf::from(entry_name(ark, head.version, "")),
+        source,
+    })?;
+    Ok((
+        Assembled {
+            target: name,
+            version: head.version,
+            files,
+            bytes,
+        },
+        out,
+    ))
+}
+
+/// Packs the files of version `v` (producer files only unless `all`) under
+/// `<ark>/v<N>/`, each checked against its digest as it streams, then the
+/// version's `manifest-<alg>.txt`; the files and bytes packed.
+fn pack_version<W: Write + Seek>(
+    writer: &mut Writer<W>,
+    name: &str,
+    ark: &str,
+    v: &crate::ocfl::VersionContent,
+    all: bool,
+) -> Result<(usize, u64), AssembleError> {
     let files: Vec<&ContentFile> = v
         .files
         .iter()
-        .filter(|f| content == Content::Full || f.logical_path.starts_with("producer/"))
+        .filter(|f| all || f.logical_path.starts_with("producer/"))
         .collect();
     let io_err = |what: &'static str, path: &Path| {
         let path = path.to_path_buf();
         move |source| AssembleError::Io { what, path, source }
     };
-    let mut writer = Writer::new(container, out);
     let mut manifest = String::new();
     let mut bytes = 0u64;
     let mut algorithm_name = String::new();
@@ -252,7 +294,7 @@ pub fn assemble<W: Write + Seek>(
             f.digest_algorithm
                 .parse()
                 .map_err(|_| AssembleError::Algorithm {
-                    target: name.clone(),
+                    target: name.to_string(),
                     algorithm: ingest_protocol::cut(&f.digest_algorithm, 32).into_owned(),
                 })?;
         algorithm_name = algorithm.name().to_string();
@@ -286,7 +328,7 @@ pub fn assemble<W: Write + Seek>(
         }
         if !actual.eq_ignore_ascii_case(&f.digest) {
             return Err(AssembleError::Mismatch {
-                target: name,
+                target: name.to_string(),
                 path: ingest_protocol::cut(&f.logical_path, 512).into_owned(),
                 algorithm: algorithm.name().into(),
                 expected: f.digest.clone(),
@@ -308,16 +350,7 @@ pub fn assemble<W: Write + Seek>(
             &mut manifest.as_bytes(),
         )
         .map_err(io_err("cannot write", &here))?;
-    let out = writer.finish().map_err(io_err("cannot finish", &here))?;
-    Ok((
-        Assembled {
-            target: name,
-            version: v.version,
-            files: files.len(),
-            bytes,
-        },
-        out,
-    ))
+    Ok((files.len(), bytes))
 }
 
 /// [`assemble`] into the file `dest` from the first of `targets` that

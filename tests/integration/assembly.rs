@@ -226,6 +226,65 @@ async fn a_stored_object_is_assembled_in_every_form_downloaded_and_read_back() {
         );
     }
 
+    // The whole object: every version under its own vN/, each with every
+    // file and its own manifest, sized as the sum of every version.
+    let view = assembled(
+        &rig,
+        json!({"ark": ark, "format": "tar", "content": "object"}),
+    )
+    .await;
+    assert_eq!(view["status"], "Completed", "{view}");
+    assert_eq!(view["delivery"]["version"], 2, "{view}");
+    let object = rig.server.get(&format!("/objects/{ark}")).await;
+    let total: u64 = object["versions"]
+        .as_array()
+        .expect("versions")
+        .iter()
+        .flat_map(|v| v["files"].as_array().expect("files").iter())
+        .map(|f| f["size"].as_u64().expect("size"))
+        .sum();
+    assert_eq!(view["size"], total, "every version's bytes: {view}");
+    let entries = python_entries(&download(&view, downloads.path()).await, "tar");
+    for version in [1, 2] {
+        let prefix = format!("{}/v{version}/", ark.replace([':', '/'], "+"));
+        let of_version: BTreeMap<String, String> = entries
+            .iter()
+            .filter(|(name, _)| name.starts_with(&prefix))
+            .map(|(name, digest)| (name.clone(), digest.clone()))
+            .collect();
+        assert_eq!(
+            object_entries(&of_version, &ark, version),
+            stored(&rig.storage, &ark, version, true),
+            "version {version} of the whole object"
+        );
+        assert!(
+            of_version
+                .keys()
+                .any(|k| k.ends_with("/manifest-sha512.txt")),
+            "a manifest for v{version}: {of_version:?}"
+        );
+    }
+    assert!(
+        entries
+            .keys()
+            .all(|k| k.contains("/v1/") || k.contains("/v2/")),
+        "{entries:?}"
+    );
+    for (body, field) in [
+        (
+            json!({"ark": ark, "content": "object", "version": 1}),
+            "version",
+        ),
+        (json!({"ark": ark, "content": "object", "bag": true}), "bag"),
+    ] {
+        let (code, answer) = rig
+            .server
+            .call(Method::POST, "/access", DEPOSITOR, Some(body))
+            .await;
+        assert_eq!(code, 422, "{answer}");
+        assert!(answer.to_string().contains(field), "{answer}");
+    }
+
     // The token node names the delivery with mrt-store's keys.
     let view = assembled(&rig, json!({"ark": ark, "format": "zip"})).await;
     let client = zk::Client::connect(&rig.zk_at).await.expect("zookeeper");

@@ -84,6 +84,13 @@ pub(super) fn request_access(
     size_limit: u64,
 ) -> Result<(), Rejection> {
     validate_token(token)?;
+    if packaging.bag && packaging.content == event::AccessContent::Object {
+        return Err(Rejection::Invalid {
+            field: "bag".into(),
+            reason: "a bag holds one version: the whole object (content object) is not bagged"
+                .into(),
+        });
+    }
     if let Some(a) = state.access.values().find(|a| a.token.token == token.token) {
         return Err(Rejection::NoChange(format!(
             "token {} is already queued as {}",

@@ -5,14 +5,15 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use ingest_engine::objects::{requested_version, RequestedVersion, RequestedVersionError};
+use ingest_engine::objects::{requested, RequestedVersion, RequestedVersionError};
 use ingest_events::command::MAX_ACCESS_FIELD_BYTES;
 use ingest_events::command::{Command, Item};
 use ingest_events::event::{AccessQueue, AccessToken};
 use ingest_events::lifecycle::AccessState;
 use ingest_events::{Actor, Qid, Recorded};
 use ingest_protocol::access::{
-    AccessList, AccessMoved, AccessOutcomeBody, AccessPackaging, AccessRequestBody, AccessView,
+    AccessContent, AccessList, AccessMoved, AccessOutcomeBody, AccessPackaging, AccessRequestBody,
+    AccessView,
 };
 use ingest_protocol::api::{AdminBody, Appended, OutcomeKind, SessionId, WorkerRef};
 use uuid::Uuid;
@@ -67,7 +68,8 @@ pub(crate) async fn request(
     // A malformed ark is refused by the command (422 naming it), not
     // looked up.
     let (version, size) = if looks_like_ark(&body.ark) {
-        let found = sized(&app, &body.ark, body.version).await?;
+        let whole = body.content == AccessContent::Object;
+        let found = sized(&app, &body.ark, body.version, whole).await?;
         (found.version, body.size.unwrap_or(found.size))
     } else {
         (body.version, body.size.unwrap_or(0))
@@ -114,14 +116,19 @@ fn looks_like_ark(ark: &str) -> bool {
 
 /// The version of `ark` a request names (0: the latest) and its size, from
 /// the inventory; 404 naming an ark or version it does not know.
-async fn sized(app: &AppState, ark: &str, version: u32) -> Result<RequestedVersion, ApiError> {
+async fn sized(
+    app: &AppState,
+    ark: &str,
+    version: u32,
+    whole: bool,
+) -> Result<RequestedVersion, ApiError> {
     let inventory = app
         .inner
         .inventory
         .clone()
         .ok_or_else(|| super::objects::unavailable("inventory"))?;
     let owned = ark.to_string();
-    let found = tokio::task::spawn_blocking(move || requested_version(&inventory, &owned, version))
+    let found = tokio::task::spawn_blocking(move || requested(&inventory, &owned, version, whole))
         .await
         .map_err(|e| ApiError::internal(format!("the inventory task failed: {e}")))?;
     found.map_err(|e| {
@@ -132,6 +139,9 @@ async fn sized(app: &AppState, ark: &str, version: u32) -> Result<RequestedVersi
                 ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
                     .with("item", "object version")
                     .with("id", ark)
+            }
+            RequestedVersionError::VersionOfWholeObject { .. } => {
+                ApiError::invalid_field("version", message)
             }
             RequestedVersionError::Inventory(_) => ApiError::internal(message),
         }

@@ -130,6 +130,7 @@ impl Assembler {
         let content = match content {
             AccessContent::Producer => Content::Producer,
             AccessContent::Full => Content::Full,
+            AccessContent::Object => Content::Object,
         };
         let mut secret = [0u8; 16];
         getrandom::getrandom(&mut secret).map_err(|e| AssemblyError::Random(e.to_string()))?;
