@@ -163,7 +163,7 @@ impl Daemons {
 ///
 /// # Errors
 /// What is wrong with the setting.
-pub fn parse_daemon(text: &str) -> Result<(DaemonKind, DaemonSettings), String> {
+pub fn parse_daemon(text: &str) -> Result<(DaemonKind, DaemonSettings), ValueError> {
     let (kind, spec) = parse_daemon_setting(text)?;
     let mut settings = DaemonSettings::default();
     if let Some(e) = spec.enabled {
@@ -171,16 +171,17 @@ pub fn parse_daemon(text: &str) -> Result<(DaemonKind, DaemonSettings), String> 
     }
     if let Some(t) = spec.tasks {
         if t == 0 || t > MAX_DAEMON_TASKS {
-            return Err(format!(
-                "{text:?}: the task count is outside 1-{MAX_DAEMON_TASKS}"
-            ));
+            return Err(ValueError::TaskCount {
+                text: text.to_string(),
+                max: MAX_DAEMON_TASKS,
+            });
         }
         settings.tasks = t;
     }
     Ok((kind, settings))
 }
 
-pub(crate) fn parse_daemon_setting(text: &str) -> Result<(DaemonKind, DaemonSpec), String> {
+pub(crate) fn parse_daemon_setting(text: &str) -> Result<(DaemonKind, DaemonSpec), ValueError> {
     let text = text.trim();
     let (name, spec) = text.split_once('=').unwrap_or((text, "on"));
     let lower = name.trim().to_ascii_lowercase();
@@ -191,7 +192,10 @@ pub(crate) fn parse_daemon_setting(text: &str) -> Result<(DaemonKind, DaemonSpec
                 .ok()
                 .and_then(DaemonKind::for_job_state)
         })
-        .ok_or_else(|| format!("{name:?} is not a daemon (known: {})", DaemonKind::names()))?;
+        .ok_or_else(|| ValueError::NotADaemon {
+            name: name.to_string(),
+            known: DaemonKind::names(),
+        })?;
     let spec = match spec.trim().to_ascii_lowercase().as_str() {
         "off" | "false" | "no" => DaemonSpec {
             enabled: Some(false),
@@ -202,9 +206,10 @@ pub(crate) fn parse_daemon_setting(text: &str) -> Result<(DaemonKind, DaemonSpec
             tasks: None,
         },
         n => {
-            let tasks = n
-                .parse::<u32>()
-                .map_err(|_| format!("{text:?}: {spec:?} is not off, on or a number of tasks"))?;
+            let tasks = n.parse::<u32>().map_err(|_| ValueError::NotDaemonSpec {
+                text: text.to_string(),
+                spec: spec.to_string(),
+            })?;
             DaemonSpec {
                 enabled: Some(true),
                 tasks: Some(tasks),

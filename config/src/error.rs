@@ -43,6 +43,58 @@ pub enum ConfigError {
     },
 }
 
+/// What is wrong with one value, before it is known where it came from: a
+/// [`ConfigError::Invalid`] names the origin and the field around it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ValueError {
+    /// A ZooKeeper connect string without hosts.
+    #[error("is empty; give host:port[,host:port...]")]
+    NoHosts,
+    /// A ZooKeeper connect string with a chroot.
+    #[error("{0:?} contains '/'; give the chroot as zookeeper.root (--zk-root)")]
+    HostsWithChroot(String),
+    /// One host of a connect string is not `host:port`.
+    #[error("{0:?} is not host:port")]
+    NotHostPort(String),
+    /// A chroot that is not an absolute ZooKeeper path.
+    #[error("{0:?} is not an absolute ZooKeeper path like / or /ingest")]
+    NotAbsoluteRoot(String),
+    /// Text that is not a percentage.
+    #[error("{0:?} is not a percentage like 70 or 70%")]
+    NotPercent(String),
+    /// A percentage outside (0, 100].
+    #[error("{0} is outside (0, 100]")]
+    PercentOutOfRange(f64),
+    /// A simulated failure rate outside 0-1.
+    #[error("--failure-rate {0} is outside 0-1")]
+    FailureRate(f64),
+    /// A daemon name that names no daemon.
+    #[error("{name:?} is not a daemon (known: {known})")]
+    NotADaemon {
+        /// The name given.
+        name: String,
+        /// The daemons there are.
+        known: String,
+    },
+    /// A daemon setting that is not off, on or a number of tasks.
+    #[error("{text:?}: {spec:?} is not off, on or a number of tasks")]
+    NotDaemonSpec {
+        /// The whole setting.
+        text: String,
+        /// Its value.
+        spec: String,
+    },
+    /// A daemon's task count outside 1 to the most.
+    #[error("{text:?}: the task count is outside 1-{max}")]
+    TaskCount {
+        /// The whole setting.
+        text: String,
+        /// The most tasks a daemon runs.
+        max: u32,
+    },
+}
+
 /// Where a value came from, for error messages.
 #[derive(Debug, Clone)]
 pub(crate) enum Origin {
@@ -64,10 +116,10 @@ impl fmt::Display for Origin {
     }
 }
 
-pub(crate) fn invalid(origin: &Origin, field: &str, reason: impl Into<String>) -> ConfigError {
+pub(crate) fn invalid(origin: &Origin, field: &str, reason: impl fmt::Display) -> ConfigError {
     ConfigError::Invalid {
         origin: origin.to_string(),
         field: field.to_string(),
-        reason: reason.into(),
+        reason: reason.to_string(),
     }
 }

@@ -307,30 +307,28 @@ pub(crate) fn read_config_file(path: &Path) -> Result<FileConfig, ConfigError> {
     }
 }
 
-pub(crate) fn check_zk_hosts(hosts: &str) -> Result<(), String> {
+pub(crate) fn check_zk_hosts(hosts: &str) -> Result<(), ValueError> {
     let hosts = hosts.trim();
     if hosts.is_empty() {
-        return Err("is empty; give host:port[,host:port...]".into());
+        return Err(ValueError::NoHosts);
     }
     // A chroot belongs in zookeeper.root, not in the connect string.
     if hosts.contains('/') {
-        return Err(format!(
-            "{hosts:?} contains '/'; give the chroot as zookeeper.root (--zk-root)"
-        ));
+        return Err(ValueError::HostsWithChroot(hosts.to_string()));
     }
     for h in hosts.split(',') {
         let h = h.trim();
         let Some((host, port)) = h.rsplit_once(':') else {
-            return Err(format!("{h:?} is not host:port"));
+            return Err(ValueError::NotHostPort(h.to_string()));
         };
         if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
-            return Err(format!("{h:?} is not host:port"));
+            return Err(ValueError::NotHostPort(h.to_string()));
         }
     }
     Ok(())
 }
 
-pub(crate) fn parse_percent(p: &Percent) -> Result<f64, String> {
+pub(crate) fn parse_percent(p: &Percent) -> Result<f64, ValueError> {
     let v = match p {
         Percent::Number(n) => *n,
         Percent::Text(t) => t
@@ -338,10 +336,10 @@ pub(crate) fn parse_percent(p: &Percent) -> Result<f64, String> {
             .trim_end_matches('%')
             .trim()
             .parse::<f64>()
-            .map_err(|_| format!("{t:?} is not a percentage like 70 or 70%"))?,
+            .map_err(|_| ValueError::NotPercent(t.clone()))?,
     };
     if !(v.is_finite() && v > 0.0 && v <= 100.0) {
-        return Err(format!("{v} is outside (0, 100]"));
+        return Err(ValueError::PercentOutOfRange(v));
     }
     Ok(v)
 }

@@ -255,10 +255,10 @@ impl StepsArgs {
     ///
     /// # Errors
     /// A failure rate outside 0-1, naming the option.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), crate::ValueError> {
         if let Some(r) = self.failure_rate {
             if !(0.0..=1.0).contains(&r) {
-                return Err(format!("--failure-rate {r} is outside 0-1"));
+                return Err(crate::ValueError::FailureRate(r));
             }
         }
         Ok(())

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use clap::Args;
 use ingest_projections::{Credentials, DigestId, ZkAccess, ZkConfig};
+
+use crate::ValueError;
 use serde::{Deserialize, Serialize};
 
 /// The default ZooKeeper session timeout, in seconds.
@@ -187,7 +189,7 @@ impl ZkArgs {
     /// [`ZkSettingsError::Invalid`] naming the option at fault.
     pub fn settings(&self) -> Result<ZooKeeperSettings, ZkSettingsError> {
         let root = self.zk_root.clone().unwrap_or_else(|| "/".into());
-        check_root(&root).map_err(ZkSettingsError::Invalid)?;
+        check_root(&root).map_err(|e| ZkSettingsError::Invalid(e.to_string()))?;
         let settings = ZooKeeperSettings {
             hosts: self
                 .zk
@@ -245,11 +247,9 @@ pub fn warn_if_open(access: &ZkAccess) {
 ///
 /// # Errors
 /// What is wrong with it.
-pub fn check_root(root: &str) -> Result<(), String> {
+pub fn check_root(root: &str) -> Result<(), ValueError> {
     if !root.starts_with('/') || (root.len() > 1 && root.ends_with('/')) || root.contains("//") {
-        return Err(format!(
-            "{root:?} is not an absolute ZooKeeper path like / or /ingest"
-        ));
+        return Err(ValueError::NotAbsoluteRoot(root.to_string()));
     }
     Ok(())
 }

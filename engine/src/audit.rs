@@ -235,6 +235,12 @@ impl Checker {
 }
 
 /// Checks one signed checkpoint against the tree of the records before it.
+/// A copied signed checkpoint that does not hold for the records before
+/// it: what [`check_checkpoint`] found.
+#[derive(Debug, thiserror::Error)]
+#[error("it does not hold: {0}")]
+pub(crate) struct Unheld(pub(crate) String);
+
 pub(crate) fn check_checkpoint(
     c: &LogCheckpointed,
     tree: &Frontier,
@@ -570,20 +576,45 @@ pub enum Verified {
     },
 }
 
-fn bytes_of(hex_text: &str, what: &str) -> Result<Vec<u8>, String> {
-    hex::decode(hex_text).map_err(|e| format!("{what} is not hex: {e}"))
+/// A hex field of an audit file that does not decode.
+#[derive(Debug, thiserror::Error)]
+enum Undecoded {
+    /// Not hex.
+    #[error("{what} is not hex: {source}")]
+    NotHex {
+        what: String,
+        source: hex::FromHexError,
+    },
+    /// Not a 32-byte node or key.
+    #[error("{what} is {len} bytes, expected 32")]
+    NotANode { what: String, len: usize },
+    /// A proof longer than any tree's.
+    #[error("{0} nodes, more than any tree has")]
+    TooManyNodes(usize),
+    /// A proof's nodes that do not prove it.
+    #[error(transparent)]
+    Proof(#[from] merkle::ProofFailure),
 }
 
-fn node_of(hex_text: &str, what: &str) -> Result<Node, String> {
+fn bytes_of(hex_text: &str, what: &str) -> Result<Vec<u8>, Undecoded> {
+    hex::decode(hex_text).map_err(|source| Undecoded::NotHex {
+        what: what.to_string(),
+        source,
+    })
+}
+
+fn node_of(hex_text: &str, what: &str) -> Result<Node, Undecoded> {
     let bytes = bytes_of(hex_text, what)?;
-    <[u8; 32]>::try_from(bytes.as_slice())
-        .map_err(|_| format!("{what} is {} bytes, expected 32", bytes.len()))
+    <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| Undecoded::NotANode {
+        what: what.to_string(),
+        len: bytes.len(),
+    })
 }
 
 /// A proof's nodes, bounded and decoded.
-fn nodes_of(proof: &[String]) -> Result<Vec<Node>, String> {
+fn nodes_of(proof: &[String]) -> Result<Vec<Node>, Undecoded> {
     if proof.len() > MAX_PROOF_NODES {
-        return Err(format!("{} nodes, more than any tree has", proof.len()));
+        return Err(Undecoded::TooManyNodes(proof.len()));
     }
     proof
         .iter()
@@ -600,7 +631,7 @@ struct Head {
     signature: Vec<u8>,
 }
 
-fn decode_head(h: &SignedHead) -> Result<Head, String> {
+fn decode_head(h: &SignedHead) -> Result<Head, Undecoded> {
     Ok(Head {
         tree_size: h.tree_size,
         root: node_of(&h.root, "the head's root")?,
@@ -674,7 +705,7 @@ pub fn verify_file(text: &[u8], pinned: Option<[u8; 32]>) -> Result<Verified, Ve
 }
 
 fn verify_bundle(bundle: &Bundle, pinned: Option<[u8; 32]>) -> Result<Verified, Vec<Failure>> {
-    let head = decode_head(&bundle.head).map_err(|e| vec![Failure::Format(e)])?;
+    let head = decode_head(&bundle.head).map_err(|e| vec![Failure::Format(e.to_string())])?;
     let signed = signature_holds(&head, "signed", pinned).map_err(|e| vec![e])?;
     let mut failures = Vec::new();
     let mut events = Vec::with_capacity(bundle.events.len());
@@ -691,7 +722,7 @@ fn verify_bundle(bundle: &Bundle, pinned: Option<[u8; 32]>) -> Result<Verified, 
         }
         previous = position;
         let parts = (|| {
-            Ok::<_, String>(RecordParts {
+            Ok::<_, Undecoded>(RecordParts {
                 header: bytes_of(&e.header, "the header")?,
                 kind: e.kind.clone(),
                 payload: bytes_of(&e.payload, "the payload")?,
@@ -701,7 +732,7 @@ fn verify_bundle(bundle: &Bundle, pinned: Option<[u8; 32]>) -> Result<Verified, 
         let parts = match parts {
             Ok(p) => p,
             Err(reason) => {
-                failures.push(event_failure(reason));
+                failures.push(event_failure(reason.to_string()));
                 continue;
             }
         };
@@ -736,13 +767,13 @@ fn verify_bundle(bundle: &Bundle, pinned: Option<[u8; 32]>) -> Result<Verified, 
                 &proof,
                 &head.root,
             )
-            .map_err(|f| f.to_string())
+            .map_err(Undecoded::from)
         });
         if let Err(reason) = checked {
             proofs_failed += 1;
             failures.push(Failure::Proof {
                 what: format!("the event at position {position}"),
-                reason,
+                reason: reason.to_string(),
             });
         }
     }
@@ -793,8 +824,8 @@ fn verify_consistency_file(
     file: &ConsistencyFile,
     pinned: Option<[u8; 32]>,
 ) -> Result<Verified, Vec<Failure>> {
-    let from = decode_head(&file.from).map_err(|e| vec![Failure::Format(e)])?;
-    let to = decode_head(&file.to).map_err(|e| vec![Failure::Format(e)])?;
+    let from = decode_head(&file.from).map_err(|e| vec![Failure::Format(e.to_string())])?;
+    let to = decode_head(&file.to).map_err(|e| vec![Failure::Format(e.to_string())])?;
     let mut failures = Vec::new();
     for (head, which) in [(&from, "from"), (&to, "to")] {
         match signature_holds(head, which, pinned) {
@@ -818,12 +849,12 @@ fn verify_consistency_file(
     }
     let checked = nodes_of(&file.proof).and_then(|proof| {
         merkle::verify_consistency(from.tree_size, to.tree_size, &from.root, &to.root, &proof)
-            .map_err(|f| f.to_string())
+            .map_err(Undecoded::from)
     });
     if let Err(reason) = checked {
         failures.push(Failure::Proof {
             what: "consistency".into(),
-            reason,
+            reason: reason.to_string(),
         });
     }
     if failures.is_empty() {

@@ -389,7 +389,7 @@ fn unrecorded_versions(
                 Plan::RecordVersion(Box::new(record)),
                 String::new(),
             ),
-            Err(why) => (None, Plan::AdminDecision(why.clone()), format!("; needs an admin decision: {why}")),
+            Err(why) => (None, Plan::AdminDecision(why.to_string()), format!("; needs an admin decision: {why}")),
         };
         let finding = Finding {
             id: rules::finding_id("unrecorded-version", &format!("{ark}\0{version}")),
@@ -413,6 +413,27 @@ fn unrecorded_versions(
     Ok((out, read))
 }
 
+/// Why a stored version cannot be recorded without an admin's decision.
+#[derive(Debug, thiserror::Error)]
+enum Undecided {
+    #[error("the version names no job the log knows, so its collection and local ids are unknown")]
+    NoJob,
+    #[error("the storage targets hold different content under this version")]
+    Differs,
+    #[error("job {0} has another ark than the stored object")]
+    OtherArk(Jid),
+    #[error(
+        "the inventory's latest version of this object is {latest}, so v{version} cannot follow it"
+    )]
+    NotNext { latest: u32, version: u32 },
+    #[error("local id {} of collection {collection} is bound to another object, {}: this object duplicates it (keep it under a new local id, or leave it unrecorded)", cut(.lid, 128), cut(.other, 128))]
+    LocalIdBound {
+        lid: String,
+        collection: String,
+        other: String,
+    },
+}
+
 /// The record a repair would write, or why an admin must decide.
 fn decide(
     inventory: &Inventory,
@@ -421,39 +442,29 @@ fn decide(
     stored: &Stored,
     job: Option<&Job>,
     now: DateTime<Utc>,
-) -> Result<Result<ObjectVersionRecord, String>, ingest_steps::inventory::InventoryError> {
+) -> Result<Result<ObjectVersionRecord, Undecided>, ingest_steps::inventory::InventoryError> {
     let Some(job) = job else {
-        return Ok(Err(
-            "the version names no job the log knows, so its collection and local ids are unknown"
-                .into(),
-        ));
+        return Ok(Err(Undecided::NoJob));
     };
     if stored.differs {
-        return Ok(Err(
-            "the storage targets hold different content under this version".into(),
-        ));
+        return Ok(Err(Undecided::Differs));
     }
     if job.identifiers.primary_id.as_deref() != Some(ark) {
-        return Ok(Err(format!(
-            "job {} has another ark than the stored object",
-            job.jid
-        )));
+        return Ok(Err(Undecided::OtherArk(job.jid)));
     }
     let latest = inventory.latest(ark)?.map_or(0, |r| r.version);
     if latest + 1 != version {
-        return Ok(Err(format!(
-            "the inventory's latest version of this object is {latest}, so v{version} cannot follow it"
-        )));
+        return Ok(Err(Undecided::NotNext { latest, version }));
     }
     let collection = job.configuration.profile_name.clone();
     for lid in &job.identifiers.local_ids {
         if let Some(other) = inventory.by_local_id(&collection, lid)? {
             if other != ark {
-                return Ok(Err(format!(
-                    "local id {} of collection {collection} is bound to another object, {}: this object duplicates it (keep it under a new local id, or leave it unrecorded)",
-                    cut(lid, 128),
-                    cut(&other, 128)
-                )));
+                return Ok(Err(Undecided::LocalIdBound {
+                    lid: lid.clone(),
+                    collection,
+                    other,
+                }));
             }
         }
     }

@@ -356,7 +356,7 @@ impl Engine {
         let records = self.log.import_checked(frame, &mut |r| {
             if let ingest_events::event::Event::LogCheckpointed(c) = &r.event {
                 if let Some(problem) = crate::audit::check_checkpoint(c, &tree, pinned) {
-                    return Err(format!("it does not hold: {problem}"));
+                    return Err(crate::audit::Unheld(problem));
                 }
             }
             tree.push(&r.envelope.hash);

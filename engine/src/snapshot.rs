@@ -354,26 +354,69 @@ fn on_threads<T: Send, E: Send>(
     Ok(out)
 }
 
+/// Why a format-3 body does not decode (a corrupt snapshot, which is
+/// skipped for an older one or the log).
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    #[error("the body is shorter than its part count")]
+    NoCount,
+    #[error("{0} parts (1 to {MAX_PARTS} allowed)")]
+    PartCount(usize),
+    #[error("the body is shorter than its table of {0} parts")]
+    NoTable(usize),
+    #[error("part {part} is of unknown kind {kind}")]
+    UnknownKind { part: usize, kind: u8 },
+    #[error("the parts decode to more than {MAX_BODY} bytes")]
+    TooLarge,
+    #[error("part {0} runs past the end of the body")]
+    PastTheEnd(usize),
+    #[error("{0} bytes after the last part")]
+    Trailing(usize),
+    #[error("not exactly one part holds the rest of the state")]
+    NotOneRest,
+    #[error("part {part} does not decompress: {source}")]
+    Decompress { part: usize, source: std::io::Error },
+    #[error("part {part} decompresses to {got} bytes, its table says {table}")]
+    RawLength {
+        part: usize,
+        got: usize,
+        table: usize,
+    },
+    #[error("part {part} does not decode: {source}")]
+    Decode {
+        part: usize,
+        source: bincode::error::DecodeError,
+    },
+    #[error("part {part} has {extra} trailing bytes")]
+    PartTrailing { part: usize, extra: usize },
+    #[error("no part holds the rest of the state")]
+    NoRest,
+    #[error("the rest of the state holds batches or jobs")]
+    RestHoldsItems,
+    #[error("the {0} ids are not in ascending order")]
+    NotAscending(&'static str),
+}
+
 /// Decodes a format-3 body into a snapshot, its parts on every core but one
 /// (sled opens the log on that one meanwhile).
-fn decode_body(body: &[u8]) -> Result<Snapshot, String> {
+fn decode_body(body: &[u8]) -> Result<Snapshot, BodyError> {
     let count = body
         .get(..4)
         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
-        .ok_or("the body is shorter than its part count")?;
+        .ok_or(BodyError::NoCount)?;
     if count == 0 || count > MAX_PARTS {
-        return Err(format!("{count} parts (1 to {MAX_PARTS} allowed)"));
+        return Err(BodyError::PartCount(count));
     }
     let table_end = 4 + count * PART_ENTRY_LEN;
-    let table = body
-        .get(4..table_end)
-        .ok_or_else(|| format!("the body is shorter than its table of {count} parts"))?;
+    let table = body.get(4..table_end).ok_or(BodyError::NoTable(count))?;
     let mut parts = Vec::with_capacity(count);
     let mut at = table_end;
     let mut raw_total = 0u64;
     for (i, entry) in table.chunks_exact(PART_ENTRY_LEN).enumerate() {
-        let kind = PartKind::from_byte(entry[0])
-            .ok_or_else(|| format!("part {i} is of unknown kind {}", entry[0]))?;
+        let kind = PartKind::from_byte(entry[0]).ok_or(BodyError::UnknownKind {
+            part: i,
+            kind: entry[0],
+        })?;
         let u64_at = |o: usize| {
             let mut b = [0u8; 8];
             b.copy_from_slice(&entry[o..o + 8]);
@@ -382,21 +425,21 @@ fn decode_body(body: &[u8]) -> Result<Snapshot, String> {
         let (stored, raw) = (u64_at(1), u64_at(9));
         raw_total = raw_total.saturating_add(raw);
         if raw_total > MAX_BODY as u64 {
-            return Err(format!("the parts decode to more than {MAX_BODY} bytes"));
+            return Err(BodyError::TooLarge);
         }
         let end = usize::try_from(stored)
             .ok()
             .and_then(|s| at.checked_add(s))
             .filter(|end| *end <= body.len())
-            .ok_or_else(|| format!("part {i} runs past the end of the body"))?;
+            .ok_or(BodyError::PastTheEnd(i))?;
         parts.push((kind, &body[at..end], raw as usize));
         at = end;
     }
     if at != body.len() {
-        return Err(format!("{} bytes after the last part", body.len() - at));
+        return Err(BodyError::Trailing(body.len() - at));
     }
     if parts.iter().filter(|p| p.0 == PartKind::Rest).count() != 1 {
-        return Err("not exactly one part holds the rest of the state".into());
+        return Err(BodyError::NotOneRest);
     }
     let config = bincode::config::standard().with_limit::<MAX_BODY>();
     // Decoding runs while sled opens the log (`Engine::open`): one core is
@@ -405,14 +448,15 @@ fn decode_body(body: &[u8]) -> Result<Snapshot, String> {
     let decoded = on_threads(cores().saturating_sub(1).max(1), parts.len(), |i| {
         let (kind, stored, raw_len) = parts[i];
         let raw = zstd::block::decompress(stored, raw_len)
-            .map_err(|e| format!("part {i} does not decompress: {e}"))?;
+            .map_err(|source| BodyError::Decompress { part: i, source })?;
         if raw.len() != raw_len {
-            return Err(format!(
-                "part {i} decompresses to {} bytes, its table says {raw_len}",
-                raw.len()
-            ));
+            return Err(BodyError::RawLength {
+                part: i,
+                got: raw.len(),
+                table: raw_len,
+            });
         }
-        let undecodable = |e: bincode::error::DecodeError| format!("part {i} does not decode: {e}");
+        let undecodable = |source| BodyError::Decode { part: i, source };
         let (value, used) = match kind {
             PartKind::Rest => {
                 let (r, used) =
@@ -431,7 +475,10 @@ fn decode_body(body: &[u8]) -> Result<Snapshot, String> {
             }
         };
         if used != raw.len() {
-            return Err(format!("part {i} has {} trailing bytes", raw.len() - used));
+            return Err(BodyError::PartTrailing {
+                part: i,
+                extra: raw.len() - used,
+            });
         }
         Ok(value)
     })?;
@@ -448,9 +495,9 @@ fn decode_body(body: &[u8]) -> Result<Snapshot, String> {
     let Rest {
         mut state,
         frontier,
-    } = *rest.ok_or("no part holds the rest of the state")?;
+    } = *rest.ok_or(BodyError::NoRest)?;
     if !state.batches.is_empty() || !state.jobs.is_empty() {
-        return Err("the rest of the state holds batches or jobs".into());
+        return Err(BodyError::RestHoldsItems);
     }
     state.batches = ascending(batches, "batch")?;
     state.jobs = ascending(jobs, "job")?;
@@ -462,12 +509,12 @@ fn decode_body(body: &[u8]) -> Result<Snapshot, String> {
 /// silently drop or reorder entries.
 fn ascending<K: Ord + Copy, V>(
     runs: Vec<Vec<(K, V)>>,
-    what: &str,
-) -> Result<BTreeMap<K, V>, String> {
+    what: &'static str,
+) -> Result<BTreeMap<K, V>, BodyError> {
     let mut last: Option<K> = None;
     for (k, _) in runs.iter().flatten() {
         if last.is_some_and(|l| l >= *k) {
-            return Err(format!("the {what} ids are not in ascending order"));
+            return Err(BodyError::NotAscending(what));
         }
         last = Some(*k);
     }

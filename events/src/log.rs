@@ -852,7 +852,7 @@ impl Log {
     /// (nothing is written); [`ImportError::Log`] for I/O or a log that
     /// needs repair.
     pub fn import(&self, frame: &[u8]) -> Result<Vec<Recorded>, ImportError> {
-        self.import_checked(frame, &mut |_| Ok(()))
+        self.import_checked(frame, &mut |_| Ok::<(), std::convert::Infallible>(()))
     }
 
     /// As [`Log::import`], with `check` asked about each record (in order,
@@ -863,10 +863,10 @@ impl Log {
     ///
     /// # Errors
     /// As [`Log::import`]; [`ImportError::Refused`] with `check`'s reason.
-    pub fn import_checked(
+    pub fn import_checked<E: std::fmt::Display>(
         &self,
         frame: &[u8],
-        check: &mut dyn FnMut(&Recorded) -> Result<(), String>,
+        check: &mut dyn FnMut(&Recorded) -> Result<(), E>,
     ) -> Result<Vec<Recorded>, ImportError> {
         let raw = crate::frame::split(frame).map_err(|e| ImportError::Refused {
             position: None,
@@ -928,7 +928,7 @@ impl Log {
                     e.stream, e.version
                 )));
             }
-            check(&r).map_err(&refuse)?;
+            check(&r).map_err(|e| refuse(e.to_string()))?;
             versions.insert(e.stream, e.version);
             batch.insert(&event_key(e.position), bytes);
             batch.insert(&index_key(e.stream, e.version), &e.position.to_be_bytes());

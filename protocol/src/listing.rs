@@ -233,15 +233,23 @@ pub(crate) fn text_filter(key: &str, value: &str) -> Result<String, QueryError> 
 }
 
 pub(crate) fn time_param(key: &str, value: &str) -> Result<DateTime<Utc>, QueryError> {
-    parse_time(value).map_err(|reason| QueryError::new(key, reason))
+    parse_time(value).map_err(|reason| QueryError::new(key, reason.to_string()))
+}
+
+/// A time filter that is neither RFC 3339 nor a date.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{shown:?} is not a time: give RFC 3339 (2026-11-24T08:00:00Z) or a date (2026-11-24)")]
+pub struct NotATime {
+    /// The text given, cut to 64 bytes.
+    pub shown: String,
 }
 
 /// Parses a time filter: RFC 3339 (`2026-11-24T00:00:00Z`) or a date
 /// (`2026-11-24`, midnight UTC).
 ///
 /// # Errors
-/// A message saying what is accepted (quoting at most 64 bytes of `s`).
-pub fn parse_time(s: &str) -> Result<DateTime<Utc>, String> {
+/// [`NotATime`], saying what is accepted (quoting at most 64 bytes of `s`).
+pub fn parse_time(s: &str) -> Result<DateTime<Utc>, NotATime> {
     let s = s.trim();
     if let Ok(t) = DateTime::parse_from_rfc3339(s) {
         return Ok(t.with_timezone(&Utc));
@@ -251,10 +259,9 @@ pub fn parse_time(s: &str) -> Result<DateTime<Utc>, String> {
             return Ok(t.and_utc());
         }
     }
-    Err(format!(
-        "{:?} is not a time: give RFC 3339 (2026-11-24T08:00:00Z) or a date (2026-11-24)",
-        cut(s, QUOTED_BYTES)
-    ))
+    Err(NotATime {
+        shown: cut(s, QUOTED_BYTES).into_owned(),
+    })
 }
 
 fn states<S: std::str::FromStr<Err = ingest_events::lifecycle::UnknownState> + Ord>(

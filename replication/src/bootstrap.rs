@@ -88,9 +88,9 @@ pub async fn copy_from(
         }
         // Import every whole record buffered once enough is there (or at the end).
         if buffer.len() >= IMPORT_BYTES || done {
-            let whole = whole_records(&buffer).map_err(|reason| CopyError::Refused {
+            let whole = whole_records(&buffer).map_err(|e| CopyError::Refused {
                 url: peer.chars().take(200).collect(),
-                reason,
+                reason: e.to_string(),
             })?;
             if whole > 0 {
                 let rest = buffer.split_off(whole);
@@ -113,15 +113,20 @@ pub async fn copy_from(
     }
 }
 
+/// A copied record longer than any record a log holds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a record of {len} bytes (at most {MAX_RECORD_BYTES})")]
+struct TooLong {
+    len: usize,
+}
+
 /// The length of the longest prefix of `buffer` made of whole records.
-fn whole_records(buffer: &[u8]) -> Result<usize, String> {
+fn whole_records(buffer: &[u8]) -> Result<usize, TooLong> {
     let mut at = 0;
     while let Some(prefix) = buffer.get(at..at + 4) {
         let len = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
         if len > MAX_RECORD_BYTES {
-            return Err(format!(
-                "a record of {len} bytes (at most {MAX_RECORD_BYTES})"
-            ));
+            return Err(TooLong { len });
         }
         if buffer.len() < at + 4 + len {
             break;
