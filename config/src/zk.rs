@@ -213,7 +213,8 @@ impl ZkArgs {
             )?,
         };
         if let Some(c) = settings.zk_config() {
-            c.validate().map_err(ZkSettingsError::Invalid)?;
+            c.validate()
+                .map_err(|e| ZkSettingsError::Invalid(e.to_string()))?;
         }
         Ok(settings)
     }

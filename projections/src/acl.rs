@@ -52,15 +52,43 @@ impl fmt::Display for Credentials {
     }
 }
 
-fn check_user(user: &str) -> Result<(), String> {
+/// What is wrong with credentials or a digest identity. No variant quotes
+/// the text: it may hold a password.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CredentialsError {
+    /// An empty user name.
+    #[error("the user name is empty")]
+    EmptyUser,
+    /// A user name too long or with spaces or control characters.
+    #[error("the user name must be at most 256 characters without spaces or control characters")]
+    BadUser,
+    /// Credentials longer than [`MAX_CREDENTIALS_BYTES`].
+    #[error("the credentials are longer than {MAX_CREDENTIALS_BYTES} bytes")]
+    TooLong,
+    /// Credentials of more than one line.
+    #[error("the credentials must be one line, user:password")]
+    NotOneLine,
+    /// Credentials without a `:`.
+    #[error("the credentials must have the form user:password")]
+    NoColon,
+    /// An empty password.
+    #[error("the password is empty")]
+    EmptyPassword,
+    /// A digest identity without a `:`.
+    #[error("a digest identity has the form user:BASE64 (see `ingest zk-digest`)")]
+    NotADigestId,
+    /// A digest that is not 28 characters of base64 for 20 bytes.
+    #[error("the digest of a digest identity is 28 characters of base64 (the SHA-1 of user:password); `ingest zk-digest` computes it")]
+    BadDigest,
+}
+
+fn check_user(user: &str) -> Result<(), CredentialsError> {
     if user.is_empty() {
-        return Err("the user name is empty".into());
+        return Err(CredentialsError::EmptyUser);
     }
     if user.len() > 256 || user.chars().any(|c| c.is_control() || c.is_whitespace()) {
-        return Err(
-            "the user name must be at most 256 characters without spaces or control characters"
-                .into(),
-        );
+        return Err(CredentialsError::BadUser);
     }
     Ok(())
 }
@@ -71,23 +99,21 @@ impl Credentials {
     ///
     /// # Errors
     /// What is wrong: empty, too long, no `:`, an empty user or password.
-    pub fn parse(text: &str) -> Result<Credentials, String> {
+    pub fn parse(text: &str) -> Result<Credentials, CredentialsError> {
         let text = text.strip_suffix('\n').unwrap_or(text);
         let text = text.strip_suffix('\r').unwrap_or(text);
         if text.len() > MAX_CREDENTIALS_BYTES {
-            return Err(format!(
-                "the credentials are longer than {MAX_CREDENTIALS_BYTES} bytes"
-            ));
+            return Err(CredentialsError::TooLong);
         }
         if text.contains('\n') {
-            return Err("the credentials must be one line, user:password".into());
+            return Err(CredentialsError::NotOneLine);
         }
         let Some((user, password)) = text.split_once(':') else {
-            return Err("the credentials must have the form user:password".into());
+            return Err(CredentialsError::NoColon);
         };
         check_user(user)?;
         if password.is_empty() {
-            return Err("the password is empty".into());
+            return Err(CredentialsError::EmptyPassword);
         }
         Ok(Credentials {
             user: user.to_string(),
@@ -128,12 +154,10 @@ impl DigestId {
     ///
     /// # Errors
     /// What is wrong, without quoting the text.
-    pub fn parse(text: &str) -> Result<DigestId, String> {
+    pub fn parse(text: &str) -> Result<DigestId, CredentialsError> {
         let text = text.trim();
         let Some((user, digest)) = text.rsplit_once(':') else {
-            return Err(
-                "a digest identity has the form user:BASE64 (see `ingest zk-digest`)".into(),
-            );
+            return Err(CredentialsError::NotADigestId);
         };
         check_user(user)?;
         let ok = digest.len() == 28
@@ -141,7 +165,7 @@ impl DigestId {
                 .decode(digest)
                 .is_ok_and(|d| d.len() == 20);
         if !ok {
-            return Err("the digest of a digest identity is 28 characters of base64 (the SHA-1 of user:password); `ingest zk-digest` computes it".into());
+            return Err(CredentialsError::BadDigest);
         }
         Ok(DigestId(text.to_string()))
     }
@@ -270,7 +294,7 @@ mod tests {
     fn bad_credentials_are_refused_without_quoting_them() {
         for bad in ["", "nopassword", ":pw", "user:", "a b:pw", "u:p\nq"] {
             let e = Credentials::parse(bad).expect_err(bad);
-            assert!(bad.len() < 3 || !e.contains(bad), "{e}");
+            assert!(bad.len() < 3 || !e.to_string().contains(bad), "{e}");
         }
         assert!(Credentials::parse(&format!("u:{}", "x".repeat(2000))).is_err());
         for bad in [

@@ -158,15 +158,16 @@ impl Checkpoint {
     /// Reads node data.
     ///
     /// # Errors
-    /// A message saying what is wrong with the data.
-    pub fn from_json(data: &[u8]) -> Result<Checkpoint, String> {
-        let cp: Checkpoint = serde_json::from_slice(data).map_err(|e| e.to_string())?;
+    /// A [`CheckpointError`] saying what is wrong with the data.
+    pub fn from_json(data: &[u8]) -> Result<Checkpoint, CheckpointError> {
+        let cp: Checkpoint = serde_json::from_slice(data)?;
         if let Some(p) = cp.partial {
             if p.position != cp.position + 1 || p.parts == 0 {
-                return Err(format!(
-                    "partial {{position: {}, parts: {}}} does not follow position {}",
-                    p.position, p.parts, cp.position
-                ));
+                return Err(CheckpointError::Partial {
+                    position: p.position,
+                    parts: p.parts,
+                    after: cp.position,
+                });
             }
         }
         Ok(cp)
@@ -184,6 +185,25 @@ impl Checkpoint {
             ..self.clone()
         }
     }
+}
+
+/// Checkpoint node data that is not a checkpoint.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckpointError {
+    /// Not the JSON of a checkpoint.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// A partial mark that does not follow the position.
+    #[error("partial {{position: {position}, parts: {parts}}} does not follow position {after}")]
+    Partial {
+        /// The partial position.
+        position: u64,
+        /// Its parts.
+        parts: usize,
+        /// The checkpoint's position.
+        after: u64,
+    },
 }
 
 impl fmt::Display for Checkpoint {
@@ -225,7 +245,7 @@ mod tests {
             json,
             format!(r#"{{"position":42,"hash":"{}"}}"#, "ab".repeat(32))
         );
-        assert_eq!(Checkpoint::from_json(json.as_bytes()), Ok(cp));
+        assert_eq!(Checkpoint::from_json(json.as_bytes()).ok(), Some(cp));
     }
 
     #[test]
@@ -235,7 +255,7 @@ mod tests {
             position: 1,
             parts: 2,
         });
-        assert_eq!(Checkpoint::from_json(&cp.to_json()), Ok(cp));
+        assert_eq!(Checkpoint::from_json(&cp.to_json()).ok(), Some(cp));
     }
 
     #[test]

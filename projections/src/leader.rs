@@ -158,6 +158,11 @@ pub async fn wait_for_change(
     Ok(false)
 }
 
+/// Leadership another projector holds: its identity.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("leadership is held by {0}")]
+pub struct HeldBy(pub String);
+
 /// Takes leadership, waiting up to `wait` for the current holder to go.
 ///
 /// # Errors
@@ -169,7 +174,7 @@ pub async fn acquire_within(
     access: &ZkAccess,
     deadline: Duration,
     wait: Duration,
-) -> Result<Result<(), String>, ZkError> {
+) -> Result<Result<(), HeldBy>, ZkError> {
     let until = Instant::now() + wait;
     ensure_engine_node(client, access, deadline).await?;
     loop {
@@ -178,7 +183,7 @@ pub async fn acquire_within(
             Leadership::HeldBy(holder) => {
                 let left = until.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    return Ok(Err(holder));
+                    return Ok(Err(HeldBy(holder)));
                 }
                 tracing::info!(%holder, wait_ms = left.as_millis() as u64, "waiting for leadership");
                 wait_for_change(client, deadline, left).await?;

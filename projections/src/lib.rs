@@ -93,8 +93,8 @@ pub mod txn;
 pub mod views;
 pub mod zk;
 
-pub use acl::{Credentials, DigestId, ZkAccess};
-pub use checkpoint::Checkpoint;
+pub use acl::{Credentials, CredentialsError, DigestId, ZkAccess};
+pub use checkpoint::{Checkpoint, CheckpointError};
 pub use materialize::{materialize, Until};
 pub use ops::{batches_by_size, EventOps, Op, OpKind};
 pub use projector::{PreImages, ProjectError, Projector};
@@ -111,4 +111,4 @@ pub use sink::{
 pub use tree::{Differing, Tree, TreeDiff, TreeError};
 pub use txn::TxnLimits;
 pub use views::Views;
-pub use zk::{LiveTree, ZkConfig, ZkError};
+pub use zk::{LiveTree, ZkConfig, ZkConfigError, ZkError};

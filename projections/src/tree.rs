@@ -155,7 +155,7 @@ impl Tree {
         validate_path(path).map_err(|reason| TreeError::InvalidPath {
             op: op.kind(),
             path: path.to_string(),
-            reason,
+            reason: reason.to_string(),
         })?;
         if path == "/" {
             return Err(match op {
@@ -389,21 +389,37 @@ fn parent_of(path: &str) -> &str {
     }
 }
 
+/// A path ZooKeeper refuses, as its `PathUtils.validatePath` does.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum BadPath {
+    #[error("it must start with /")]
+    NotAbsolute,
+    #[error("it must not end with /")]
+    TrailingSlash,
+    #[error("it has an empty segment (//)")]
+    EmptySegment,
+    #[error("relative segment {0:?}")]
+    Relative(&'static str),
+    #[error("character {0:?} (U+{code:04X}) is not allowed", code = *.0 as u32)]
+    Character(char),
+}
+
 /// ZooKeeper's `PathUtils.validatePath`, for paths as Rust strings.
-fn validate_path(path: &str) -> Result<(), String> {
+fn validate_path(path: &str) -> Result<(), BadPath> {
     if !path.starts_with('/') {
-        return Err("it must start with /".into());
+        return Err(BadPath::NotAbsolute);
     }
     if path == "/" {
         return Ok(());
     }
     if path.ends_with('/') {
-        return Err("it must not end with /".into());
+        return Err(BadPath::TrailingSlash);
     }
     for segment in path[1..].split('/') {
         match segment {
-            "" => return Err("it has an empty segment (//)".into()),
-            "." | ".." => return Err(format!("relative segment {segment:?}")),
+            "" => return Err(BadPath::EmptySegment),
+            "." => return Err(BadPath::Relative(".")),
+            ".." => return Err(BadPath::Relative("..")),
             _ => {}
         }
     }
@@ -419,10 +435,7 @@ fn validate_path(path: &str) -> Result<(), String> {
             || (0xfff0..=0xffff).contains(&u)
             || u > 0xffff
     }) {
-        return Err(format!(
-            "character {c:?} (U+{:04X}) is not allowed",
-            c as u32
-        ));
+        return Err(BadPath::Character(c));
     }
     Ok(())
 }

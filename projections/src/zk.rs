@@ -90,16 +90,13 @@ impl ZkConfig {
     /// Checks the connect string and the root.
     ///
     /// # Errors
-    /// A message naming what is wrong.
-    pub fn validate(&self) -> Result<(), String> {
+    /// A [`ZkConfigError`] naming what is wrong.
+    pub fn validate(&self) -> Result<(), ZkConfigError> {
         if self.hosts.trim().is_empty() {
-            return Err("no ZooKeeper hosts given".into());
+            return Err(ZkConfigError::NoHosts);
         }
         if self.hosts.contains('/') {
-            return Err(format!(
-                "the ZooKeeper connect string {:?} has a chroot suffix; give the root separately (--zk-root)",
-                self.hosts
-            ));
+            return Err(ZkConfigError::Chroot(self.hosts.clone()));
         }
         let root = &self.root;
         let ok = root == "/"
@@ -110,12 +107,25 @@ impl ZkConfig {
                     .all(|s| !s.is_empty() && s != "." && s != "..")
                 && !root.chars().any(char::is_control));
         if !ok {
-            return Err(format!(
-                "the ZooKeeper root {root:?} is not an absolute node path such as /ingest"
-            ));
+            return Err(ZkConfigError::Root(root.clone()));
         }
         Ok(())
     }
+}
+
+/// What is wrong with a [`ZkConfig`]'s connect string or root.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ZkConfigError {
+    /// No hosts.
+    #[error("no ZooKeeper hosts given")]
+    NoHosts,
+    /// A connect string with a chroot.
+    #[error("the ZooKeeper connect string {0:?} has a chroot suffix; give the root separately (--zk-root)")]
+    Chroot(String),
+    /// A root that is not an absolute node path.
+    #[error("the ZooKeeper root {0:?} is not an absolute node path such as /ingest")]
+    Root(String),
 }
 
 /// A ZooKeeper call that failed or did not answer in time.
@@ -268,7 +278,7 @@ pub async fn connect(config: &ZkConfig) -> Result<zk::Client, ZkError> {
     if let Err(reason) = config.validate() {
         return Err(ZkError::new(
             "connect",
-            reason,
+            reason.to_string(),
             ZkErrorKind::Server(zk::Error::BadArguments(&"invalid connect string or root")),
         ));
     }

@@ -48,7 +48,9 @@ pub async fn read_checkpointed(
     zk_config: &ZkConfig,
     progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<LiveRead, SinkError> {
-    zk_config.validate().map_err(SinkError::Config)?;
+    zk_config
+        .validate()
+        .map_err(|e| SinkError::Config(e.to_string()))?;
     let client = connect(zk_config).await?;
     let mut snapshot = None;
     for _ in 0..5 {
@@ -155,7 +157,9 @@ pub async fn preview(
     zk_config: &ZkConfig,
     progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<Preview, SinkError> {
-    zk_config.validate().map_err(SinkError::Config)?;
+    zk_config
+        .validate()
+        .map_err(|e| SinkError::Config(e.to_string()))?;
     let client = connect(zk_config).await?;
     let checkpoint = match read_checkpoint(&client, zk_config).await {
         Ok(Some((cp, _))) => match check_checkpoint(

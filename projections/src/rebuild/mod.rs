@@ -356,7 +356,9 @@ const DECODED_CHUNKS_AHEAD: usize = 8;
 
 /// Opens a session and takes leadership, waiting up to `leader_wait`.
 async fn lead(cfg: &AdminConfig) -> Result<zk::Client, SinkError> {
-    cfg.zk.validate().map_err(SinkError::Config)?;
+    cfg.zk
+        .validate()
+        .map_err(|e| SinkError::Config(e.to_string()))?;
     let client = connect(&cfg.zk).await?;
     let identity = format!("{} ({})", cfg.identity, crate::sink::instance_tag());
     match leader::acquire_within(
@@ -369,7 +371,7 @@ async fn lead(cfg: &AdminConfig) -> Result<zk::Client, SinkError> {
     .await?
     {
         Ok(()) => Ok(client),
-        Err(holder) => Err(SinkError::NotLeader {
+        Err(leader::HeldBy(holder)) => Err(SinkError::NotLeader {
             root: cfg.zk.root.clone(),
             holder,
         }),

@@ -599,7 +599,10 @@ impl Sink {
     /// # Errors
     /// [`SinkError::Config`] for an invalid connect string, root or caps.
     pub fn new(log: Arc<Log>, config: SinkConfig) -> Result<Sink, SinkError> {
-        config.zk.validate().map_err(SinkError::Config)?;
+        config
+            .zk
+            .validate()
+            .map_err(|e| SinkError::Config(e.to_string()))?;
         if config.limits.max_bytes <= txn::RESERVED_BYTES + crate::ops::TRANSACTION_OVERHEAD
             || config.limits.max_ops <= txn::RESERVED_OPS
         {
@@ -741,7 +744,7 @@ pub async fn read_checkpoint(
     let cp = Checkpoint::from_json(&data).map_err(|reason| SinkError::BadCheckpoint {
         root: config.root.clone(),
         data: ingest_protocol::cut(&String::from_utf8_lossy(&data), 200).into_owned(),
-        reason: ingest_protocol::cut(&reason, 200).into_owned(),
+        reason: ingest_protocol::cut(&reason.to_string(), 200).into_owned(),
     })?;
     Ok(Some((cp, stat.version)))
 }
