@@ -6,7 +6,10 @@
 //! runs for a new object moved into the first target
 //! (`OcflTarget::store_checked_with`, `verify_structure`) and the reads
 //! after it (`version_info`, the stored-manifest check's and the
-//! consistency check's; `version_content`, the content route's).
+//! consistency check's; `version_content`, the content route's); then the
+//! same for a later version (v2: the same N paths, one file's content
+//! changed, as a resubmitted object is stored), and a full fixity `verify`
+//! of the two-version object (what the other targets' stores run).
 //!
 //! ```text
 //! cargo bench -p ingest-steps --bench ocfl_store -- 10000 30000 100000
@@ -18,6 +21,7 @@
 //! sizes (it is reported as not finished).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -60,23 +64,21 @@ fn run(n: usize, limit: Duration) -> bool {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let root = dir.path().join("ocfl");
     let source = dir.path().join("source");
-    std::fs::create_dir_all(&source).expect("the source directory");
-    let sha512 = hex::encode(Sha512::digest(b"x"));
-    let sha256 = hex::encode(Sha256::digest(b"x"));
     let mut sha512s = BTreeMap::new();
     let mut sha256s = BTreeMap::new();
-    for i in 0..n {
-        // 1,000 files per directory, as a deep object would be laid out.
-        let logical = format!("d{:04}/f{i:07}", i / 1000);
-        let path = source.join(&logical);
-        if i % 1000 == 0 {
-            std::fs::create_dir_all(path.parent().expect("a parent")).expect("a directory");
-        }
-        std::fs::write(&path, b"x").expect("a source file");
-        sha512s.insert(logical.clone(), sha512.clone());
-        sha256s.insert(logical, sha256.clone());
-    }
+    write_source(&source, n, |_| b"x", &mut sha512s, &mut sha256s);
     let unchanged: BTreeSet<String> = sha512s.keys().cloned().collect();
+    // v2: every path again, the first file's content changed.
+    let source2 = dir.path().join("source2");
+    let (mut sha512s2, mut sha256s2) = (BTreeMap::new(), BTreeMap::new());
+    write_source(
+        &source2,
+        n,
+        |i| if i == 0 { b"y" } else { b"x" },
+        &mut sha512s2,
+        &mut sha256s2,
+    );
+    let unchanged2: BTreeSet<String> = sha512s2.keys().cloned().collect();
     let target = OcflTarget::open_or_init("bench", &root).expect("a storage root");
     let ark = "ark:/99999/fk4bench";
     let meta = VersionMeta {
@@ -90,7 +92,12 @@ fn run(n: usize, limit: Duration) -> bool {
         sha256: &sha256s,
         unchanged: &unchanged,
     };
-    let phases: [(&str, &dyn Fn()); 4] = [
+    let checks2 = Checks {
+        sha512: &sha512s2,
+        sha256: &sha256s2,
+        unchanged: &unchanged2,
+    };
+    let phases: [(&str, &dyn Fn()); 9] = [
         ("store (direct v1)", &|| {
             target
                 .store_checked_with(ark, &source, &meta, true, &checks)
@@ -112,6 +119,31 @@ fn run(n: usize, limit: Duration) -> bool {
                 n
             );
         }),
+        ("store (v2)", &|| {
+            let stored = target
+                .store_checked_with(ark, &source2, &meta, true, &checks2)
+                .expect("stored");
+            assert_eq!(stored.version, 2);
+        }),
+        ("verify_structure (v2)", &|| {
+            assert!(target.verify_structure(ark).expect("validated").ok);
+        }),
+        ("version_info (v2)", &|| {
+            assert_eq!(target.version_info(ark, 2).expect("read").files.len(), n);
+        }),
+        ("version_content (v2)", &|| {
+            assert_eq!(
+                target
+                    .version_content(ark, Some(2))
+                    .expect("read")
+                    .files
+                    .len(),
+                n
+            );
+        }),
+        ("verify (fixity, v1 and v2)", &|| {
+            assert!(target.verify(ark).expect("validated").ok);
+        }),
     ];
     let mut total = Duration::ZERO;
     for (name, phase) in phases {
@@ -126,6 +158,29 @@ fn run(n: usize, limit: Duration) -> bool {
     }
     report(n, "all", total);
     true
+}
+
+/// Writes `n` one-byte files under `source` (1,000 per directory, as a
+/// deep object would be laid out), the content of file `i` being
+/// `content(i)`, and records their digests.
+fn write_source(
+    source: &Path,
+    n: usize,
+    content: impl Fn(usize) -> &'static [u8],
+    sha512s: &mut BTreeMap<String, String>,
+    sha256s: &mut BTreeMap<String, String>,
+) {
+    for i in 0..n {
+        let logical = format!("d{:04}/f{i:07}", i / 1000);
+        let path = source.join(&logical);
+        if i % 1000 == 0 {
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("a directory");
+        }
+        let bytes = content(i);
+        std::fs::write(&path, bytes).expect("a source file");
+        sha512s.insert(logical.clone(), hex::encode(Sha512::digest(bytes)));
+        sha256s.insert(logical, hex::encode(Sha256::digest(bytes)));
+    }
 }
 
 fn report(n: usize, phase: &str, took: Duration) {

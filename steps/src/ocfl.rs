@@ -7,7 +7,12 @@
 //! never reach a directory name.
 //!
 //! Storing is done with [rocfl](https://docs.rs/rocfl): a version is built in
-//! a staging area and moved into the object by a commit.
+//! a staging area and moved into the object by a commit. A version whose
+//! files are moved in, with digests the caller already has
+//! ([`OcflTarget::store_checked_with`]), is written by this crate's own
+//! writer instead (`direct`): a new object whole, a later version into
+//! the object, each file one map lookup (rocfl's update path walks every
+//! content path of a file's digest per file, N² for N files sharing one).
 //! [`OcflTarget::store_version`] always leaves the staging area empty for its
 //! ark, whether it succeeds or fails, so a retry starts fresh.
 //!
@@ -567,9 +572,11 @@ impl OcflTarget {
         self.discard_staged(ark)?;
         let current = self.head(ark)?;
         let moving = moving && same_file_system(source_dir, &self.root);
-        if let (None, true, Some(checks)) = (current, moving, checks) {
-            if let Some(layout) = self.layout.get_or_init(|| direct::layout_of(&self.root)) {
-                return self.create_direct(ark, source_dir, &sources, meta, checks, layout);
+        if let (true, Some(checks)) = (moving, checks) {
+            if let Some(stored) =
+                self.store_direct(ark, source_dir, &sources, meta, checks, current)?
+            {
+                return Ok(stored);
             }
         }
         let staged = self
@@ -593,48 +600,56 @@ impl OcflTarget {
         })
     }
 
-    /// Writes a new object's version 1 from `source_dir` with the SHA-512
-    /// of `expected` (see [`direct`]), after checking every file's SHA-256.
-    fn create_direct(
+    /// Writes version `head + 1` of `ark` directly (see [`direct`]): a new
+    /// object when `head` is `None`, else the next version into it, from
+    /// `source_dir` with the SHA-512 of `expected`, after checking every
+    /// file's SHA-256. `Ok(None)` when the object is not one the direct
+    /// writer takes, or the root's layout cannot be read (nothing was
+    /// touched).
+    fn store_direct(
         &self,
         ark: &str,
         source_dir: &Path,
         sources: &[SourceFile],
         meta: &VersionMeta,
         expected: &Checks<'_>,
-        layout: &StorageLayout,
-    ) -> Result<StoredVersion, StorageError> {
-        let files: Vec<StoredFile> = sources
-            .iter()
-            .map(|s| StoredFile {
-                logical_path: s.logical_path.clone(),
-                size: s.size,
-                sha512: expected
-                    .sha512
-                    .get(&s.logical_path)
-                    .cloned()
-                    .unwrap_or_default(),
-            })
-            .collect();
+        head: Option<u32>,
+    ) -> Result<Option<StoredVersion>, StorageError> {
+        let Some(layout) = self.layout.get_or_init(|| direct::layout_of(&self.root)) else {
+            return Ok(None);
+        };
+        let files = expected_files(sources, expected);
         check_digests(ark, expected.sha512, &files)?;
         direct::check_sha256(ark, source_dir, &files, expected)?;
+        let object_root = match head {
+            None => layout.map_object_id(ark),
+            Some(_) => {
+                let path = self.object_root(ark)?;
+                path.strip_prefix(&self.root)
+                    .map_err(|_| unusable(&path, "the object lies outside its storage root"))?
+                    .to_string_lossy()
+                    .into_owned()
+            }
+        };
         let build = self
             .staging_dir()
             .join(format!("direct-{}", staging::new_owner_name()));
-        let object_root = layout.map_object_id(ark);
         let place = direct::Place {
             root: &self.root,
             object_root: &object_root,
             build: &build,
             pause: std::time::Duration::from_millis(self.build_pause_ms.load(Ordering::Relaxed)),
         };
-        let object_root = direct::write_v1(&place, ark, source_dir, &files, meta)?;
-        Ok(StoredVersion {
+        let written = match head {
+            None => direct::write_v1(&place, ark, source_dir, &files, meta).map(|_| Some(1))?,
+            Some(head) => direct::write_next(&place, ark, source_dir, &files, meta, head)?,
+        };
+        Ok(written.map(|version| StoredVersion {
             ark: ark.to_string(),
-            version: 1,
+            version,
             files,
-            object_root,
-        })
+            object_root: self.root.join(&object_root),
+        }))
     }
 
     /// Validates the object, including the fixity of every content file.
@@ -1036,6 +1051,23 @@ impl OcflTarget {
         }
         error
     }
+}
+
+/// `sources` as stored files with the SHA-512 of `expected` (empty where
+/// it has none, which [`check_digests`] then refuses).
+fn expected_files(sources: &[SourceFile], expected: &Checks<'_>) -> Vec<StoredFile> {
+    sources
+        .iter()
+        .map(|s| StoredFile {
+            logical_path: s.logical_path.clone(),
+            size: s.size,
+            sha512: expected
+                .sha512
+                .get(&s.logical_path)
+                .cloned()
+                .unwrap_or_default(),
+        })
+        .collect()
 }
 
 /// A file found under the source directory.

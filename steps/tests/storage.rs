@@ -1537,27 +1537,136 @@ fn a_file_the_caller_shows_unchanged_is_not_read_again() {
     assert!(!text.contains("a.txt has"), "{text}");
 }
 
+const V2: &[(&str, &str)] = &[
+    ("readme.txt", "hello"),
+    ("producer/new.txt", "new"),
+    ("producer/again.txt", "new"),
+];
+
+/// A moving store of `src` (holding [`V2`]) as the next version of `ARK`,
+/// with the SHA-512 of `sha512`.
+fn store_v2(
+    target: &OcflTarget,
+    src: &Path,
+    sha512: &BTreeMap<String, String>,
+) -> Result<StoredVersion, StorageError> {
+    store_direct(target, src, "v2", sha512, &expected_sha256(V2))
+}
+
 #[test]
-fn later_versions_of_a_directly_written_object_go_through_rocfl() {
+fn a_later_version_is_written_directly_and_deduplicated() {
+    use std::os::unix::fs::MetadataExt;
     let (root, target, src) = target_with_v1();
     store_v1(&target, &src);
-    const V2: &[(&str, &str)] = &[("readme.txt", "hello"), ("producer/new.txt", "new")];
     let src2 = root.path().join("v2");
     write_tree(&src2, V2);
-    let stored = store_direct(
-        &target,
-        &src2,
-        "v2",
-        &expected_sha512(V2),
-        &expected_sha256(V2),
-    )
-    .unwrap();
+    let inode = |path: &Path| fs::metadata(path).expect("metadata").ino();
+    let before = inode(&src2.join("producer/again.txt"));
+
+    let stored = store_v2(&target, &src2, &expected_sha512(V2)).unwrap();
+
     assert_eq!(stored.version, 2);
     assert_eq!(listing(&stored), expected_listing(V2));
+    let object = &stored.object_root;
+    assert_eq!(inode(&object.join("v2/content/producer/again.txt")), before);
+    // Content the object holds (v1's readme.txt) or that the version holds
+    // twice (new.txt, after again.txt) is recorded, not stored again.
+    assert!(!object.join("v2/content/readme.txt").exists());
+    assert!(!object.join("v2/content/producer/new.txt").exists());
     assert_eq!(read(&target, ARK, Some(1), "producer/data/a.txt"), "alpha");
     assert_eq!(read(&target, ARK, None, "producer/new.txt"), "new");
+    assert_eq!(read(&target, ARK, None, "producer/again.txt"), "new");
+    assert_eq!(read(&target, ARK, Some(2), "readme.txt"), "hello");
+    assert_eq!(target.versions(ARK).unwrap(), vec![1, 2]);
+    assert_eq!(target.version_info(ARK, 2).unwrap().message, "v2");
+    // rocfl validates both versions, content fixity included.
     let report = target.verify(ARK).unwrap();
     assert!(report.ok, "{:?}", report.problems);
+    assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+    assert!(leftovers(&target).is_empty());
+    assert_eq!(staged_objects(target.root()), 0);
+    // And rocfl adds a third version to it.
+    let src3 = source(&[("readme.txt", "third")]);
+    assert_eq!(
+        target
+            .store_version(ARK, src3.path(), &meta("v3"))
+            .unwrap()
+            .version,
+        3
+    );
+    assert!(target.verify(ARK).unwrap().ok);
+}
+
+#[test]
+fn a_later_version_takes_the_sha512_computed_on_arrival_not_a_second_read() {
+    // Issue 25, finding 2: rocfl's update path resolved every staged file
+    // through all content paths of its digest (N² for N files sharing a
+    // content) and read every byte again for its SHA-512. The direct
+    // writer takes the caller's SHA-512 (rocfl would refuse this one), and
+    // the fixity check reports the file.
+    let (root, target, src) = target_with_v1();
+    store_v1(&target, &src);
+    let src2 = root.path().join("v2");
+    write_tree(&src2, V2);
+    let mut sha512 = expected_sha512(V2);
+    sha512.insert(
+        "producer/new.txt".into(),
+        self::sha512("new, as it arrived"),
+    );
+    let stored = store_v2(&target, &src2, &sha512).expect("no second SHA-512 pass");
+    assert_eq!(stored.version, 2);
+    assert!(target.verify_structure(ARK).unwrap().ok);
+    let report = target.verify(ARK).unwrap();
+    assert!(!report.ok);
+    assert!(
+        report.problems.iter().any(|p| p.contains("new.txt")),
+        "{:?}",
+        report.problems
+    );
+}
+
+#[test]
+fn what_a_later_version_stopped_before_its_commit_left_is_cleaned_by_the_next_store() {
+    let (root, target, src) = target_with_v1();
+    let object = store_v1(&target, &src).object_root;
+    // A store that stopped after moving its version into the object and
+    // replacing the sidecar, before the inventory (the commit).
+    fs::create_dir_all(object.join("v2/content")).unwrap();
+    fs::write(object.join("v2/content/half.txt"), "half").unwrap();
+    fs::write(object.join("inventory.json.sha512"), "0  inventory.json\n").unwrap();
+    assert_eq!(target.versions(ARK).unwrap(), vec![1]);
+
+    let src2 = root.path().join("v2");
+    write_tree(&src2, V2);
+    let stored = store_v2(&target, &src2, &expected_sha512(V2)).unwrap();
+
+    assert_eq!(stored.version, 2);
+    assert!(!object.join("v2/content/half.txt").exists());
+    let report = target.verify(ARK).unwrap();
+    assert!(report.ok, "{:?}", report.problems);
+}
+
+#[test]
+fn a_later_version_that_fails_before_its_commit_leaves_the_object_as_it_was() {
+    let (root, target, src) = target_with_v1();
+    store_v1(&target, &src);
+    let src2 = root.path().join("v2");
+    write_tree(&src2, V2);
+    let mut sha256 = expected_sha256(V2);
+    sha256.insert("producer/new.txt".into(), self::sha256("changed"));
+    let err = store_direct(&target, &src2, "v2", &expected_sha512(V2), &sha256)
+        .expect_err("the bytes on disk are not those hashed");
+    assert!(
+        err.to_string().contains("producer/new.txt has SHA-256"),
+        "{err}"
+    );
+    assert_eq!(target.versions(ARK).unwrap(), vec![1]);
+    assert!(
+        src2.join("producer/new.txt").is_file(),
+        "checked before moving"
+    );
+    assert!(leftovers(&target).is_empty());
+    assert!(target.verify(ARK).unwrap().ok);
 }
 
 #[test]

@@ -23,10 +23,26 @@
 //! validates the object's structure (rocfl's validator reads the inventory
 //! and its sidecar and checks every content path).
 //!
-//! Only OCFL 1.1 roots are written this way, and only new objects; every
-//! later version goes through rocfl.
+//! [`write_next`] adds a later version the same way: the new version
+//! directory (its `content/` holding only the files whose digest the
+//! object does not hold yet, its inventory) is built in staging and
+//! renamed into the object, then the root's sidecar and `inventory.json`
+//! are replaced (each written aside and renamed), the inventory last: that
+//! rename is the commit. rocfl's update path resolves every file of the
+//! staged version with `content_path_for_digest`, which walks every
+//! content path of the file's digest, so a version of N files sharing a
+//! few contents costs N² steps (issue 25, finding 2); here each file is
+//! one map lookup. A store that stopped between the two renames left a
+//! version directory the inventory does not name, and perhaps a sidecar
+//! that no longer matches: the next store of the ark (under the same
+//! per-ark lock) removes the one and restores the other from the head
+//! version's own copy, before it writes anything.
+//!
+//! Only OCFL 1.1 roots and objects are written this way, SHA-512 objects
+//! with plain version names (`v2`, not `v002`) and no extensions; any
+//! other object goes through rocfl.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -220,29 +236,200 @@ fn build_object(
         head: "v1",
         content_directory: "content",
         manifest,
-        versions: BTreeMap::from([(
-            "v1",
-            Version {
-                created: meta.created.to_rfc3339_opts(SecondsFormat::AutoSi, true),
-                state,
-                message: &meta.message,
-                user: User {
-                    name: &meta.user_name,
-                    address: meta.user_address.as_deref(),
-                },
-            },
-        )]),
+        versions: BTreeMap::from([("v1", version_of(meta, state))]),
     };
-    let json = serde_json::to_vec(&inventory).map_err(|e| StorageError::Io {
-        context: format!("encoding the inventory of {ark}"),
-        source: std::io::Error::other(e),
-    })?;
-    let sidecar = format!("{}  inventory.json\n", hex::encode(Sha512::digest(&json)));
+    let json = serde_json::to_vec(&inventory).map_err(|e| encoding(ark, e))?;
+    let sidecar = sidecar(&json);
     for dir in [build, &build.join("v1")] {
         write(&dir.join("inventory.json"), &json)?;
         write(&dir.join("inventory.json.sha512"), sidecar.as_bytes())?;
     }
     write(&build.join("0=ocfl_object_1.1"), b"ocfl_object_1.1\n")
+}
+
+/// Adds version `head + 1` to the object at `place` (which holds `head`)
+/// from `files`, each not already held by the object moved from
+/// `source_dir/<logical path>`; a file whose digest the object holds is
+/// recorded in the new state only (OCFL's deduplication) and left where it
+/// is. `Ok(None)` when the object is not one this writer takes (see the
+/// module's documentation): nothing was touched, and the caller stores
+/// through rocfl.
+///
+/// # Errors
+///
+/// [`StorageError::Io`] when the disk fails. An error before the commit
+/// leaves the object at `head` (the next store cleans what was left); the
+/// files already moved are gone from `source_dir`, so the caller's source
+/// is to be rebuilt before a retry.
+pub(super) fn write_next(
+    place: &Place<'_>,
+    ark: &str,
+    source_dir: &Path,
+    files: &[StoredFile],
+    meta: &VersionMeta,
+    head: u32,
+) -> Result<Option<u32>, StorageError> {
+    let object = place.root.join(place.object_root);
+    let Some(mut inventory) = held_inventory(&object, head)? else {
+        return Ok(None);
+    };
+    let version = head + 1;
+    let name = format!("v{version}");
+    let orphan = object.join(&name);
+    if fs::symlink_metadata(&orphan).is_ok() {
+        tracing::warn!(ark, version, "removing a version directory its inventory does not name (a store stopped before its commit)");
+        fs::remove_dir_all(&orphan).map_err(|e| io_error(&orphan, e))?;
+    }
+    let build = place.build;
+    let built = build_version(build, &mut inventory, &name, source_dir, files, meta);
+    let written = built.and_then(|json| {
+        if !place.pause.is_zero() {
+            std::thread::sleep(place.pause);
+        }
+        fs::rename(build, &orphan).map_err(|e| io_error(&orphan, e))?;
+        replace(&object, "inventory.json.sha512", sidecar(&json).as_bytes())?;
+        replace(&object, "inventory.json", &json)
+    });
+    if let Err(e) = written {
+        for dir in [build, orphan.as_path()] {
+            if let Err(cleanup) = fs::remove_dir_all(dir) {
+                if cleanup.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(dir = %dir.display(), error = %cleanup, "cannot remove a half-built OCFL version");
+                }
+            }
+        }
+        return Err(e);
+    }
+    Ok(Some(version))
+}
+
+/// The root inventory of the object at `object` as JSON, when it is one
+/// [`write_next`] takes and its head is `head`; a sidecar left stale by a
+/// store that stopped before its commit is restored first.
+fn held_inventory(object: &Path, head: u32) -> Result<Option<serde_json::Value>, StorageError> {
+    if !object.join("0=ocfl_object_1.1").is_file() || object.join("extensions").exists() {
+        return Ok(None);
+    }
+    let path = object.join("inventory.json");
+    let bytes = fs::read(&path).map_err(|e| io_error(&path, e))?;
+    let Ok(inventory) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+        return Ok(None);
+    };
+    let head_name = format!("v{head}");
+    let takes = inventory["type"] == "https://ocfl.io/1.1/spec/#inventory"
+        && inventory["digestAlgorithm"] == "sha512"
+        && inventory["head"] == head_name.as_str()
+        && inventory["versions"].get(&head_name).is_some()
+        && inventory["manifest"]
+            .as_object()
+            .is_some_and(|m| m.keys().all(|d| !d.bytes().any(|b| b.is_ascii_uppercase())))
+        && inventory["contentDirectory"]
+            .as_str()
+            .is_none_or(|c| !c.is_empty() && !c.contains('/'));
+    if !takes {
+        return Ok(None);
+    }
+    let sidecar_path = object.join("inventory.json.sha512");
+    let recorded = fs::read_to_string(&sidecar_path).unwrap_or_default();
+    if recorded != sidecar(&bytes) {
+        // Only a sidecar our own store left stale is restored: the head
+        // version's copy of the inventory must be this very inventory.
+        let copy = object.join(&head_name).join("inventory.json");
+        if fs::read(&copy).ok().as_deref() != Some(bytes.as_slice()) {
+            return Ok(None);
+        }
+        replace(object, "inventory.json.sha512", sidecar(&bytes).as_bytes())?;
+    }
+    Ok(Some(inventory))
+}
+
+/// Builds version `name` in `build` (its new content and its inventory)
+/// and adds it to `inventory`, whose encoding is returned.
+fn build_version(
+    build: &Path,
+    inventory: &mut serde_json::Value,
+    name: &str,
+    source_dir: &Path,
+    files: &[StoredFile],
+    meta: &VersionMeta,
+) -> Result<Vec<u8>, StorageError> {
+    let content_dir = inventory["contentDirectory"]
+        .as_str()
+        .unwrap_or("content")
+        .to_string();
+    let content = build.join(&content_dir);
+    fs::create_dir_all(&content).map_err(|e| io_error(&content, e))?;
+    let manifest = inventory["manifest"]
+        .as_object_mut()
+        .ok_or_else(|| unusable(build, "the inventory has no manifest"))?;
+    let mut added: HashSet<&str> = HashSet::new();
+    let mut state: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for file in files {
+        let digest = file.sha512.as_str();
+        if !manifest.contains_key(digest) && added.insert(digest) {
+            let to = content.join(&file.logical_path);
+            if let Some(parent) = to.parent().filter(|p| *p != content) {
+                fs::create_dir_all(parent).map_err(|e| io_error(parent, e))?;
+            }
+            let from = source_dir.join(&file.logical_path);
+            fs::rename(&from, &to).map_err(|e| io_error(&from, e))?;
+        }
+        state.entry(digest).or_default().push(&file.logical_path);
+    }
+    for file in files {
+        if added.remove(file.sha512.as_str()) {
+            manifest.insert(
+                file.sha512.clone(),
+                serde_json::json!([format!("{name}/{content_dir}/{}", file.logical_path)]),
+            );
+        }
+    }
+    let version = serde_json::to_value(version_of(meta, state)).map_err(|e| encoding(name, e))?;
+    let versions = inventory["versions"]
+        .as_object_mut()
+        .ok_or_else(|| unusable(build, "the inventory has no versions"))?;
+    versions.insert(name.to_string(), version);
+    inventory["head"] = serde_json::Value::from(name);
+    let json = serde_json::to_vec(inventory).map_err(|e| encoding(name, e))?;
+    write(&build.join("inventory.json"), &json)?;
+    write(
+        &build.join("inventory.json.sha512"),
+        sidecar(&json).as_bytes(),
+    )?;
+    Ok(json)
+}
+
+/// The OCFL version record of `meta` with `state`.
+fn version_of<'a>(meta: &'a VersionMeta, state: BTreeMap<&'a str, Vec<&'a str>>) -> Version<'a> {
+    Version {
+        created: meta.created.to_rfc3339_opts(SecondsFormat::AutoSi, true),
+        state,
+        message: &meta.message,
+        user: User {
+            name: &meta.user_name,
+            address: meta.user_address.as_deref(),
+        },
+    }
+}
+
+fn encoding(what: &str, e: serde_json::Error) -> StorageError {
+    StorageError::Io {
+        context: format!("encoding the inventory of {what}"),
+        source: std::io::Error::other(e),
+    }
+}
+
+/// The sidecar of an inventory encoded as `json`.
+fn sidecar(json: &[u8]) -> String {
+    format!("{}  inventory.json\n", hex::encode(Sha512::digest(json)))
+}
+
+/// Replaces `dir/name` with `bytes`: written aside, then renamed over it.
+fn replace(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StorageError> {
+    let aside = dir.join(format!(".{name}.new"));
+    write(&aside, bytes)?;
+    let path = dir.join(name);
+    fs::rename(&aside, &path).map_err(|e| io_error(&path, e))
 }
 
 fn write(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
