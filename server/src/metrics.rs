@@ -50,7 +50,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use ingest_events::lifecycle::StateKind;
+use ingest_events::lifecycle::{AccessState, StateKind};
 use ingest_events::{BatchState, JobState};
 use ingest_projections::{SinkState, SinkStatus};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -219,6 +219,13 @@ pub struct Metrics {
     batches_in_process: Gauge,
     oldest_job_age: Family<StateLabel, Gauge<f64, AtomicU64>>,
     writer_up: Gauge,
+    access: Family<StateLabel, Gauge>,
+    access_assembled_bytes: Gauge,
+    delivery_bytes: Gauge,
+    delivery_files: Gauge,
+    /// The delivery area measured at each scrape, when the server serves
+    /// one.
+    delivery_dir: Mutex<Option<std::path::PathBuf>>,
     /// Held through a scrape, so two scrapes never interleave resets.
     scrape: Mutex<()>,
 }
@@ -261,6 +268,11 @@ impl Metrics {
             batches_in_process: Gauge::default(),
             oldest_job_age: Family::default(),
             writer_up: Gauge::default(),
+            access: Family::default(),
+            access_assembled_bytes: Gauge::default(),
+            delivery_bytes: Gauge::default(),
+            delivery_files: Gauge::default(),
+            delivery_dir: Mutex::new(None),
             scrape: Mutex::new(()),
         };
         r.register(
@@ -371,6 +383,26 @@ impl Metrics {
             "ingest_writer_up",
             "1 while the engine's writer takes commands",
             m.writer_up.clone(),
+        );
+        r.register(
+            "ingest_access_requests",
+            "Access (assembly) requests by state",
+            m.access.clone(),
+        );
+        r.register(
+            "ingest_access_assembled_bytes",
+            "Bytes of the containers assembled for the access requests the log holds (a request assembled again counts its last container)",
+            m.access_assembled_bytes.clone(),
+        );
+        r.register(
+            "ingest_access_delivery_bytes",
+            "Bytes of the files in the delivery area, measured at the scrape (up to 100000 files)",
+            m.delivery_bytes.clone(),
+        );
+        r.register(
+            "ingest_access_delivery_files",
+            "Files in the delivery area, measured at the scrape (up to 100000)",
+            m.delivery_files.clone(),
         );
         let build: Family<VersionLabel, Gauge> = Family::default();
         build
@@ -610,6 +642,7 @@ impl Metrics {
         self.refresh_queue(chrono::Utc::now());
         self.refresh_projector();
         self.refresh_replication();
+        self.refresh_access();
         let followed = lock(&self.zk_watch).as_ref().map(|w| w.peek_state());
         if let Some(state) = followed {
             self.set_zookeeper_session(state);
@@ -617,6 +650,41 @@ impl Metrics {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &lock(&self.registry))?;
         Ok(out)
+    }
+
+    /// Measures the delivery area `dir` at every scrape
+    /// (`ingest_access_delivery_bytes`, `_files`).
+    pub fn watch_delivery_area(&self, dir: std::path::PathBuf) {
+        *lock(&self.delivery_dir) = Some(dir);
+    }
+
+    fn refresh_access(&self) {
+        let state = self.handle.state();
+        let mut by_state = [0i64; AccessState::ALL.len()];
+        let mut assembled: u64 = 0;
+        for a in state.access.values() {
+            if let Some(i) = AccessState::ALL.iter().position(|s| *s == a.status) {
+                by_state[i] += 1;
+            }
+            if let Some(d) = &a.delivery {
+                assembled = assembled.saturating_add(d.size);
+            }
+        }
+        drop(state);
+        for (s, n) in AccessState::ALL.iter().zip(by_state) {
+            self.access
+                .get_or_create(&StateLabel {
+                    state: s.name().to_string(),
+                })
+                .set(n);
+        }
+        self.access_assembled_bytes.set(to_i64(assembled));
+        let dir = lock(&self.delivery_dir).clone();
+        if let Some(dir) = dir {
+            let (files, bytes) = delivery_area_use(&dir);
+            self.delivery_files.set(to_i64(files));
+            self.delivery_bytes.set(to_i64(bytes));
+        }
     }
 
     fn count_events(&self) -> Result<(), MetricsError> {
@@ -806,6 +874,27 @@ fn sink_state_name(s: &SinkState) -> &'static str {
     }
 }
 
+/// The most delivery-area entries a scrape looks at.
+const MAX_DELIVERY_ENTRIES: usize = 100_000;
+
+/// The regular files in `dir` (containers, and containers being built) and
+/// their bytes; an unreadable or missing directory is empty.
+fn delivery_area_use(dir: &std::path::Path) -> (u64, u64) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return (0, 0);
+    };
+    let (mut files, mut bytes) = (0u64, 0u64);
+    for entry in entries.flatten().take(MAX_DELIVERY_ENTRIES) {
+        if let Ok(meta) = entry.metadata() {
+            if meta.is_file() {
+                files += 1;
+                bytes = bytes.saturating_add(meta.len());
+            }
+        }
+    }
+    (files, bytes)
+}
+
 fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
@@ -855,6 +944,11 @@ mod tests {
             converging: None,
         });
         metrics.attach_projector(rx);
+        let deliveries = dir.path().join("deliveries");
+        std::fs::create_dir_all(&deliveries).expect("mkdir");
+        std::fs::write(deliveries.join("a.zip"), [0u8; 1000]).expect("write");
+        std::fs::write(deliveries.join(".building-b.tar"), [0u8; 24]).expect("write");
+        metrics.watch_delivery_area(deliveries);
         let page = tokio::task::spawn_blocking(move || metrics.render())
             .await
             .expect("join")
@@ -874,6 +968,10 @@ mod tests {
             "ingest_zookeeper_session_state{state=\"Expired\"} 0",
             "ingest_projector_events_behind 1",
             "ingest_projector_state{state=\"connected\"} 1",
+            "ingest_access_requests{state=\"Processing\"} 0",
+            "ingest_access_assembled_bytes 0",
+            "ingest_access_delivery_bytes 1024",
+            "ingest_access_delivery_files 2",
         ] {
             assert!(page.contains(expected), "missing {expected:?} in\n{page}");
         }

@@ -211,6 +211,8 @@ async fn serve(config: ServeConfig) -> Result<i32> {
     if let Some(cell) = &replication_cell {
         metrics.attach_replication(cell.clone());
     }
+    let deliveries = ingest_worker::real::delivery_dir(&config.real, work);
+    metrics.watch_delivery_area(deliveries.clone());
     let router = api::router(ApiConfig {
         handle: handle.clone(),
         tokens: config.tokens.clone(),
@@ -230,7 +232,7 @@ async fn serve(config: ServeConfig) -> Result<i32> {
         pages: Some(crate::ui::pages(config.ui.clone())),
         storage_targets: target_specs(&config.real.storage_targets)?,
         content_nodes: content_nodes(&config.real)?,
-        delivery_dir: Some(ingest_worker::real::delivery_dir(&config.real, work)),
+        delivery_dir: Some(deliveries),
         replication: replication_cell.clone(),
         listing_items_per_second: config.listing_items_per_second,
         converger: zk_config.as_ref().map(|_| converger.clone()),

@@ -289,6 +289,19 @@ fn print_list(list: &AccessList, format: Format) -> Result<()> {
                 a.version.to_string(),
                 a.format.clone(),
                 a.size.to_string(),
+                a.content.name().to_string(),
+                a.delivery
+                    .as_ref()
+                    .map_or_else(String::new, |d| d.target.clone()),
+                a.delivery
+                    .as_ref()
+                    .map_or_else(String::new, |d| match a.expired {
+                        true => format!("{} (expired)", time(&d.expires)),
+                        false => time(&d.expires),
+                    }),
+                a.delivery
+                    .as_ref()
+                    .map_or_else(String::new, |d| d.url.clone()),
                 a.retry_count.to_string(),
                 time(&a.last_modified),
                 a.message.clone(),
@@ -297,8 +310,8 @@ fn print_list(list: &AccessList, format: Format) -> Result<()> {
         .collect();
     let mut out = table(
         &[
-            "QID", "QUEUE", "STATUS", "ARK", "VERSION", "FORMAT", "BYTES", "REQUEUES", "MODIFIED",
-            "MESSAGE",
+            "QID", "QUEUE", "STATUS", "ARK", "VERSION", "FORMAT", "BYTES", "CONTENT", "TARGET",
+            "EXPIRES", "URL", "REQUEUES", "MODIFIED", "MESSAGE",
         ],
         rows,
     );

@@ -429,6 +429,7 @@ async fn a_damaged_copy_fails_over_to_the_next_target_and_none_intact_fails_nami
         "the second target's intact copy"
     );
 
+    let delivered = view.clone();
     damage(&second.path().join("ocfl"), &ark);
     let view = assembled(&rig, json!({"ark": ark, "format": "zip"})).await;
     assert_eq!(view["status"], "Failed", "{view}");
@@ -441,6 +442,7 @@ async fn a_damaged_copy_fails_over_to_the_next_target_and_none_intact_fails_nami
     let qid = view["qid"].as_str().expect("qid").to_string();
     let callback = told(&rig, &qid).await;
     assert_eq!(callback["status"], "Failed", "{callback}");
+    shown_to_operators(&rig, &delivered).await;
     assert_eq!(callback["message"], message, "{callback}");
     assert!(callback.get("url").is_none(), "{callback}");
     rig.mail_containing(&format!("Subject: ingest access {qid} failed: "))
@@ -476,4 +478,95 @@ async fn an_expired_delivery_is_removed_and_its_url_answers_gone() {
     assert_eq!(answer.status(), 410);
     let view = rig.server.get(&format!("/access/{qid}")).await;
     assert_eq!(view["expired"], true, "the request says so: {view}");
+}
+
+/// One Completed request (`delivered`) and one Failed beside it: the
+/// metrics (checked by `promtool check metrics`), `ingest access list` and
+/// the admin UI's page show its size, target, URL and expiry.
+async fn shown_to_operators(rig: &Rig, delivered: &Value) {
+    let d = &delivered["delivery"];
+    let size = d["size"].as_u64().expect("size");
+    let url = d["url"].as_str().expect("url");
+    let page = reqwest::get(format!("{}/metrics", rig.server.base))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    for series in [
+        "ingest_access_requests{state=\"Completed\"} 1".to_string(),
+        "ingest_access_requests{state=\"Failed\"} 1".to_string(),
+        format!("ingest_access_assembled_bytes {size}"),
+        format!("ingest_access_delivery_bytes {size}"),
+        "ingest_access_delivery_files 1".to_string(),
+    ] {
+        assert!(page.lines().any(|l| l == series), "{series} in\n{page}");
+    }
+    let mut promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus; tools/check-deploy installs it)");
+    // Our families only: promtool's lint also flags the page's older
+    // counters (their HELP is on the OpenMetrics family name, without
+    // `_total`), which are not this test's.
+    let ours: String = page
+        .lines()
+        .filter(|l| l.contains("ingest_access_"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::io::Write::write_all(&mut promtool.stdin.take().expect("stdin"), ours.as_bytes())
+        .expect("feed promtool");
+    let checked = promtool.wait_with_output().expect("promtool");
+    let said = String::from_utf8_lossy(&checked.stdout).to_string()
+        + &String::from_utf8_lossy(&checked.stderr);
+    assert!(
+        checked.status.success(),
+        "promtool check metrics: {said}\n{ours}"
+    );
+
+    let out = tokio::task::block_in_place(|| {
+        std::process::Command::new(crate::util::ingest_bin())
+            .args(["--engine", &rig.server.base, "access", "list"])
+            .env("INGEST_ADMIN_TOKEN", crate::server::ADMIN)
+            .output()
+            .expect("run ingest")
+    });
+    assert!(out.status.success(), "{out:?}");
+    let table = String::from_utf8_lossy(&out.stdout);
+    let header = table.lines().next().unwrap_or_default();
+    for column in ["BYTES", "CONTENT", "TARGET", "EXPIRES", "URL"] {
+        assert!(header.contains(column), "{table}");
+    }
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(delivered["qid"].as_str().expect("qid")))
+        .expect("the delivered request's row");
+    let expires = chrono::DateTime::parse_from_rfc3339(d["expires"].as_str().expect("expires"))
+        .expect("a time")
+        .format("%Y-%m-%d %H:%M:%S")
+        .to_string();
+    for cell in [url, "second", &expires, "producer"] {
+        assert!(row.contains(cell), "{cell} in {row}");
+    }
+
+    let login = crate::ui::login(&rig.server, crate::server::ADMIN).await;
+    let cookie = crate::ui::cookie_of(&login).expect("a session cookie");
+    let (code, html) = crate::ui::page(
+        &rig.server,
+        &cookie,
+        &format!("/ui/access/{}", delivered["qid"].as_str().expect("qid")),
+    )
+    .await;
+    assert_eq!(code, 200, "{html}");
+    assert!(
+        html.contains(&format!("id=\"access-delivery-url\" href=\"{url}\"")),
+        "the download link: {html}"
+    );
+    assert!(
+        html.contains("from second") && html.contains(" until "),
+        "{html}"
+    );
 }

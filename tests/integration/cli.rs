@@ -798,14 +798,14 @@ fn access_list_prints_a_table_like_the_other_listings() {
     assert_eq!(
         header,
         [
-            "QID", "QUEUE", "STATUS", "ARK", "VERSION", "FORMAT", "BYTES", "REQUEUES", "MODIFIED",
-            "MESSAGE"
+            "QID", "QUEUE", "STATUS", "ARK", "VERSION", "FORMAT", "BYTES", "CONTENT", "TARGET",
+            "EXPIRES", "URL", "REQUEUES", "MODIFIED", "MESSAGE"
         ],
         "{out}"
     );
     let row: Vec<&str> = lines[1].split_whitespace().collect();
     assert_eq!(
-        row[..7],
+        row[..8],
         [
             "qid0000000001",
             "small",
@@ -813,7 +813,8 @@ fn access_list_prints_a_table_like_the_other_listings() {
             "ark:/99999/fk4tabled",
             "1",
             "zip",
-            "1234"
+            "1234",
+            "producer"
         ],
         "{out}"
     );

@@ -637,7 +637,21 @@ pub(crate) async fn access(
     };
     let summary = serde_json::to_value(&view).unwrap_or(Value::Null);
     let body = html! {
-        p { "State " strong #access-state { (cut(&view.status)) } " · queue " (cut(&view.queue)) }
+        p { "State " strong #access-state { (cut(&view.status)) } " · queue " (cut(&view.queue))
+            " · " (bytes(view.size)) " to assemble · " (view.content.name())
+            @if view.bag { " · bag" } }
+        @if let Some(d) = &view.delivery {
+            p #access-delivery {
+                @if view.expired {
+                    "Delivery expired at " (d.expires.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+                    " (" (bytes(d.size)) " from " (cut(&d.target)) "); ask for the object again."
+                } @else {
+                    a #access-delivery-url href=(d.url) { "Download" }
+                    " " (bytes(d.size)) " · version " (d.version) " · from " (cut(&d.target))
+                    " · until " (d.expires.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+                }
+            }
+        }
         (value(&summary))
     };
     respond(
