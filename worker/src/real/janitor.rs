@@ -29,6 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ingest_events::{Bid, Jid};
+use ingest_projections::layout;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
@@ -73,15 +74,16 @@ struct JobDir {
 /// gone, `Err` when it cannot be read) is `Deleted` or `Completed` or that is
 /// gone, then the `<bid>` directories left empty. Removals are logged at
 /// INFO, errors at WARN.
-pub async fn sweep<F, Fut>(work: &Path, status_of: F) -> SweepReport
+pub async fn sweep<F, Fut, E>(work: &Path, status_of: F) -> SweepReport
 where
     F: Fn(&str) -> Fut,
-    Fut: Future<Output = Result<Option<String>, String>>,
+    Fut: Future<Output = Result<Option<String>, E>>,
+    E: std::fmt::Display,
 {
     let mut report = SweepReport::default();
     let root = work.to_path_buf();
     let listed = match tokio::task::spawn_blocking(move || list_jobs(&root)).await {
-        Ok(listed) => listed,
+        Ok(listed) => listed.map_err(|e| e.to_string()),
         Err(e) => Err(format!("the listing of working storage failed: {e}")),
     };
     let (jobs, bids) = match listed {
@@ -118,7 +120,7 @@ where
             }
         };
         let path = job.path.clone();
-        let removed = crate::bulk::spawn(move || remove_job(&path))
+        let removed = crate::bulk::spawn(move || remove_job(&path).map_err(|e| e.to_string()))
             .await
             .unwrap_or_else(|e| Err(format!("the removal failed: {e}")));
         match removed {
@@ -160,14 +162,19 @@ where
 /// The job directories under `work` (real directories whose names parse as
 /// ids, symlinks skipped), the batch directories seen and what could not be
 /// read; `Err` when `work` cannot be listed.
-fn list_jobs(work: &Path) -> Result<Listing, String> {
+fn list_jobs(work: &Path) -> Result<Listing, JanitorError> {
     let mut errors = Vec::new();
     let mut jobs = Vec::new();
     let mut bids = Vec::new();
     let entries = match std::fs::read_dir(work) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((jobs, bids, errors)),
-        Err(e) => return Err(format!("cannot list {}: {e}", work.display())),
+        Err(source) => {
+            return Err(JanitorError::List {
+                dir: work.to_path_buf(),
+                source,
+            })
+        }
     };
     for bid_entry in entries {
         let Some((bid, bid_path)) = id_dir::<Bid>(bid_entry, &mut errors) else {
@@ -220,20 +227,68 @@ fn id_dir<T: std::str::FromStr>(
     }
 }
 
+/// What the janitor could not do.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JanitorError {
+    /// Working storage could not be listed.
+    #[error("cannot list {}: {source}", dir.display())]
+    List {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A job directory became something else.
+    #[error("no longer a directory; left alone")]
+    NotADirectory,
+    /// A job directory could not be examined.
+    #[error("cannot stat: {0}")]
+    Stat(#[source] std::io::Error),
+    /// A job directory could not be removed.
+    #[error("cannot remove: {0}")]
+    Remove(#[source] std::io::Error),
+    /// A name that is not a job id (never one the sweep found).
+    #[error("{0:?} is not a job id")]
+    NotAJid(String),
+    /// A job's status node does not decode.
+    #[error("{jid}: {detail}")]
+    Undecodable {
+        /// The job.
+        jid: Jid,
+        /// Why.
+        detail: String,
+    },
+    /// A job's status node without a status.
+    #[error("{0} has no status")]
+    NoStatus(String),
+    /// ZooKeeper did not answer a read.
+    #[error("{path}: {source}")]
+    Zk {
+        /// The node read.
+        path: String,
+        /// Why.
+        source: zk::Error,
+    },
+    /// The tree has no `/jobs`.
+    #[error("/jobs is missing: the tree is not there")]
+    NoJobs,
+}
+
 /// Removes a job directory (never following symlinks) and gives the bytes
 /// its regular files held.
-fn remove_job(path: &Path) -> Result<u64, String> {
+fn remove_job(path: &Path) -> Result<u64, JanitorError> {
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_dir() => {}
-        Ok(_) => return Err("no longer a directory; left alone".into()),
+        Ok(_) => return Err(JanitorError::NotADirectory),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(format!("cannot stat: {e}")),
+        Err(e) => return Err(JanitorError::Stat(e)),
     }
     let bytes = tree_bytes(path);
     match std::fs::remove_dir_all(path) {
         Ok(()) => Ok(bytes),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(bytes),
-        Err(e) => Err(format!("cannot remove: {e}")),
+        Err(e) => Err(JanitorError::Remove(e)),
     }
 }
 
@@ -292,17 +347,23 @@ fn remove_empty_batches(work: &Path, bids: &[String]) -> (Vec<String>, Vec<Strin
 /// removed: kept). A missing `/jobs` is an error, not "every job is gone".
 ///
 /// # Errors
-/// ZooKeeper errors and unreadable status nodes.
-pub async fn zk_status(client: &zk::Client, jid: &str) -> Result<Option<String>, String> {
-    let status_path = format!("/jobs/{jid}/status");
+/// [`JanitorError`]: ZooKeeper errors and unreadable status nodes.
+pub async fn zk_status(client: &zk::Client, jid: &str) -> Result<Option<String>, JanitorError> {
+    let jid: Jid = jid
+        .parse()
+        .map_err(|_| JanitorError::NotAJid(ingest_protocol::cut(jid, 64).into_owned()))?;
+    let status_path = layout::job_status(jid);
     match client.get_data(&status_path).await {
         Ok((data, _)) => {
             let node: JobStatusNode =
-                decode("/jobs/JID/status", &data).map_err(|e| format!("{jid}: {e}"))?;
+                decode("/jobs/JID/status", &data).map_err(|e| JanitorError::Undecodable {
+                    jid,
+                    detail: e.to_string(),
+                })?;
             Some(node.status)
                 .filter(|s| !s.is_empty())
                 .map(Some)
-                .ok_or_else(|| format!("{status_path} has no status"))
+                .ok_or(JanitorError::NoStatus(status_path))
         }
         Err(zk::Error::NoNode) => {
             let exists = |path: String| async move {
@@ -310,17 +371,20 @@ pub async fn zk_status(client: &zk::Client, jid: &str) -> Result<Option<String>,
                     .check_stat(&path)
                     .await
                     .map(|s| s.is_some())
-                    .map_err(|e| format!("{path}: {e}"))
+                    .map_err(|source| JanitorError::Zk { path, source })
             };
-            if exists(format!("/jobs/{jid}")).await? {
+            if exists(layout::job(jid)).await? {
                 Ok(Some(String::new()))
-            } else if exists("/jobs".to_string()).await? {
+            } else if exists(layout::JOBS.to_string()).await? {
                 Ok(None)
             } else {
-                Err("/jobs is missing: the tree is not there".into())
+                Err(JanitorError::NoJobs)
             }
         }
-        Err(e) => Err(format!("{status_path}: {e}")),
+        Err(source) => Err(JanitorError::Zk {
+            path: status_path,
+            source,
+        }),
     }
 }
 
