@@ -21,6 +21,106 @@ use lettre::{Address, AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executo
 
 use super::RealConfig;
 
+/// Why a message was not sent, or the outbox not set up. No variant holds
+/// an SMTP password: URLs are shown redacted.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MailError {
+    /// The sender is not an e-mail address.
+    #[error("the sender {from:?} is not an e-mail address: {source}")]
+    Sender {
+        /// The sender given.
+        from: String,
+        /// Why.
+        source: lettre::address::AddressError,
+    },
+    /// The SMTP URL does not parse.
+    #[error("invalid SMTP URL {shown:?}: {source}; {SMTP_URL_EXPECTED}")]
+    InvalidUrl {
+        /// The URL, redacted.
+        shown: String,
+        /// Why.
+        source: <reqwest::Url as std::str::FromStr>::Err,
+    },
+    /// The SMTP URL has another scheme.
+    #[error("SMTP URL {shown:?}: unknown scheme {scheme:?}; {SMTP_URL_EXPECTED}")]
+    UnknownScheme {
+        /// The URL, redacted.
+        shown: String,
+        /// Its scheme.
+        scheme: String,
+    },
+    /// The SMTP URL has no host.
+    #[error("SMTP URL {0:?} has no host; {SMTP_URL_EXPECTED}")]
+    NoHost(String),
+    /// The SMTP URL's credentials are not UTF-8 once decoded.
+    #[error("SMTP URL {0:?}: the credentials are not UTF-8")]
+    Credentials(String),
+    /// No transport to the SMTP server could be built.
+    #[error("SMTP URL {shown}: {source}")]
+    Transport {
+        /// The URL, redacted.
+        shown: String,
+        /// Why.
+        source: lettre::transport::smtp::Error,
+    },
+    /// Recipients that are not e-mail addresses.
+    #[error("the message {subject:?} was not sent: not an e-mail address: {}", .invalid.join(", "))]
+    Recipients {
+        /// The subject.
+        subject: String,
+        /// Each address refused, with why.
+        invalid: Vec<String>,
+    },
+    /// No recipient.
+    #[error("the message {0:?} has no recipients")]
+    NoRecipients(String),
+    /// The message could not be built.
+    #[error("cannot build the message {subject:?}: {source}")]
+    Build {
+        /// The subject.
+        subject: String,
+        /// Why.
+        source: lettre::error::Error,
+    },
+    /// The SMTP exchange failed; the message went to the outbox, or not.
+    #[error("SMTP server {server}: {detail}{}", match .written {
+        Ok(path) => format!("; the message was written to {}", path.display()),
+        Err(w) => format!("; and {w}"),
+    })]
+    Smtp {
+        /// The server.
+        server: String,
+        /// What went wrong, in words.
+        detail: String,
+        /// Where the message was written instead, or why it was not.
+        written: Result<PathBuf, Box<MailError>>,
+    },
+    /// The outbox writer task failed.
+    #[error("the outbox writer failed: {0}")]
+    Writer(#[source] tokio::task::JoinError),
+    /// The outbox could not be created.
+    #[error("cannot create the outbox {}: {source}", dir.display())]
+    CreateOutbox {
+        /// The outbox.
+        dir: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A message could not be written to the outbox.
+    #[error("cannot write the e-mail {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// What an SMTP URL looks like, for messages.
+const SMTP_URL_EXPECTED: &str =
+    "expected smtp://, smtps:// or smtp+starttls:// [USER:PASSWORD@]HOST[:PORT]";
+
 /// Where a message went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Delivery {
@@ -82,7 +182,7 @@ impl Outbox {
     /// # Errors
     /// A sender that is not an e-mail address; an SMTP URL that is not
     /// `smtp://`, `smtps://` or `smtp+starttls://` `[USER:PASSWORD@]HOST[:PORT]`.
-    pub fn new(config: &RealConfig) -> Result<Outbox, String> {
+    pub fn new(config: &RealConfig) -> Result<Outbox, MailError> {
         let dir = config
             .args
             .outbox
@@ -99,18 +199,22 @@ impl Outbox {
         dir: impl Into<PathBuf>,
         from: &str,
         smtp_url: Option<&str>,
-    ) -> Result<Outbox, String> {
+    ) -> Result<Outbox, MailError> {
         let from = clean_header(from)
             .parse::<Mailbox>()
-            .map_err(|e| format!("the sender {from:?} is not an e-mail address: {e}"))?;
+            .map_err(|source| MailError::Sender {
+                from: from.to_string(),
+                source,
+            })?;
         let smtp = smtp_url
             .filter(|u| !u.trim().is_empty())
             .map(|url| {
                 let server = parse_smtp_url(url)?;
-                let transport = server
-                    .transport()
-                    .map_err(|e| format!("SMTP URL {}: {e}", redact_url(url)))?;
-                Ok::<_, String>(Smtp {
+                let transport = server.transport().map_err(|source| MailError::Transport {
+                    shown: redact_url(url),
+                    source,
+                })?;
+                Ok::<_, MailError>(Smtp {
                     address: server.address(),
                     transport,
                 })
@@ -135,7 +239,12 @@ impl Outbox {
     /// No recipients, or one that is not an e-mail address; the outbox
     /// cannot be written; the SMTP exchange failed (the message is then also
     /// in the outbox, and the error says where).
-    pub async fn send(&self, to: &[String], subject: &str, body: &str) -> Result<Delivery, String> {
+    pub async fn send(
+        &self,
+        to: &[String],
+        subject: &str,
+        body: &str,
+    ) -> Result<Delivery, MailError> {
         let mut recipients = Vec::with_capacity(to.len());
         let mut invalid = Vec::new();
         for raw in to {
@@ -149,13 +258,13 @@ impl Outbox {
             }
         }
         if !invalid.is_empty() {
-            return Err(format!(
-                "the message {subject:?} was not sent: not an e-mail address: {}",
-                invalid.join(", ")
-            ));
+            return Err(MailError::Recipients {
+                subject: subject.to_string(),
+                invalid,
+            });
         }
         if recipients.is_empty() {
-            return Err(format!("the message {subject:?} has no recipients"));
+            return Err(MailError::NoRecipients(subject.to_string()));
         }
         let message = build_message(&self.from, recipients, subject, body)?;
         // The bytes sent are the bytes an outbox file holds.
@@ -183,26 +292,21 @@ impl Outbox {
                 tracing::info!(server = %smtp.address, subject, "e-mail sent");
                 Ok(Delivery::Smtp(smtp.address.clone()))
             }
-            Err(e) => {
-                let error = format!("SMTP server {}: {e}", smtp.address);
-                match self.write(eml).await {
-                    Ok(path) => Err(format!(
-                        "{error}; the message was written to {}",
-                        path.display()
-                    )),
-                    Err(w) => Err(format!("{error}; and {w}")),
-                }
-            }
+            Err(detail) => Err(MailError::Smtp {
+                server: smtp.address.clone(),
+                detail,
+                written: self.write(eml).await.map_err(Box::new),
+            }),
         }
     }
 
     /// Writes `message` atomically (a temporary file renamed into place)
     /// under a unique name.
-    async fn write(&self, message: Vec<u8>) -> Result<PathBuf, String> {
+    async fn write(&self, message: Vec<u8>) -> Result<PathBuf, MailError> {
         let dir = self.dir.clone();
         tokio::task::spawn_blocking(move || write_new(&dir, &message))
             .await
-            .map_err(|e| format!("the outbox writer failed: {e}"))?
+            .map_err(MailError::Writer)?
     }
 }
 
@@ -238,7 +342,7 @@ fn build_message(
     to: Vec<Mailbox>,
     subject: &str,
     body: &str,
-) -> Result<Message, String> {
+) -> Result<Message, MailError> {
     let domain = from.email.domain();
     let mut builder = Message::builder().from(from.clone());
     for mailbox in to {
@@ -254,7 +358,10 @@ fn build_message(
         .header(lettre::message::header::MIME_VERSION_1_0)
         .header(ContentType::TEXT_PLAIN)
         .body(text_body(body))
-        .map_err(|e| format!("cannot build the message {subject:?}: {e}"))
+        .map_err(|source| MailError::Build {
+            subject: subject.to_string(),
+            source,
+        })
 }
 
 /// The body of `text`, line endings made CRLF: as it is (`7bit`) when it is
@@ -310,14 +417,14 @@ impl SmtpServer {
     }
 
     /// The lettre transport to this server (one connection per message).
-    fn transport(&self) -> Result<AsyncSmtpTransport<Tokio1Executor>, String> {
+    fn transport(
+        &self,
+    ) -> Result<AsyncSmtpTransport<Tokio1Executor>, lettre::transport::smtp::Error> {
         type Transport = AsyncSmtpTransport<Tokio1Executor>;
         let builder = match self.security {
             Security::Plain => Transport::builder_dangerous(self.host.as_str()),
-            Security::Tls => Transport::relay(&self.host).map_err(|e| e.to_string())?,
-            Security::StartTls => {
-                Transport::starttls_relay(&self.host).map_err(|e| e.to_string())?
-            }
+            Security::Tls => Transport::relay(&self.host)?,
+            Security::StartTls => Transport::starttls_relay(&self.host)?,
         };
         let builder = builder.port(self.port).timeout(Some(SMTP_TIMEOUT));
         let builder = match &self.credentials {
@@ -340,20 +447,21 @@ fn redact_url(url: &str) -> String {
     }
 }
 
-fn parse_smtp_url(url: &str) -> Result<SmtpServer, String> {
-    const EXPECTED: &str =
-        "expected smtp://, smtps:// or smtp+starttls:// [USER:PASSWORD@]HOST[:PORT]";
+fn parse_smtp_url(url: &str) -> Result<SmtpServer, MailError> {
     let shown = redact_url(url);
-    let parsed = reqwest::Url::parse(url.trim())
-        .map_err(|e| format!("invalid SMTP URL {shown:?}: {e}; {EXPECTED}"))?;
+    let parsed = reqwest::Url::parse(url.trim()).map_err(|source| MailError::InvalidUrl {
+        shown: shown.clone(),
+        source,
+    })?;
     let (security, default_port) = match parsed.scheme() {
         "smtp" => (Security::Plain, 25),
         "smtps" => (Security::Tls, 465),
         "smtp+starttls" => (Security::StartTls, 587),
         other => {
-            return Err(format!(
-                "SMTP URL {shown:?}: unknown scheme {other:?}; {EXPECTED}"
-            ))
+            return Err(MailError::UnknownScheme {
+                shown,
+                scheme: other.to_string(),
+            })
         }
     };
     // An IPv6 literal comes back bracketed; lettre wants the bare address.
@@ -361,11 +469,10 @@ fn parse_smtp_url(url: &str) -> Result<SmtpServer, String> {
         .host_str()
         .map(|h| h.trim_start_matches('[').trim_end_matches(']'))
         .filter(|h| !h.is_empty())
-        .ok_or_else(|| format!("SMTP URL {shown:?} has no host; {EXPECTED}"))?
+        .ok_or_else(|| MailError::NoHost(shown.clone()))?
         .to_string();
     let decode = |s: &str| {
-        ingest_steps::paths::percent_decode(s)
-            .ok_or_else(|| format!("SMTP URL {shown:?}: the credentials are not UTF-8"))
+        ingest_steps::paths::percent_decode(s).ok_or_else(|| MailError::Credentials(shown.clone()))
     };
     let credentials = match (parsed.username(), parsed.password()) {
         ("", None) => None,
@@ -383,17 +490,23 @@ fn parse_smtp_url(url: &str) -> Result<SmtpServer, String> {
 }
 
 /// Writes `bytes` under a new unique name in the outbox `dir`.
-fn write_new(dir: &Path, bytes: &[u8]) -> Result<PathBuf, String> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| format!("cannot create the outbox {}: {e}", dir.display()))?;
+fn write_new(dir: &Path, bytes: &[u8]) -> Result<PathBuf, MailError> {
+    std::fs::create_dir_all(dir).map_err(|source| MailError::CreateOutbox {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
     let name = format!(
         "{}-{}.eml",
         chrono::Utc::now().format("%Y%m%dT%H%M%S%.6fZ"),
         uuid::Uuid::new_v4().simple()
     );
     let path = dir.join(&name);
-    super::atomic::write_atomically(&dir.join(format!(".{name}.tmp")), &path, bytes)
-        .map_err(|e| format!("cannot write the e-mail {}: {e}", path.display()))?;
+    super::atomic::write_atomically(&dir.join(format!(".{name}.tmp")), &path, bytes).map_err(
+        |source| MailError::Write {
+            path: path.clone(),
+            source,
+        },
+    )?;
     Ok(path)
 }
 
@@ -497,7 +610,8 @@ mod tests {
                 "b",
             )
             .await
-            .expect_err("not an address");
+            .expect_err("not an address")
+            .to_string();
         assert!(error.contains("not an e-mail address"), "{error}");
         assert_eq!(std::fs::read_dir(tmp.path()).expect("dir").count(), 1);
         assert!(Outbox::with(tmp.path(), "ingest\r\nBcc: x@example.org", None).is_err());
@@ -510,7 +624,8 @@ mod tests {
         let error = outbox
             .send(&[" ".into()], "s", "b")
             .await
-            .expect_err("no recipients");
+            .expect_err("no recipients")
+            .to_string();
         assert!(error.contains("no recipients"), "{error}");
     }
 
@@ -562,7 +677,7 @@ mod tests {
             }
         );
         assert_eq!(plain.address(), "mail.example.org:2525");
-        assert_eq!(parse_smtp_url("smtp://mx").map(|s| s.port), Ok(25));
+        assert_eq!(parse_smtp_url("smtp://mx").map(|s| s.port).ok(), Some(25));
         let tls = parse_smtp_url("smtps://user%40x:p%3Ass@mx").expect("smtps");
         assert_eq!((tls.security, tls.port), (Security::Tls, 465));
         assert_eq!(
@@ -579,10 +694,14 @@ mod tests {
             (v6.host.as_str(), v6.address()),
             ("::1", "[::1]:2525".into())
         );
-        assert!(parse_smtp_url("http://mx").is_err_and(|e| e.contains("unknown scheme")));
+        assert!(
+            parse_smtp_url("http://mx").is_err_and(|e| e.to_string().contains("unknown scheme"))
+        );
         assert!(parse_smtp_url("smtp://").is_err());
         // The password is not repeated in errors.
-        assert!(parse_smtp_url("ftp://u:secret@mx").is_err_and(|e| !e.contains("secret")));
+        assert!(
+            parse_smtp_url("ftp://u:secret@mx").is_err_and(|e| !e.to_string().contains("secret"))
+        );
         // Every scheme makes a transport, and the configuration shows no
         // password.
         for url in ["smtp://mx", "smtps://u:secret@mx", "smtp+starttls://mx:587"] {
@@ -718,7 +837,8 @@ mod tests {
         let error = outbox
             .send(&["nobody@example.org".into()], "report", "body")
             .await
-            .expect_err("refused");
+            .expect_err("refused")
+            .to_string();
         assert!(
             error.contains(&format!(
                 "SMTP server 127.0.0.1:{port}: refused: the server answered 550 no such user"
@@ -751,7 +871,8 @@ mod tests {
         let error = outbox
             .send(&["a@example.org".into()], "s", "b")
             .await
-            .expect_err("unreachable");
+            .expect_err("unreachable")
+            .to_string();
         assert!(
             error.contains(&format!("SMTP server 127.0.0.1:{port}: ")),
             "{error}"

@@ -14,7 +14,7 @@ use ingest_protocol::callback::JobCallback;
 use ingest_protocol::profile::Notification;
 
 use super::fetch::{request_error, Fetcher, RetryPolicy};
-use super::mail::Outbox;
+use super::mail::{MailError, Outbox};
 use super::RealConfig;
 use crate::step::{JobCtx, JobData, Outcome, Step, StepError, StepFuture, StepResult};
 
@@ -107,7 +107,7 @@ impl Teller {
     ///
     /// # Errors
     /// A bad mail setting (see [`Outbox::new`]).
-    pub fn new(fetcher: Arc<Fetcher>, config: &RealConfig) -> Result<Teller, String> {
+    pub fn new(fetcher: Arc<Fetcher>, config: &RealConfig) -> Result<Teller, MailError> {
         Ok(Teller {
             fetcher,
             outbox: Outbox::new(config)?,
