@@ -104,9 +104,10 @@ pub use rebuild::{
 };
 #[cfg(feature = "log")]
 pub use sink::{
-    AdoptForeign, Adoption, ForeignAdopter, ForeignBatch, ForeignLock, ForeignRecorder,
-    ForeignStatus, GateGuard, LockChange, ProjectorGate, RecordForeign, ResumeRebuild, Resumer,
-    RunMode, Sink, SinkConfig, SinkError, SinkReport, SinkState, SinkStatus,
+    AdoptForeign, Adoption, ForeignAdopter, ForeignBatch, ForeignBatchStatus, ForeignJob,
+    ForeignLock, ForeignRecorder, ForeignStatus, GateGuard, LockChange, ProjectorGate,
+    RecordForeign, ResumeRebuild, Resumer, RunMode, Sink, SinkConfig, SinkError, SinkReport,
+    SinkState, SinkStatus,
 };
 pub use tree::{Differing, Tree, TreeDiff, TreeError};
 pub use txn::TxnLimits;

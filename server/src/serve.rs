@@ -767,9 +767,180 @@ impl ingest_projections::AdoptForeign for EngineRecorder {
             }
         })
     }
+
+    /// Adoption mode: a batch status another client wrote, as the command
+    /// it means ([`EngineRecorder::batch_status_command`]); any refusal
+    /// reverts it.
+    fn adopt_batch_status(
+        &self,
+        change: ingest_projections::ForeignBatchStatus,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = ingest_projections::Adoption> + Send + '_>,
+    > {
+        Box::pin(async move {
+            match self.batch_status_command(&change) {
+                Ok((actor, command)) => self.decided(actor, command).await,
+                Err(why) => ingest_projections::Adoption::Refused(why),
+            }
+        })
+    }
+
+    /// Adoption mode: a job mrt-zk's `createJob` made is `CreateJob` with
+    /// the id ZooKeeper gave it and the creating session as a worker
+    /// actor; any refusal removes it.
+    fn adopt_job(
+        &self,
+        job: ingest_projections::ForeignJob,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = ingest_projections::Adoption> + Send + '_>,
+    > {
+        Box::pin(async move {
+            use ingest_events::command::Command;
+            match self.job_spec(&job) {
+                Ok(spec) => {
+                    let command = Command::WithIds {
+                        ids: vec![job.jid.0],
+                        command: Box::new(Command::CreateJob { bid: job.bid, spec }),
+                    };
+                    self.decided(ingest_events::Actor::worker(job.actor), command)
+                        .await
+                }
+                Err(why) => ingest_projections::Adoption::Refused(why),
+            }
+        })
+    }
 }
 
 impl EngineRecorder {
+    /// Adoption mode: the command a batch status another client wrote
+    /// means, with its actor, or why it is refused: mrt-zk's
+    /// `acquirePendingBatch` (Pending → Processing, or Held under a
+    /// collection hold) opens the batch for the jobs its consumer creates;
+    /// the reporting consumer's Reporting/UpdateReporting → Completed or
+    /// Failed is the engine's report, taken only when the batch's jobs make
+    /// it that; the admin tool's release (Held → Pending), update reporting
+    /// (Failed → UpdateReporting) and delete are the admin commands.
+    /// Processing → Reporting is the engine's own move when the last job
+    /// finishes, so another client's is refused.
+    fn batch_status_command(
+        &self,
+        change: &ingest_projections::ForeignBatchStatus,
+    ) -> Result<(ingest_events::Actor, ingest_events::command::Command), String> {
+        use ingest_events::command::Command;
+        use ingest_events::lifecycle::BatchState::*;
+        use ingest_events::{Actor, JobState};
+        let (bid, actor) = (change.bid, change.actor.clone());
+        let reason = "a batch status written by a ZooKeeper client (adoption mode)".to_string();
+        let state = self.handle.state();
+        let b = state
+            .batches
+            .get(&bid)
+            .ok_or_else(|| format!("{bid} is not in the log"))?;
+        Ok(match (change.from, change.to) {
+            (Pending, Processing) => (Actor::worker(actor), Command::OpenBatch { bid }),
+            (Pending, Held) if state.held_collections.contains(&b.submission.profile_name) => {
+                (Actor::worker(actor), Command::OpenBatch { bid })
+            }
+            (Pending, Held) => {
+                return Err(format!(
+                    "collection {} is not held; a batch is Held only when it is acquired under a collection hold",
+                    b.submission.profile_name
+                ))
+            }
+            (Held, Pending) => (Actor::admin(actor), Command::ReleaseBatch { bid, reason }),
+            (Reporting | UpdateReporting, to @ (Completed | Failed)) => {
+                let all_completed = state
+                    .batch_jobs(b)
+                    .all(|j| matches!(j.status, JobState::Completed | JobState::Deleted));
+                let made = if all_completed { Completed } else { Failed };
+                if made != to {
+                    return Err(format!("the batch's jobs make its report {made}, not {to}"));
+                }
+                (
+                    Actor::worker(actor),
+                    Command::ReportBatch {
+                        bid,
+                        notification_error: None,
+                    },
+                )
+            }
+            (Failed, UpdateReporting) => {
+                (Actor::admin(actor), Command::UpdateReporting { bid, reason })
+            }
+            (_, Deleted) => (Actor::admin(actor), Command::DeleteBatch { bid, reason }),
+            (Processing, Reporting) => {
+                return Err(
+                    "the engine moves a batch to Reporting itself when its last job finishes"
+                        .to_string(),
+                )
+            }
+            (from, to) => {
+                return Err(format!(
+                    "{from} -> {to} is not a batch move the engine takes (mrt-zk's acquisition, report, release, update reporting and delete are)"
+                ))
+            }
+        })
+    }
+
+    /// Adoption mode: the new job mrt-zk's `createJob` wrote, as the
+    /// `CreateJob` it means (the batch must be Processing, the spec valid
+    /// as any job's).
+    fn job_spec(
+        &self,
+        job: &ingest_projections::ForeignJob,
+    ) -> Result<ingest_events::command::JobSpec, String> {
+        use ingest_events::event::{Digest, Erc, Identifiers, PayloadType};
+        use ingest_protocol::node::{decode, ConfigurationNode, IdentifiersNode, MetadataNode};
+        if job.status != "Pending" {
+            return Err(format!(
+                "a new job is Pending, not {}",
+                ingest_protocol::submission::quoted(&job.status)
+            ));
+        }
+        let c: ConfigurationNode =
+            decode("/jobs/JID/configuration", &job.configuration).map_err(|e| e.to_string())?;
+        let ids: IdentifiersNode = match job.identifiers.is_empty() {
+            true => IdentifiersNode::default(),
+            false => {
+                decode("/jobs/JID/identifiers", &job.identifiers).map_err(|e| e.to_string())?
+            }
+        };
+        let m: MetadataNode = match job.metadata.is_empty() {
+            true => MetadataNode::default(),
+            false => decode("/jobs/JID/metadata", &job.metadata).map_err(|e| e.to_string())?,
+        };
+        let payload_type = match c.payload_type.as_str() {
+            "" => PayloadType::File,
+            t => t.parse::<PayloadType>().map_err(|e| e.to_string())?,
+        };
+        let priority = job.priority.trim().parse::<u8>().map_err(|_| {
+            format!(
+                "priority {} is not a number from 0 to 99",
+                ingest_protocol::submission::quoted(&job.priority)
+            )
+        })?;
+        let text = |s: String| (!s.is_empty()).then_some(s);
+        Ok(ingest_events::command::JobSpec {
+            payload_url: c.payload_url,
+            payload_type,
+            identifiers: Identifiers {
+                primary_id: text(ids.primary_id),
+                local_ids: ids.local_id,
+            },
+            metadata: Erc {
+                who: text(m.erc_who),
+                what: text(m.erc_what),
+                when: text(m.erc_when),
+                r#where: text(m.erc_where),
+            },
+            digest: match (c.digest_type, c.digest_value) {
+                (Some(algorithm), Some(value)) => Some(Digest { algorithm, value }),
+                _ => None,
+            },
+            priority: Some(priority),
+        })
+    }
+
     /// The uuid and submission of a batch another client created, checked
     /// as `POST /batches` checks a body; why not, in words.
     fn foreign_submission(

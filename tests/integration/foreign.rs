@@ -77,6 +77,14 @@ impl Rig {
         Some((r, jids))
     }
 
+    /// A rig in adoption mode with no daemon that moves batches or jobs
+    /// (not even `batch_pending`): Merritt's consumers do it all.
+    async fn adopting_alone(name: &str) -> Option<Rig> {
+        let mut daemons = NO_JOB_DAEMONS.to_vec();
+        daemons.push("batch_pending=off");
+        Rig::start_with(name, Some(&daemons), &["--foreign-writes", "adopt"]).await
+    }
+
     /// Runs the Merritt-pattern writer on the rig's root; its JSON summary.
     fn write(&self, args: &[&str]) -> Value {
         merritt_write(&self.python, &self.zks.hosts(), &self.root, args)
@@ -750,15 +758,7 @@ async fn adoption_mode_adopts_many_acquisitions_in_one_round_without_stopping() 
 /// was removed as another client's write).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adoption_mode_shares_one_id_space_with_mrt_zk_over_1000_creations() {
-    let mut daemons = NO_JOB_DAEMONS.to_vec();
-    daemons.push("batch_pending=off");
-    let Some(r) = Rig::start_with(
-        "foreign-adopt-ids",
-        Some(&daemons),
-        &["--foreign-writes", "adopt"],
-    )
-    .await
-    else {
+    let Some(r) = Rig::adopting_alone("foreign-adopt-ids").await else {
         return;
     };
     let s = &r.s;
@@ -837,4 +837,91 @@ async fn adoption_mode_shares_one_id_space_with_mrt_zk_over_1000_creations() {
     assert_ready(s).await;
     let system = s.get("/history?actor=engine&limit=1000").await;
     assert!(repairs(&system).is_empty(), "{system}");
+}
+
+/// Issue 23, adoption mode: Merritt's batch consumer on a batch mrt-zk
+/// created. `acquirePendingBatch` (lock, `states`, `setStatus Processing`)
+/// opens the batch in the log, each `createJob` (a sequential `/jobs/jid`
+/// node, its data, its references, under the job's lock) is a
+/// `JobCreated` with the id ZooKeeper gave it and the creating session as
+/// actor, nothing is reverted and the tree is converged. Then a batch move
+/// the engine makes itself (Processing → Reporting while its jobs wait) is
+/// reverted and recorded. Before, the acquisition and every job were
+/// removed as another client's writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adoption_mode_takes_a_batch_acquired_and_filled_by_mrt_zk() {
+    let Some(r) = Rig::adopting_alone("foreign-adopt-consumer").await else {
+        return;
+    };
+    let s = &r.s;
+    let created = r.write(&["create-batches", "1", "demo", "https://example.org/m.txt"]);
+    let bid = created["created"][0].as_str().expect("bid").to_string();
+    eventually(&format!("{bid} adopted"), 30, async || {
+        let (status, _) = s
+            .call(Method::GET, &format!("/batches/{bid}"), ADMIN, None)
+            .await;
+        (status == 200).then_some(())
+    })
+    .await;
+    let consumed = r.write(&["consume-batch", &bid, "3", "https://example.org/o.txt"]);
+    let actor = format!(
+        "worker:zk-session-{}",
+        consumed["session"].as_str().expect("session")
+    );
+    let jids: Vec<String> = consumed["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| j.as_str().expect("jid").to_string())
+        .collect();
+    assert_eq!(jids.len(), 3, "{consumed}");
+    eventually(&format!("{bid} Processing with its jobs"), 30, async || {
+        let b = s.get(&format!("/batches/{bid}")).await;
+        (b["status"] == "Processing" && b["jobs"].as_array().is_some_and(|j| j.len() == 3))
+            .then_some(())
+    })
+    .await;
+    for jid in &jids {
+        let job = s.get(&format!("/jobs/{jid}")).await;
+        assert_eq!(job["status"], "Pending", "{job}");
+        let history = s.get(&format!("/jobs/{jid}/history")).await;
+        let created = history["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .find(|r| r["event"] == "JobCreated")
+            .cloned()
+            .unwrap_or_else(|| panic!("{jid}: {history}"));
+        assert_eq!(created["actor"], actor.as_str(), "{history}");
+        assert!(repairs(&history).is_empty(), "{history}");
+    }
+    let history = s.get(&format!("/batches/{bid}/history")).await;
+    assert!(
+        history["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .any(|r| r["event"] == "BatchAcquired"
+                && r["actor"]
+                    .as_str()
+                    .is_some_and(|a| a.starts_with("worker:zk-zxid-0x"))),
+        "{history}"
+    );
+    assert!(repairs(&history).is_empty(), "{history}");
+    converged(s).await;
+    assert_ready(s).await;
+
+    r.write(&["batch-status", &bid, "Reporting"]);
+    let rows = repaired(s, &format!("/batches/{bid}/history")).await;
+    let text = Value::Array(rows).to_string();
+    assert!(
+        text.contains("adoption refused Processing -> Reporting"),
+        "{text}"
+    );
+    assert_eq!(
+        s.get(&format!("/batches/{bid}")).await["status"],
+        "Processing"
+    );
+    converged(s).await;
+    assert_ready(s).await;
 }

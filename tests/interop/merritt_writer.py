@@ -39,6 +39,19 @@ Usage:
       NodeExistsException is counted, not raised (the summary's
       "collisions"), as is any other ZooKeeper error (its name in
       "failures"); the summary's "created" lists the ids.
+  python merritt_writer.py HOSTS ROOT consume-batch BID COUNT PAYLOAD_URL
+      Merritt's batch consumer on one batch: Batch.acquirePendingBatch
+      (lock /batches/BID/lock, load, create /batches/BID/states,
+      setStatus Processing), then Job.createJob COUNT times (the id from a
+      sequential /jobs/jid node; lock it; bid, priority 5, space_needed 0,
+      configuration; status Pending created; the batch reference
+      /batches/BID/states/batch-processing/JID and the queue reference
+      /jobs/states/pending/05-JID, each parent created when missing;
+      unlock), then the batch's unlock. The summary's "jobs" lists the
+      ids; exit status 3 when the batch's lock is held.
+  python merritt_writer.py HOSTS ROOT batch-status BID STATUS
+      Batch.setStatus: /batches/BID/status rewritten (status,
+      last_modified, message).
   python merritt_writer.py HOSTS ROOT delete PATH...
       QueueItemHelper.delete of each node (mrt-zk's unlockIngestQueue is
       `delete /locks/queue/ingest`; its delete helpers remove a batch's
@@ -165,6 +178,62 @@ def create_batch(zk, profile, payload_url, written):
     return bid
 
 
+def set_batch_status(zk, bid, status, written):
+    """QueueItem.setStatus of a batch: the status node rewritten."""
+    path = f"/batches/{bid}/status"
+    data = {"status": status, "last_modified": now(), "message": ""}
+    zk.set(path, json.dumps(data).encode("utf-8"))
+    written.append(path)
+
+
+def create_job(zk, bid, payload_url, written):
+    """Job.createJob with the default priority (5)."""
+    path = zk.create("/jobs/jid", b"", sequence=True)
+    jid = path.rsplit("/", 1)[1]
+    lock = f"/jobs/{jid}/lock"
+    zk.create(lock, b"", ephemeral=True)
+    try:
+        zk.create(f"/jobs/{jid}/bid", bid.encode("utf-8"))
+        zk.create(f"/jobs/{jid}/priority", b"5")
+        zk.create(f"/jobs/{jid}/space_needed", b"0")
+        configuration = {
+            "profile_name": "demo",
+            "submitter": "merritt-writer",
+            "payload_url": payload_url,
+            "payload_type": "file",
+            "response_type": "json",
+        }
+        zk.create(f"/jobs/{jid}/configuration", json.dumps(configuration).encode("utf-8"))
+        status = {"status": "Pending", "last_modified": now(), "message": "",
+                  "last_successful_status": None, "retry_count": 0}
+        zk.create(f"/jobs/{jid}/status", json.dumps(status).encode("utf-8"))
+        for ref in (f"/batches/{bid}/states/batch-processing/{jid}",
+                    f"/jobs/states/pending/05-{jid}"):
+            zk.ensure_path(ref.rsplit("/", 1)[0])
+            if zk.exists(ref) is None:
+                zk.create(ref, b"")
+        written.append(f"/jobs/{jid}")
+    finally:
+        zk.delete(lock)
+    return jid
+
+
+def consume_batch(zk, bid, count, payload_url, written):
+    """acquirePendingBatch on BID, then createJob COUNT times."""
+    lock = f"/batches/{bid}/lock"
+    try:
+        zk.create(lock, b"", ephemeral=True)
+    except NodeExistsError:
+        return None
+    try:
+        zk.get(f"/batches/{bid}/submission")
+        zk.create(f"/batches/{bid}/states", b"")
+        set_batch_status(zk, bid, "Processing", written)
+        return [create_job(zk, bid, payload_url, written) for _ in range(count)]
+    finally:
+        zk.delete(lock)
+
+
 def main(argv):
     if len(argv) < 4:
         print(__doc__, file=sys.stderr)
@@ -207,6 +276,15 @@ def main(argv):
             print(json.dumps({"session": f"0x{session:x}", "created": created,
                               "collisions": collisions, "failures": failures[:20]}))
             return 0
+        elif command == "consume-batch" and len(args) == 3:
+            jobs = consume_batch(zk, args[0], int(args[1]), args[2], written)
+            if jobs is None:
+                print(json.dumps({"session": f"0x{session:x}", "locked": True}))
+                return 3
+            print(json.dumps({"session": f"0x{session:x}", "jobs": jobs, "written": written}))
+            return 0
+        elif command == "batch-status" and len(args) == 2:
+            set_batch_status(zk, args[0], args[1], written)
         elif command == "delete" and args:
             for path in args:
                 delete_quietly(zk, path, written)

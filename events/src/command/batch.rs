@@ -86,6 +86,27 @@ pub(super) fn acquire_batch(
     Ok(())
 }
 
+/// A Merritt batch consumer acquired the batch: Processing with no jobs
+/// yet (they come as `CreateJob`), or Held if its collection is held.
+/// (`Command::OpenBatch`.)
+pub(super) fn open_batch(
+    state: &State,
+    lc: &Lifecycle,
+    d: &mut Decision,
+    bid: &Bid,
+) -> Result<(), Rejection> {
+    let b = live_batch(state, *bid)?;
+    if park_if_held(state, lc, b, d)? {
+        return Ok(());
+    }
+    d.push(
+        state,
+        StreamId::Batch(*bid),
+        event::BatchAcquired { jobs: Vec::new() },
+    );
+    Ok(())
+}
+
 /// The batch-pending daemon could not expand the payload (a corrupt
 /// manifest, a manifest that cannot be fetched): the batch fails at once
 /// with `message` (Held instead if its collection is held).

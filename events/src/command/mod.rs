@@ -87,6 +87,14 @@ pub enum Command {
         /// One spec per object.
         jobs: Vec<JobSpec>,
     },
+    /// A Merritt batch consumer acquired the batch (mrt-zk's
+    /// `acquirePendingBatch`, adopted): Processing with no jobs yet, its
+    /// jobs to come one by one ([`Command::CreateJob`], mrt-zk's
+    /// `createJob`); Held if its collection is held.
+    OpenBatch {
+        /// The batch.
+        bid: Bid,
+    },
     /// The batch-pending daemon could not expand the payload (a corrupt
     /// manifest, a manifest that cannot be fetched): the batch fails at once
     /// with `message` (Held instead if its collection is held).
@@ -682,6 +690,7 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
         Command::RejectBatch { bid, message } => {
             batch::reject_batch(state, lc, &mut d, bid, message)?
         }
+        Command::OpenBatch { bid } => batch::open_batch(state, lc, &mut d, bid)?,
         Command::CreateJob { bid, spec } => {
             batch::create_job(state, lc, &mut d, Ids::Next, bid, spec)?
         }
@@ -1079,6 +1088,43 @@ mod tests {
         assert_eq!(
             field_of(f.run(given(vec![21], Command::ClearFaults))),
             "ids"
+        );
+    }
+
+    // Issue 23: a batch acquired by a Merritt batch consumer is Processing
+    // with no jobs (they come one by one), not Failed as an empty
+    // expansion is; Held when its collection is held; only from Pending.
+    #[test]
+    fn an_opened_batch_waits_for_its_jobs() {
+        let mut f = Fixture::acquired(1);
+        let submit = |n: u128| Command::SubmitBatch {
+            uuid: Uuid::from_u128(n),
+            submission: submission("demo"),
+        };
+        f.run(submit(1)).expect("batch 2");
+        f.run(Command::OpenBatch { bid: Bid(2) }).expect("opened");
+        let b = &f.state.batches[&Bid(2)];
+        assert_eq!(
+            (b.status, b.jobs.len()),
+            (crate::lifecycle::BatchState::Processing, 0)
+        );
+        f.run(Command::CreateJob {
+            bid: Bid(2),
+            spec: file_job(),
+        })
+        .expect("a job");
+        assert_eq!(f.state.batches[&Bid(2)].jobs.len(), 1);
+        assert!(f.run(Command::OpenBatch { bid: Bid(2) }).is_err());
+        f.run(Command::HoldCollection {
+            profile: "demo".into(),
+            reason: String::new(),
+        })
+        .expect("held");
+        f.run(submit(2)).expect("batch 3");
+        f.run(Command::OpenBatch { bid: Bid(3) }).expect("parked");
+        assert_eq!(
+            f.state.batches[&Bid(3)].status,
+            crate::lifecycle::BatchState::Held
         );
     }
 

@@ -105,6 +105,46 @@ pub struct ForeignBatch {
     pub actor: String,
 }
 
+/// A batch status another client wrote (mrt-zk's `Batch.setStatus`, as
+/// `acquirePendingBatch`, the reporting consumer and the admin tool call
+/// it), offered to the engine (adoption mode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForeignBatchStatus {
+    /// The batch.
+    pub bid: ingest_events::Bid,
+    /// The status the log has.
+    pub from: ingest_events::lifecycle::BatchState,
+    /// The status written.
+    pub to: ingest_events::lifecycle::BatchState,
+    /// Who wrote it: `zk-zxid-0x…`, the zxid of the write.
+    pub actor: String,
+}
+
+/// A job another client created (mrt-zk's `Job.createJob`: a sequential
+/// `/jobs/jid…` node, its `bid`, `priority`, `configuration`, optional
+/// `identifiers` and `metadata`, a Pending `status`, and its references),
+/// offered to the engine (adoption mode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForeignJob {
+    /// The id ZooKeeper's sequential counter gave it.
+    pub jid: Jid,
+    /// The batch its `bid` node names.
+    pub bid: ingest_events::Bid,
+    /// Its `priority` node, as found (cut to 16 characters).
+    pub priority: String,
+    /// The data of its `configuration` node.
+    pub configuration: Vec<u8>,
+    /// The data of its `identifiers` node (empty when absent).
+    pub identifiers: Vec<u8>,
+    /// The data of its `metadata` node (empty when absent).
+    pub metadata: Vec<u8>,
+    /// The state its `status` node names.
+    pub status: String,
+    /// Who created it: the session that held `/jobs/JID/lock` while it did
+    /// (mrt-zk locks a job it creates), else the zxid of its creation.
+    pub actor: String,
+}
+
 /// Turns a foreign status change into the command it means (implemented by
 /// the server over the engine's `decide`).
 pub trait AdoptForeign: Send + Sync {
@@ -121,9 +161,7 @@ pub trait AdoptForeign: Send + Sync {
         change: ForeignLock,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Adoption> + Send + '_>> {
         let _ = change;
-        Box::pin(std::future::ready(Adoption::Refused(
-            "pauses and holds are not adopted here".to_string(),
-        )))
+        not_adopted("pauses and holds")
     }
 
     /// Decides and appends a batch another client created, with the id
@@ -134,10 +172,37 @@ pub trait AdoptForeign: Send + Sync {
         batch: ForeignBatch,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Adoption> + Send + '_>> {
         let _ = batch;
-        Box::pin(std::future::ready(Adoption::Refused(
-            "batch creations are not adopted here".to_string(),
-        )))
+        not_adopted("batch creations")
     }
+
+    /// Decides and appends a batch status another client wrote, or says
+    /// why not (by default: not adopted, so reverted).
+    fn adopt_batch_status(
+        &self,
+        change: ForeignBatchStatus,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Adoption> + Send + '_>> {
+        let _ = change;
+        not_adopted("batch statuses")
+    }
+
+    /// Decides and appends a job another client created, with the id
+    /// ZooKeeper gave it, or says why not (by default: removed).
+    fn adopt_job(
+        &self,
+        job: ForeignJob,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Adoption> + Send + '_>> {
+        let _ = job;
+        not_adopted("job creations")
+    }
+}
+
+/// The default answer of [`AdoptForeign`]'s methods: refused, so reverted.
+fn not_adopted(
+    what: &str,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Adoption> + Send + 'static>> {
+    Box::pin(std::future::ready(Adoption::Refused(format!(
+        "{what} are not adopted here"
+    ))))
 }
 
 /// What became of a pause or hold lock another client changed.
@@ -337,6 +402,24 @@ impl Runner {
         };
         let jobs = watch(layout::JOBS).await?;
         let batches = watch(layout::BATCHES).await?;
+        // ZooKeeper's counters past every id the log holds (and past 0,
+        // which is no id), so mrt-zk's next `createBatch`/`createJob` takes
+        // a new one: a fresh or rebuilt tree starts them at 0.
+        let state = self.model.projector.state();
+        let floors = [
+            (crate::ids::IdKind::Batch, state.next_bid().0),
+            (crate::ids::IdKind::Job, state.next_jid().0),
+        ];
+        for (kind, floor) in floors {
+            crate::ids::reserve(client, &self.cfg.zk.access, self.deadline(), kind, 1, floor)
+                .await
+                .map_err(|e| match e {
+                    crate::ids::IdError::Zk(z) => Exit::Io(z),
+                    // Other clients creating all the while: again, with a pause.
+                    crate::ids::IdError::Contended { .. } => Exit::Conflict,
+                    other => Exit::Fatal(super::SinkError::Config(other.to_string())),
+                })?;
+        }
         Ok(TreeWatch {
             watchers: Some((jobs, batches)),
             ..TreeWatch::none()
@@ -383,12 +466,21 @@ impl Runner {
         let mut statuses: BTreeMap<Jid, Option<LockSeen>> = BTreeMap::new();
         let mut items: Vec<(Item, String)> = Vec::new();
         let mut created: BTreeSet<ingest_events::Bid> = BTreeSet::new();
+        let mut batch_statuses: BTreeSet<ingest_events::Bid> = BTreeSet::new();
+        let mut created_jobs: BTreeSet<Jid> = BTreeSet::new();
+        let mut creators: HashMap<Jid, Holder> = HashMap::new();
         let state = self.model.projector.state();
         for (kind, path) in events {
             if let Some(jid) = job_of_lock(&path) {
                 match kind {
                     zk::EventType::NodeCreated => {
-                        locks.insert(jid, LockSeen::Held(holders.get(&path).copied()));
+                        let holder = holders.get(&path).copied();
+                        // The creator of a job the log does not have yet
+                        // (mrt-zk's `createJob` locks it while it writes).
+                        if let (false, Some(h)) = (state.jobs.contains_key(&jid), holder) {
+                            creators.insert(jid, h);
+                        }
+                        locks.insert(jid, LockSeen::Held(holder));
                     }
                     zk::EventType::NodeDeleted => {
                         holders.remove(&path);
@@ -406,9 +498,21 @@ impl Runner {
                 (kind, parts.as_slice())
             {
                 if let Ok(jid) = id.parse::<Jid>() {
-                    statuses.insert(jid, locks.get(&jid).copied());
+                    if state.jobs.contains_key(&jid) {
+                        statuses.insert(jid, locks.get(&jid).copied());
+                        continue;
+                    }
                 }
-                continue;
+            }
+            if let (zk::EventType::NodeDataChanged, ["batches", id, "status"]) =
+                (kind, parts.as_slice())
+            {
+                if let Ok(bid) = id.parse::<ingest_events::Bid>() {
+                    if state.batches.contains_key(&bid) {
+                        batch_statuses.insert(bid);
+                        continue;
+                    }
+                }
             }
             let suspect = match kind {
                 zk::EventType::NodeCreated => self.model.applied_data(&path).is_none(),
@@ -430,6 +534,15 @@ impl Runner {
                     continue;
                 }
             }
+            // The same for a job (mrt-zk's `createJob`).
+            if let Some(Item::Job(jid)) = &item {
+                if !state.jobs.contains_key(jid) {
+                    if !self.adopted.contains_key(jid) {
+                        created_jobs.insert(*jid);
+                    }
+                    continue;
+                }
+            }
             if let (true, Some(item)) = (suspect, item) {
                 if !items.iter().any(|(i, _)| *i == item) {
                     items.push((item, path));
@@ -437,13 +550,26 @@ impl Runner {
             }
         }
         let offered: BTreeSet<Jid> = statuses.keys().copied().collect();
+        // In the order mrt-zk makes them: a batch, its acquisition, its
+        // jobs, their statuses.
         version = self.adopt_batches(client, version, created).await?;
+        version = self
+            .adopt_batch_statuses(client, version, &batch_statuses)
+            .await?;
+        version = self
+            .adopt_jobs(client, version, created_jobs, &creators)
+            .await?;
         version = self.adopt_statuses(client, version, statuses).await?;
         for (item, path) in items {
             // A job just offered was read whole; an adopted one waits for
             // its event (its nodes are put back silently then).
             if let Item::Job(j) = item {
                 if offered.contains(&j) || self.adopted.contains_key(&j) {
+                    continue;
+                }
+            }
+            if let Item::Batch(b) = item {
+                if batch_statuses.contains(&b) || self.adopted_batches.contains_key(&b) {
                     continue;
                 }
             }
@@ -607,6 +733,243 @@ impl Runner {
             }
         }
         Ok(version)
+    }
+
+    /// Offers each batch's foreign status change to the engine (the caller
+    /// holds the gate). Adopted, the projector writes the engine's event
+    /// over what mrt-zk left (its `states` node, made by
+    /// `acquirePendingBatch`, is kept: the projector's create of it is a
+    /// set); refused, the batch is reverted and recorded. Returns the
+    /// checkpoint version after the repairs.
+    pub(super) async fn adopt_batch_statuses(
+        &mut self,
+        client: &zk::Client,
+        mut version: i32,
+        batches: &BTreeSet<ingest_events::Bid>,
+    ) -> Result<i32, Exit> {
+        use ingest_events::lifecycle::BatchState;
+        let Some(adopter) = self.cfg.adopt.clone() else {
+            return Ok(version);
+        };
+        let state_of = |data: &[u8]| {
+            serde_json::from_slice::<serde_json::Value>(data)
+                .ok()
+                .and_then(|v| v["status"].as_str().and_then(BatchState::from_name))
+        };
+        for bid in batches.iter().copied() {
+            let status = layout::batch_status(bid);
+            let states = layout::batch_states(bid);
+            let Some((data, stat)) = self.read_node(client, &status).await? else {
+                continue;
+            };
+            let applied = self.model.applied_data(&status);
+            if applied.as_deref() == Some(data.as_slice()) {
+                continue;
+            }
+            let reason = match (applied.as_deref().and_then(state_of), state_of(&data)) {
+                (Some(from), Some(to)) if from != to => {
+                    let change = ForeignBatchStatus {
+                        bid,
+                        from,
+                        to,
+                        actor: format!("zk-zxid-0x{:x}", stat.mzxid),
+                    };
+                    match tokio::time::timeout(
+                        self.deadline(),
+                        adopter.0.adopt_batch_status(change),
+                    )
+                    .await
+                    {
+                        Ok(Adoption::Accepted(position)) => {
+                            tracing::info!(root = %self.cfg.zk.root, %bid, %from, %to, position, "adopted a foreign batch status change");
+                            self.adopted_batches.insert(bid, position);
+                            if self.read_node(client, &states).await?.is_some() {
+                                self.adopted_locks.insert(states, (position, true));
+                            }
+                            continue;
+                        }
+                        Ok(Adoption::Refused(why)) => format!(
+                            "adoption refused {from} -> {to}: {}",
+                            ingest_protocol::cut(&why, 300)
+                        ),
+                        Err(_) => format!("adoption of {from} -> {to}: the engine did not answer"),
+                    }
+                }
+                _ => "adoption: not a batch status change the engine can adopt".to_string(),
+            };
+            if self
+                .repair_item(client, version, &Item::Batch(bid), None, &reason)
+                .await?
+            {
+                version += 1;
+            }
+        }
+        Ok(version)
+    }
+
+    /// Offers each job another client created to the engine (the caller
+    /// holds the gate), once its `status` exists. Adopted, the nodes found
+    /// are left in place and the projector writes the engine's event over
+    /// them; refused, the job's nodes are removed and recorded. Returns
+    /// the checkpoint version after the repairs.
+    pub(super) async fn adopt_jobs(
+        &mut self,
+        client: &zk::Client,
+        mut version: i32,
+        created: BTreeSet<Jid>,
+        creators: &HashMap<Jid, Holder>,
+    ) -> Result<i32, Exit> {
+        let Some(adopter) = self.cfg.adopt.clone() else {
+            return Ok(version);
+        };
+        for jid in created {
+            let root = layout::job(jid);
+            let names = [
+                "bid",
+                "priority",
+                "configuration",
+                "identifiers",
+                "metadata",
+                "status",
+            ];
+            let paths: Vec<String> = std::iter::once(root.clone())
+                .chain(names.iter().map(|n| format!("{root}/{n}")))
+                .collect();
+            let mut reader = client.new_multi_reader();
+            for p in &paths {
+                reader
+                    .add_get_data(p)
+                    .map_err(|e| ZkError::new("multi-read", p.clone(), ZkErrorKind::Server(e)))?;
+            }
+            let read = call(self.deadline(), "multi-read", &root, reader.commit()).await?;
+            let found: Vec<Option<(Vec<u8>, zk::Stat)>> = read
+                .into_iter()
+                .map(|r| match r {
+                    zk::MultiReadResult::Data { data, stat } => Some((data, stat)),
+                    _ => None,
+                })
+                .collect();
+            let text = |i: usize| {
+                found
+                    .get(i)
+                    .and_then(|f| f.as_ref())
+                    .map(|(d, _)| d.clone())
+            };
+            let root_stat = found.first().and_then(|f| f.as_ref()).map(|(_, s)| *s);
+            let (Some(root_stat), Some(bid), Some(status)) = (root_stat, text(1), text(6)) else {
+                // Gone again, or not finished: the watch brings the rest.
+                continue;
+            };
+            let Ok(bid) = String::from_utf8_lossy(&bid)
+                .trim()
+                .parse::<ingest_events::Bid>()
+            else {
+                let reason = "adoption refused: a job created by another client names no batch";
+                if self
+                    .repair_item(client, version, &Item::Job(jid), None, reason)
+                    .await?
+                {
+                    version += 1;
+                }
+                continue;
+            };
+            let actor = match creators.get(&jid) {
+                Some(h) => format!("zk-session-0x{:x}", h.session),
+                None => format!("zk-zxid-0x{:x}", root_stat.czxid),
+            };
+            let offered = ForeignJob {
+                jid,
+                bid,
+                priority: String::from_utf8_lossy(&text(2).unwrap_or_default())
+                    .chars()
+                    .take(16)
+                    .collect(),
+                configuration: text(3).unwrap_or_default(),
+                identifiers: text(4).unwrap_or_default(),
+                metadata: text(5).unwrap_or_default(),
+                status: serde_json::from_slice::<serde_json::Value>(&status)
+                    .ok()
+                    .and_then(|v| {
+                        v["status"]
+                            .as_str()
+                            .map(|s| ingest_protocol::cut(s, 64).into_owned())
+                    })
+                    .unwrap_or_default(),
+                actor,
+            };
+            let reason = match tokio::time::timeout(self.deadline(), adopter.0.adopt_job(offered))
+                .await
+            {
+                Ok(Adoption::Accepted(position)) => {
+                    tracing::info!(root = %self.cfg.zk.root, %jid, %bid, position, "adopted a job another client created");
+                    self.adopted.insert(jid, position);
+                    let mut nodes: Vec<String> = paths
+                        .iter()
+                        .zip(&found)
+                        .filter(|(_, f)| f.is_some())
+                        .map(|(p, _)| p.clone())
+                        .collect();
+                    // The references mrt-zk made.
+                    nodes.extend(self.live_refs(client, jid, bid).await?);
+                    for p in nodes {
+                        self.adopted_locks.insert(p, (position, true));
+                    }
+                    continue;
+                }
+                Ok(Adoption::Refused(why)) => format!(
+                    "adoption refused: job {jid} created by another client: {}",
+                    ingest_protocol::cut(&why, 300)
+                ),
+                Err(_) => format!("adoption of job {jid}: the engine did not answer"),
+            };
+            if self
+                .repair_item(client, version, &Item::Job(jid), None, &reason)
+                .await?
+            {
+                version += 1;
+            }
+        }
+        Ok(version)
+    }
+
+    /// The references of a new job that exist where mrt-zk's `createJob`
+    /// puts them: its Pending queue reference under the priority its node
+    /// names, and its `batch-processing` child (with that set's node).
+    async fn live_refs(
+        &self,
+        client: &zk::Client,
+        jid: Jid,
+        bid: ingest_events::Bid,
+    ) -> Result<Vec<String>, Exit> {
+        let priority = self
+            .read_node(client, &layout::job_priority(jid))
+            .await?
+            .and_then(|(d, _)| String::from_utf8_lossy(&d).trim().parse::<u8>().ok());
+        let mut candidates = vec![
+            layout::batch_set(bid, layout::BatchSet::Processing),
+            layout::batch_child(bid, layout::BatchSet::Processing, jid),
+        ];
+        candidates.extend(priority.map(|p| layout::queue_ref(JobState::Pending, p, jid)));
+        let mut out = Vec::new();
+        for p in candidates {
+            if self.read_node(client, &p).await?.is_some() {
+                out.push(p);
+            }
+        }
+        Ok(out)
+    }
+
+    /// One node's data and stat, `None` when it does not exist.
+    async fn read_node(
+        &self,
+        client: &zk::Client,
+        path: &str,
+    ) -> Result<Option<(Vec<u8>, zk::Stat)>, Exit> {
+        match call(self.deadline(), "get_data", path, client.get_data(path)).await {
+            Ok(found) => Ok(Some(found)),
+            Err(e) if e.code() == Some(&zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Offers each job's foreign status change to the engine (the caller

@@ -362,6 +362,18 @@ impl Runner {
                 );
             }
         }
+        // Nodes adopted but not yet written by their event: the tree now
+        // has them as the repair left them.
+        for fix in deletes.iter().chain(&creates) {
+            let (p, exists) = match fix {
+                Fix::Delete(p, _) => (p, false),
+                Fix::Create(p, _) => (p, true),
+                Fix::Set(..) => continue,
+            };
+            if let Some((_, e)) = self.adopted_locks.get_mut(p) {
+                *e = exists;
+            }
+        }
         if adopted {
             tracing::info!(
                 root = %self.cfg.zk.root,
