@@ -85,6 +85,19 @@ impl Rig {
         Rig::start_with(name, Some(&daemons), &["--foreign-writes", "adopt"]).await
     }
 
+    /// Submits a batch through the API and waits until it is in the tree:
+    /// the projector is then leading with its adoption watches set (a
+    /// write made before them is not seen as it happens).
+    async fn projected_batch(&self) -> String {
+        let bid = self.s.submit(1).await;
+        let path = format!("/batches/{bid}");
+        eventually(&format!("{path} projected"), 30, async || {
+            exists(&self.zk, &path).await.then_some(())
+        })
+        .await;
+        bid
+    }
+
     /// Runs the Merritt-pattern writer on the rig's root; its JSON summary.
     fn write(&self, args: &[&str]) -> Value {
         merritt_write(&self.python, &self.zks.hosts(), &self.root, args)
@@ -763,7 +776,7 @@ async fn adoption_mode_shares_one_id_space_with_mrt_zk_over_1000_creations() {
     };
     let s = &r.s;
     // Ingest's own first, so ZooKeeper's counter and the log start level.
-    let first = s.submit(1).await;
+    let first = r.projected_batch().await;
     let writers: Vec<_> = (0..2)
         .map(|_| {
             let (python, hosts, root) = (r.python.clone(), r.zks.hosts(), r.root.clone());
@@ -854,6 +867,7 @@ async fn adoption_mode_takes_a_batch_acquired_and_filled_by_mrt_zk() {
         return;
     };
     let s = &r.s;
+    r.projected_batch().await;
     let created = r.write(&["create-batches", "1", "demo", "https://example.org/m.txt"]);
     let bid = created["created"][0].as_str().expect("bid").to_string();
     eventually(&format!("{bid} adopted"), 30, async || {
