@@ -570,3 +570,188 @@ async fn shown_to_operators(rig: &Rig, delivered: &Value) {
         "{html}"
     );
 }
+
+/// Writes `bytes` of pseudo-random data (xorshift, never the same 8 bytes
+/// twice in a row, so no compression or sparse storage shrinks it) to
+/// `path`, 1 MiB at a time.
+fn pseudo_random_file(path: &Path, bytes: u64) {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).expect("create"));
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut left = bytes;
+    while left > 0 {
+        for word in chunk.chunks_exact_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            word.copy_from_slice(&x.to_le_bytes());
+        }
+        let n = left.min(chunk.len() as u64) as usize;
+        out.write_all(&chunk[..n]).expect("write");
+        left -= n as u64;
+    }
+    out.flush().expect("flush");
+}
+
+/// The peak resident set of process `pid` in bytes (`VmHWM`).
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmHWM")
+        * 1024
+}
+
+/// Kills the worker when the test ends, also when an assertion fails.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An object of one `bytes`-byte file is stored by the server, whose own
+/// access daemons are off; a separate `ingest worker --steps real`
+/// running only the access daemons assembles it as a tar. The container
+/// is downloaded and checked, and the worker's peak RSS grows by far less
+/// than the object while it assembles: the container is streamed.
+async fn a_separate_worker_assembles(name: &str, bytes: u64) {
+    let payloads = tempfile::tempdir().expect("tempdir");
+    let file = payloads.path().join("big.bin");
+    pseudo_random_file(&file, bytes);
+    let (rig, _second) = two_target_rig(
+        name,
+        &[
+            "--file-root",
+            &payloads.path().display().to_string(),
+            "--daemons",
+            "access_small=off,access_large=off",
+        ],
+    )
+    .await;
+    let bid = rig
+        .submit(
+            json!({"profile": "demo", "submitter": "alice", "type": "file",
+                       "payload_url": format!("file://{}", file.display()),
+                       "erc_where": "loc-big"}),
+        )
+        .await;
+    let batch = rig.finished(&bid).await;
+    assert_eq!(batch["status"], "Completed", "{batch}");
+    let job = rig.job(&Rig::jobs(&batch)[0]).await;
+    let ark = job["primary_id"].as_str().expect("ark").to_string();
+
+    let (hosts, root) = rig.zk_at.split_at(rig.zk_at.find('/').expect("a root"));
+    let dir = rig._dir.path();
+    let log = dir.join("assembler.log");
+    let worker = std::process::Command::new(crate::util::ingest_bin())
+        .args([
+            "worker",
+            "--engine",
+            &rig.server.base,
+            "--zk",
+            hosts,
+            "--zk-root",
+            root,
+        ])
+        .args(["--steps", "real", "--daemons", "access_small,access_large"])
+        .args(["--name", "assembler", "--content-url", &rig.server.base])
+        .arg("--working-storage")
+        .arg(dir.join("assembler"))
+        .arg("--delivery-dir")
+        .arg(dir.join("work").join("deliveries"))
+        .arg("--storage-target")
+        .arg(format!("primary={}", rig.storage.display()))
+        .arg("--profiles-dir")
+        .arg(dir.join("profiles"))
+        .arg("--outbox")
+        .arg(dir.join("outbox"))
+        .args(["--allow-network", "127.0.0.1/32"])
+        .env("INGEST_WORKER_TOKEN", crate::server::WORKER)
+        .env_remove("INGEST_DATA_DIR")
+        .env_remove("INGEST_CONFIG")
+        .env_remove("INGEST_DAEMONS")
+        .env_remove("INGEST_WORKER_STEPS")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("start ingest worker");
+    let worker = Killed(worker);
+    let pid = worker.0.id();
+    eventually("the worker's ZooKeeper session", 60, async || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("worker ZooKeeper session established")
+            .then_some(())
+    })
+    .await;
+    let before = peak_rss(pid);
+
+    let view = assembled(&rig, json!({"ark": ark, "format": "tar"})).await;
+    assert_eq!(
+        view["status"],
+        "Completed",
+        "{view}\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    // Sized from the inventory: the file and the version's system files.
+    let size = view["size"].as_u64().expect("size");
+    assert!(size >= bytes && size < bytes + (1 << 20), "{view}");
+    let queue = if size > 500_000_000 { "large" } else { "small" };
+    assert_eq!(view["queue"], queue, "{view}");
+    let after = peak_rss(pid);
+    let worker_log = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        worker_log.contains("assembly reported"),
+        "the separate worker assembled it: {worker_log}"
+    );
+    eprintln!(
+        "assembly of {bytes} bytes by a separate worker: peak RSS {before} bytes before, {after} after (+{})",
+        after.saturating_sub(before)
+    );
+    assert!(
+        after.saturating_sub(before) < bytes / 4,
+        "the worker's peak RSS grew by {} bytes for a {bytes}-byte object: not streamed",
+        after.saturating_sub(before)
+    );
+
+    // The container read back: the file, its bytes' digest, streamed
+    // through python's tarfile.
+    let url = view["delivery"]["url"].as_str().expect("url");
+    let downloads = tempfile::tempdir().expect("tempdir");
+    let path = downloads.path().join("big.tar");
+    let mut answer = reqwest::get(url).await.expect("GET the delivery");
+    assert_eq!(answer.status(), 200);
+    let mut out = std::fs::File::create(&path).expect("create");
+    while let Some(chunk) = answer.chunk().await.expect("a chunk") {
+        std::io::Write::write_all(&mut out, &chunk).expect("write");
+    }
+    drop(out);
+    let entries = python_entries(&path, "tar");
+    let want = stored(&rig.storage, &ark, 1, false);
+    assert_eq!(object_entries(&entries, &ark, 1), want);
+    drop(worker);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_separate_worker_assembles_an_object_streaming_it() {
+    a_separate_worker_assembles("assembly-worker", 48 << 20).await;
+}
+
+/// The 2 GB object (`INGEST_LARGE_OBJECT_BYTES` to change it) on
+/// the large queue; minutes in a debug build, so run by
+/// `tools/large-assembly`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "minutes: tools/large-assembly runs it"]
+async fn a_separate_worker_assembles_a_2_gb_object_on_the_large_queue() {
+    let bytes = std::env::var("INGEST_LARGE_OBJECT_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2u64 << 30);
+    a_separate_worker_assembles("assembly-large", bytes).await;
+}
