@@ -42,6 +42,64 @@ use super::RealConfig;
 use crate::step::{BatchCtx, BatchFuture, BatchWork, Expansion};
 use ingest_config::Profile;
 
+/// Why a batch's submission did not expand, or its report could not be
+/// gathered.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BatchError {
+    /// The submission's `type` is not a payload type.
+    #[error("the submission's type: {0}")]
+    SubmissionType(String),
+    /// The submission's `submission_mode` is not a mode.
+    #[error("the submission's submission_mode: {0}")]
+    SubmissionMode(String),
+    /// A payload type without a form.
+    #[error("the submission's type {0:?} has no form")]
+    NoForm(String),
+    /// A manifest form without a payload URL.
+    #[error("the {0} submission has no payload_url")]
+    NoPayloadUrl(&'static str),
+    /// The manifest could not be fetched.
+    #[error("cannot fetch the manifest: {0}")]
+    Fetch(#[source] super::fetch::FetchError),
+    /// The manifest at `url` is not one of its form.
+    #[error("manifest {url}: {source}")]
+    Manifest {
+        /// The manifest's URL.
+        url: String,
+        /// Why.
+        source: Box<BatchError>,
+    },
+    /// A manifest that does not parse, or is not of its form.
+    #[error(transparent)]
+    Checkm(#[from] ingest_steps::checkm::ManifestError),
+    /// A simple submission that does not expand.
+    #[error(transparent)]
+    Expand(#[from] ingest_protocol::submission::SubmissionError),
+    /// A node could not be read.
+    #[error("cannot read {path}: {detail}")]
+    Read {
+        /// The node.
+        path: String,
+        /// Why, with the attempts.
+        detail: String,
+    },
+    /// A node's children could not be listed.
+    #[error("cannot list {path}: {detail}")]
+    List {
+        /// The node.
+        path: String,
+        /// Why, with the attempts.
+        detail: String,
+    },
+    /// A node that must exist does not.
+    #[error("{0} does not exist")]
+    Missing(String),
+    /// A node that does not decode.
+    #[error(transparent)]
+    Node(#[from] ingest_protocol::node::NodeError),
+}
+
 /// The largest manifest fetched (the Checkm parser's own default limit).
 pub const MAX_MANIFEST_BYTES: u64 = 64 * 1024 * 1024;
 /// The most bytes of a batch's failure message quoted in a report
@@ -84,7 +142,7 @@ impl Batches {
             Ok(jobs) => jobs,
             Err(e) => {
                 tracing::warn!(%bid, error = %ingest_protocol::bounded(&e), "the batch's payload does not expand");
-                return Expansion::Failed(e);
+                return Expansion::Failed(e.to_string());
             }
         };
         if !jobs.is_empty() {
@@ -93,22 +151,24 @@ impl Batches {
         Expansion::Jobs(jobs)
     }
 
-    async fn jobs_of(&self, submission: &SubmissionNode) -> Result<Vec<JobBody>, String> {
+    async fn jobs_of(&self, submission: &SubmissionNode) -> Result<Vec<JobBody>, BatchError> {
         let has_lines = !submission.manifest.is_empty();
         let form = submission_form(submission)?;
         if has_lines || !form.is_manifest() {
             return jobs_from_submission(submission);
         }
-        let url = set(&submission.payload_url)
-            .ok_or_else(|| format!("the {} submission has no payload_url", form.name()))?;
+        let url = set(&submission.payload_url).ok_or(BatchError::NoPayloadUrl(form.name()))?;
         let bytes = self
             .fetcher
             .with_retries(&self.config.retry(), None, "manifest", || {
                 self.fetcher.get_bytes(url, MAX_MANIFEST_BYTES)
             })
             .await
-            .map_err(|e| format!("cannot fetch the manifest: {e}"))?;
-        jobs_from_manifest(&bytes, form, submission).map_err(|e| format!("manifest {url}: {e}"))
+            .map_err(BatchError::Fetch)?;
+        jobs_from_manifest(&bytes, form, submission).map_err(|e| BatchError::Manifest {
+            url: url.to_string(),
+            source: Box::new(e),
+        })
     }
 
     async fn summary_at_queueing(&self, bid: &str, submission: &SubmissionNode, jobs: &[JobBody]) {
@@ -190,7 +250,7 @@ impl Batches {
                 job.message = without_working_paths(&job.message, &self.config.work_dir);
             }
             let status = set(&status.status).unwrap_or("Reporting").to_string();
-            Ok::<_, String>((status, submission, jobs))
+            Ok::<_, BatchError>((status, submission, jobs))
         };
         match gathered.await {
             Ok((status, submission, jobs)) => {
@@ -256,7 +316,7 @@ impl BatchWork for Batches {
             );
             match read.await {
                 Ok(submission) => self.expand_submission(&batch.bid, &submission).await,
-                Err(e) => Expansion::Failed(e),
+                Err(e) => Expansion::Failed(e.to_string()),
             }
         })
     }
@@ -470,15 +530,13 @@ pub fn summary_text(bid: &str, jobs: &[JobBody]) -> (String, String) {
 ///
 /// # Errors
 /// A missing or unknown type.
-pub fn submission_form(submission: &SubmissionNode) -> Result<Form, String> {
+pub fn submission_form(submission: &SubmissionNode) -> Result<Form, BatchError> {
     let name = submission_type(submission).unwrap_or("file");
-    let payload: PayloadType = name
-        .parse()
-        .map_err(|e| format!("the submission's type: {e}"))?;
+    let payload: PayloadType = name.parse().map_err(BatchError::SubmissionType)?;
     Form::ALL
         .into_iter()
         .find(|f| f.name() == payload.name())
-        .ok_or_else(|| format!("the submission's type {name:?} has no form"))
+        .ok_or_else(|| BatchError::NoForm(name.to_string()))
 }
 
 /// The jobs of a manifest of form `form`: one per object. An object manifest
@@ -496,9 +554,9 @@ pub fn jobs_from_manifest(
     bytes: &[u8],
     form: Form,
     submission: &SubmissionNode,
-) -> Result<Vec<JobBody>, String> {
-    let manifest = checkm::parse(bytes).map_err(|e| e.to_string())?;
-    let objects = forms::objects(&manifest, form).map_err(|e| e.to_string())?;
+) -> Result<Vec<JobBody>, BatchError> {
+    let manifest = checkm::parse(bytes)?;
+    let objects = forms::objects(&manifest, form)?;
     if form == Form::ObjectManifest {
         // The whole manifest is one object, read again by the job's steps.
         return jobs_from_submission(submission);
@@ -545,9 +603,9 @@ pub fn jobs_from_manifest(
 /// # Errors
 /// A submission that is not what the projection writes, or an inline line
 /// with too many fields (named).
-pub fn jobs_from_submission(submission: &SubmissionNode) -> Result<Vec<JobBody>, String> {
+pub fn jobs_from_submission(submission: &SubmissionNode) -> Result<Vec<JobBody>, BatchError> {
     let s = submission_of(submission)?;
-    let specs = ingest_protocol::submission::expand_simple(&s).map_err(|e| e.to_string())?;
+    let specs = ingest_protocol::submission::expand_simple(&s)?;
     Ok(specs.iter().map(job_body).collect())
 }
 
@@ -573,17 +631,13 @@ fn job_body(spec: &JobSpec) -> JobBody {
 
 /// The submission the projection wrote, back as the engine's type; absent
 /// and empty fields are unset.
-fn submission_of(v: &SubmissionNode) -> Result<Submission, String> {
+fn submission_of(v: &SubmissionNode) -> Result<Submission, BatchError> {
     let payload_type = match submission_type(v) {
-        Some(t) => t
-            .parse()
-            .map_err(|e| format!("the submission's type: {e}"))?,
+        Some(t) => t.parse().map_err(BatchError::SubmissionType)?,
         None => PayloadType::File,
     };
     let submission_mode = match set(&v.submission_mode) {
-        Some(m) => m
-            .parse()
-            .map_err(|e| format!("the submission's submission_mode: {e}"))?,
+        Some(m) => m.parse().map_err(BatchError::SubmissionMode)?,
         None => SubmissionMode::Add,
     };
     let digest = match (
@@ -641,7 +695,7 @@ async fn read_node(
     zk: &zookeeper_client::Client,
     path: &str,
     policy: RetryPolicy,
-) -> Result<Option<Vec<u8>>, String> {
+) -> Result<Option<Vec<u8>>, BatchError> {
     let read = || async {
         match zk.get_data(path).await {
             Ok((data, _)) => Ok(Some(data)),
@@ -651,7 +705,10 @@ async fn read_node(
     };
     crate::retry::retry(&policy, None, path, read)
         .await
-        .map_err(|g| format!("cannot read {path}: {}", g.message()))
+        .map_err(|g| BatchError::Read {
+            path: path.to_string(),
+            detail: g.message(),
+        })
 }
 
 /// Reads node `path` (of the kind `node`, for messages) as its type.
@@ -660,18 +717,18 @@ async fn read_typed<T: serde::de::DeserializeOwned>(
     path: &str,
     node: &'static str,
     policy: RetryPolicy,
-) -> Result<T, String> {
+) -> Result<T, BatchError> {
     let data = read_node(zk, path, policy)
         .await?
-        .ok_or_else(|| format!("{path} does not exist"))?;
-    decode(node, &data).map_err(|e| e.to_string())
+        .ok_or_else(|| BatchError::Missing(path.to_string()))?;
+    Ok(decode(node, &data)?)
 }
 
 async fn read_children(
     zk: &zookeeper_client::Client,
     path: &str,
     policy: RetryPolicy,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, BatchError> {
     let list = || async {
         match zk.get_children(path).await {
             Ok((children, _)) => Ok(children),
@@ -681,7 +738,10 @@ async fn read_children(
     };
     crate::retry::retry(&policy, None, path, list)
         .await
-        .map_err(|g| format!("cannot list {path}: {}", g.message()))
+        .map_err(|g| BatchError::List {
+            path: path.to_string(),
+            detail: g.message(),
+        })
 }
 
 /// A ZooKeeper read that failed (its absence is not a failure): retried,
@@ -706,15 +766,15 @@ async fn read_report_job(
     jid: &str,
     set_status: &str,
     policy: RetryPolicy,
-) -> Result<ReportJob, String> {
+) -> Result<ReportJob, BatchError> {
     let ids_path = format!("/jobs/{jid}/identifiers");
     let ids: IdentifiersNode = match read_node(zk, &ids_path, policy).await? {
-        Some(d) => decode("/jobs/JID/identifiers", &d).map_err(|e| e.to_string())?,
+        Some(d) => decode("/jobs/JID/identifiers", &d)?,
         None => IdentifiersNode::default(),
     };
     let status_path = format!("/jobs/{jid}/status");
     let status: JobStatusNode = match read_node(zk, &status_path, policy).await? {
-        Some(d) => decode("/jobs/JID/status", &d).map_err(|e| e.to_string())?,
+        Some(d) => decode("/jobs/JID/status", &d)?,
         None => JobStatusNode::default(),
     };
     Ok(ReportJob {
@@ -896,7 +956,8 @@ mod tests {
         for case in cases {
             let e = jobs_from_manifest(case.as_bytes(), Form::SingleFileBatch, &sub(&s))
                 .map(values)
-                .expect_err(&case);
+                .expect_err(&case)
+                .to_string();
             assert!(e.starts_with("line "), "{e}");
         }
         // A manifest submitted as another form.
@@ -906,7 +967,8 @@ mod tests {
             &sub(&s),
         )
         .map(values)
-        .expect_err("wrong form");
+        .expect_err("wrong form")
+        .to_string();
         assert!(e.contains("object-manifest"), "{e}");
         assert!(
             jobs_from_manifest(b"\xff\xfe garbage", Form::ObjectManifest, &sub(&s))
@@ -942,7 +1004,7 @@ mod tests {
         s["manifest"] = json!(["a b c d"]);
         assert!(jobs_from_submission(&sub(&s))
             .map(values)
-            .is_err_and(|e| e.contains("manifest line 1")));
+            .is_err_and(|e| e.to_string().contains("manifest line 1")));
     }
 
     fn rep<'a>(bid: &'a str, status: &'a str, jobs: &'a [ReportJob]) -> Report<'a> {
