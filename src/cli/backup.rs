@@ -109,7 +109,7 @@ fn from_server(base: &str, out: &Path) -> Result<backup::Trailer> {
         .to_string();
     let url = format!("{base}/replication/frames?from=1");
     let (tx, rx) = std::sync::mpsc::sync_channel::<std::io::Result<Vec<u8>>>(16);
-    let (meta_tx, meta_rx) = std::sync::mpsc::channel::<Result<Option<(u64, String)>, String>>();
+    let (meta_tx, meta_rx) = std::sync::mpsc::channel::<Result<Option<(u64, String)>, NoFrames>>();
     let fetch = std::thread::spawn(move || {
         let runtime = match tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -117,7 +117,7 @@ fn from_server(base: &str, out: &Path) -> Result<backup::Trailer> {
         {
             Ok(r) => r,
             Err(e) => {
-                let _ = meta_tx.send(Err(e.to_string()));
+                let _ = meta_tx.send(Err(NoFrames::Runtime(e)));
                 return;
             }
         };
@@ -130,17 +130,18 @@ fn from_server(base: &str, out: &Path) -> Result<backup::Trailer> {
             {
                 Ok(r) => r,
                 Err(e) => {
-                    let _ = meta_tx.send(Err(format!("cannot reach {url}: {e}")));
+                    let _ = meta_tx.send(Err(NoFrames::Unreachable { url, source: e }));
                     return;
                 }
             };
             if !response.status().is_success() {
                 let status = response.status();
                 let text = response.text().await.unwrap_or_default();
-                let _ = meta_tx.send(Err(format!(
-                    "{url} answered {status}: {}",
-                    ingest_protocol::cut(text.trim(), 500)
-                )));
+                let _ = meta_tx.send(Err(NoFrames::Answered {
+                    url,
+                    status,
+                    text: ingest_protocol::cut(text.trim(), 500).into_owned(),
+                }));
                 return;
             }
             let header = |name: &str| {
@@ -177,7 +178,7 @@ fn from_server(base: &str, out: &Path) -> Result<backup::Trailer> {
     let expected = meta_rx
         .recv()
         .map_err(|_| anyhow::anyhow!("the download stopped"))?
-        .map_err(exit::Unreachable)?;
+        .map_err(|e| exit::Unreachable(e.to_string()))?;
     let reader = FramesReader {
         frames: Box::new(rx.into_iter()),
         current: std::io::Cursor::new(Vec::new()),
@@ -185,6 +186,21 @@ fn from_server(base: &str, out: &Path) -> Result<backup::Trailer> {
     let written = backup::write(out, reader, expected, &base);
     let _ = fetch.join();
     Ok(written?)
+}
+
+/// Why a server's frames could not be had.
+#[derive(Debug, thiserror::Error)]
+enum NoFrames {
+    #[error("{0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("cannot reach {url}: {source}")]
+    Unreachable { url: String, source: reqwest::Error },
+    #[error("{url} answered {status}: {text}")]
+    Answered {
+        url: String,
+        status: reqwest::StatusCode,
+        text: String,
+    },
 }
 
 /// A reader over a sequence of byte chunks.

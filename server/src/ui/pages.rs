@@ -23,14 +23,23 @@ use ingest_events::{Command, Qid};
 /// The longest query string read, in bytes.
 const MAX_QUERY_BYTES: usize = 8 * 1024;
 
+/// A listing page's query that is not read.
+#[derive(Debug, thiserror::Error)]
+enum BadQuery {
+    #[error("the query is longer than {MAX_QUERY_BYTES} bytes")]
+    TooLong,
+    #[error("the query is not URL-encoded name=value pairs")]
+    NotPairs,
+}
+
 /// The filter parameters a listing page passes on (empty ones dropped).
-fn pairs(uri: &Uri) -> Result<Vec<(String, String)>, String> {
+fn pairs(uri: &Uri) -> Result<Vec<(String, String)>, BadQuery> {
     let raw = uri.query().unwrap_or("");
     if raw.len() > MAX_QUERY_BYTES {
-        return Err(format!("the query is longer than {MAX_QUERY_BYTES} bytes"));
+        return Err(BadQuery::TooLong);
     }
-    let Query(p) = Query::<Vec<(String, String)>>::try_from_uri(uri)
-        .map_err(|_| "the query is not URL-encoded name=value pairs".to_string())?;
+    let Query(p) =
+        Query::<Vec<(String, String)>>::try_from_uri(uri).map_err(|_| BadQuery::NotPairs)?;
     Ok(p.into_iter()
         .filter(|(_, v)| !v.trim().is_empty())
         .collect())
@@ -291,7 +300,7 @@ fn text_filter(name: &str, label: &str, pairs: &[(String, String)], hint: &str) 
 pub(crate) async fn batches(State(ui): State<Ui>, admin: Admin, uri: Uri) -> Response {
     let pairs = match pairs(&uri) {
         Ok(p) => p,
-        Err(e) => return error_page(StatusCode::BAD_REQUEST, Some(&admin), &e),
+        Err(e) => return error_page(StatusCode::BAD_REQUEST, Some(&admin), &e.to_string()),
     };
     let listed = BatchQuery::from_pairs(pairs.clone()).and_then(|q| {
         let state = ui.app.inner.handle.state();
@@ -340,7 +349,7 @@ pub(crate) async fn batches(State(ui): State<Ui>, admin: Admin, uri: Uri) -> Res
 pub(crate) async fn jobs(State(ui): State<Ui>, admin: Admin, uri: Uri) -> Response {
     let pairs = match pairs(&uri) {
         Ok(p) => p,
-        Err(e) => return error_page(StatusCode::BAD_REQUEST, Some(&admin), &e),
+        Err(e) => return error_page(StatusCode::BAD_REQUEST, Some(&admin), &e.to_string()),
     };
     let listed = JobQuery::from_pairs(pairs.clone()).and_then(|q| {
         let state = ui.app.inner.handle.state();
