@@ -311,6 +311,9 @@ async fn serve(config: ServeConfig) -> Result<i32> {
         async move {
             stop.cancelled().await;
             if let Some(w) = workers {
+                // As `ingest worker` does: a store in flight stops before
+                // its commit; its job stays for the next worker.
+                ingest_steps::ocfl::stop_stores();
                 w.shutdown().await;
             }
         }

@@ -52,7 +52,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
 
 use chrono::{DateTime, Local, Utc};
@@ -338,6 +338,17 @@ pub enum StorageError {
         /// The underlying error.
         source: io::Error,
     },
+    /// The process is stopping ([`stop_stores`]): the store ended before
+    /// its commit, and nothing of it is in the object.
+    ///
+    /// ### Handling
+    /// Not retried in this process (every later store would stop too): the
+    /// job is left for the next process, which stores the version again.
+    #[error("the store of {ark} was stopped before its commit: the process is stopping")]
+    Stopped {
+        /// The object that was being stored.
+        ark: String,
+    },
     /// Any other rocfl failure, e.g. a version directory that already exists
     /// or a corrupt inventory.
     ///
@@ -361,6 +372,34 @@ impl StorageError {
             StorageError::Busy { .. } | StorageError::Copy { .. } | StorageError::Io { .. }
         )
     }
+}
+
+/// Set once the process is stopping ([`stop_stores`]).
+static STOPPING: AtomicBool = AtomicBool::new(false);
+
+/// Stops every store of this process before its commit: a direct write
+/// checks it between files, in its test pause and just before the rename
+/// that commits, a store through rocfl before its commit. Each such store
+/// then fails with [`StorageError::Stopped`], its half-built version
+/// removed, and every later one at once. For a process's shutdown: a store
+/// of 100,000 files must not hold it for its whole run (issue 25).
+pub fn stop_stores() {
+    STOPPING.store(true, Ordering::SeqCst);
+}
+
+/// Whether [`stop_stores`] was called.
+pub fn stores_stopped() -> bool {
+    STOPPING.load(Ordering::SeqCst)
+}
+
+/// [`StorageError::Stopped`] for `ark` once the process is stopping.
+fn check_stopping(ark: &str) -> Result<(), StorageError> {
+    if stores_stopped() {
+        return Err(StorageError::Stopped {
+            ark: ark.to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// The parent of every target's own staging directory, at rocfl's default
@@ -564,6 +603,7 @@ impl OcflTarget {
         checks: Option<&Checks<'_>>,
     ) -> Result<StoredVersion, StorageError> {
         check_ark(ark)?;
+        check_stopping(ark)?;
         let sources = list_source(source_dir)?;
         self.claim_staging()?;
         let _guard = self.arks.lock(ark);
@@ -586,6 +626,7 @@ impl OcflTarget {
             Some(expected) => check_digests(ark, expected, &files).map(|()| files),
             None => Ok(files),
         });
+        let checked = checked.and_then(|files| check_stopping(ark).map(|()| files));
         let files = match checked {
             Ok(files) => files,
             Err(e) => return Err(self.discard_after(ark, e)),

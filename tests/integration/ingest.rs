@@ -2057,13 +2057,7 @@ async fn processes_sharing_a_storage_target_store_side_by_side_and_survive_a_kil
     // test caught a store only when a 50 ms poll happened to fall inside
     // rocfl-free direct writes of about 40 ms: CI's run missed all 12.)
     let pause = ["--store-pause-ms".to_string(), "1500".to_string()];
-    let server_args = [
-        "--daemons".to_string(),
-        "job_pending=off,estimating=off,provisioning=off,downloading=off,processing=off,\
-         storing=off,recording=off,notify=off"
-            .to_string(),
-    ];
-    let rig = rig("shared-storage", &server_args).await;
+    let rig = rig("shared-storage", &no_job_daemons()).await;
     let b = rig.base.clone();
     // Submitted before the workers start; one of them stores it while the
     // server holds its own staging on the target.
@@ -2075,52 +2069,9 @@ async fn processes_sharing_a_storage_target_store_side_by_side_and_survive_a_kil
         )
         .await;
 
-    let dir = rig._dir.path();
-    let hosts_root = rig.zk_at.clone();
-    let (hosts, root) = hosts_root.split_at(hosts_root.find('/').expect("a root"));
     let mut workers = WorkerProcs(Vec::new(), Vec::new());
     for n in 1..=2 {
-        let child = std::process::Command::new(crate::util::ingest_bin())
-            .args(["worker", "--engine", &rig.server.base, "--zk", hosts])
-            .args([
-                "--zk-root",
-                root,
-                "--daemons",
-                EVERY_DAEMON,
-                "--steps",
-                "real",
-            ])
-            .args([
-                "--name",
-                &format!("storer{n}"),
-                "--provisioning-threshold",
-                "100",
-            ])
-            .arg("--working-storage")
-            .arg(dir.join("work"))
-            .arg("--profiles-dir")
-            .arg(dir.join("profiles"))
-            .arg("--storage-target")
-            .arg(format!("primary={}", rig.storage.display()))
-            .arg("--outbox")
-            .arg(dir.join("outbox"))
-            .args([
-                "--retry-backoff-ms",
-                "20",
-                "--allow-network",
-                "127.0.0.1/32",
-            ])
-            .args(&pause)
-            .env("INGEST_WORKER_TOKEN", crate::server::WORKER)
-            .env_remove("INGEST_DATA_DIR")
-            .env_remove("INGEST_CONFIG")
-            .env_remove("INGEST_DAEMONS")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(dir.join(format!("worker{n}.log"))).expect("log"))
-            .spawn()
-            .expect("start ingest worker");
-        workers.0.push(child);
-        workers.1.push(dir.join(format!("worker{n}.log")));
+        storer(&rig, &format!("storer{n}"), &pause, &mut workers);
     }
     let pids: Vec<u32> = workers.0.iter().map(std::process::Child::id).collect();
     eventually("the workers to open their storage target", 30, async || {
@@ -2230,6 +2181,136 @@ async fn processes_sharing_a_storage_target_store_side_by_side_and_survive_a_kil
             .store_version(&ark, src.path(), &meta)
             .unwrap_or_else(|e| panic!("a store of {ark} after the kill: {e}"));
     }
+}
+
+/// Starts an `ingest worker` named `name` running every job daemon with
+/// the real steps on `rig`'s storage target, with `extra` arguments; its
+/// log is `NAME.log` in the rig's directory. Kept in `workers`.
+fn storer(rig: &Rig, name: &str, extra: &[String], workers: &mut WorkerProcs) {
+    let dir = rig._dir.path();
+    let hosts_root = rig.zk_at.clone();
+    let (hosts, root) = hosts_root.split_at(hosts_root.find('/').expect("a root"));
+    let log = dir.join(format!("{name}.log"));
+    let child = std::process::Command::new(crate::util::ingest_bin())
+        .args(["worker", "--engine", &rig.server.base, "--zk", hosts])
+        .args([
+            "--zk-root",
+            root,
+            "--daemons",
+            EVERY_DAEMON,
+            "--steps",
+            "real",
+        ])
+        .args(["--name", name, "--provisioning-threshold", "100"])
+        .arg("--working-storage")
+        .arg(dir.join("work"))
+        .arg("--profiles-dir")
+        .arg(dir.join("profiles"))
+        .arg("--storage-target")
+        .arg(format!("primary={}", rig.storage.display()))
+        .arg("--outbox")
+        .arg(dir.join("outbox"))
+        .args([
+            "--retry-backoff-ms",
+            "20",
+            "--allow-network",
+            "127.0.0.1/32",
+        ])
+        .args(extra)
+        .env("INGEST_WORKER_TOKEN", crate::server::WORKER)
+        .env_remove("INGEST_DATA_DIR")
+        .env_remove("INGEST_CONFIG")
+        .env_remove("INGEST_DAEMONS")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("start ingest worker");
+    workers.0.push(child);
+    workers.1.push(log);
+}
+
+/// The server arguments of a rig whose jobs only `ingest worker`
+/// processes step (the server acquires and reports batches).
+fn no_job_daemons() -> [String; 2] {
+    [
+        "--daemons".to_string(),
+        "job_pending=off,estimating=off,provisioning=off,downloading=off,processing=off,\
+         storing=off,recording=off,notify=off"
+            .to_string(),
+    ]
+}
+
+/// Issue 25, finding 2: SIGTERM to a worker in the middle of a store (a new
+/// object held half built by `--store-pause-ms` for a minute, as a store
+/// of 100,000 files would take) stops the worker before the store's
+/// commit, well within its 20 s shutdown grace (the poll's deadline is
+/// below it): nothing is stored or reported, the job stays in Storing, and
+/// the next worker stores it. Before, the worker waited on the store for
+/// the whole grace and then abandoned it still running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_stops_a_worker_in_the_middle_of_a_store_and_the_next_worker_stores_it() {
+    let rig = rig("store-sigterm", &no_job_daemons()).await;
+    let b = rig.base.clone();
+    add(&rig.depot, "held.txt", b"held half built at the SIGTERM");
+    let bid = rig
+        .submit(
+            json!({"profile": "demo", "submitter": "alice", "type": "file",
+                       "payload_url": format!("{b}/files/held.txt"), "erc_where": "loc-held"}),
+        )
+        .await;
+    let mut workers = WorkerProcs(Vec::new(), Vec::new());
+    let pause = ["--store-pause-ms".to_string(), "60000".to_string()];
+    storer(&rig, "held", &pause, &mut workers);
+    let pid = workers.0[0].id();
+    let staged = eventually(
+        "the worker to be in the middle of a store",
+        120,
+        async || {
+            staging_of(&rig.storage, pid)
+                .into_iter()
+                .find(|s| stages_an_object(s))
+        },
+    )
+    .await;
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill")
+        .success());
+    let exit = eventually("the worker to exit after SIGTERM", 15, async || {
+        workers.0[0].try_wait().expect("wait")
+    })
+    .await;
+    assert!(exit.success(), "{exit:?}");
+    let log = std::fs::read_to_string(&workers.1[0]).expect("the worker's log");
+    assert!(
+        log.contains("the store was stopped before its commit"),
+        "{log}"
+    );
+    assert!(
+        !staged.exists() || !stages_an_object(&staged),
+        "the half-built object was removed"
+    );
+    let batch = rig.server.get(&format!("/batches/{bid}")).await;
+    let jid = Rig::jobs(&batch).remove(0);
+    let job = rig.job(&jid).await;
+    assert_eq!(job["status"], "Storing", "{job}");
+    let ark = job["primary_id"].as_str().expect("an ark").to_string();
+    let target =
+        ingest_steps::ocfl::OcflTarget::open_existing("check", &rig.storage).expect("open storage");
+    assert!(
+        matches!(
+            target.versions(&ark),
+            Err(ingest_steps::ocfl::StorageError::NotFound { .. })
+        ),
+        "nothing of {ark} was stored"
+    );
+
+    storer(&rig, "next", &[], &mut workers);
+    let done = rig.finished(&bid).await;
+    assert_eq!(done["status"], "Completed", "{done}");
+    rig.assert_stored(&jid, Some("loc-held"), &["held.txt"])
+        .await;
 }
 
 /// Issue 11: an object whose inventory record the server would refuse

@@ -363,6 +363,9 @@ pub fn run(args: WorkerArgs) -> Result<i32> {
         )?;
         println!("ingest worker started");
         ingest_config::shutdown::signal().await;
+        // A store in flight stops before its commit rather than hold the
+        // shutdown for its whole run; its job stays for the next worker.
+        ingest_steps::ocfl::stop_stores();
         workers.shutdown().await;
         metrics_stop.cancel();
         Ok(0)

@@ -51,7 +51,7 @@ use rocfl::ocfl::{LayoutExtensionName, StorageLayout};
 use serde::Serialize;
 use sha2::{Digest, Sha256, Sha512};
 
-use super::{io_error, unusable, Checks, StorageError, StoredFile, VersionMeta};
+use super::{check_stopping, io_error, unusable, Checks, StorageError, StoredFile, VersionMeta};
 
 /// Reads every file of `files` under `source_dir` that is not in
 /// `checks.unchanged` for its SHA-256 and compares it with `checks.sha256`.
@@ -184,9 +184,8 @@ pub(super) fn write_v1(
         ));
     }
     let written = build_object(build, ark, source_dir, files, meta).and_then(|()| {
-        if !place.pause.is_zero() {
-            std::thread::sleep(place.pause);
-        }
+        hold(place.pause, ark)?;
+        check_stopping(ark)?;
         let parent = target.parent().unwrap_or(root);
         fs::create_dir_all(parent).map_err(|e| io_error(parent, e))?;
         fs::rename(build, &target).map_err(|e| io_error(&target, e))
@@ -218,6 +217,7 @@ fn build_object(
         if let Some(parent) = to.parent().filter(|p| *p != content) {
             fs::create_dir_all(parent).map_err(|e| io_error(parent, e))?;
         }
+        check_stopping(ark)?;
         let from = source_dir.join(&file.logical_path);
         fs::rename(&from, &to).map_err(|e| io_error(&from, e))?;
         manifest
@@ -281,11 +281,10 @@ pub(super) fn write_next(
         fs::remove_dir_all(&orphan).map_err(|e| io_error(&orphan, e))?;
     }
     let build = place.build;
-    let built = build_version(build, &mut inventory, &name, source_dir, files, meta);
+    let built = build_version(ark, build, &mut inventory, &name, source_dir, files, meta);
     let written = built.and_then(|json| {
-        if !place.pause.is_zero() {
-            std::thread::sleep(place.pause);
-        }
+        hold(place.pause, ark)?;
+        check_stopping(ark)?;
         fs::rename(build, &orphan).map_err(|e| io_error(&orphan, e))?;
         replace(&object, "inventory.json.sha512", sidecar(&json).as_bytes())?;
         replace(&object, "inventory.json", &json)
@@ -346,6 +345,7 @@ fn held_inventory(object: &Path, head: u32) -> Result<Option<serde_json::Value>,
 /// Builds version `name` in `build` (its new content and its inventory)
 /// and adds it to `inventory`, whose encoding is returned.
 fn build_version(
+    ark: &str,
     build: &Path,
     inventory: &mut serde_json::Value,
     name: &str,
@@ -371,6 +371,7 @@ fn build_version(
             if let Some(parent) = to.parent().filter(|p| *p != content) {
                 fs::create_dir_all(parent).map_err(|e| io_error(parent, e))?;
             }
+            check_stopping(ark)?;
             let from = source_dir.join(&file.logical_path);
             fs::rename(&from, &to).map_err(|e| io_error(&from, e))?;
         }
@@ -430,6 +431,20 @@ fn replace(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StorageError> {
     write(&aside, bytes)?;
     let path = dir.join(name);
     fs::rename(&aside, &path).map_err(|e| io_error(&path, e))
+}
+
+/// Waits `pause` (tests only: a store held half built), ending early with
+/// [`StorageError::Stopped`] when the process stops.
+fn hold(pause: std::time::Duration, ark: &str) -> Result<(), StorageError> {
+    let until = std::time::Instant::now() + pause;
+    loop {
+        check_stopping(ark)?;
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        std::thread::sleep(left.min(std::time::Duration::from_millis(50)));
+    }
 }
 
 fn write(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {

@@ -123,8 +123,16 @@ impl Store {
         if let Err(wait) = locks::acquire(job, &storage, locks::Holder::WithinStep, policy).await {
             return wait;
         }
-        let outcome = self.store(job, data, ark).await;
+        let outcome = self.store(job, data, ark.clone()).await;
         locks::release_all(job, &storage).await;
+        if !outcome.success && ingest_steps::ocfl::stores_stopped() {
+            // The worker is stopping and the store stopped before its
+            // commit (issue 25): nothing is reported, the job stays in
+            // Storing for the next worker, and the local-id locks go with
+            // the session.
+            tracing::info!(jid = %job.jid, %ark, "the store was stopped before its commit: the worker is stopping; the job stays in Storing");
+            return StepResult::Wait("the worker storing it is stopping".into());
+        }
         if !outcome.success {
             locks::release_all(job, &lid_locks).await;
         }
