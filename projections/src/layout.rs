@@ -99,6 +99,12 @@ pub fn access_status(queue: AccessQueue, qid: Qid) -> String {
     format!("{}/status", access(queue, qid))
 }
 
+/// `/access/<queue>/QID/lock`: the ephemeral lock of the worker assembling
+/// the request ([`is_ephemeral_lock`]).
+pub fn access_lock(queue: AccessQueue, qid: Qid) -> String {
+    format!("{}/lock", access(queue, qid))
+}
+
 /// `/locks/queue/accessSmall` or `/locks/queue/accessLarge`: present while
 /// that access queue is paused (mrt-zk's `MerrittLocks`).
 pub fn access_queue_lock(queue: AccessQueue) -> String {
@@ -694,6 +700,10 @@ mod tests {
         assert!(!is_ephemeral_lock("/jobs/states/lock"));
         assert!(!is_ephemeral_lock("/jobs/jid0000000001/lock/x"));
         assert!(!is_ephemeral_lock("/jobs/jid0000000001/status"));
+        let qid: Qid = "qid0000000007".parse().expect("qid");
+        let lock = access_lock(AccessQueue::Large, qid);
+        assert_eq!(lock, "/access/large/qid0000000007/lock");
+        assert!(is_ephemeral_lock(&lock));
     }
 
     #[test]

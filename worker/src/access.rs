@@ -21,6 +21,8 @@ use std::time::Duration;
 use ingest_client::Reply;
 use ingest_config::DaemonKind;
 use ingest_events::event::AccessQueue;
+use ingest_events::Qid;
+use ingest_projections::layout;
 use ingest_protocol::access::{AccessMoved, AccessOutcomeBody};
 use ingest_protocol::api::{OutcomeKind, SessionId, WorkerRef};
 use ingest_protocol::fence::{FenceSecret, LockNode};
@@ -44,17 +46,6 @@ pub fn queue_of(kind: DaemonKind) -> AccessQueue {
     match kind {
         DaemonKind::AccessLarge => AccessQueue::Large,
         _ => AccessQueue::Small,
-    }
-}
-
-fn queue_dir(queue: AccessQueue) -> String {
-    format!("/access/{}", queue.name())
-}
-
-fn pause_lock(queue: AccessQueue) -> &'static str {
-    match queue {
-        AccessQueue::Small => "/locks/queue/accessSmall",
-        AccessQueue::Large => "/locks/queue/accessLarge",
     }
 }
 
@@ -92,10 +83,14 @@ async fn take_one(
     client: &zk::Client,
     queue: AccessQueue,
 ) -> Result<bool, BoxError> {
-    if client.check_stat(pause_lock(queue)).await?.is_some() {
+    if client
+        .check_stat(&layout::access_queue_lock(queue))
+        .await?
+        .is_some()
+    {
         return Ok(false);
     }
-    let dir = queue_dir(queue);
+    let dir = layout::access_queue(queue);
     let mut children = match client.list_children(&dir).await {
         Ok(c) => c,
         Err(zk::Error::NoNode) => return Ok(false),
@@ -103,20 +98,24 @@ async fn take_one(
     };
     children.sort();
     for qid in children {
-        let path = format!("{dir}/{qid}");
-        if !takeable(status(client, &path).await.as_deref()) {
+        // A child that is no request id was written by someone else: a
+        // request id is what the engine's routes take.
+        let Ok(id) = qid.parse::<Qid>() else {
+            continue;
+        };
+        if !takeable(status(client, queue, id).await.as_deref()) {
             continue;
         }
         let fence = fresh_secret()?;
         let data = LockNode::new(&shared.name, &fence).to_bytes();
         let ephemeral = ingest_projections::acl::lock_options();
-        let lock = format!("{path}/lock");
+        let lock = layout::access_lock(queue, id);
         let created = match client.create(&lock, &data, &ephemeral).await {
             Ok((stat, _)) => stat,
             Err(zk::Error::NodeExists | zk::Error::NoNode) => continue,
             Err(e) => return Err(e.into()),
         };
-        let result = assemble(shared, client, &qid, &path, &fence).await;
+        let result = assemble(shared, client, &qid, (queue, id), &fence).await;
         release(client, &lock, &created).await;
         if result? {
             return Ok(true);
@@ -138,8 +137,11 @@ fn takeable(status: Option<&str>) -> bool {
 
 /// The request's status, or `None` when its node is missing or unreadable
 /// (a node written by someone else is skipped, not fatal).
-async fn status(client: &zk::Client, path: &str) -> Option<String> {
-    let (data, _) = client.get_data(&format!("{path}/status")).await.ok()?;
+async fn status(client: &zk::Client, queue: AccessQueue, qid: Qid) -> Option<String> {
+    let (data, _) = client
+        .get_data(&layout::access_status(queue, qid))
+        .await
+        .ok()?;
     decode::<AccessStatusNode>("/access/QUEUE/QID/status", &data)
         .ok()
         .map(|n| n.status)
@@ -151,12 +153,12 @@ async fn assemble(
     shared: &Shared,
     client: &zk::Client,
     qid: &str,
-    path: &str,
+    (queue, id): (AccessQueue, Qid),
     fence: &FenceSecret,
 ) -> Result<bool, BoxError> {
     // Re-checked under the lock: another worker may have taken it between
     // the listing and the lock.
-    if !takeable(status(client, path).await.as_deref()) {
+    if !takeable(status(client, queue, id).await.as_deref()) {
         return Ok(false);
     }
     let session_id = SessionId(client.session_id().0);
@@ -172,7 +174,7 @@ async fn assemble(
         tracing::info!(%qid, %code, message = %ingest_protocol::bounded(&message), "the access request was not started");
         return Ok(false);
     }
-    let token = match client.get_data(&format!("{path}/token")).await {
+    let token = match client.get_data(&layout::access_token(queue, id)).await {
         Ok((data, _)) => decode::<AccessTokenNode>("/access/QUEUE/QID/token", &data).ok(),
         Err(_) => None,
     };
