@@ -76,7 +76,7 @@ pub struct RealArgs {
     /// The largest object (sum of its files) a job may download, in bytes.
     #[arg(long, env = "INGEST_MAX_OBJECT_BYTES", value_name = "BYTES", default_value_t = 100 * 1024 * 1024 * 1024)]
     pub max_object_bytes: u64,
-    /// The most files one object may have (manifest lines or container entries). Storing grows linearly with the file count: a version of the default 100,000 files is stored, checked and read back in about 9 s on two cores (docs/performance.md).
+    /// The most files one object may have (manifest lines or container entries). Storing grows linearly with the file count: a version (new or later) of the default 100,000 files is stored and checked within 60 s on two cores, 15–18 s measured in a debug build (steps/tests/scale.rs; docs/performance.md).
     #[arg(
         long,
         env = "INGEST_MAX_OBJECT_FILES",
