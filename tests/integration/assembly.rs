@@ -571,27 +571,17 @@ async fn shown_to_operators(rig: &Rig, delivered: &Value) {
     );
 }
 
-/// Writes `bytes` of pseudo-random data (xorshift, never the same 8 bytes
-/// twice in a row, so no compression or sparse storage shrinks it) to
-/// `path`, 1 MiB at a time.
+/// Writes `bytes` random bytes (`head -c` of `/dev/urandom`, so no
+/// compression or sparse storage shrinks them) to `path`.
 fn pseudo_random_file(path: &Path, bytes: u64) {
-    use std::io::Write;
-    let mut out = std::io::BufWriter::new(std::fs::File::create(path).expect("create"));
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut chunk = vec![0u8; 1 << 20];
-    let mut left = bytes;
-    while left > 0 {
-        for word in chunk.chunks_exact_mut(8) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            word.copy_from_slice(&x.to_le_bytes());
-        }
-        let n = left.min(chunk.len() as u64) as usize;
-        out.write_all(&chunk[..n]).expect("write");
-        left -= n as u64;
-    }
-    out.flush().expect("flush");
+    let out = std::fs::File::create(path).expect("create");
+    let status = std::process::Command::new("head")
+        .args(["-c", &bytes.to_string(), "/dev/urandom"])
+        .stdout(out)
+        .status()
+        .expect("head");
+    assert!(status.success());
+    assert_eq!(std::fs::metadata(path).expect("metadata").len(), bytes);
 }
 
 /// The peak resident set of process `pid` in bytes (`VmHWM`).
