@@ -409,7 +409,7 @@ impl ZkLocks {
     }
 
     /// The shared session, made on first use and again once it ended.
-    async fn session(&self) -> Result<zk::Client, String> {
+    async fn session(&self) -> Result<zk::Client, ingest_projections::zk::ZkError> {
         // Held only to find or make the session, never across a read:
         // every fenced report checks a lock here, and one read at a
         // time made the checks a queue (13 ms of each report's 18 ms
@@ -422,7 +422,7 @@ impl ZkLocks {
                     Ok(client) => client,
                     Err(e) => {
                         self.metrics.zookeeper_unreachable();
-                        return Err(e.to_string());
+                        return Err(e);
                     }
                 };
                 // Every scrape reads the session's state from now on:
@@ -442,7 +442,7 @@ impl ZkLocks {
             path: path.to_string(),
             message,
         };
-        let client = self.session().await.map_err(fail)?;
+        let client = self.session().await.map_err(|e| fail(e.to_string()))?;
         let checked = tokio::time::timeout(self.deadline(), client.get_data(path)).await;
         self.metrics.set_zookeeper_session(client.state());
         match checked {
@@ -500,14 +500,7 @@ impl ingest_engine::service::IdSource for ZkIds {
     > {
         Box::pin(async move {
             use ingest_projections::ids::IdError;
-            use ingest_projections::zk::{ZkError, ZkErrorKind};
-            let client = self.0.session().await.map_err(|e| {
-                IdError::Zk(ZkError::new(
-                    "connect",
-                    e,
-                    ZkErrorKind::Server(zk::Error::ConnectionLoss),
-                ))
-            })?;
+            let client = self.0.session().await.map_err(IdError::Zk)?;
             let config = &self.0.config;
             ingest_projections::ids::reserve(
                 &client,
@@ -766,7 +759,7 @@ impl ingest_projections::AdoptForeign for EngineRecorder {
                     self.decided(ingest_events::Actor::depositor(batch.actor), command)
                         .await
                 }
-                Err(why) => Adoption::Refused(why),
+                Err(why) => Adoption::Refused(why.0),
             }
         })
     }
@@ -783,7 +776,7 @@ impl ingest_projections::AdoptForeign for EngineRecorder {
         Box::pin(async move {
             match self.batch_status_command(&change) {
                 Ok((actor, command)) => self.decided(actor, command).await,
-                Err(why) => ingest_projections::Adoption::Refused(why),
+                Err(why) => ingest_projections::Adoption::Refused(why.0),
             }
         })
     }
@@ -808,9 +801,21 @@ impl ingest_projections::AdoptForeign for EngineRecorder {
                     self.decided(ingest_events::Actor::worker(job.actor), command)
                         .await
                 }
-                Err(why) => ingest_projections::Adoption::Refused(why),
+                Err(why) => ingest_projections::Adoption::Refused(why.0),
             }
         })
+    }
+}
+
+/// Why a write another ZooKeeper client made is not taken in adoption
+/// mode, in words: the reason the revert records.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Refusal(String);
+
+impl From<String> for Refusal {
+    fn from(reason: String) -> Refusal {
+        Refusal(reason)
     }
 }
 
@@ -828,7 +833,7 @@ impl EngineRecorder {
     fn batch_status_command(
         &self,
         change: &ingest_projections::ForeignBatchStatus,
-    ) -> Result<(ingest_events::Actor, ingest_events::command::Command), String> {
+    ) -> Result<(ingest_events::Actor, ingest_events::command::Command), Refusal> {
         use ingest_events::command::Command;
         use ingest_events::lifecycle::BatchState::*;
         use ingest_events::{Actor, JobState};
@@ -845,10 +850,10 @@ impl EngineRecorder {
                 (Actor::worker(actor), Command::OpenBatch { bid })
             }
             (Pending, Held) => {
-                return Err(format!(
+                return Err(Refusal(format!(
                     "collection {} is not held; a batch is Held only when it is acquired under a collection hold",
                     b.submission.profile_name
-                ))
+                )))
             }
             (Held, Pending) => (Actor::admin(actor), Command::ReleaseBatch { bid, reason }),
             (Reporting | UpdateReporting, to @ (Completed | Failed)) => {
@@ -857,7 +862,9 @@ impl EngineRecorder {
                     .all(|j| matches!(j.status, JobState::Completed | JobState::Deleted));
                 let made = if all_completed { Completed } else { Failed };
                 if made != to {
-                    return Err(format!("the batch's jobs make its report {made}, not {to}"));
+                    return Err(Refusal(format!(
+                        "the batch's jobs make its report {made}, not {to}"
+                    )));
                 }
                 (
                     Actor::worker(actor),
@@ -872,15 +879,15 @@ impl EngineRecorder {
             }
             (_, Deleted) => (Actor::admin(actor), Command::DeleteBatch { bid, reason }),
             (Processing, Reporting) => {
-                return Err(
+                return Err(Refusal(
                     "the engine moves a batch to Reporting itself when its last job finishes"
                         .to_string(),
-                )
+                ))
             }
             (from, to) => {
-                return Err(format!(
+                return Err(Refusal(format!(
                     "{from} -> {to} is not a batch move the engine takes (mrt-zk's acquisition, report, release, update reporting and delete are)"
-                ))
+                )))
             }
         })
     }
@@ -891,14 +898,14 @@ impl EngineRecorder {
     fn job_spec(
         &self,
         job: &ingest_projections::ForeignJob,
-    ) -> Result<ingest_events::command::JobSpec, String> {
+    ) -> Result<ingest_events::command::JobSpec, Refusal> {
         use ingest_events::event::{Digest, Erc, Identifiers, PayloadType};
         use ingest_protocol::node::{decode, ConfigurationNode, IdentifiersNode, MetadataNode};
         if job.status != "Pending" {
-            return Err(format!(
+            return Err(Refusal(format!(
                 "a new job is Pending, not {}",
                 ingest_protocol::submission::quoted(&job.status)
-            ));
+            )));
         }
         let c: ConfigurationNode =
             decode("/jobs/JID/configuration", &job.configuration).map_err(|e| e.to_string())?;
@@ -949,14 +956,14 @@ impl EngineRecorder {
     fn foreign_submission(
         &self,
         batch: &ingest_projections::ForeignBatch,
-    ) -> Result<(uuid::Uuid, ingest_events::event::Submission), String> {
+    ) -> Result<(uuid::Uuid, ingest_events::event::Submission), Refusal> {
         use ingest_protocol::node::{decode, SubmissionNode};
         use ingest_protocol::submission::{expand_simple, SubmissionInput};
         if batch.status != "Pending" {
-            return Err(format!(
+            return Err(Refusal(format!(
                 "a new batch is Pending, not {}",
                 ingest_protocol::submission::quoted(&batch.status)
-            ));
+            )));
         }
         let node: SubmissionNode =
             decode("/batches/BID/submission", &batch.submission).map_err(|e| e.to_string())?;

@@ -20,7 +20,7 @@ use reqwest::Method;
 use super::fetch::Fetcher;
 use super::notify::{Mail, Teller};
 use super::RealConfig;
-use crate::step::{AccessEnded, AccessNotice, BatchFuture};
+use crate::step::{AccessEnded, AccessNotice, AccessNoticeError, BatchFuture};
 
 /// The most bytes of a failure's reason in an e-mail's subject (the body
 /// and the callback have it whole).
@@ -61,18 +61,16 @@ impl AccessNotifier {
         &self,
         engine: &ingest_client::Client,
         ended: AccessEnded<'_>,
-    ) -> Result<String, String> {
+    ) -> Result<String, AccessNoticeError> {
         let ark = &ended.token.ark;
         if !plain_ark(ark) {
-            return Err(format!(
-                "the ark {:?} is not one to look up",
-                ingest_protocol::cut(ark, 128)
+            return Err(AccessNoticeError::NotAnArk(
+                ingest_protocol::cut(ark, 128).into_owned(),
             ));
         }
         let object: ObjectView = engine
             .send::<(), _>(Method::GET, &format!("/objects/{ark}"), None)
-            .await
-            .map_err(|e| format!("cannot read the object's collection: {e}"))?;
+            .await?;
         let Some(collection) = object.versions.last().map(|v| v.collection.clone()) else {
             return Ok("notified nobody (the object has no version)".into());
         };
@@ -89,7 +87,7 @@ impl AccessNotifier {
             text: &text,
         };
         match self.teller.tell(&profile.notification, &body, mail).await {
-            Some(errors) => Err(errors),
+            Some(errors) => Err(AccessNoticeError::Delivery(errors)),
             None => Ok(format!("notified the profile {collection:?}")),
         }
     }
@@ -169,7 +167,7 @@ impl AccessNotice for AccessNotifier {
         &'a self,
         engine: &'a ingest_client::Client,
         ended: AccessEnded<'a>,
-    ) -> BatchFuture<'a, Result<String, String>> {
+    ) -> BatchFuture<'a, Result<String, AccessNoticeError>> {
         Box::pin(self.tell(engine, ended))
     }
 }

@@ -170,16 +170,30 @@ pub struct AccessEnded<'a> {
     pub message: &'a str,
 }
 
+/// Why an access request's requester could not be told that it ended.
+#[derive(Debug, thiserror::Error)]
+pub enum AccessNoticeError {
+    /// The request's ark cannot be put in a URL as it is (cut).
+    #[error("the ark {0:?} is not one to look up")]
+    NotAnArk(String),
+    /// The engine did not give the object's collection.
+    #[error("cannot read the object's collection: {0}")]
+    Collection(#[from] ingest_client::ClientError),
+    /// The callback or the e-mail failed (each failure named).
+    #[error("{0}")]
+    Delivery(String),
+}
+
 /// Telling an access request's requester that it ended (the real steps'
 /// [`crate::real::access_notify::AccessNotifier`]).
 pub trait AccessNotice: Send + Sync {
     /// Tells whoever is to be told how the request ended; what was done,
-    /// for the log, or every failure.
+    /// for the log, or why nobody could be told.
     fn notify<'a>(
         &'a self,
         engine: &'a ingest_client::Client,
         ended: AccessEnded<'a>,
-    ) -> BatchFuture<'a, Result<String, String>>;
+    ) -> BatchFuture<'a, Result<String, AccessNoticeError>>;
 }
 
 /// The work of the batch daemons beyond recording: expanding a pending
