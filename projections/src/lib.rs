@@ -104,8 +104,8 @@ pub use rebuild::{
 };
 #[cfg(feature = "log")]
 pub use sink::{
-    AdoptForeign, Adoption, ForeignAdopter, ForeignBatch, ForeignBatchStatus, ForeignJob,
-    ForeignLock, ForeignRecorder, ForeignStatus, GateGuard, LockChange, ProjectorGate,
+    AdoptForeign, Adoption, AdoptionFuture, ForeignAdopter, ForeignBatch, ForeignBatchStatus,
+    ForeignJob, ForeignLock, ForeignRecorder, ForeignStatus, GateGuard, LockChange, ProjectorGate,
     RecordForeign, ResumeRebuild, Resumer, RunMode, Sink, SinkConfig, SinkError, SinkReport,
     SinkState, SinkStatus,
 };

@@ -680,9 +680,7 @@ impl ingest_projections::AdoptForeign for EngineRecorder {
     fn adopt(
         &self,
         change: ingest_projections::ForeignStatus,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = ingest_projections::Adoption> + Send + '_>,
-    > {
+    ) -> ingest_projections::AdoptionFuture<'_> {
         Box::pin(async move {
             use ingest_events::command::{Command, Target};
             use ingest_events::JobState;
@@ -707,9 +705,7 @@ impl ingest_projections::AdoptForeign for EngineRecorder {
     fn adopt_lock(
         &self,
         change: ingest_projections::ForeignLock,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = ingest_projections::Adoption> + Send + '_>,
-    > {
+    ) -> ingest_projections::AdoptionFuture<'_> {
         Box::pin(async move {
             use ingest_events::command::Command;
             use ingest_projections::LockChange;
@@ -742,9 +738,7 @@ impl ingest_projections::AdoptForeign for EngineRecorder {
     fn adopt_batch(
         &self,
         batch: ingest_projections::ForeignBatch,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = ingest_projections::Adoption> + Send + '_>,
-    > {
+    ) -> ingest_projections::AdoptionFuture<'_> {
         Box::pin(async move {
             use ingest_projections::Adoption;
             match self.foreign_submission(&batch) {
@@ -770,9 +764,7 @@ impl ingest_projections::AdoptForeign for EngineRecorder {
     fn adopt_batch_status(
         &self,
         change: ingest_projections::ForeignBatchStatus,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = ingest_projections::Adoption> + Send + '_>,
-    > {
+    ) -> ingest_projections::AdoptionFuture<'_> {
         Box::pin(async move {
             match self.batch_status_command(&change) {
                 Ok((actor, command)) => self.decided(actor, command).await,
@@ -787,9 +779,7 @@ impl ingest_projections::AdoptForeign for EngineRecorder {
     fn adopt_job(
         &self,
         job: ingest_projections::ForeignJob,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = ingest_projections::Adoption> + Send + '_>,
-    > {
+    ) -> ingest_projections::AdoptionFuture<'_> {
         Box::pin(async move {
             use ingest_events::command::Command;
             match self.job_spec(&job) {

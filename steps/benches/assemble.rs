@@ -20,19 +20,12 @@ use chrono::Utc;
 use ingest_steps::assemble::{assemble, Container, Content};
 use ingest_steps::ocfl::{OcflTarget, VersionMeta};
 
+#[path = "support/args.rs"]
+mod args;
+
 fn main() {
-    // As a test target (`cargo test --all-targets`) it does nothing.
-    if !std::env::args().any(|a| a == "--bench") {
+    let Some(sizes) = args::sizes::<u64>(&[64, 256]) else {
         return;
-    }
-    let sizes: Vec<u64> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let sizes = if sizes.is_empty() {
-        vec![64, 256]
-    } else {
-        sizes
     };
     println!("mib\tassemble_mib_s\ttar_mib_s\tratio\tpeak_rss_mib");
     for mib in sizes {

@@ -28,21 +28,13 @@ use chrono::Utc;
 use ingest_steps::ocfl::{Checks, OcflTarget, VersionMeta};
 use sha2::{Digest, Sha256, Sha512};
 
+#[path = "support/args.rs"]
+mod args;
+
 fn main() {
-    // Cargo passes --bench only under `cargo bench`. As a test target
-    // (`cargo test --all-targets`, nextest's `--list`) this binary must
-    // print nothing and do nothing: it stores 140,000 files.
-    if !std::env::args().any(|a| a == "--bench") {
+    // Nothing as a test target: it stores 140,000 files.
+    let Some(sizes) = args::sizes::<usize>(&[10_000, 30_000, 100_000]) else {
         return;
-    }
-    let sizes: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let sizes = if sizes.is_empty() {
-        vec![10_000, 30_000, 100_000]
-    } else {
-        sizes
     };
     let limit = Duration::from_secs(
         std::env::var("OCFL_BENCH_LIMIT_SECS")

@@ -145,21 +145,19 @@ pub struct ForeignJob {
     pub actor: String,
 }
 
+/// What [`AdoptForeign`]'s methods return: the adoption, decided later.
+pub type AdoptionFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Adoption> + Send + 'a>>;
+
 /// Turns a foreign status change into the command it means (implemented by
 /// the server over the engine's `decide`).
 pub trait AdoptForeign: Send + Sync {
     /// Decides and appends `change`, or says why not.
-    fn adopt(
-        &self,
-        change: ForeignStatus,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Adoption> + Send + '_>>;
+    fn adopt(&self, change: ForeignStatus) -> AdoptionFuture<'_>;
 
     /// Decides and appends a pause or hold another client made or
     /// removed, or says why not (by default: not adopted, so reverted).
-    fn adopt_lock(
-        &self,
-        change: ForeignLock,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Adoption> + Send + '_>> {
+    fn adopt_lock(&self, change: ForeignLock) -> AdoptionFuture<'_> {
         let _ = change;
         not_adopted("pauses and holds")
     }
@@ -167,39 +165,28 @@ pub trait AdoptForeign: Send + Sync {
     /// Decides and appends a batch another client created, with the id
     /// ZooKeeper gave it, or says why not (by default: not adopted, so
     /// removed and recorded).
-    fn adopt_batch(
-        &self,
-        batch: ForeignBatch,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Adoption> + Send + '_>> {
+    fn adopt_batch(&self, batch: ForeignBatch) -> AdoptionFuture<'_> {
         let _ = batch;
         not_adopted("batch creations")
     }
 
     /// Decides and appends a batch status another client wrote, or says
     /// why not (by default: not adopted, so reverted).
-    fn adopt_batch_status(
-        &self,
-        change: ForeignBatchStatus,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Adoption> + Send + '_>> {
+    fn adopt_batch_status(&self, change: ForeignBatchStatus) -> AdoptionFuture<'_> {
         let _ = change;
         not_adopted("batch statuses")
     }
 
     /// Decides and appends a job another client created, with the id
     /// ZooKeeper gave it, or says why not (by default: removed).
-    fn adopt_job(
-        &self,
-        job: ForeignJob,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Adoption> + Send + '_>> {
+    fn adopt_job(&self, job: ForeignJob) -> AdoptionFuture<'_> {
         let _ = job;
         not_adopted("job creations")
     }
 }
 
 /// The default answer of [`AdoptForeign`]'s methods: refused, so reverted.
-fn not_adopted(
-    what: &str,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Adoption> + Send + 'static>> {
+fn not_adopted(what: &str) -> AdoptionFuture<'static> {
     Box::pin(std::future::ready(Adoption::Refused(format!(
         "{what} are not adopted here"
     ))))

@@ -130,8 +130,8 @@ mod runner;
 mod work;
 
 pub use adopt::{
-    AdoptForeign, Adoption, ForeignAdopter, ForeignBatch, ForeignBatchStatus, ForeignJob,
-    ForeignLock, ForeignStatus, LockChange,
+    AdoptForeign, Adoption, AdoptionFuture, ForeignAdopter, ForeignBatch, ForeignBatchStatus,
+    ForeignJob, ForeignLock, ForeignStatus, LockChange,
 };
 pub use foreign::{ForeignRecorder, RecordForeign};
 pub use work::{ConvergeError, ConvergeScope, Converged, Converger};

@@ -213,13 +213,7 @@ fn build_object(
     let mut manifest: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     let mut state: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for file in files {
-        let to = content.join(&file.logical_path);
-        if let Some(parent) = to.parent().filter(|p| *p != content) {
-            fs::create_dir_all(parent).map_err(|e| io_error(parent, e))?;
-        }
-        check_stopping(ark)?;
-        let from = source_dir.join(&file.logical_path);
-        fs::rename(&from, &to).map_err(|e| io_error(&from, e))?;
+        move_in(ark, source_dir, &content, &file.logical_path)?;
         manifest
             .entry(&file.sha512)
             .or_default()
@@ -367,13 +361,7 @@ fn build_version(
     for file in files {
         let digest = file.sha512.as_str();
         if !manifest.contains_key(digest) && added.insert(digest) {
-            let to = content.join(&file.logical_path);
-            if let Some(parent) = to.parent().filter(|p| *p != content) {
-                fs::create_dir_all(parent).map_err(|e| io_error(parent, e))?;
-            }
-            check_stopping(ark)?;
-            let from = source_dir.join(&file.logical_path);
-            fs::rename(&from, &to).map_err(|e| io_error(&from, e))?;
+            move_in(ark, source_dir, &content, &file.logical_path)?;
         }
         state.entry(digest).or_default().push(&file.logical_path);
     }
@@ -398,6 +386,24 @@ fn build_version(
         sidecar(&json).as_bytes(),
     )?;
     Ok(json)
+}
+
+/// Moves the source file at `logical_path` into a version's `content`
+/// directory (its parent directories made), unless the process is
+/// stopping.
+fn move_in(
+    ark: &str,
+    source_dir: &Path,
+    content: &Path,
+    logical_path: &str,
+) -> Result<(), StorageError> {
+    let to = content.join(logical_path);
+    if let Some(parent) = to.parent().filter(|p| *p != content) {
+        fs::create_dir_all(parent).map_err(|e| io_error(parent, e))?;
+    }
+    check_stopping(ark)?;
+    let from = source_dir.join(logical_path);
+    fs::rename(&from, &to).map_err(|e| io_error(&from, e))
 }
 
 /// The OCFL version record of `meta` with `state`.

@@ -198,6 +198,17 @@ impl Engine {
     }
 
     async fn start(ctx: &Ctx, name: &str, hosts: &str, replicas: u32) -> Result<Engine> {
+        Engine::start_at(ctx, name, hosts, replicas, "/campaign").await
+    }
+
+    /// [`Engine::start`] on the ZooKeeper root `root`.
+    async fn start_at(
+        ctx: &Ctx,
+        name: &str,
+        hosts: &str,
+        replicas: u32,
+        root: &str,
+    ) -> Result<Engine> {
         let port = ctx.zk(&["free-port"])?;
         let mut e = Engine {
             name: name.to_string(),
@@ -206,7 +217,7 @@ impl Engine {
             base: String::new(),
             child: None,
             replicas,
-            root: "/campaign".into(),
+            root: root.to_string(),
         };
         e.launch(ctx, hosts).await?;
         Ok(e)
@@ -872,17 +883,7 @@ async fn single_burst(
     zk_dir: &str,
 ) -> Result<(Duration, u64, Cpu)> {
     let http = http();
-    let port = ctx.zk(&["free-port"])?;
-    let mut e = Engine {
-        name: name.to_string(),
-        dir: ctx.work.join(name),
-        listen: format!("127.0.0.1:{port}"),
-        base: String::new(),
-        child: None,
-        replicas: 1,
-        root: root.to_string(),
-    };
-    e.launch(ctx, hosts).await?;
+    let mut e = Engine::start_at(ctx, name, hosts, 1, root).await?;
     burst(&e.base, args.batches / 10, args.concurrency).await?; // warm-up
     let before = status(&http, &e.base)
         .await
