@@ -24,7 +24,8 @@ use std::time::Duration;
 
 use ingest_events::{Bid, Jid};
 use ingest_protocol::api::{
-    AdminBody, Appended, CleanedUp, CleanupBody, Diffed, ErrorBody, History, Submitted, Verified,
+    AdminBody, Appended, CleanedUp, CleanupBody, DiffRepairBody, DiffRepaired, Diffed, ErrorBody,
+    History, Submitted, Verified,
 };
 use ingest_protocol::fence::{FenceSecret, FENCE_HEADER};
 use ingest_protocol::report::BatchView;
@@ -675,6 +676,16 @@ impl Client {
     /// As [`Client::send`].
     pub async fn diff(&self) -> Result<Diffed, ClientError> {
         self.send::<(), _>(Method::GET, "/diff", None).await
+    }
+
+    /// `POST /diff/repair`: the running projector converges every drifted
+    /// item to the log and records it.
+    ///
+    /// # Errors
+    /// As [`Client::send`]; 409 `needs_projector` from a server without a
+    /// projector.
+    pub async fn diff_repair(&self, body: &DiffRepairBody) -> Result<DiffRepaired, ClientError> {
+        self.send(Method::POST, "/diff/repair", Some(body)).await
     }
 
     /// An admin action (`POST /jobs/{jid}/requeue`, `DELETE /batches/{bid}`,

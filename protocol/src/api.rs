@@ -253,6 +253,37 @@ pub struct Diffed {
     pub stale_locks: Vec<String>,
 }
 
+/// The body of `POST /diff/repair`.
+#[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiffRepairBody {
+    /// Checked for form (a name or `admin:NAME`) and otherwise ignored: the
+    /// actor recorded is the admin the bearer token names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
+    /// Why; recorded with every item the repair converges.
+    pub reason: String,
+}
+
+/// The answer of `POST /diff/repair`: what the running projector
+/// converged, and the live tree compared with the log again afterwards.
+#[derive(Debug, PartialEq, Clone, Serialize, Deserialize)]
+pub struct DiffRepaired {
+    /// The differences found before the repair (missing, unexpected and
+    /// differing nodes, and stale locks).
+    pub found: usize,
+    /// The items the projector rewrote (`job jid…`, `batch bid…`, a path
+    /// of no item), each recorded in its history with the reason.
+    pub repaired: Vec<String>,
+    /// Stale locks removed (lock nodes no session owned).
+    pub stale_locks_removed: Vec<String>,
+    /// The position of the `TreeRepaired` record (0: nothing was changed,
+    /// so nothing was recorded).
+    pub position: u64,
+    /// The comparison made after the repair.
+    pub after: Diffed,
+}
+
 // ---- depositor routes
 
 /// The submitted.

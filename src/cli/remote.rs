@@ -5,14 +5,14 @@
 //! so while a server runs the CLI's commands go through its HTTP API.
 //! Commands that act as a worker (`job JID success`, `batch BID acquire`, …)
 //! are refused here: through a server, a worker's report is fenced on the
-//! ZooKeeper lock it holds, which the CLI does not. `repair`, `project`,
-//! `rebuild` and `diff --repair` need the data directory or the projector
-//! role and say to stop the server first.
+//! ZooKeeper lock it holds, which the CLI does not. `repair`, `project` and
+//! `rebuild` need the data directory or the projector role and say to stop
+//! the server first; `diff --repair` asks the server's running projector.
 
 use anyhow::{bail, Result};
 use ingest_client::Method;
 pub use ingest_config::server_file::locked_hint;
-use ingest_protocol::api::{CleanupBody, Diffed};
+use ingest_protocol::api::{CleanupBody, DiffRepairBody, DiffRepaired, Diffed};
 
 use super::backend::{Refused, Remote};
 use super::{emit, print_rows, refused_or, zk, Cmd};
@@ -93,10 +93,21 @@ fn run_inner(remote: &Remote, command: Cmd) -> Result<i32> {
             Ok(0)
         }
         Cmd::Diff(args) => {
-            if args.repair {
-                bail!("`diff --repair` writes the live tree as the projector: stop the server (SIGTERM), run `ingest diff --repair` on its data directory, then start it again; `ingest --engine URL diff` only compares");
-            }
             let client = remote.admin_api()?;
+            if args.repair {
+                let body = DiffRepairBody {
+                    actor: Some(remote.admin_name.clone()),
+                    reason: "ingest diff --repair".into(),
+                };
+                return match remote.run(client.diff_repair(&body)) {
+                    Ok(done) => Ok(print_diff_repair(&done)),
+                    Err(e) if e.is::<Refused>() => {
+                        eprintln!("refused: {e}");
+                        Ok(super::exit::UNREACHABLE)
+                    }
+                    Err(e) => Err(e),
+                };
+            }
             match remote.run(client.diff()) {
                 Ok(d) => Ok(print_diff(&d)),
                 // A diff that cannot run is not drift: 3, as unreachable.
@@ -142,6 +153,33 @@ fn worker_only(noun: &str, id: &str) -> String {
     format!(
         "this `{noun} {id}` action is a worker's report: through a server, workers report on routes fenced by the ZooKeeper lock they hold (POST /jobs/JID/outcome, /batches/BID/acquire, …), which the CLI does not hold. Admins can force a failure (`job JID move failed --message …`), requeue, hold, release or delete; or stop the server and run the command on its data directory"
     )
+}
+
+/// Prints what `POST /diff/repair` did and the comparison after it; the
+/// exit code is the later comparison's (0 when the tree now matches).
+fn print_diff_repair(done: &DiffRepaired) -> i32 {
+    if done.found == 0 {
+        println!("nothing to repair");
+    } else {
+        println!(
+            "the server's projector repaired {} item(s) and removed {} stale lock(s) of {} difference(s) found{}",
+            done.repaired.len(),
+            done.stale_locks_removed.len(),
+            done.found,
+            if done.position > 0 {
+                format!(", recorded at position {}", done.position)
+            } else {
+                String::new()
+            }
+        );
+        for item in &done.repaired {
+            println!("  repaired {item}");
+        }
+        for lock in &done.stale_locks_removed {
+            println!("  removed stale lock {lock}");
+        }
+    }
+    print_diff(&done.after)
 }
 
 fn print_diff(v: &Diffed) -> i32 {

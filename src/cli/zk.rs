@@ -101,6 +101,9 @@ pub struct DiffArgs {
     #[command(flatten)]
     pub zk: ZkArgs,
     /// Apply the difference to the live tree and record the repair in the log.
+    /// On a data directory this takes the projector's role (stop the
+    /// server first); with `--engine URL` the server's running projector
+    /// converges each drifted item, recorded in its history.
     #[arg(long)]
     pub repair: bool,
     /// Transaction caps (for --repair).

@@ -1979,6 +1979,128 @@ async fn a_running_server_reports_and_repairs_foreign_nodes() {
     .await;
 }
 
+/// `ingest --engine URL diff --repair` while the server runs (issue 22:
+/// it was refused, "stop the server"): drift of every kind another client
+/// can leave (a node's data changed, a node deleted, a node added, a
+/// persistent lock no session owns) is converged by the server's running
+/// projector, each item recorded with the reason and the whole repair as
+/// `TreeRepaired`; the tree then matches the log and the queue goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diff_repair_through_a_running_server_converges_every_kind_of_drift() {
+    let zk_server = shared();
+    let root = unique_root("diff-repair-serve");
+    let dir = tempfile::tempdir().expect("tempdir");
+    // No worker daemons: the batch stays Pending, and its nodes are
+    // written by the projector only.
+    let server = crate::server::start(dir.path(), &zk_server.hosts(), &root, None);
+    let bid = server.submit(1).await;
+    let zk = zookeeper_client::Client::connect(&format!("{}{root}", zk_server.hosts()))
+        .await
+        .expect("zk");
+    let status_path = format!("/batches/{bid}/status");
+    eventually("the batch is projected", 30, async || {
+        zk.check_stat(&status_path).await.ok().flatten().map(|_| ())
+    })
+    .await;
+    let mut uuid_path = None;
+    for child in zk.list_children("/batch-uuids").await.expect("uuids") {
+        let path = format!("/batch-uuids/{child}");
+        let (data, _) = zk.get_data(&path).await.expect("uuid");
+        if data == bid.as_bytes() {
+            uuid_path = Some(path);
+        }
+    }
+    let uuid_path = uuid_path.expect("the batch's uuid node");
+    let acl =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    zk.set_data(&status_path, b"{\"status\":\"Completed\"}", None)
+        .await
+        .expect("changed");
+    zk.delete(&uuid_path, None).await.expect("deleted");
+    zk.create(&format!("/batches/{bid}/extra"), b"x", &acl)
+        .await
+        .expect("added");
+    let lock = format!("/batches/{bid}/lock");
+    zk.create(&lock, b"stale", &acl).await.expect("stale lock");
+
+    let cli = |args: &[&str]| {
+        let mut all = vec!["--engine", server.base.as_str()];
+        all.extend_from_slice(args);
+        tokio::task::block_in_place(|| {
+            std::process::Command::new(crate::util::ingest_bin())
+                .args(&all)
+                .env("INGEST_ADMIN_TOKEN", ADMIN)
+                .output()
+                .expect("ingest runs")
+        })
+    };
+    let out = cli(&["diff"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "drift: {text}");
+    assert!(
+        text.contains(&status_path) && text.contains(&uuid_path),
+        "{text}"
+    );
+
+    let out = cli(&["diff", "--repair"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains(&format!("repaired batch {bid}")), "{text}");
+    assert!(
+        text.contains(&format!("removed stale lock {lock}")),
+        "{text}"
+    );
+    assert!(text.contains("no differences"), "{text}");
+    let (data, _) = zk.get_data(&status_path).await.expect("status");
+    assert!(
+        String::from_utf8_lossy(&data).contains("Pending"),
+        "the status is the log's again: {}",
+        String::from_utf8_lossy(&data)
+    );
+    assert!(zk.check_stat(&uuid_path).await.expect("stat").is_some());
+    assert!(zk.check_stat(&lock).await.expect("stat").is_none());
+    let diff = server.get("/diff").await;
+    for list in ["missing", "unexpected", "differing", "stale_locks"] {
+        assert_eq!(diff[list], json!([]), "{list}: {diff:#}");
+    }
+    let history = server.get("/history?limit=1000").await.to_string();
+    assert!(history.contains("TreeRepaired"), "{history}");
+    assert!(
+        history.contains("ForeignChangeRepaired") && history.contains("diff repair by admin"),
+        "{history}"
+    );
+    // Nothing left to repair: exit 0, nothing recorded.
+    let out = cli(&["diff", "--repair"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("nothing to repair"), "{text}");
+    // A depositor may not.
+    let (status, body) = server
+        .call(
+            Method::POST,
+            "/diff/repair",
+            crate::server::DEPOSITOR,
+            Some(json!({"reason": "not mine"})),
+        )
+        .await;
+    assert_eq!(status, 401, "admin only: {body}");
+    // The queue goes on.
+    let next = server.submit(1).await;
+    eventually("a batch after the repair is projected", 30, async || {
+        zk.check_stat(&format!("/batches/{next}"))
+            .await
+            .ok()
+            .flatten()
+            .map(|_| ())
+    })
+    .await;
+}
+
 /// `ingest worker` processes killed on drop (a test that fails leaves none
 /// behind), and their log files, whose last lines a failing test prints.
 pub(crate) struct WorkerProcs(pub(crate) Vec<std::process::Child>, pub(crate) Vec<PathBuf>);

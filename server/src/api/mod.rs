@@ -356,6 +356,7 @@ fn table() -> Vec<Entry> {
         entry(M::GET, "/audit/proof", Admin, audit::proof),
         entry(M::GET, "/tree", Admin, ops::tree),
         entry(M::GET, "/diff", Admin, ops::diff),
+        entry(M::POST, "/diff/repair", Admin, ops::diff_repair),
         entry(M::GET, "/consistency", Admin, consistency::report),
         entry(M::POST, "/consistency/repair", Admin, consistency::repair),
         entry(M::GET, "/faults", Admin, ops::faults),

@@ -137,6 +137,11 @@ pub(crate) async fn tree(
 /// checkpoint. Read-only: repairing needs the projector role (`ingest diff
 /// --repair` with the server stopped).
 pub(crate) async fn diff(State(app): State<AppState>) -> Result<Json<Diffed>, ApiError> {
+    diffed(&app).await.map(Json)
+}
+
+/// The live tree compared with the log, as `GET /diff` answers it.
+async fn diffed(app: &AppState) -> Result<Diffed, ApiError> {
     let Some(zk) = app.inner.zookeeper.clone() else {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -176,7 +181,7 @@ pub(crate) async fn diff(State(app): State<AppState>) -> Result<Json<Diffed>, Ap
             ),
         )
     })?;
-    Ok(Json(Diffed {
+    Ok(Diffed {
         checkpoint: report.checkpoint.as_ref().map(ToString::to_string),
         position: report.position,
         expected_nodes: report.expected_nodes,
@@ -192,5 +197,108 @@ pub(crate) async fn diff(State(app): State<AppState>) -> Result<Json<Diffed>, Ap
             .collect(),
         text: report.diff.to_string(),
         stale_locks: report.stale_locks,
+    })
+}
+
+/// The most paths a `TreeRepaired` record of an online repair names (the
+/// items' own records name each node they changed).
+const MAX_RECORDED_PATHS: usize = 1000;
+
+/// `POST /diff/repair`: `ingest diff --repair` while the server runs. The
+/// drifted items are converged by the server's own projector between its
+/// transactions (fenced, version-checked, each item recorded in its history
+/// with the reason), stale locks are removed version-checked, and one
+/// `TreeRepaired` records the paths; the tree is then compared again. On a
+/// follower the request goes to the leader, whose projector writes the
+/// tree. A tree whose checkpoint is not this log's is not drift of items:
+/// that is answered 503, and still needs `ingest rebuild`.
+pub(crate) async fn diff_repair(
+    State(app): State<AppState>,
+    cid: CorrelationId,
+    who: super::auth::AdminName,
+    ApiJson(body): ApiJson<DiffRepairBody>,
+) -> Result<Json<DiffRepaired>, ApiError> {
+    let actor = admin_actor(&who, body.actor.as_deref())?;
+    let reason = check_reason(&body.reason)?;
+    let (Some(converger), Some(zk)) = (app.inner.converger.clone(), app.inner.zookeeper.clone())
+    else {
+        return Err(ApiError::conflict(
+            "needs_projector",
+            "this server runs no projector, so nothing here can write the tree: stop it and run `ingest diff --repair` on its data directory",
+        ));
+    };
+    let before = diffed(&app).await?;
+    let drift: Vec<String> = before
+        .missing
+        .iter()
+        .chain(&before.unexpected)
+        .chain(&before.differing)
+        .cloned()
+        .collect::<std::collections::BTreeSet<String>>()
+        .into_iter()
+        .collect();
+    let found = drift.len() + before.stale_locks.len();
+    let stale_locks_removed = if before.stale_locks.is_empty() {
+        Vec::new()
+    } else {
+        ingest_projections::consistency::delete_subtrees(&zk, &before.stale_locks)
+            .await
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "zookeeper_unavailable",
+                    format!("removing the stale locks failed (nothing was recorded): {e}"),
+                )
+            })?
+    };
+    let repaired = if drift.is_empty() {
+        Vec::new()
+    } else {
+        let asked = converger.converge(
+            ingest_projections::sink::ConvergeScope::Paths(drift.clone()),
+            format!("diff repair by {actor}: {reason}"),
+        );
+        let wait = ingest_engine::consistency::CONVERGE_WAIT;
+        tokio::time::timeout(wait, asked)
+            .await
+            .map_err(|_| {
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "not_converged",
+                    format!(
+                        "the projector did not converge the {} drifted path(s) within {} s; it goes on once it leads and has caught up: run `ingest diff` again later",
+                        drift.len(),
+                        wait.as_secs()
+                    ),
+                )
+            })?
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "not_converged",
+                    format!("the projector stopped before it converged the drift: {e}"),
+                )
+            })?
+            .repaired
+    };
+    let mut recorded: Vec<String> = drift;
+    recorded.extend(stale_locks_removed.iter().cloned());
+    let position = if repaired.is_empty() && stale_locks_removed.is_empty() {
+        0
+    } else {
+        recorded.truncate(MAX_RECORDED_PATHS);
+        tracing::warn!(%actor, reason = %ingest_protocol::bounded(&reason), items = repaired.len(), stale_locks = stale_locks_removed.len(), "drift repaired by the running projector");
+        let outcome = app
+            .execute(actor, cid, Command::RecordRepair { paths: recorded })
+            .await?;
+        outcome.records.last().map_or(0, |r| r.envelope.position)
+    };
+    let after = diffed(&app).await?;
+    Ok(Json(DiffRepaired {
+        found,
+        repaired,
+        stale_locks_removed,
+        position,
+        after,
     }))
 }
