@@ -135,6 +135,11 @@ pub fn untested(why: &str) {
 /// under the test target's temporary directory (made once, `pip install
 /// SPEC` into it); `None` when pip cannot reach the package index: the
 /// test then fails in CI ([`untested`]) and is skipped locally, saying so.
+///
+/// Tests run in parallel processes, so the environment is built under a
+/// name of this process's own and renamed into place whole: a test never
+/// sees another's half-made environment (on a fresh machine one test's
+/// `pip` vanished while another made the same directory again).
 pub fn venv_python(name: &str, spec: &str, module: &str) -> Option<PathBuf> {
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let python = venv.join("bin/python");
@@ -147,31 +152,58 @@ pub fn venv_python(name: &str, spec: &str, module: &str) -> Option<PathBuf> {
     if importable(&python) {
         return Some(python);
     }
+    let building = venv.with_file_name(format!(
+        ".{name}.building-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos())
+    ));
     let made = Command::new("python3")
         .args(["-m", "venv"])
-        .arg(&venv)
+        .arg(&building)
         .output()
         .unwrap_or_else(|e| panic!("python3 -m venv: {e} (python3 is needed for this test)"));
     assert!(
         made.status.success(),
         "python3 -m venv {}: {}",
-        venv.display(),
+        building.display(),
         String::from_utf8_lossy(&made.stderr)
     );
-    let pip = Command::new(venv.join("bin/pip"))
-        .args(["install", "--quiet", "--disable-pip-version-check", spec])
+    // `python -m pip`, not `bin/pip`: the script's first line names the
+    // directory it was made in, which is renamed below.
+    let pip = Command::new(building.join("bin/python"))
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            spec,
+        ])
         .output()
         .expect("run pip");
     if !pip.status.success() {
+        let _ = std::fs::remove_dir_all(&building);
         untested(&format!(
             "pip could not install {spec} (is the package index reachable?): {}",
             String::from_utf8_lossy(&pip.stderr)
         ));
         return None;
     }
+    if std::fs::rename(&building, &venv).is_err() {
+        // Another test's environment got there first; or a broken one is
+        // in the way, which goes.
+        if !importable(&python) {
+            let _ = std::fs::remove_dir_all(&venv);
+            let _ = std::fs::rename(&building, &venv);
+        }
+        let _ = std::fs::remove_dir_all(&building);
+    }
     assert!(
         importable(&python),
-        "{spec} installed but {module} not importable"
+        "{spec} installed but {module} not importable from {}",
+        python.display()
     );
     Some(python)
 }
