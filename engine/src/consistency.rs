@@ -70,11 +70,21 @@ pub struct Sources<'a> {
     /// consistent read of the tree lets it go here, so a long scan of
     /// storage never holds up the queue.
     pub tree_read: Option<&'a (dyn Fn() + Sync)>,
+    /// Set when whoever asked for the check went away (a server's client
+    /// disconnected): the scan of storage stops before its next object,
+    /// with [`CheckError::Cancelled`], rather than reading on for nobody.
+    pub cancelled: Option<&'a std::sync::atomic::AtomicBool>,
 }
 
 /// Why a check or a repair could not be done.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckError {
+    /// Whoever asked for the check went away ([`Sources::cancelled`]); the
+    /// scan of storage stopped.
+    #[error(
+        "the check was cancelled: whoever asked for it went away, so the scan of storage stopped"
+    )]
+    Cancelled,
     /// ZooKeeper could not be read or compared with the log.
     #[error("cannot compare the tree under {root} with the log: {source}")]
     Tree {
@@ -326,7 +336,18 @@ fn unrecorded_versions(
         };
         // Opened read-only: the staging area belongs to the process storing.
         let target = OcflTarget::open_existing(&t.name, &t.root).map_err(storage)?;
-        for ark in target.arks().map_err(storage)? {
+        let cancelled = || {
+            src.cancelled
+                .is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+        };
+        let arks = target.arks_unless(&cancelled).map_err(storage)?;
+        if cancelled() {
+            return Err(CheckError::Cancelled);
+        }
+        for ark in arks {
+            if cancelled() {
+                return Err(CheckError::Cancelled);
+            }
             read += 1;
             let recorded: BTreeSet<u32> = inventory
                 .versions(&ark)

@@ -26,6 +26,7 @@
 //! | `ingest_projector_checkpoint_position` | gauge | | the position the live tree holds |
 //! | `ingest_projector_state` | gauge | `state` | 1 for what the projector is doing |
 //! | `ingest_projection_foreign_changes_total` | counter | `kind` | nodes another ZooKeeper client had changed (`missing`, `changed`, `extra`) that the projector converged back to the log ([`Metrics::count_foreign_change`]) |
+//! | `ingest_consistency_checks_total` | counter | `outcome` | consistency checks a server ran (`GET /consistency`, the UI's reports, repairs' checks) by outcome: `done`, `failed`, or `cancelled` when the client went away during the scan of storage ([`Metrics::count_consistency_check`]) |
 //! | `ingest_build_info` | gauge | `version` | always 1 |
 //! | `ingest_replication_role` | gauge | `role` | with `--replicas`: 1 for this engine's role ([`Metrics::attach_replication`]) |
 //! | `ingest_replication_epoch`, `ingest_replication_applied_position`, `ingest_replication_lag_events` | gauge | | the fencing epoch seen, the position applied, events behind the tail |
@@ -82,6 +83,14 @@ const MAX_RECORDS_PER_SCRAPE: u64 = 200_000;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     kind: String,
+}
+
+/// The outcomes of a consistency check, as counted.
+pub const CHECK_OUTCOMES: [&str; 3] = ["done", "failed", "cancelled"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -196,6 +205,7 @@ pub struct Metrics {
     counted_to: Mutex<u64>,
     events_appended: Family<KindLabel, Counter>,
     foreign_changes: Family<KindLabel, Counter>,
+    consistency_checks: Family<OutcomeLabel, Counter>,
     log_head: Gauge,
     log_durable: Gauge,
     log_needs_repair: Gauge,
@@ -245,6 +255,7 @@ impl Metrics {
             registry: Mutex::new(Registry::default()),
             events_appended: Family::default(),
             foreign_changes: Family::default(),
+            consistency_checks: Family::default(),
             log_head: Gauge::default(),
             log_durable: Gauge::default(),
             log_needs_repair: Gauge::default(),
@@ -289,6 +300,18 @@ impl Metrics {
             m.foreign_changes
                 .get_or_create(&KindLabel {
                     kind: kind.name().to_string(),
+                })
+                .inc_by(0);
+        }
+        r.register(
+            "ingest_consistency_checks",
+            "Consistency checks this server ran, by outcome (done, failed, cancelled: the client went away during the scan of storage)",
+            m.consistency_checks.clone(),
+        );
+        for outcome in CHECK_OUTCOMES {
+            m.consistency_checks
+                .get_or_create(&OutcomeLabel {
+                    outcome: outcome.to_string(),
                 })
                 .inc_by(0);
         }
@@ -493,6 +516,16 @@ impl Metrics {
         self.foreign_changes
             .get_or_create(&KindLabel {
                 kind: kind.name().to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts one consistency check by its outcome (one of
+    /// [`CHECK_OUTCOMES`]).
+    pub fn count_consistency_check(&self, outcome: &'static str) {
+        self.consistency_checks
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.to_string(),
             })
             .inc();
     }

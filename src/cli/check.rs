@@ -186,6 +186,7 @@ pub fn local(engine: &mut Engine, actor: &Actor, args: CheckArgs) -> Result<i32>
         inventory: Some(&inventory),
         stuck_after_secs: args.stuck_after,
         tree_read: None,
+        cancelled: None,
     };
     let unreadable = |e: CheckError| -> Result<i32> {
         eprintln!("error: {e}");

@@ -764,12 +764,26 @@ impl OcflTarget {
     /// [`StorageError::Io`] or another storage error when the root itself
     /// cannot be listed.
     pub fn arks(&self) -> Result<Vec<String>, StorageError> {
+        self.arks_unless(&|| false)
+    }
+
+    /// [`OcflTarget::arks`], stopping before the next object once `stop`
+    /// says so (each object's inventory is read to learn its id, so the
+    /// listing of a large root is itself long): the arks listed so far.
+    ///
+    /// # Errors
+    ///
+    /// As [`OcflTarget::arks`].
+    pub fn arks_unless(&self, stop: &dyn Fn() -> bool) -> Result<Vec<String>, StorageError> {
         let iter = self
             .repo
             .list_objects(None)
             .map_err(|e| rocfl_error("(listing)", e))?;
         let mut arks = Vec::new();
         for item in iter {
+            if stop() {
+                break;
+            }
             match item {
                 Ok(details) => arks.push(details.id),
                 Err(e) => {

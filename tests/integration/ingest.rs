@@ -3115,3 +3115,90 @@ async fn a_consistency_check_scanning_storage_does_not_hold_up_the_queue() {
     let (status, report) = check.await.expect("the check task");
     assert!(status == 200 || status == 500, "{status} {report}");
 }
+
+/// Issue 25, finding 1: a check whose client goes away stops scanning
+/// storage instead of reading on for nobody. Two objects' inventories are
+/// FIFOs; the client gives up while the scan blocks on one, which the
+/// test then lets go: the scan stops before the other
+/// (`ingest_consistency_checks_total{outcome="cancelled"}`). Before, it went
+/// on to the next object and blocked there, for nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consistency_check_whose_client_goes_away_stops_scanning_storage() {
+    let rig = rig("cancelled", &[]).await;
+    add(&rig.depot, "first.txt", b"stored before the check");
+    let first = rig
+        .submit(json!({"profile": "demo", "submitter": "alice", "type": "file", "payload_url": format!("{}/files/first.txt", rig.base)}))
+        .await;
+    assert_eq!(rig.finished(&first).await["status"], "Completed");
+    let mut fifos = Vec::new();
+    for name in ["blocking-a", "blocking-b"] {
+        let dir = rig.storage.join(name);
+        std::fs::create_dir_all(&dir).expect("object dir");
+        std::fs::write(dir.join("0=ocfl_object_1.0"), "ocfl_object_1.0\n").expect("declaration");
+        let fifo = dir.join("inventory.json");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        fifos.push(fifo);
+    }
+    let cancelled = async || {
+        let page = reqwest::Client::new()
+            .get(format!("{}/metrics", rig.server.base))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        page.lines()
+            .find(|l| l.starts_with("ingest_consistency_checks_total{outcome=\"cancelled\"}"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    assert_eq!(cancelled().await, Some(0));
+
+    // The client gives up while the scan is blocked on one of the FIFOs.
+    let url = format!("{}/consistency", rig.server.base);
+    let client = tokio::spawn(async move {
+        reqwest::Client::new()
+            .get(url)
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+    });
+    let writer = eventually("the check reading a blocking inventory", 60, async || {
+        use std::os::unix::fs::OpenOptionsExt;
+        fifos.iter().find_map(|fifo| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+                .open(fifo)
+                .ok()
+        })
+    })
+    .await;
+    client.abort();
+    let _ = client.await;
+    // The server learns that its client went away when the connection
+    // closes (a margin for that, not a measured time); then the blocked
+    // read is let go (end of file: that object is skipped), and the scan
+    // must stop before the other FIFO.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    drop(writer);
+    eventually("the check counted as cancelled", 60, async || {
+        cancelled().await.filter(|n| *n == 1).map(|_| ())
+    })
+    .await;
+    // The other FIFO was never opened by a reader: a writer cannot open it.
+    for fifo in &fifos {
+        use std::os::unix::fs::OpenOptionsExt;
+        let open = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+            .open(fifo);
+        assert!(open.is_err(), "a reader still has {}", fifo.display());
+    }
+}

@@ -4,6 +4,7 @@
 //! of a running server (its ZooKeeper, inventory and storage targets) and
 //! appends the event that records a repair.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::extract::rejection::QueryRejection;
@@ -34,6 +35,10 @@ fn answer(e: CheckError) -> ApiError {
             message,
         ),
         CheckError::Storage { .. } | CheckError::Inventory(_) => ApiError::internal(message),
+        // Nobody reads it: the client went away.
+        CheckError::Cancelled => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "cancelled", message)
+        }
     }
 }
 
@@ -64,6 +69,7 @@ impl Owned {
         &self,
         stuck_after_secs: u64,
         tree_read: Option<&(dyn Fn() + Sync)>,
+        cancelled: Option<&AtomicBool>,
         f: impl FnOnce(Sources<'_>) -> R,
     ) -> R {
         let job = |jid| self.handle.state().jobs.get(&jid).cloned();
@@ -75,7 +81,18 @@ impl Owned {
             inventory: self.inventory.as_ref(),
             stuck_after_secs,
             tree_read,
+            cancelled,
         })
+    }
+}
+
+/// Set when dropped: a handler's future is dropped when its client goes
+/// away, and the check it started on a blocking thread then stops.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
@@ -84,9 +101,13 @@ impl Owned {
 /// between two transactions, so they stand still; the comparison with the
 /// log (a fold) and the scan of storage run on a blocking thread, and the
 /// projector is let go once the tree is compared: storage is scanned with
-/// the projector running.
+/// the projector running. A client that goes away cancels the scan
+/// ([`CancelOnDrop`]); every check's outcome is counted
+/// (`ingest_consistency_checks_total`).
 async fn checked(app: &AppState, stuck_after_secs: u64) -> Result<(Owned, Checked), ApiError> {
     let owned = Owned::of(app);
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let _cancel = CancelOnDrop(Arc::clone(&cancelled));
     let held = match &app.inner.projector_gate {
         Some(gate) => Some(gate.hold().await),
         None => None,
@@ -94,16 +115,31 @@ async fn checked(app: &AppState, stuck_after_secs: u64) -> Result<(Owned, Checke
     let tree = consistency::read_tree(owned.zk.as_ref())
         .await
         .map_err(answer)?;
+    let metrics = Arc::clone(&app.inner.metrics);
     let result = tokio::task::spawn_blocking(move || {
         let held = std::sync::Mutex::new(held);
         let release = || {
             let guard = held.lock().unwrap_or_else(|e| e.into_inner()).take();
             drop(guard);
         };
-        let result = owned.lend(stuck_after_secs, Some(&release), |sources| {
-            consistency::check_read(sources, tree, Utc::now())
-        });
+        let result = owned.lend(
+            stuck_after_secs,
+            Some(&release),
+            Some(&cancelled),
+            |sources| consistency::check_read(sources, tree, Utc::now()),
+        );
         release();
+        let outcome = match &result {
+            Ok(_) => "done",
+            Err(CheckError::Cancelled) => {
+                tracing::info!(
+                    "a consistency check stopped scanning storage: its client went away"
+                );
+                "cancelled"
+            }
+            Err(_) => "failed",
+        };
+        metrics.count_consistency_check(outcome);
         result.map(|checked| (owned, checked))
     })
     .await
@@ -179,6 +215,7 @@ pub(crate) async fn repair(
             inventory: owned.inventory.as_ref(),
             stuck_after_secs: default_stuck_after(),
             tree_read: None,
+            cancelled: None,
         },
         admin: None,
         converger: converger.as_ref(),
