@@ -7,9 +7,12 @@
 //! (`manifest-<algorithm>.txt`, BagIt's line form) closes the container.
 //!
 //! Nothing holds a whole file in memory: each is copied through a fixed
-//! buffer. A mismatch fails the assembly naming the file and the target;
-//! [`assemble_from_any`] then tries the next target, writing the container
-//! anew.
+//! buffer. The container's own size and SHA-256 are computed as it is
+//! written ([`ContainerDigest`]; a zip, whose writer seeks back, is read
+//! once more), and the object bytes packed so far are counted in a
+//! [`Progress`]. A mismatch fails the assembly naming the file and the
+//! target; [`assemble_from_any`] then tries the next target, writing the
+//! container anew.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, Write};
@@ -17,6 +20,10 @@ use std::path::{Path, PathBuf};
 
 use crate::digest::{Algorithm, MultiHasher};
 use crate::ocfl::{ContentFile, OcflTarget, StorageError};
+
+mod sink;
+use sink::Sink;
+pub use sink::{ContainerDigest, Progress};
 
 /// The container formats (the request's `format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,18 +150,21 @@ fn entry_name(ark: &str, version: u32, logical: &str) -> String {
     format!("{safe}/v{version}/{logical}")
 }
 
-/// A reader that hashes what passes through it.
-struct Hashing<R: Read> {
+/// A reader that hashes and counts what passes through it.
+struct Hashing<'p, R: Read> {
     inner: R,
     hasher: MultiHasher,
     n: u64,
+    progress: &'p Progress,
 }
 
-impl<R: Read> Read for Hashing<R> {
+impl<R: Read> Read for Hashing<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
+        let read = buf.get(..n).unwrap_or(buf);
+        self.hasher.update(read);
         self.n += n as u64;
+        self.progress.add(n as u64);
         Ok(n)
     }
 }
@@ -230,6 +240,20 @@ pub fn assemble<W: Write + Seek>(
     container: Container,
     out: W,
 ) -> Result<(Assembled, W), AssembleError> {
+    let progress = Progress::default();
+    build(target, ark, version, content, container, out, &progress)
+}
+
+/// [`assemble`], counting the object bytes packed in `progress`.
+fn build<W: Write + Seek>(
+    target: &OcflTarget,
+    ark: &str,
+    version: Option<u32>,
+    content: Content,
+    container: Container,
+    out: W,
+    progress: &Progress,
+) -> Result<(Assembled, W), AssembleError> {
     let name = target.name().to_string();
     let storage = |source| AssembleError::Storage {
         target: name.clone(),
@@ -243,12 +267,13 @@ pub fn assemble<W: Write + Seek>(
         // (so a file deduplicated into an earlier version is found).
         for n in 1..head.version {
             let v = target.version_content(ark, Some(n)).map_err(storage)?;
-            let (f, b) = pack_version(&mut writer, &name, ark, &v, true)?;
+            let (f, b) = pack_version(&mut writer, (&name, ark), &v, true, progress)?;
             files += f;
             bytes += b;
         }
     }
-    let (f, b) = pack_version(&mut writer, &name, ark, &head, content != Content::Producer)?;
+    let all = content != Content::Producer;
+    let (f, b) = pack_version(&mut writer, (&name, ark), &head, all, progress)?;
     files += f;
     bytes += b;
     let out = writer.finish().map_err(|source| AssembleError::Io {
@@ -272,10 +297,10 @@ pub fn assemble<W: Write + Seek>(
 /// version's `manifest-<alg>.txt`; the files and bytes packed.
 fn pack_version<W: Write + Seek>(
     writer: &mut Writer<W>,
-    name: &str,
-    ark: &str,
+    (name, ark): (&str, &str),
     v: &crate::ocfl::VersionContent,
     all: bool,
+    progress: &Progress,
 ) -> Result<(usize, u64), AssembleError> {
     let files: Vec<&ContentFile> = v
         .files
@@ -308,6 +333,7 @@ fn pack_version<W: Write + Seek>(
             inner: file.take(size),
             hasher: MultiHasher::new(&[algorithm]),
             n: 0,
+            progress,
         };
         writer
             .entry(&entry, size, &mut reader)
@@ -353,54 +379,93 @@ fn pack_version<W: Write + Seek>(
     Ok((files.len(), bytes))
 }
 
+/// What a request asks to assemble.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// The object.
+    pub ark: &'a str,
+    /// The version (the head when `None`).
+    pub version: Option<u32>,
+    /// Which files.
+    pub content: Content,
+    /// The container.
+    pub container: Container,
+    /// Whether the container holds a BagIt bag of the version.
+    pub bag: bool,
+}
+
+/// What [`assemble_from_any`] gives: the assembly, and the finished
+/// container's size and SHA-256.
+pub type Delivered = (Assembled, ContainerDigest);
+
 /// [`assemble`] into the file `dest` from the first of `targets` that
 /// gives the version whole and intact; each failure (a mismatch names the
 /// file and target) is in the list returned beside the result, and the
 /// last one is the error when none succeeds. With `bag`, the version is
 /// first exported as a BagIt bag (the project's bag writer, which checks
 /// every file against the inventory) into `<dest>.bag`, and the bag is
-/// packed; the bag directory is removed afterwards.
+/// packed; the bag directory is removed afterwards. The object bytes
+/// packed are counted in `progress` (from 0 again for each target tried);
+/// the container is hashed as it is written.
 ///
 /// # Errors
 /// The last target's [`AssembleError`], or [`AssembleError::NoTarget`].
 pub fn assemble_from_any<'a>(
     targets: impl IntoIterator<Item = &'a OcflTarget>,
-    ark: &str,
-    version: Option<u32>,
-    content: Content,
-    container: Container,
-    bag: bool,
+    request: &Request<'_>,
     dest: &Path,
-) -> (Result<Assembled, AssembleError>, Vec<AssembleError>) {
+    progress: &Progress,
+) -> (Result<Delivered, AssembleError>, Vec<AssembleError>) {
     let mut failures = Vec::new();
+    let io_err = |what: &'static str| {
+        move |source| AssembleError::Io {
+            what,
+            path: dest.to_path_buf(),
+            source,
+        }
+    };
     for target in targets {
+        progress.restart();
         let file = match File::create(dest) {
-            Ok(f) => f,
-            Err(source) => {
-                return (
-                    Err(AssembleError::Io {
-                        what: "cannot create",
-                        path: dest.to_path_buf(),
-                        source,
-                    }),
-                    failures,
-                )
-            }
+            Ok(f) => Sink::new(f),
+            Err(source) => return (Err(io_err("cannot create")(source)), failures),
         };
+        let Request {
+            ark,
+            version,
+            content,
+            container,
+            bag,
+        } = *request;
         let built = if bag {
-            assemble_bag(target, ark, version, container, dest, file)
+            assemble_bag(target, (ark, version), container, dest, file, progress)
         } else {
-            assemble(target, ark, version, content, container, file)
+            build(target, ark, version, content, container, file, progress)
         };
-        match built {
-            Ok((done, file)) => match file.sync_all() {
-                Ok(()) => return (Ok(done), failures),
-                Err(source) => failures.push(AssembleError::Io {
-                    what: "cannot sync",
-                    path: dest.to_path_buf(),
-                    source,
-                }),
-            },
+        let finished = built.and_then(|(done, sink)| {
+            let (file, digest) = sink.finish();
+            file.sync_all().map_err(io_err("cannot sync"))?;
+            let digest = match digest {
+                Some((size, sha256)) => ContainerDigest {
+                    size,
+                    sha256,
+                    read_back: false,
+                },
+                None => {
+                    let (size, digests) = crate::digest::digest_file(dest, &[Algorithm::Sha256])
+                        .map_err(io_err("cannot read"))?;
+                    let sha256 = digests.into_iter().next().map(|(_, hex)| hex);
+                    ContainerDigest {
+                        size,
+                        sha256: sha256.unwrap_or_default(),
+                        read_back: true,
+                    }
+                }
+            };
+            Ok((done, digest))
+        });
+        match finished {
+            Ok(delivered) => return (Ok(delivered), failures),
             Err(e) => failures.push(e),
         }
     }
@@ -411,14 +476,14 @@ pub fn assemble_from_any<'a>(
 
 /// A BagIt bag of the version (every file: a bag is the full version)
 /// exported beside `dest` and packed into `out` under `<ark>/v<N>/`.
-fn assemble_bag(
+fn assemble_bag<W: Write + Seek>(
     target: &OcflTarget,
-    ark: &str,
-    version: Option<u32>,
+    (ark, version): (&str, Option<u32>),
     container: Container,
     dest: &Path,
-    out: File,
-) -> Result<(Assembled, File), AssembleError> {
+    out: W,
+    progress: &Progress,
+) -> Result<(Assembled, W), AssembleError> {
     let mut dir = dest.as_os_str().to_owned();
     dir.push(".bag");
     let dir = PathBuf::from(dir);
@@ -436,7 +501,7 @@ fn assemble_bag(
         source: Box::new(source),
     });
     let packed = summary.and_then(|summary| {
-        let out = pack_dir(&dir, ark, summary.version, container, out)?;
+        let out = pack_dir(&dir, (ark, summary.version), container, out, progress)?;
         Ok((
             Assembled {
                 target: name,
@@ -455,10 +520,10 @@ fn assemble_bag(
 /// `out` under `<ark>/v<version>/`.
 fn pack_dir<W: Write + Seek>(
     dir: &Path,
-    ark: &str,
-    version: u32,
+    (ark, version): (&str, u32),
     container: Container,
     out: W,
+    progress: &Progress,
 ) -> Result<W, AssembleError> {
     let mut files = Vec::new();
     let mut todo = vec![dir.to_path_buf()];
@@ -507,8 +572,15 @@ fn pack_dir<W: Write + Seek>(
                 source,
             })?
             .len();
+        // Counted, not hashed: the bag writer checked every file.
+        let mut reader = Hashing {
+            inner: file.take(size),
+            hasher: MultiHasher::new(&[]),
+            n: 0,
+            progress,
+        };
         writer
-            .entry(&entry_name(ark, version, &rel), size, &mut file.take(size))
+            .entry(&entry_name(ark, version, &rel), size, &mut reader)
             .map_err(|source| AssembleError::Io {
                 what: "cannot assemble",
                 path: path.clone(),

@@ -181,17 +181,21 @@ fn a_changed_byte_fails_naming_the_file_and_the_next_target_is_used() {
         "{message}"
     );
 
-    let (done, failures) = assemble_from_any(
-        &targets,
-        ARK,
-        None,
-        Content::Producer,
-        Container::Zip,
-        false,
-        &dest,
-    );
-    let done = done.expect("the second target");
+    let request = Request {
+        ark: ARK,
+        version: None,
+        content: Content::Producer,
+        container: Container::Zip,
+        bag: false,
+    };
+    let progress = Progress::default();
+    let (done, failures) = assemble_from_any(&targets, &request, &dest, &progress);
+    let (done, digest) = done.expect("the second target");
     assert_eq!(done.target, "second");
+    // A zip's writer seeks back, so its digest is read from the file.
+    assert!(digest.read_back);
+    assert_eq!(digest, file_digest(&dest, true));
+    assert_eq!(progress.bytes(), done.bytes);
     assert_eq!(failures.len(), 1);
     assert!(matches!(&failures[0], AssembleError::Mismatch { target, .. } if target == "first"));
     assert_eq!(
@@ -199,15 +203,48 @@ fn a_changed_byte_fails_naming_the_file_and_the_next_target_is_used() {
         b"same in both versions"
     );
     // With the first target only, it fails and leaves no file.
-    let (alone, _) = assemble_from_any(
-        &targets[..1],
-        ARK,
-        None,
-        Content::Producer,
-        Container::Tar,
-        false,
-        &dest,
-    );
+    let tar = Request {
+        container: Container::Tar,
+        ..request
+    };
+    let (alone, _) = assemble_from_any(&targets[..1], &tar, &dest, &progress);
     assert!(matches!(alone, Err(AssembleError::Mismatch { .. })));
     assert!(!dest.exists());
+}
+
+/// The size and SHA-256 of `path`, read through `sha256sum`'s equal, the
+/// project's digest of a file.
+fn file_digest(path: &std::path::Path, read_back: bool) -> ContainerDigest {
+    let (size, digests) =
+        crate::digest::digest_file(path, &[crate::digest::Algorithm::Sha256]).expect("digest");
+    ContainerDigest {
+        size,
+        sha256: digests.into_iter().next().map(|(_, h)| h).expect("sha256"),
+        read_back,
+    }
+}
+
+/// A tar and a tar.gz are hashed as they are written (no second read), and
+/// the digest is the file's.
+#[test]
+fn a_tar_container_is_hashed_as_it_is_written() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let targets = [two_versions(root.path(), "only")];
+    for container in [Container::Tar, Container::TarGz] {
+        let out = tempfile::tempdir().expect("tempdir");
+        let dest = out.path().join("c");
+        let request = Request {
+            ark: ARK,
+            version: None,
+            content: Content::Full,
+            container,
+            bag: false,
+        };
+        let progress = Progress::default();
+        let (done, _) = assemble_from_any(&targets, &request, &dest, &progress);
+        let (done, digest) = done.expect("assembled");
+        assert!(!digest.read_back, "{container:?} was read again");
+        assert_eq!(digest, file_digest(&dest, false), "{container:?}");
+        assert_eq!(progress.bytes(), done.bytes);
+    }
 }

@@ -7,7 +7,6 @@
 //! names the URL `ingest serve` answers it at, its size, SHA-256, ready
 //! time and expiry.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,8 +15,9 @@ use chrono::Utc;
 use ingest_protocol::access::{AccessContent, AccessDelivery};
 use ingest_protocol::delivery;
 use ingest_protocol::node::AccessTokenNode;
-use ingest_steps::assemble::{assemble_from_any, AssembleError, Container, Content};
-use ingest_steps::digest::{Algorithm, MultiHasher};
+use ingest_steps::assemble::{
+    assemble_from_any, AssembleError, Container, Content, Progress, Request,
+};
 use ingest_steps::ocfl::OcflTarget;
 
 /// How long a container is served when no TTL is configured: a week.
@@ -142,17 +142,21 @@ impl Assembler {
         // serves a partial container.
         let building = self.delivery_dir.join(format!(".building-{name}"));
         let version = (token.version > 0).then(|| u32::try_from(token.version).unwrap_or(u32::MAX));
-        let (result, earlier) = assemble_from_any(
-            self.targets.iter().map(|t| t.as_ref()),
-            &token.ark,
+        let request = Request {
+            ark: &token.ark,
             version,
             content,
             container,
-            token.bag,
+            bag: token.bag,
+        };
+        let (result, earlier) = assemble_from_any(
+            self.targets.iter().map(|t| t.as_ref()),
+            &request,
             &building,
+            &Progress::default(),
         );
-        let done = match result {
-            Ok(done) => done,
+        let (done, container) = match result {
+            Ok(delivered) => delivered,
             Err(last) => {
                 return Err(AssemblyError::Targets {
                     earlier,
@@ -164,7 +168,9 @@ impl Assembler {
             let path = path.to_path_buf();
             move |source| AssemblyError::Delivery { path, source }
         };
-        let (size, sha256) = digest(&building).map_err(io(&building))?;
+        // Hashed as it was written (a zip, whose writer seeks back, read
+        // once more): no second read of a tar.
+        let (size, sha256) = (container.size, container.sha256);
         std::fs::rename(&building, &dest).map_err(io(&dest))?;
         Ok(Finished {
             delivery: AccessDelivery {
@@ -179,29 +185,6 @@ impl Assembler {
             failed_over: earlier.iter().map(|e| e.to_string()).collect(),
         })
     }
-}
-
-/// The size and SHA-256 of a file, read through a fixed buffer.
-fn digest(path: &Path) -> std::io::Result<(u64, String)> {
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = MultiHasher::new(&[Algorithm::Sha256]);
-    let mut buf = vec![0u8; 1 << 16];
-    let mut size = 0u64;
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-        size += n as u64;
-    }
-    let hex = hasher
-        .finish()
-        .into_iter()
-        .next()
-        .map(|(_, h)| h)
-        .unwrap_or_default();
-    Ok((size, hex))
 }
 
 /// Removes the containers in `dir` whose expiry (in their name) is before
