@@ -122,8 +122,21 @@ impl fmt::Display for Actor {
     }
 }
 
+/// A text that names none of a domain type's values (an actor, a payload
+/// type, a submission mode, an access queue or content, a failure kind):
+/// the message says what was given, cut to 40 characters, and what is
+/// accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UnknownName(String);
+
+/// At most 40 characters of outside text, for a message.
+fn shown(s: &str) -> String {
+    s.chars().take(40).collect()
+}
+
 impl std::str::FromStr for Actor {
-    type Err = String;
+    type Err = UnknownName;
     /// `admin:alice`, `worker:w1`, `depositor:bob`, `engine`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (kind, name) = s.split_once(':').unwrap_or((s, ""));
@@ -132,7 +145,7 @@ impl std::str::FromStr for Actor {
             "admin" => ActorKind::Admin,
             "worker" => ActorKind::Worker,
             "depositor" => ActorKind::Depositor,
-            other => return Err(format!("unknown actor kind {other:?} in {s:?} (expected admin:NAME, worker:NAME, depositor:NAME or engine)")),
+            other => return Err(UnknownName(format!("unknown actor kind {:?} in {:?} (expected admin:NAME, worker:NAME, depositor:NAME or engine)", shown(other), shown(s)))),
         };
         let name = if name.is_empty() && kind == ActorKind::Engine {
             "engine"
@@ -140,9 +153,10 @@ impl std::str::FromStr for Actor {
             name
         };
         if name.is_empty() || name.chars().any(char::is_control) {
-            return Err(format!(
-                "actor {s:?} needs a name after the colon, e.g. admin:alice"
-            ));
+            return Err(UnknownName(format!(
+                "actor {:?} needs a name after the colon, e.g. admin:alice",
+                shown(s)
+            )));
         }
         Ok(Actor {
             kind,
@@ -199,7 +213,7 @@ impl fmt::Display for PayloadType {
 }
 
 impl std::str::FromStr for PayloadType {
-    type Err = String;
+    type Err = UnknownName;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let folded = s.to_ascii_lowercase().replace('_', "-");
         let folded = folded.strip_prefix("mrt-").unwrap_or(&folded);
@@ -211,14 +225,15 @@ impl std::str::FromStr for PayloadType {
                     || (folded == "ingest-manifest" && *t == PayloadType::ObjectManifest)
             })
             .ok_or_else(|| {
-                format!(
-                    "unknown payload type {s:?} (expected one of {})",
+                UnknownName(format!(
+                    "unknown payload type {:?} (expected one of {})",
+                    shown(s),
                     Self::ALL
                         .iter()
                         .map(|t| t.name())
                         .collect::<Vec<_>>()
                         .join(", ")
-                )
+                ))
             })
     }
 }
@@ -242,14 +257,15 @@ impl SubmissionMode {
 }
 
 impl std::str::FromStr for SubmissionMode {
-    type Err = String;
+    type Err = UnknownName;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
             "add" => Ok(SubmissionMode::Add),
             "update" => Ok(SubmissionMode::Update),
-            _ => Err(format!(
-                "unknown submission mode {s:?} (expected add or update)"
-            )),
+            _ => Err(UnknownName(format!(
+                "unknown submission mode {:?} (expected add or update)",
+                shown(s)
+            ))),
         }
     }
 }
@@ -390,15 +406,15 @@ impl fmt::Display for AccessQueue {
 }
 
 impl std::str::FromStr for AccessQueue {
-    type Err = String;
+    type Err = UnknownName;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "small" => Ok(AccessQueue::Small),
             "large" => Ok(AccessQueue::Large),
-            _ => Err(format!(
+            _ => Err(UnknownName(format!(
                 "{:?} is not an access queue (small or large)",
-                s.chars().take(40).collect::<String>()
-            )),
+                shown(s)
+            ))),
         }
     }
 }
@@ -457,16 +473,16 @@ impl fmt::Display for AccessContent {
 }
 
 impl std::str::FromStr for AccessContent {
-    type Err = String;
+    type Err = UnknownName;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "producer" => Ok(AccessContent::Producer),
             "full" => Ok(AccessContent::Full),
             "object" => Ok(AccessContent::Object),
-            _ => Err(format!(
+            _ => Err(UnknownName(format!(
                 "{:?} is not an assembly content (producer, full or object)",
-                s.chars().take(40).collect::<String>()
-            )),
+                shown(s)
+            ))),
         }
     }
 }
@@ -561,17 +577,17 @@ impl fmt::Display for FailureKind {
 }
 
 impl std::str::FromStr for FailureKind {
-    type Err = String;
+    type Err = UnknownName;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         FailureKind::ALL
             .into_iter()
             .find(|k| k.name() == s)
             .ok_or_else(|| {
-                format!(
+                UnknownName(format!(
                     "{:?} is not a kind of failure ({})",
-                    s.chars().take(40).collect::<String>(),
+                    shown(s),
                     FailureKind::ALL.map(FailureKind::name).join(", ")
-                )
+                ))
             })
     }
 }

@@ -88,7 +88,7 @@ impl HistoryQuery {
                 "actor" => {
                     let a = text_filter(k, v)?
                         .parse::<Actor>()
-                        .map_err(|e| QueryError::new(k, e))?;
+                        .map_err(|e| QueryError::new(k, e.to_string()))?;
                     once(&mut q.actor, k, a)?;
                 }
                 "collection" => once(&mut q.collection, k, text_filter(k, v)?)?,

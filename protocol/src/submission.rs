@@ -111,14 +111,14 @@ impl SubmissionInput {
         let payload_type = match self.payload_type {
             Some(t) => t
                 .parse::<PayloadType>()
-                .map_err(|m| SubmissionError::invalid("type", m))?,
+                .map_err(|m| SubmissionError::invalid("type", m.to_string()))?,
             None if !self.manifest.is_empty() => PayloadType::ObjectManifest,
             None => PayloadType::File,
         };
         let submission_mode = match self.submission_mode {
             Some(m) => m
                 .parse::<SubmissionMode>()
-                .map_err(|m| SubmissionError::invalid("submission_mode", m))?,
+                .map_err(|m| SubmissionError::invalid("submission_mode", m.to_string()))?,
             None => SubmissionMode::Add,
         };
         let digest = self

@@ -49,10 +49,10 @@ use ingest_config::Profile;
 pub enum BatchError {
     /// The submission's `type` is not a payload type.
     #[error("the submission's type: {0}")]
-    SubmissionType(String),
+    SubmissionType(ingest_events::event::UnknownName),
     /// The submission's `submission_mode` is not a mode.
     #[error("the submission's submission_mode: {0}")]
-    SubmissionMode(String),
+    SubmissionMode(ingest_events::event::UnknownName),
     /// A payload type without a form.
     #[error("the submission's type {0:?} has no form")]
     NoForm(String),
