@@ -243,25 +243,15 @@ async fn list(
                 Err(e) => return Err(e.into()),
             };
             names.sort();
-            let items = names
-                .iter()
-                .filter_map(|n| {
-                    let (p, jid) = n.split_once('-')?;
-                    Some(Item {
-                        id: jid.to_string(),
-                        priority: p.parse().ok()?,
-                        since: None,
-                    })
-                })
-                .collect();
-            Ok((items, Some(watcher)))
+            Ok((job_items(&names), Some(watcher)))
         }
         Target::PendingBatches => {
-            let (mut bids, watcher) = match client.list_and_watch_children("/batches").await {
+            let (bids, watcher) = match client.list_and_watch_children("/batches").await {
                 Ok(r) => r,
                 Err(zk::Error::NoNode) => return Ok((Vec::new(), None)),
                 Err(e) => return Err(e.into()),
             };
+            let mut bids = batch_ids(bids);
             bids.sort();
             let (unknown, known_pending): (Vec<String>, HashSet<String>) = {
                 let mut acquired = shared
@@ -380,3 +370,32 @@ async fn list(
 
 /// How many node reads a listing of `/batches` has in flight.
 const LIST_READS_IN_FLIGHT: usize = 32;
+
+/// The items of a job queue's children (`PP-jid…`), checked at the door:
+/// a name another ZooKeeper client wrote that is not a priority and a job
+/// id is left out (it used to become an item whose id went into every
+/// path and report of the job's chain).
+pub(super) fn job_items(names: &[String]) -> Vec<Item> {
+    names
+        .iter()
+        .filter_map(|n| {
+            let (p, jid) = n.split_once('-')?;
+            let jid: ingest_events::Jid = jid.parse().ok()?;
+            Some(Item {
+                id: jid.to_string(),
+                priority: p.parse().ok()?,
+                since: None,
+            })
+        })
+        .collect()
+}
+
+/// The batch ids among `/batches`' children, checked at the door: any
+/// other name (the engine's own scratch nodes, or one another client wrote)
+/// is left out.
+pub(super) fn batch_ids(names: Vec<String>) -> Vec<String> {
+    names
+        .into_iter()
+        .filter(|b| b.parse::<ingest_events::Bid>().is_ok())
+        .collect()
+}

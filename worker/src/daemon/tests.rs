@@ -1,5 +1,5 @@
 use super::chain::report;
-use super::lister::{backlog_delay, MAX_BACKLOG_DELAY};
+use super::lister::{backlog_delay, batch_ids, job_items, MAX_BACKLOG_DELAY};
 use super::lock::lock_path;
 use super::*;
 use ingest_protocol::api::{JobMoved, SessionId, WorkerRef};
@@ -310,4 +310,38 @@ async fn reports_read_typed_answers() {
     );
     assert_eq!(shared.stats.accepted.load(Ordering::Relaxed), 1);
     assert_eq!(shared.stats.refused.load(Ordering::Relaxed), 1);
+}
+
+/// Names another ZooKeeper client wrote into a queue or under `/batches`
+/// are checked at the door: only a priority and a job id, or a batch id,
+/// become items.
+#[test]
+fn listed_names_that_are_not_ids_are_left_out() {
+    let names: Vec<String> = [
+        "05-jid0000000002",
+        "05-jid0000000001",
+        "05-x",
+        "jid0000000003",
+        "xx-jid0000000004",
+        "05-jid0000000000",
+        "05-jid00000000011",
+        "05-../../../x",
+    ]
+    .map(String::from)
+    .to_vec();
+    let items = job_items(&names);
+    let ids: Vec<(&str, u8)> = items.iter().map(|i| (i.id.as_str(), i.priority)).collect();
+    assert_eq!(ids, [("jid0000000002", 5), ("jid0000000001", 5)]);
+    let bids = batch_ids(
+        [
+            "bid0000000001",
+            ".ingest-id",
+            "bid1",
+            "bid0000000002",
+            "jid0000000001",
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    assert_eq!(bids, ["bid0000000001", "bid0000000002"]);
 }
