@@ -9,8 +9,7 @@
 //! Nothing holds a whole file in memory: each is copied through a fixed
 //! buffer. The container's own size and SHA-256 are computed as it is
 //! written ([`ContainerDigest`]; a zip, whose writer seeks back, is read
-//! once more), and the object bytes packed so far are counted in a
-//! [`Progress`]. A mismatch fails the assembly naming the file and the
+//! once more). A mismatch fails the assembly naming the file and the
 //! target; [`assemble_from_any`] then tries the next target, writing the
 //! container anew.
 
@@ -22,8 +21,8 @@ use crate::digest::{Algorithm, MultiHasher};
 use crate::ocfl::{ContentFile, OcflTarget, StorageError};
 
 mod sink;
+pub use sink::ContainerDigest;
 use sink::Sink;
-pub use sink::{ContainerDigest, Progress};
 
 /// The container formats (the request's `format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,20 +150,17 @@ fn entry_name(ark: &str, version: u32, logical: &str) -> String {
 }
 
 /// A reader that hashes and counts what passes through it.
-struct Hashing<'p, R: Read> {
+struct Hashing<R: Read> {
     inner: R,
     hasher: MultiHasher,
     n: u64,
-    progress: &'p Progress,
 }
 
-impl<R: Read> Read for Hashing<'_, R> {
+impl<R: Read> Read for Hashing<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        let read = buf.get(..n).unwrap_or(buf);
-        self.hasher.update(read);
+        self.hasher.update(buf.get(..n).unwrap_or(buf));
         self.n += n as u64;
-        self.progress.add(n as u64);
         Ok(n)
     }
 }
@@ -240,20 +236,6 @@ pub fn assemble<W: Write + Seek>(
     container: Container,
     out: W,
 ) -> Result<(Assembled, W), AssembleError> {
-    let progress = Progress::default();
-    build(target, ark, version, content, container, out, &progress)
-}
-
-/// [`assemble`], counting the object bytes packed in `progress`.
-fn build<W: Write + Seek>(
-    target: &OcflTarget,
-    ark: &str,
-    version: Option<u32>,
-    content: Content,
-    container: Container,
-    out: W,
-    progress: &Progress,
-) -> Result<(Assembled, W), AssembleError> {
     let name = target.name().to_string();
     let storage = |source| AssembleError::Storage {
         target: name.clone(),
@@ -267,13 +249,13 @@ fn build<W: Write + Seek>(
         // (so a file deduplicated into an earlier version is found).
         for n in 1..head.version {
             let v = target.version_content(ark, Some(n)).map_err(storage)?;
-            let (f, b) = pack_version(&mut writer, (&name, ark), &v, true, progress)?;
+            let (f, b) = pack_version(&mut writer, (&name, ark), &v, true)?;
             files += f;
             bytes += b;
         }
     }
     let all = content != Content::Producer;
-    let (f, b) = pack_version(&mut writer, (&name, ark), &head, all, progress)?;
+    let (f, b) = pack_version(&mut writer, (&name, ark), &head, all)?;
     files += f;
     bytes += b;
     let out = writer.finish().map_err(|source| AssembleError::Io {
@@ -300,7 +282,6 @@ fn pack_version<W: Write + Seek>(
     (name, ark): (&str, &str),
     v: &crate::ocfl::VersionContent,
     all: bool,
-    progress: &Progress,
 ) -> Result<(usize, u64), AssembleError> {
     let files: Vec<&ContentFile> = v
         .files
@@ -333,7 +314,6 @@ fn pack_version<W: Write + Seek>(
             inner: file.take(size),
             hasher: MultiHasher::new(&[algorithm]),
             n: 0,
-            progress,
         };
         writer
             .entry(&entry, size, &mut reader)
@@ -404,9 +384,8 @@ pub type Delivered = (Assembled, ContainerDigest);
 /// last one is the error when none succeeds. With `bag`, the version is
 /// first exported as a BagIt bag (the project's bag writer, which checks
 /// every file against the inventory) into `<dest>.bag`, and the bag is
-/// packed; the bag directory is removed afterwards. The object bytes
-/// packed are counted in `progress` (from 0 again for each target tried);
-/// the container is hashed as it is written.
+/// packed; the bag directory is removed afterwards. The container is
+/// hashed as it is written.
 ///
 /// # Errors
 /// The last target's [`AssembleError`], or [`AssembleError::NoTarget`].
@@ -414,7 +393,6 @@ pub fn assemble_from_any<'a>(
     targets: impl IntoIterator<Item = &'a OcflTarget>,
     request: &Request<'_>,
     dest: &Path,
-    progress: &Progress,
 ) -> (Result<Delivered, AssembleError>, Vec<AssembleError>) {
     let mut failures = Vec::new();
     let io_err = |what: &'static str| {
@@ -425,7 +403,6 @@ pub fn assemble_from_any<'a>(
         }
     };
     for target in targets {
-        progress.restart();
         let file = match File::create(dest) {
             Ok(f) => Sink::new(f),
             Err(source) => return (Err(io_err("cannot create")(source)), failures),
@@ -438,9 +415,9 @@ pub fn assemble_from_any<'a>(
             bag,
         } = *request;
         let built = if bag {
-            assemble_bag(target, (ark, version), container, dest, file, progress)
+            assemble_bag(target, (ark, version), container, dest, file)
         } else {
-            build(target, ark, version, content, container, file, progress)
+            assemble(target, ark, version, content, container, file)
         };
         let finished = built.and_then(|(done, sink)| {
             let (file, digest) = sink.finish();
@@ -482,7 +459,6 @@ fn assemble_bag<W: Write + Seek>(
     container: Container,
     dest: &Path,
     out: W,
-    progress: &Progress,
 ) -> Result<(Assembled, W), AssembleError> {
     let mut dir = dest.as_os_str().to_owned();
     dir.push(".bag");
@@ -501,7 +477,7 @@ fn assemble_bag<W: Write + Seek>(
         source: Box::new(source),
     });
     let packed = summary.and_then(|summary| {
-        let out = pack_dir(&dir, (ark, summary.version), container, out, progress)?;
+        let out = pack_dir(&dir, (ark, summary.version), container, out)?;
         Ok((
             Assembled {
                 target: name,
@@ -523,7 +499,6 @@ fn pack_dir<W: Write + Seek>(
     (ark, version): (&str, u32),
     container: Container,
     out: W,
-    progress: &Progress,
 ) -> Result<W, AssembleError> {
     let mut files = Vec::new();
     let mut todo = vec![dir.to_path_buf()];
@@ -572,15 +547,8 @@ fn pack_dir<W: Write + Seek>(
                 source,
             })?
             .len();
-        // Counted, not hashed: the bag writer checked every file.
-        let mut reader = Hashing {
-            inner: file.take(size),
-            hasher: MultiHasher::new(&[]),
-            n: 0,
-            progress,
-        };
         writer
-            .entry(&entry_name(ark, version, &rel), size, &mut reader)
+            .entry(&entry_name(ark, version, &rel), size, &mut file.take(size))
             .map_err(|source| AssembleError::Io {
                 what: "cannot assemble",
                 path: path.clone(),

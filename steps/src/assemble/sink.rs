@@ -1,10 +1,8 @@
 //! Where a container's bytes go: the delivery file, hashed (SHA-256) and
 //! counted as they are written, so the delivery's size and digest need no
-//! second read of the container; and the running count of object bytes
-//! assembled.
+//! second read of the container.
 
 use std::io::{self, Seek, SeekFrom, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::digest::{Algorithm, MultiHasher};
 
@@ -75,29 +73,5 @@ impl<W: Seek> Seek for Sink<W> {
             self.hasher = None;
         }
         Ok(at)
-    }
-}
-
-/// The object bytes an assembly has read, checked and put into its
-/// container so far, shared with whoever watches it (from 0 again for each
-/// target tried).
-#[derive(Debug, Default)]
-pub struct Progress {
-    bytes: AtomicU64,
-}
-
-impl Progress {
-    /// The bytes assembled so far (of the target being read: a failover
-    /// starts again from 0).
-    pub fn bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn add(&self, n: u64) {
-        self.bytes.fetch_add(n, Ordering::Relaxed);
-    }
-
-    pub(crate) fn restart(&self) {
-        self.bytes.store(0, Ordering::Relaxed);
     }
 }

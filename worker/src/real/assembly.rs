@@ -15,9 +15,7 @@ use chrono::Utc;
 use ingest_protocol::access::{AccessContent, AccessDelivery};
 use ingest_protocol::delivery;
 use ingest_protocol::node::AccessTokenNode;
-use ingest_steps::assemble::{
-    assemble_from_any, AssembleError, Container, Content, Progress, Request,
-};
+use ingest_steps::assemble::{assemble_from_any, AssembleError, Container, Content, Request};
 use ingest_steps::ocfl::OcflTarget;
 
 /// How long a container is served when no TTL is configured: a week.
@@ -149,12 +147,8 @@ impl Assembler {
             container,
             bag: token.bag,
         };
-        let (result, earlier) = assemble_from_any(
-            self.targets.iter().map(|t| t.as_ref()),
-            &request,
-            &building,
-            &Progress::default(),
-        );
+        let (result, earlier) =
+            assemble_from_any(self.targets.iter().map(|t| t.as_ref()), &request, &building);
         let (done, container) = match result {
             Ok(delivered) => delivered,
             Err(last) => {
