@@ -1014,3 +1014,41 @@ impl Event {
         }
     }
 }
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+
+    /// A name that is none of a type's values is refused with a message
+    /// that quotes at most 40 characters of it (three of them quoted the
+    /// whole input).
+    #[test]
+    fn an_unknown_name_is_refused_and_quoted_cut() {
+        let long = "x".repeat(10_000);
+        let messages = [
+            long.parse::<Actor>().expect_err("actor").to_string(),
+            format!("{long}:a")
+                .parse::<Actor>()
+                .expect_err("kind")
+                .to_string(),
+            "admin:".parse::<Actor>().expect_err("no name").to_string(),
+            long.parse::<PayloadType>().expect_err("type").to_string(),
+            long.parse::<SubmissionMode>()
+                .expect_err("mode")
+                .to_string(),
+            long.parse::<AccessQueue>().expect_err("queue").to_string(),
+            long.parse::<AccessContent>()
+                .expect_err("content")
+                .to_string(),
+            long.parse::<FailureKind>().expect_err("kind").to_string(),
+        ];
+        for m in &messages {
+            assert!(m.len() < 300, "{} bytes: {}", m.len(), &m[..80]);
+        }
+        assert!(messages[3].contains("expected one of"), "{}", messages[3]);
+        assert_eq!(
+            "admin:alice".parse::<Actor>().map(|a| a.to_string()),
+            Ok("admin:alice".into())
+        );
+    }
+}
