@@ -347,7 +347,13 @@ impl Machine<'_> {
     }
 
     /// Copies the log from the leader or another registered replica.
+    ///
+    /// The role is `bootstrapping` while the copy runs and what it was
+    /// before once it succeeded: a follower that copies inside its loop
+    /// (its place in the tail was trimmed, or the base appeared after it
+    /// stood) is following again, and says so.
     async fn copy(&mut self, client: &zk::Client) -> Result<u64, End> {
+        let role = self.status.get().role;
         self.status.update(|s| s.role = Role::Bootstrapping);
         let mut peers = Vec::new();
         if let Some(l) = self.read_leader(client).await? {
@@ -391,7 +397,10 @@ impl Machine<'_> {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "copied the log from a peer"
         );
-        self.status.update(|s| s.applied = reached);
+        self.status.update(|s| {
+            s.applied = reached;
+            s.role = role;
+        });
         Ok(reached)
     }
 
