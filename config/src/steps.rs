@@ -26,6 +26,13 @@ pub struct RealArgs {
           value_parser = clap::value_parser!(u64).range(0..=60_000))]
     #[serde(skip)]
     pub store_pause_ms: u64,
+    /// Tests only: every assembly of an access request waits this long
+    /// once its first file is packed, so that a test sees it in progress.
+    /// Not a configuration key.
+    #[arg(long, hide = true, value_name = "MS", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    #[serde(skip)]
+    pub assembly_pause_ms: u64,
     /// The root that `file://` payload URLs must lie under (without it, file:// URLs are refused).
     #[arg(long, env = "INGEST_FILE_ROOT", value_name = "DIR")]
     pub file_root: Option<PathBuf>,
@@ -180,6 +187,7 @@ impl RealArgs {
     ) -> Result<RealArgs, crate::ConfigError> {
         let mut real: RealArgs = section.merge(self, file)?;
         real.store_pause_ms = self.store_pause_ms;
+        real.assembly_pause_ms = self.assembly_pause_ms;
         Ok(real)
     }
 

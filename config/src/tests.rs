@@ -859,8 +859,10 @@ mod worker {
     fn flags_that_are_not_keys_survive_the_layering() {
         let mut a = args(&[]);
         a.real.store_pause_ms = 1500;
+        a.real.assembly_pause_ms = 700;
         let c = a.resolve_with_env(&env).expect("resolves");
         assert_eq!(c.real.store_pause_ms, 1500);
+        assert_eq!(c.real.assembly_pause_ms, 700);
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("ingest.yaml");
         std::fs::write(&path, "real_steps:\n  step_retries: 9\n").expect("write");

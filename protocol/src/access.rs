@@ -93,6 +93,50 @@ pub struct AccessView {
     /// janitor removes the container.
     #[serde(default)]
     pub expired: bool,
+    /// How far the assembly got, as its worker last said (only while
+    /// Processing, and only on the engine the worker reports to: the
+    /// leader of a replicated group).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<AccessProgress>,
+}
+
+/// The body of `POST /access/{qid}/progress`: how far a worker's assembly
+/// got, fenced on the request's lock like its start. Not an event: the
+/// engine keeps the last one in memory while the request is Processing.
+#[derive(Debug, PartialEq, Eq, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessProgressBody {
+    /// The reporting worker's name.
+    pub worker: String,
+    /// The worker's ZooKeeper session (the lock's owner).
+    pub session_id: SessionId,
+    /// The storage target being read (at most
+    /// [`MAX_PROGRESS_TARGET_BYTES`]).
+    pub target: String,
+    /// The files packed whole so far.
+    pub files: u64,
+    /// The bytes of stored files read and checked so far.
+    pub bytes: u64,
+}
+
+/// The longest target name a progress report may carry.
+pub const MAX_PROGRESS_TARGET_BYTES: usize = 256;
+
+/// How far a Processing request's assembly got (`GET /access/{qid}`).
+#[derive(Debug, PartialEq, Eq, Clone, Deserialize, Serialize)]
+pub struct AccessProgress {
+    /// The worker assembling it.
+    pub worker: String,
+    /// The storage target being read (a failover starts again on the
+    /// next).
+    pub target: String,
+    /// The files packed whole so far.
+    pub files: u64,
+    /// The bytes of stored files read and checked so far (the request's
+    /// `size` is the whole).
+    pub bytes: u64,
+    /// When the worker said so.
+    pub at: DateTime<Utc>,
 }
 
 /// `GET /access`: every request in queue order (small, then large; each
@@ -155,6 +199,7 @@ impl From<&ingest_events::state::AccessRequest> for AccessView {
             bag: a.packaging.bag,
             delivery: a.delivery.clone(),
             expired: a.delivery.as_ref().is_some_and(|d| d.expires < Utc::now()),
+            progress: None,
         }
     }
 }

@@ -27,6 +27,7 @@
 //! | `ingest_projector_state` | gauge | `state` | 1 for what the projector is doing |
 //! | `ingest_projection_foreign_changes_total` | counter | `kind` | nodes another ZooKeeper client had changed (`missing`, `changed`, `extra`) that the projector converged back to the log ([`Metrics::count_foreign_change`]) |
 //! | `ingest_consistency_checks_total` | counter | `outcome` | consistency checks a server ran (`GET /consistency`, the UI's reports, repairs' checks) by outcome: `done`, `failed`, or `cancelled` when the client went away during the scan of storage ([`Metrics::count_consistency_check`]) |
+//! | `ingest_access_assembling_bytes` | gauge | | bytes of stored files read so far by the assemblies in progress, as their workers last reported ([`Metrics::set_access_assembling`]) |
 //! | `ingest_build_info` | gauge | `version` | always 1 |
 //! | `ingest_replication_role` | gauge | `role` | with `--replicas`: 1 for this engine's role ([`Metrics::attach_replication`]) |
 //! | `ingest_replication_epoch`, `ingest_replication_applied_position`, `ingest_replication_lag_events` | gauge | | the fencing epoch seen, the position applied, events behind the tail |
@@ -231,6 +232,7 @@ pub struct Metrics {
     writer_up: Gauge,
     access: Family<StateLabel, Gauge>,
     access_assembled_bytes: Gauge,
+    access_assembling_bytes: Gauge,
     delivery_bytes: Gauge,
     delivery_files: Gauge,
     /// The delivery area measured at each scrape, when the server serves
@@ -281,6 +283,7 @@ impl Metrics {
             writer_up: Gauge::default(),
             access: Family::default(),
             access_assembled_bytes: Gauge::default(),
+            access_assembling_bytes: Gauge::default(),
             delivery_bytes: Gauge::default(),
             delivery_files: Gauge::default(),
             delivery_dir: Mutex::new(None),
@@ -418,6 +421,11 @@ impl Metrics {
             m.access_assembled_bytes.clone(),
         );
         r.register(
+            "ingest_access_assembling_bytes",
+            "Bytes of stored files read so far by the assemblies in progress, as their workers last reported",
+            m.access_assembling_bytes.clone(),
+        );
+        r.register(
             "ingest_access_delivery_bytes",
             "Bytes of the files in the delivery area, measured at the scrape (up to 100000 files)",
             m.delivery_bytes.clone(),
@@ -518,6 +526,12 @@ impl Metrics {
                 kind: kind.name().to_string(),
             })
             .inc();
+    }
+
+    /// The bytes read so far by the assemblies in progress
+    /// (`ingest_access_assembling_bytes`).
+    pub fn set_access_assembling(&self, bytes: u64) {
+        self.access_assembling_bytes.set(to_i64(bytes));
     }
 
     /// Counts one consistency check by its outcome (one of
@@ -977,6 +991,7 @@ mod tests {
             converging: None,
         });
         metrics.attach_projector(rx);
+        metrics.set_access_assembling(4096);
         let deliveries = dir.path().join("deliveries");
         std::fs::create_dir_all(&deliveries).expect("mkdir");
         std::fs::write(deliveries.join("a.zip"), [0u8; 1000]).expect("write");
@@ -1003,6 +1018,7 @@ mod tests {
             "ingest_projector_state{state=\"connected\"} 1",
             "ingest_access_requests{state=\"Processing\"} 0",
             "ingest_access_assembled_bytes 0",
+            "ingest_access_assembling_bytes 4096",
             "ingest_access_delivery_bytes 1024",
             "ingest_access_delivery_files 2",
         ] {

@@ -271,6 +271,22 @@ fn remote_inner(remote: &Remote, action: AccessAction) -> Result<i32> {
     Ok(0)
 }
 
+/// How far a Processing request's assembly got, as its worker last said
+/// (`42% 3 files from primary`); empty when nobody said.
+fn progress(a: &AccessView) -> String {
+    let Some(p) = &a.progress else {
+        return String::new();
+    };
+    let done = match a.size {
+        0 => format!("{} bytes", p.bytes),
+        size => format!(
+            "{}%",
+            (u128::from(p.bytes) * 100 / u128::from(size)).min(100)
+        ),
+    };
+    format!("{done} {} files from {}", p.files, p.target)
+}
+
 /// `ingest access list`: a table like the other listings' (one request a
 /// row, then how many and the paused queues), or the list as JSON/YAML.
 fn print_list(list: &AccessList, format: Format) -> Result<()> {
@@ -289,6 +305,7 @@ fn print_list(list: &AccessList, format: Format) -> Result<()> {
                 a.version.to_string(),
                 a.format.clone(),
                 a.size.to_string(),
+                progress(a),
                 a.content.name().to_string(),
                 a.delivery
                     .as_ref()
@@ -310,8 +327,8 @@ fn print_list(list: &AccessList, format: Format) -> Result<()> {
         .collect();
     let mut out = table(
         &[
-            "QID", "QUEUE", "STATUS", "ARK", "VERSION", "FORMAT", "BYTES", "CONTENT", "TARGET",
-            "EXPIRES", "URL", "REQUEUES", "MODIFIED", "MESSAGE",
+            "QID", "QUEUE", "STATUS", "ARK", "VERSION", "FORMAT", "BYTES", "PROGRESS", "CONTENT",
+            "TARGET", "EXPIRES", "URL", "REQUEUES", "MODIFIED", "MESSAGE",
         ],
         rows,
     );

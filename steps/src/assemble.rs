@@ -11,7 +11,8 @@
 //! written ([`ContainerDigest`]; a zip, whose writer seeks back, is read
 //! once more). A mismatch fails the assembly naming the file and the
 //! target; [`assemble_from_any`] then tries the next target, writing the
-//! container anew.
+//! container anew. An observer is told how far it got as it goes
+//! ([`Progress`]).
 
 use std::fs::File;
 use std::io::{self, Read, Seek, Write};
@@ -20,7 +21,10 @@ use std::path::{Path, PathBuf};
 use crate::digest::{Algorithm, MultiHasher};
 use crate::ocfl::{ContentFile, OcflTarget, StorageError};
 
+mod meter;
 mod sink;
+use meter::Meter;
+pub use meter::{Observer, Progress, TELL_EVERY};
 pub use sink::ContainerDigest;
 use sink::Sink;
 
@@ -149,18 +153,23 @@ fn entry_name(ark: &str, version: u32, logical: &str) -> String {
     format!("{safe}/v{version}/{logical}")
 }
 
-/// A reader that hashes and counts what passes through it.
-struct Hashing<R: Read> {
+/// A reader that hashes and counts what passes through it, and tells the
+/// assembly's meter.
+struct Hashing<'m, 'o, R: Read> {
     inner: R,
-    hasher: MultiHasher,
+    hasher: Option<MultiHasher>,
     n: u64,
+    meter: &'m mut Meter<'o>,
 }
 
-impl<R: Read> Read for Hashing<R> {
+impl<R: Read> Read for Hashing<'_, '_, R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.hasher.update(buf.get(..n).unwrap_or(buf));
+        if let Some(hasher) = self.hasher.as_mut() {
+            hasher.update(buf.get(..n).unwrap_or(buf));
+        }
         self.n += n as u64;
+        self.meter.read(n as u64);
         Ok(n)
     }
 }
@@ -236,6 +245,29 @@ pub fn assemble<W: Write + Seek>(
     container: Container,
     out: W,
 ) -> Result<(Assembled, W), AssembleError> {
+    let request = Request {
+        ark,
+        version,
+        content,
+        container,
+        bag: false,
+    };
+    assemble_metered(target, &request, out, &mut Meter::silent())
+}
+
+/// [`assemble`], telling `meter` as it reads.
+fn assemble_metered<W: Write + Seek>(
+    target: &OcflTarget,
+    &Request {
+        ark,
+        version,
+        content,
+        container,
+        ..
+    }: &Request<'_>,
+    out: W,
+    meter: &mut Meter<'_>,
+) -> Result<(Assembled, W), AssembleError> {
     let name = target.name().to_string();
     let storage = |source| AssembleError::Storage {
         target: name.clone(),
@@ -249,13 +281,13 @@ pub fn assemble<W: Write + Seek>(
         // (so a file deduplicated into an earlier version is found).
         for n in 1..head.version {
             let v = target.version_content(ark, Some(n)).map_err(storage)?;
-            let (f, b) = pack_version(&mut writer, (&name, ark), &v, true)?;
+            let (f, b) = pack_version(&mut writer, (&name, ark), &v, true, meter)?;
             files += f;
             bytes += b;
         }
     }
     let all = content != Content::Producer;
-    let (f, b) = pack_version(&mut writer, (&name, ark), &head, all)?;
+    let (f, b) = pack_version(&mut writer, (&name, ark), &head, all, meter)?;
     files += f;
     bytes += b;
     let out = writer.finish().map_err(|source| AssembleError::Io {
@@ -282,6 +314,7 @@ fn pack_version<W: Write + Seek>(
     (name, ark): (&str, &str),
     v: &crate::ocfl::VersionContent,
     all: bool,
+    meter: &mut Meter<'_>,
 ) -> Result<(usize, u64), AssembleError> {
     let files: Vec<&ContentFile> = v
         .files
@@ -312,24 +345,26 @@ fn pack_version<W: Write + Seek>(
         // At most the size the entry's header announced is read.
         let mut reader = Hashing {
             inner: file.take(size),
-            hasher: MultiHasher::new(&[algorithm]),
+            hasher: Some(MultiHasher::new(&[algorithm])),
             n: 0,
+            meter: &mut *meter,
         };
         writer
             .entry(&entry, size, &mut reader)
             .map_err(io_err("cannot assemble", &f.path))?;
-        let actual = reader
-            .hasher
-            .finish()
+        let (n, hasher) = (reader.n, reader.hasher.take());
+        let actual = hasher
+            .map(MultiHasher::finish)
+            .unwrap_or_default()
             .into_iter()
             .next()
             .map(|(_, hex)| hex)
             .unwrap_or_default();
-        if reader.n != size {
+        if n != size {
             return Err(AssembleError::Io {
                 what: "short read of",
                 path: f.path.clone(),
-                source: io::Error::other(format!("{} of {size} bytes", reader.n)),
+                source: io::Error::other(format!("{n} of {size} bytes")),
             });
         }
         if !actual.eq_ignore_ascii_case(&f.digest) {
@@ -342,6 +377,7 @@ fn pack_version<W: Write + Seek>(
             });
         }
         bytes += size;
+        meter.file_done();
         manifest.push_str(&format!("{}  {}\n", f.digest, f.logical_path));
     }
     if algorithm_name.is_empty() {
@@ -385,7 +421,8 @@ pub type Delivered = (Assembled, ContainerDigest);
 /// first exported as a BagIt bag (the project's bag writer, which checks
 /// every file against the inventory) into `<dest>.bag`, and the bag is
 /// packed; the bag directory is removed afterwards. The container is
-/// hashed as it is written.
+/// hashed as it is written. `observe`, when given, is told how far the
+/// assembly got ([`Progress`]) as it reads each target.
 ///
 /// # Errors
 /// The last target's [`AssembleError`], or [`AssembleError::NoTarget`].
@@ -393,6 +430,7 @@ pub fn assemble_from_any<'a>(
     targets: impl IntoIterator<Item = &'a OcflTarget>,
     request: &Request<'_>,
     dest: &Path,
+    observe: Option<Observer<'_>>,
 ) -> (Result<Delivered, AssembleError>, Vec<AssembleError>) {
     let mut failures = Vec::new();
     let io_err = |what: &'static str| {
@@ -407,17 +445,11 @@ pub fn assemble_from_any<'a>(
             Ok(f) => Sink::new(f),
             Err(source) => return (Err(io_err("cannot create")(source)), failures),
         };
-        let Request {
-            ark,
-            version,
-            content,
-            container,
-            bag,
-        } = *request;
-        let built = if bag {
-            assemble_bag(target, (ark, version), container, dest, file)
+        let mut meter = Meter::start(observe, target.name());
+        let built = if request.bag {
+            assemble_bag(target, request, dest, file, &mut meter)
         } else {
-            assemble(target, ark, version, content, container, file)
+            assemble_metered(target, request, file, &mut meter)
         };
         let finished = built.and_then(|(done, sink)| {
             let (file, digest) = sink.finish();
@@ -452,13 +484,19 @@ pub fn assemble_from_any<'a>(
 }
 
 /// A BagIt bag of the version (every file: a bag is the full version)
-/// exported beside `dest` and packed into `out` under `<ark>/v<N>/`.
+/// exported beside `dest` and packed into `out` under `<ark>/v<N>/`
+/// (`meter` counts the packing of the bag's files).
 fn assemble_bag<W: Write + Seek>(
     target: &OcflTarget,
-    (ark, version): (&str, Option<u32>),
-    container: Container,
+    &Request {
+        ark,
+        version,
+        container,
+        ..
+    }: &Request<'_>,
     dest: &Path,
     out: W,
+    meter: &mut Meter<'_>,
 ) -> Result<(Assembled, W), AssembleError> {
     let mut dir = dest.as_os_str().to_owned();
     dir.push(".bag");
@@ -477,7 +515,7 @@ fn assemble_bag<W: Write + Seek>(
         source: Box::new(source),
     });
     let packed = summary.and_then(|summary| {
-        let out = pack_dir(&dir, (ark, summary.version), container, out)?;
+        let out = pack_dir(&dir, (ark, summary.version), container, out, meter)?;
         Ok((
             Assembled {
                 target: name,
@@ -499,6 +537,7 @@ fn pack_dir<W: Write + Seek>(
     (ark, version): (&str, u32),
     container: Container,
     out: W,
+    meter: &mut Meter<'_>,
 ) -> Result<W, AssembleError> {
     let mut files = Vec::new();
     let mut todo = vec![dir.to_path_buf()];
@@ -547,13 +586,20 @@ fn pack_dir<W: Write + Seek>(
                 source,
             })?
             .len();
+        let mut reader = Hashing {
+            inner: file.take(size),
+            hasher: None,
+            n: 0,
+            meter: &mut *meter,
+        };
         writer
-            .entry(&entry_name(ark, version, &rel), size, &mut file.take(size))
+            .entry(&entry_name(ark, version, &rel), size, &mut reader)
             .map_err(|source| AssembleError::Io {
                 what: "cannot assemble",
                 path: path.clone(),
                 source,
             })?;
+        meter.file_done();
     }
     writer.finish().map_err(|source| AssembleError::Io {
         what: "cannot finish",

@@ -119,6 +119,19 @@ fn stored(storage: &Path, ark: &str, version: u32, full: bool) -> BTreeMap<Strin
         .collect()
 }
 
+/// `ingest --engine URL access list` through the rig's server: the table.
+fn access_table(rig: &Rig) -> String {
+    let out = tokio::task::block_in_place(|| {
+        std::process::Command::new(crate::util::ingest_bin())
+            .args(["--engine", &rig.server.base, "access", "list"])
+            .env("INGEST_ADMIN_TOKEN", crate::server::ADMIN)
+            .output()
+            .expect("run ingest")
+    });
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Requests `body` and waits until the request ended; its view.
 async fn assembled(rig: &Rig, body: Value) -> Value {
     let (code, answer) = rig
@@ -527,15 +540,7 @@ async fn shown_to_operators(rig: &Rig, delivered: &Value) {
         "promtool check metrics: {said}\n{ours}"
     );
 
-    let out = tokio::task::block_in_place(|| {
-        std::process::Command::new(crate::util::ingest_bin())
-            .args(["--engine", &rig.server.base, "access", "list"])
-            .env("INGEST_ADMIN_TOKEN", crate::server::ADMIN)
-            .output()
-            .expect("run ingest")
-    });
-    assert!(out.status.success(), "{out:?}");
-    let table = String::from_utf8_lossy(&out.stdout);
+    let table = access_table(rig);
     let header = table.lines().next().unwrap_or_default();
     for column in ["BYTES", "CONTENT", "TARGET", "EXPIRES", "URL"] {
         assert!(header.contains(column), "{table}");
@@ -744,4 +749,114 @@ async fn a_separate_worker_assembles_a_2_gb_object_on_the_large_queue() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(2u64 << 30);
     a_separate_worker_assembles("assembly-large", bytes).await;
+}
+
+/// An assembly in progress says how far it got (issue 24): the access
+/// daemon reports the target it reads and the files and bytes packed so
+/// far (`--assembly-pause-ms` holds each assembly after its first file),
+/// and `GET /access/{qid}`, `GET /access`, `ingest access list` and the
+/// request's page show it while the request is Processing, and no longer
+/// once it ended. A report from anyone but the lock's holder, for a
+/// request not Processing, or naming an oversized target is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_assembly_in_progress_shows_how_far_it_got() {
+    let (rig, _second) =
+        two_target_rig("assembly-progress", &["--assembly-pause-ms", "6000"]).await;
+    let ark = store_two_versions(&rig, "loc-progress").await;
+    let (code, answer) = rig
+        .server
+        .call(
+            Method::POST,
+            "/access",
+            DEPOSITOR,
+            Some(json!({"ark": ark, "format": "tar", "content": "full"})),
+        )
+        .await;
+    assert_eq!(code, 201, "{answer}");
+    let qid = answer["request"]["qid"].as_str().expect("qid").to_string();
+    let path = format!("/access/{qid}");
+    let view = eventually("the assembly's first progress", 60, async || {
+        let v = rig.server.get(&path).await;
+        (v["status"] == "Processing" && v["progress"]["files"].as_u64() >= Some(1)).then_some(v)
+    })
+    .await;
+    let progress = &view["progress"];
+    let size = view["size"].as_u64().expect("size");
+    let bytes = progress["bytes"].as_u64().expect("bytes");
+    assert!(bytes > 0 && bytes <= size, "{view}");
+    assert_eq!(progress["target"], "primary", "{view}");
+    assert!(
+        progress["worker"].as_str().is_some_and(|w| !w.is_empty()),
+        "{view}"
+    );
+    let list = rig.server.get("/access").await;
+    let item = list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .find(|i| i["qid"] == qid.as_str())
+        .expect("listed");
+    assert_eq!(item["progress"]["bytes"], bytes, "{list}");
+
+    // The CLI's table and the request's page say it too.
+    let table = access_table(&rig);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(&qid))
+        .unwrap_or_else(|| panic!("{qid} in {table}"));
+    assert!(row.contains("files from primary"), "{table}");
+    let login = crate::ui::login(&rig.server, crate::server::ADMIN).await;
+    let cookie = crate::ui::cookie_of(&login).expect("a session cookie");
+    let (code, html) = crate::ui::page(&rig.server, &cookie, &format!("/ui/access/{qid}")).await;
+    assert_eq!(code, 200, "{html}");
+    assert!(
+        html.contains("id=\"access-progress\"") && html.contains("from primary"),
+        "{html}"
+    );
+
+    // Only the lock's holder reports, and only sensible reports.
+    let report = |target: String| json!({"worker": "intruder", "session_id": 1, "target": target, "files": 9, "bytes": 9});
+    let stranger = ingest_protocol::fence::FenceSecret::from_bytes([7; 32]);
+    let progress_path = format!("{path}/progress");
+    let (code, body) = rig
+        .server
+        .call_fenced(&progress_path, &stranger, report("primary".into()))
+        .await;
+    assert_eq!(
+        (code, body["error"]["code"].as_str()),
+        (409, Some("lock_not_held")),
+        "{body}"
+    );
+    let (code, body) = rig
+        .server
+        .call_fenced(&progress_path, &stranger, report("t".repeat(300)))
+        .await;
+    assert_eq!(code, 422, "{body}");
+    let (code, _) = rig
+        .server
+        .call_fenced(
+            "/access/qid9999999999/progress",
+            &stranger,
+            report("primary".into()),
+        )
+        .await;
+    assert_eq!(code, 404);
+    assert_eq!(rig.server.get(&path).await["progress"]["bytes"], bytes);
+
+    // Ended: no progress is shown, and none is taken.
+    let ended = eventually("the assembly ended", 90, async || {
+        let v = rig.server.get(&path).await;
+        (v["status"] == "Completed").then_some(v)
+    })
+    .await;
+    assert!(ended.get("progress").is_none(), "{ended}");
+    let (code, body) = rig
+        .server
+        .call_fenced(&progress_path, &stranger, report("primary".into()))
+        .await;
+    assert_eq!(
+        (code, body["error"]["code"].as_str()),
+        (409, Some("not_processing")),
+        "{body}"
+    );
 }

@@ -23,10 +23,11 @@ use ingest_config::DaemonKind;
 use ingest_events::event::AccessQueue;
 use ingest_events::Qid;
 use ingest_projections::layout;
-use ingest_protocol::access::{AccessMoved, AccessOutcomeBody};
+use ingest_protocol::access::{AccessMoved, AccessOutcomeBody, AccessProgress, AccessProgressBody};
 use ingest_protocol::api::{OutcomeKind, SessionId, WorkerRef};
 use ingest_protocol::fence::{FenceSecret, LockNode};
 use ingest_protocol::node::{decode, AccessStatusNode, AccessTokenNode};
+use ingest_steps::assemble::Progress;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
@@ -38,6 +39,9 @@ pub const SIMULATED_FAILURE_PREFIX: &str = "simulate-failure";
 
 /// How long the loop waits before looking again at an idle or paused queue.
 const IDLE: Duration = Duration::from_millis(200);
+
+/// The least time between two progress reports of one assembly.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -187,7 +191,20 @@ async fn assemble(
         (Some(t), Some(assembler)) => {
             let assembler = Arc::clone(assembler);
             let t = t.clone();
-            match tokio::task::spawn_blocking(move || assembler.assemble(&t)).await {
+            let (told, mut heard) = tokio::sync::watch::channel(None::<Progress>);
+            let mut assembling = tokio::task::spawn_blocking(move || {
+                let observe = |p: &Progress| {
+                    told.send_replace(Some(p.clone()));
+                };
+                assembler.assemble(&t, Some(&observe))
+            });
+            let report = Reporter {
+                shared,
+                qid,
+                fence,
+                session_id,
+            };
+            match report.while_assembling(&mut assembling, &mut heard).await {
                 Ok(Ok(done)) => {
                     let message = if done.failed_over.is_empty() {
                         format!("assembled from {}", done.delivery.target)
@@ -266,4 +283,74 @@ async fn assemble(
         }
     }
     Ok(true)
+}
+
+/// Tells the engine how far one assembly got.
+struct Reporter<'a> {
+    shared: &'a Shared,
+    qid: &'a str,
+    fence: &'a FenceSecret,
+    session_id: SessionId,
+}
+
+impl Reporter<'_> {
+    /// Waits for `assembling` to end, reporting what `heard` says of its
+    /// progress: the first news at once, then at most once every
+    /// [`PROGRESS_EVERY`]. A report the engine refuses or cannot take is
+    /// logged and the assembly goes on.
+    async fn while_assembling<T>(
+        &self,
+        assembling: &mut tokio::task::JoinHandle<T>,
+        heard: &mut tokio::sync::watch::Receiver<Option<Progress>>,
+    ) -> Result<T, tokio::task::JoinError> {
+        let mut next = tokio::time::Instant::now();
+        let mut news = false;
+        loop {
+            tokio::select! {
+                ended = &mut *assembling => return ended,
+                changed = heard.changed(), if !news => {
+                    if changed.is_err() {
+                        // The assembly let its observer go: it is ending.
+                        return assembling.await;
+                    }
+                    news = true;
+                }
+                () = tokio::time::sleep_until(next), if news => {
+                    news = false;
+                    let latest = heard.borrow_and_update().clone();
+                    if let Some(p) = latest {
+                        self.send(p).await;
+                    }
+                    next = tokio::time::Instant::now() + PROGRESS_EVERY;
+                }
+            }
+        }
+    }
+
+    async fn send(&self, p: Progress) {
+        let body = AccessProgressBody {
+            worker: self.shared.name.clone(),
+            session_id: self.session_id,
+            target: p.target,
+            files: p.files,
+            bytes: p.bytes,
+        };
+        let path = format!("/access/{}/progress", self.qid);
+        match self
+            .shared
+            .engine
+            .report::<_, AccessProgress>(&path, self.fence, &body)
+            .await
+        {
+            Ok(Reply::Done(_)) => {
+                tracing::debug!(qid = %self.qid, files = body.files, bytes = body.bytes, "assembly progress reported")
+            }
+            Ok(Reply::Refused { code, message }) => {
+                tracing::info!(qid = %self.qid, %code, message = %ingest_protocol::bounded(&message), "the assembly's progress was refused")
+            }
+            Err(e) => {
+                tracing::warn!(qid = %self.qid, error = %ingest_protocol::bounded(&e), "the assembly's progress could not be reported; the assembly goes on")
+            }
+        }
+    }
 }

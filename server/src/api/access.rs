@@ -181,6 +181,9 @@ pub(crate) async fn list(
         }
         list.items = kept;
     }
+    for item in &mut list.items {
+        app.inner.assembling.show(item);
+    }
     Ok(Json(list))
 }
 
@@ -190,7 +193,7 @@ pub(crate) async fn show(
     scope: Scope,
     ApiPath(qid): ApiPath<Qid>,
 ) -> Result<Json<AccessView>, ApiError> {
-    let view = app
+    let mut view = app
         .inner
         .handle
         .state()
@@ -201,10 +204,11 @@ pub(crate) async fn show(
     if !scope.sees_object(&app, &view.ark).await? {
         return Err(ApiError::not_found(Item::Access(qid)));
     }
+    app.inner.assembling.show(&mut view);
     Ok(Json(view))
 }
 
-fn queue_of(app: &AppState, qid: Qid) -> Result<AccessQueue, ApiError> {
+pub(crate) fn queue_of(app: &AppState, qid: Qid) -> Result<AccessQueue, ApiError> {
     let state = app.inner.handle.state();
     state
         .access
@@ -227,6 +231,8 @@ async fn fenced(
     let queue = queue_of(app, qid)?;
     fence(app, &access_lock_path(queue, qid), session, proof).await?;
     let outcome = app.execute(actor, cid, command).await?;
+    // Started again or ended: the last assembly's progress is over.
+    app.inner.assembling.forget(qid, &app.inner.metrics);
     Ok(Json(moved(app, qid, &outcome.records)?))
 }
 

@@ -52,6 +52,7 @@
 
 pub(crate) mod access;
 pub(crate) mod admin;
+mod assembling;
 mod audit;
 mod auth;
 mod budget;
@@ -206,6 +207,8 @@ pub(crate) struct Inner {
     readiness_logged: Mutex<Option<String>>,
     /// Why workers keep jobs waiting ([`waiting`]).
     pub(crate) waits: waiting::Waits,
+    /// How far the assemblies in progress got ([`assembling`]).
+    pub(crate) assembling: assembling::Assembling,
 }
 
 /// One route of the API.
@@ -368,6 +371,12 @@ fn table() -> Vec<Entry> {
         entry(M::GET, "/access/{qid}", Depositor, access::show),
         entry(M::POST, "/access/{qid}/start", Worker, access::start),
         entry(M::POST, "/access/{qid}/outcome", Worker, access::outcome),
+        entry(
+            M::POST,
+            "/access/{qid}/progress",
+            Worker,
+            assembling::progress,
+        ),
         entry(M::POST, "/access/{qid}/requeue", Admin, access::requeue),
         entry(M::DELETE, "/access/{qid}", Admin, access::delete),
         entry(
@@ -426,6 +435,7 @@ pub fn router(config: ApiConfig) -> Router {
             views: Arc::new(Mutex::new(views)),
             readiness_logged: Mutex::new(None),
             waits: waiting::Waits::default(),
+            assembling: assembling::Assembling::default(),
         }),
     };
     let mut by_path: BTreeMap<&'static str, MethodRouter<AppState>> = BTreeMap::new();

@@ -649,6 +649,13 @@ pub(crate) async fn access(
         p { "State " strong #access-state { (cut(&view.status)) } " · queue " (cut(&view.queue))
             " · " (bytes(view.size)) " to assemble · " (view.content.name())
             @if view.bag { " · bag" } }
+        @if let Some(p) = &view.progress {
+            p #access-progress {
+                "Assembling: " (bytes(p.bytes)) " of " (bytes(view.size)) " read and checked ("
+                (p.files) " files) from " (cut(&p.target)) " by " (cut(&p.worker))
+                ", as of " (p.at.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+            }
+        }
         @if let Some(d) = &view.delivery {
             p #access-delivery {
                 @if view.expired {

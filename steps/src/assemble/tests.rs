@@ -188,8 +188,32 @@ fn a_changed_byte_fails_naming_the_file_and_the_next_target_is_used() {
         container: Container::Zip,
         bag: false,
     };
-    let (done, failures) = assemble_from_any(&targets, &request, &dest);
+    let told = std::sync::Mutex::new(Vec::new());
+    let observe = |p: &Progress| told.lock().expect("told").push(p.clone());
+    let (done, failures) = assemble_from_any(&targets, &request, &dest, Some(&observe));
     let (done, digest) = done.expect("the second target");
+    // The observer heard each target from its start, and the second one
+    // to the end of what it packed.
+    let told = told.into_inner().expect("told");
+    assert_eq!(
+        told.first(),
+        Some(&Progress {
+            target: "first".into(),
+            files: 0,
+            bytes: 0
+        })
+    );
+    let second: Vec<&Progress> = told.iter().filter(|p| p.target == "second").collect();
+    assert_eq!(second.first().map(|p| (p.files, p.bytes)), Some((0, 0)));
+    assert_eq!(
+        second.last().map(|p| (p.files, p.bytes)),
+        Some((done.files as u64, done.bytes)),
+        "{told:?}"
+    );
+    assert!(
+        second.windows(2).all(|w| w[0].bytes <= w[1].bytes),
+        "{told:?}"
+    );
     assert_eq!(done.target, "second");
     // A zip's writer seeks back, so its digest is read from the file.
     assert!(digest.read_back);
@@ -205,7 +229,7 @@ fn a_changed_byte_fails_naming_the_file_and_the_next_target_is_used() {
         container: Container::Tar,
         ..request
     };
-    let (alone, _) = assemble_from_any(&targets[..1], &tar, &dest);
+    let (alone, _) = assemble_from_any(&targets[..1], &tar, &dest, None);
     assert!(matches!(alone, Err(AssembleError::Mismatch { .. })));
     assert!(!dest.exists());
 }
@@ -238,7 +262,7 @@ fn a_tar_container_is_hashed_as_it_is_written() {
             container,
             bag: false,
         };
-        let (done, _) = assemble_from_any(&targets, &request, &dest);
+        let (done, _) = assemble_from_any(&targets, &request, &dest, None);
         let (done, digest) = done.expect("assembled");
         assert_eq!(done.target, "only");
         assert!(!digest.read_back, "{container:?} was read again");

@@ -15,7 +15,9 @@ use chrono::Utc;
 use ingest_protocol::access::{AccessContent, AccessDelivery};
 use ingest_protocol::delivery;
 use ingest_protocol::node::AccessTokenNode;
-use ingest_steps::assemble::{assemble_from_any, AssembleError, Container, Content, Request};
+use ingest_steps::assemble::{
+    assemble_from_any, AssembleError, Container, Content, Observer, Progress, Request,
+};
 use ingest_steps::ocfl::OcflTarget;
 
 /// How long a container is served when no TTL is configured: a week.
@@ -68,6 +70,9 @@ pub struct Assembler {
     delivery_dir: PathBuf,
     base_url: String,
     ttl: Duration,
+    /// Tests only (`--assembly-pause-ms`): each assembly waits this long
+    /// once its first file is packed, so a test sees it in progress.
+    pause: Duration,
 }
 
 impl std::fmt::Debug for Assembler {
@@ -102,7 +107,14 @@ impl Assembler {
             delivery_dir,
             base_url: base_url.trim_end_matches('/').to_string(),
             ttl: if ttl.is_zero() { DEFAULT_TTL } else { ttl },
+            pause: Duration::ZERO,
         })
+    }
+
+    /// Tests only: each assembly waits `pause` once its first file is
+    /// packed (`ingest worker --assembly-pause-ms`, hidden).
+    pub fn set_pause(&mut self, pause: Duration) {
+        self.pause = pause;
     }
 
     /// The delivery area.
@@ -111,12 +123,16 @@ impl Assembler {
     }
 
     /// Assembles what `token` asks for (blocking: call it off the async
-    /// runtime).
+    /// runtime), telling `observe` how far it got as it goes.
     ///
     /// # Errors
     /// [`AssemblyError`]: a bad format or content, every target failing
     /// (each named), or the delivery area.
-    pub fn assemble(&self, token: &AccessTokenNode) -> Result<Finished, AssemblyError> {
+    pub fn assemble(
+        &self,
+        token: &AccessTokenNode,
+        observe: Option<Observer<'_>>,
+    ) -> Result<Finished, AssemblyError> {
         let container = Container::parse(&token.format)
             .ok_or_else(|| AssemblyError::Format(ingest_protocol::cut(&token.format, 32).into()))?;
         let content = match token.content.as_str() {
@@ -147,8 +163,21 @@ impl Assembler {
             container,
             bag: token.bag,
         };
-        let (result, earlier) =
-            assemble_from_any(self.targets.iter().map(|t| t.as_ref()), &request, &building);
+        let paused = std::sync::atomic::AtomicBool::new(self.pause.is_zero());
+        let tell = |p: &Progress| {
+            if let Some(observe) = observe {
+                observe(p);
+            }
+            if p.files > 0 && !paused.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(self.pause);
+            }
+        };
+        let (result, earlier) = assemble_from_any(
+            self.targets.iter().map(|t| t.as_ref()),
+            &request,
+            &building,
+            Some(&tell),
+        );
         let (done, container) = match result {
             Ok(delivered) => delivered,
             Err(last) => {

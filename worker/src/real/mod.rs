@@ -227,13 +227,14 @@ pub fn steps(
         secs => Duration::from_secs(secs),
     };
     let deliveries = delivery_dir(&config.args, &config.work_dir);
-    let assembler = assembly::Assembler::new(
+    let mut assembler = assembly::Assembler::new(
         targets_for_access,
         deliveries.clone(),
         config.args.content_url.as_deref().unwrap_or_default(),
         Duration::from_secs(config.args.delivery_ttl_secs),
     )
     .with_context(|| format!("cannot create the delivery area {}", deliveries.display()))?;
+    assembler.set_pause(Duration::from_millis(config.args.assembly_pause_ms));
     steps.access = Some(Arc::new(assembler));
     steps.access_notify = Some(Arc::new(access_notify::AccessNotifier::new(
         Arc::clone(&fetcher),
