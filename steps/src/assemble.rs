@@ -22,9 +22,11 @@ use crate::digest::{Algorithm, MultiHasher};
 use crate::ocfl::{ContentFile, OcflTarget, StorageError};
 
 mod meter;
+mod pipe;
 mod sink;
 use meter::Meter;
 pub use meter::{Observer, Progress, TELL_EVERY};
+use pipe::Ahead;
 pub use sink::ContainerDigest;
 use sink::Sink;
 
@@ -153,8 +155,8 @@ fn entry_name(ark: &str, version: u32, logical: &str) -> String {
     format!("{safe}/v{version}/{logical}")
 }
 
-/// A reader that hashes and counts what passes through it, and tells the
-/// assembly's meter.
+/// A reader that hashes (unless its bytes were hashed already) and counts
+/// what passes through it, and tells the assembly's meter.
 struct Hashing<'m, 'o, R: Read> {
     inner: R,
     hasher: Option<MultiHasher>,
@@ -171,6 +173,22 @@ impl<R: Read> Read for Hashing<'_, '_, R> {
         self.n += n as u64;
         self.meter.read(n as u64);
         Ok(n)
+    }
+}
+
+/// A stored file's bytes as the container takes them: read and hashed
+/// here, or ahead on a thread of its own (a large file).
+enum Source {
+    Here(File),
+    Ahead(Ahead),
+}
+
+impl Read for Source {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Source::Here(f) => f.read(buf),
+            Source::Ahead(a) => a.read(buf),
+        }
     }
 }
 
@@ -328,6 +346,9 @@ fn pack_version<W: Write + Seek>(
     let mut manifest = String::new();
     let mut bytes = 0u64;
     let mut algorithm_name = String::new();
+    // Each file's algorithm and size, known before any is read, so that
+    // the next large file can be read ahead while one is written.
+    let mut known: Vec<(Algorithm, u64)> = Vec::with_capacity(files.len());
     for f in &files {
         let algorithm: Algorithm =
             f.digest_algorithm
@@ -336,30 +357,69 @@ fn pack_version<W: Write + Seek>(
                     target: name.to_string(),
                     algorithm: ingest_protocol::cut(&f.digest_algorithm, 32).into_owned(),
                 })?;
-        algorithm_name = algorithm.name().to_string();
         let size = std::fs::metadata(&f.path)
             .map_err(io_err("cannot read", &f.path))?
             .len();
+        known.push((algorithm, size));
+    }
+    let large = |i: usize| known.get(i).is_some_and(|k| k.1 >= pipe::AHEAD_FROM);
+    let start_ahead = |i: usize| -> Result<Ahead, AssembleError> {
+        let f = files[i];
+        let (algorithm, size) = known[i];
+        Ahead::start(f.path.clone(), size, algorithm).map_err(io_err("cannot read", &f.path))
+    };
+    // The large file being read ahead, by index.
+    let mut ahead: Option<(usize, Ahead)> = None;
+    for (i, f) in files.iter().enumerate() {
+        let (algorithm, size) = known[i];
+        algorithm_name = algorithm.name().to_string();
         let entry = entry_name(ark, v.version, &f.logical_path);
-        let file = File::open(&f.path).map_err(io_err("cannot read", &f.path))?;
+        let (source, hasher) = if large(i) {
+            let this = match ahead.take() {
+                Some((j, a)) if j == i => a,
+                _ => start_ahead(i)?,
+            };
+            // The next large file is read while this one is written.
+            if let Some(next) = (i + 1..files.len()).find(|&j| large(j)) {
+                ahead = Some((next, start_ahead(next)?));
+            }
+            (Source::Ahead(this), None)
+        } else {
+            let file = File::open(&f.path).map_err(io_err("cannot read", &f.path))?;
+            (Source::Here(file), Some(MultiHasher::new(&[algorithm])))
+        };
         // At most the size the entry's header announced is read.
         let mut reader = Hashing {
-            inner: file.take(size),
-            hasher: Some(MultiHasher::new(&[algorithm])),
+            inner: source.take(size),
+            hasher,
             n: 0,
             meter: &mut *meter,
         };
         writer
             .entry(&entry, size, &mut reader)
             .map_err(io_err("cannot assemble", &f.path))?;
-        let (n, hasher) = (reader.n, reader.hasher.take());
-        let actual = hasher
-            .map(MultiHasher::finish)
-            .unwrap_or_default()
-            .into_iter()
-            .next()
-            .map(|(_, hex)| hex)
-            .unwrap_or_default();
+        let n = reader.n;
+        let actual = match (reader.hasher.take(), reader.inner.into_inner()) {
+            (Some(hasher), _) => hasher
+                .finish()
+                .into_iter()
+                .next()
+                .map(|(_, hex)| hex)
+                .unwrap_or_default(),
+            (None, Source::Ahead(a)) => {
+                // What the thread read and hashed is what was written.
+                let (read, digest) = a.finish().map_err(io_err("cannot read", &f.path))?;
+                if read != n {
+                    return Err(AssembleError::Io {
+                        what: "short read of",
+                        path: f.path.clone(),
+                        source: io::Error::other(format!("{read} read, {n} written")),
+                    });
+                }
+                digest
+            }
+            (None, Source::Here(_)) => String::new(),
+        };
         if n != size {
             return Err(AssembleError::Io {
                 what: "short read of",
@@ -410,6 +470,9 @@ pub struct Request<'a> {
     pub bag: bool,
 }
 
+/// The buffer a container is written through.
+const OUT_BUFFER: usize = 1 << 20;
+
 /// What [`assemble_from_any`] gives: the assembly, and the finished
 /// container's size and SHA-256.
 pub type Delivered = (Assembled, ContainerDigest);
@@ -441,8 +504,11 @@ pub fn assemble_from_any<'a>(
         }
     };
     for target in targets {
+        // Written through a large buffer: a tar entry is then copied in
+        // reads of up to its size instead of 8 KiB (`io::copy` fills a
+        // `BufWriter`'s free space directly).
         let file = match File::create(dest) {
-            Ok(f) => Sink::new(f),
+            Ok(f) => io::BufWriter::with_capacity(OUT_BUFFER, Sink::new(f)),
             Err(source) => return (Err(io_err("cannot create")(source)), failures),
         };
         let mut meter = Meter::start(observe, target.name());
@@ -451,7 +517,10 @@ pub fn assemble_from_any<'a>(
         } else {
             assemble_metered(target, request, file, &mut meter)
         };
-        let finished = built.and_then(|(done, sink)| {
+        let finished = built.and_then(|(done, buffered)| {
+            let sink = buffered
+                .into_inner()
+                .map_err(|e| io_err("cannot write")(e.into_error()))?;
             let (file, digest) = sink.finish();
             file.sync_all().map_err(io_err("cannot sync"))?;
             let digest = match digest {

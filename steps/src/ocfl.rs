@@ -49,7 +49,7 @@
 #![warn(missing_docs)]
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::fs::{self, File};
+use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -60,7 +60,6 @@ use rocfl::ocfl::{
     CommitMeta, DigestAlgorithm, LayoutExtensionName, LogicalPath, OcflRepo, RocflError,
     SpecVersion, StorageLayout, ValidationResult, VersionRef,
 };
-use sha2::{Digest, Sha512};
 
 /// One OCFL storage root on local disk.
 ///
@@ -1255,10 +1254,13 @@ fn same_file_system(a: &Path, b: &Path) -> bool {
 }
 
 fn sha512_file(path: &Path) -> Result<String, StorageError> {
-    let mut file = File::open(path).map_err(|e| io_error(path, e))?;
-    let mut hasher = Sha512::new();
-    io::copy(&mut file, &mut hasher).map_err(|e| io_error(path, e))?;
-    Ok(hex::encode(hasher.finalize()))
+    let (_, digests) = crate::digest::digest_file(path, &[crate::digest::Algorithm::Sha512])
+        .map_err(|e| io_error(path, e))?;
+    Ok(digests
+        .into_iter()
+        .next()
+        .map(|(_, hex)| hex)
+        .unwrap_or_default())
 }
 
 fn commit_meta(meta: &VersionMeta) -> Result<CommitMeta, RocflError> {

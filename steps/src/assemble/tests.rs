@@ -269,3 +269,82 @@ fn a_tar_container_is_hashed_as_it_is_written() {
         assert_eq!(digest, file_digest(&dest, false), "{container:?}");
     }
 }
+
+/// Large files are read and hashed ahead on threads of their own (the
+/// next while one is written): every byte of each still reaches the
+/// container in order, and a changed byte in the last MiB of one is still
+/// found, naming the file, and fails over to the next target.
+#[test]
+fn large_files_read_ahead_are_packed_whole_and_a_changed_byte_is_found() {
+    let big = |seed: u8, len: usize| -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[0] ^ seed)
+            .collect()
+    };
+    let files: Vec<(String, Vec<u8>)> = vec![
+        ("producer/big1.bin".into(), big(1, 5 << 20)),
+        (
+            "producer/small.txt".into(),
+            b"between the large ones".to_vec(),
+        ),
+        ("producer/big2.bin".into(), big(2, (6 << 20) + 12_345)),
+        ("producer/big3.bin".into(), big(3, 4 << 20)),
+    ];
+    let roots = [
+        tempfile::tempdir().expect("tempdir"),
+        tempfile::tempdir().expect("tempdir"),
+    ];
+    let targets: Vec<OcflTarget> = roots
+        .iter()
+        .zip(["first", "second"])
+        .map(|(root, name)| {
+            let target = OcflTarget::open_or_init(name, root.path()).expect("target");
+            let source = tempfile::tempdir().expect("tempdir");
+            for (path, bytes) in &files {
+                write(source.path(), &[(path.as_str(), bytes.as_slice())]);
+            }
+            target
+                .store_version(ARK, source.path(), &meta())
+                .expect("v1");
+            target
+        })
+        .collect();
+    // One byte of big2, in its last MiB, changed in the first target.
+    let stored = targets[0]
+        .version_content(ARK, Some(1))
+        .expect("content")
+        .files
+        .into_iter()
+        .find(|f| f.logical_path == "producer/big2.bin")
+        .expect("big2");
+    let mut bytes = std::fs::read(&stored.path).expect("read");
+    let last = bytes.len() - 100;
+    bytes[last] ^= 0x40;
+    std::fs::write(&stored.path, bytes).expect("write");
+
+    let out = tempfile::tempdir().expect("tempdir");
+    let dest = out.path().join("c.tar");
+    let request = Request {
+        ark: ARK,
+        version: None,
+        content: Content::Producer,
+        container: Container::Tar,
+        bag: false,
+    };
+    let (done, failures) = assemble_from_any(&targets, &request, &dest, None);
+    let (done, _) = done.expect("the second target");
+    assert_eq!(done.target, "second");
+    assert!(
+        matches!(&failures[..], [AssembleError::Mismatch { target, path, .. }] if target == "first" && path == "producer/big2.bin"),
+        "{failures:?}"
+    );
+    let entries = tar_entries(File::open(&dest).expect("open"));
+    for (path, bytes) in &files {
+        let name = format!("ark++99999+fk4asm/v1/{path}");
+        assert!(entries.get(&name) == Some(bytes), "{name} differs");
+    }
+    assert_eq!(
+        done.bytes,
+        files.iter().map(|f| f.1.len() as u64).sum::<u64>()
+    );
+}

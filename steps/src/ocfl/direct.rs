@@ -49,7 +49,7 @@ use std::path::{Path, PathBuf};
 use chrono::SecondsFormat;
 use rocfl::ocfl::{LayoutExtensionName, StorageLayout};
 use serde::Serialize;
-use sha2::{Digest, Sha256, Sha512};
+use sha2::{Digest, Sha512};
 
 use super::{check_stopping, io_error, unusable, Checks, StorageError, StoredFile, VersionMeta};
 
@@ -72,10 +72,13 @@ pub(super) fn check_sha256(
             continue;
         }
         let path = source_dir.join(&file.logical_path);
-        let mut reader = fs::File::open(&path).map_err(|e| io_error(&path, e))?;
-        let mut hasher = Sha256::new();
-        std::io::copy(&mut reader, &mut hasher).map_err(|e| io_error(&path, e))?;
-        let actual = hex::encode(hasher.finalize());
+        let (_, digests) = crate::digest::digest_file(&path, &[crate::digest::Algorithm::Sha256])
+            .map_err(|e| io_error(&path, e))?;
+        let actual = digests
+            .into_iter()
+            .next()
+            .map(|(_, hex)| hex)
+            .unwrap_or_default();
         match checks.sha256.get(&file.logical_path) {
             Some(want) if want.eq_ignore_ascii_case(&actual) => {}
             Some(want) => problems.push(format!(
