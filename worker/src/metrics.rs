@@ -94,6 +94,7 @@ pub struct WorkerMetrics {
     lock_busy: Counter,
     chained: Counter,
     handoffs: Counter,
+    busy_handoffs: Counter,
 }
 
 /// Why `/metrics` could not be served.
@@ -152,6 +153,7 @@ impl WorkerMetrics {
             lock_busy: Counter::default(),
             chained: Counter::default(),
             handoffs: Counter::default(),
+            busy_handoffs: Counter::default(),
         };
         let mut r = Registry::default();
         r.register(
@@ -224,6 +226,11 @@ impl WorkerMetrics {
             "Chained steps handed, lock held, to a task of the next step's daemon",
             m.handoffs.clone(),
         );
+        r.register(
+            "ingest_worker_steps_run_in_place",
+            "Chained steps run in the task of the step before because every task of the next step's daemon was busy (a long store holds none of the jobs behind it)",
+            m.busy_handoffs.clone(),
+        );
         let build: Family<BuildLabels, Gauge> = Family::default();
         build
             .get_or_create(&BuildLabels {
@@ -264,6 +271,7 @@ impl WorkerMetrics {
             (&self.lock_busy, s.lock_busy.load(Relaxed)),
             (&self.chained, s.chained.load(Relaxed)),
             (&self.handoffs, s.handoffs.load(Relaxed)),
+            (&self.busy_handoffs, s.busy_handoffs.load(Relaxed)),
         ] {
             let shown = counter.get();
             if now > shown {
@@ -486,6 +494,7 @@ mod tests {
         stats.job_locks.store(7, Relaxed);
         stats.chained.store(5, Relaxed);
         stats.handoffs.store(4, Relaxed);
+        stats.busy_handoffs.store(6, Relaxed);
         let page = m.render().expect("render");
         for line in [
             "ingest_worker_steps_in_flight 3",
@@ -493,6 +502,7 @@ mod tests {
             "ingest_worker_job_locks_total 7",
             "ingest_worker_steps_chained_total 5",
             "ingest_worker_steps_handed_off_total 4",
+            "ingest_worker_steps_run_in_place_total 6",
             "ingest_worker_lock_busy_total 0",
         ] {
             assert!(page.contains(line), "{line} not in\n{page}");

@@ -22,10 +22,12 @@
 //! queue), and the task that ran the step goes back to its own queue. So
 //! each daemon's `tasks` bound the jobs in *its* step, as they would
 //! without chaining, and a worker's job_pending tasks no longer bound the
-//! jobs in its whole pipeline. When the next daemon's inbox is full (its
-//! tasks are all busy and one job already waits), the task runs the next
-//! step itself rather than wait; a hand-off never blocks, so no cycle of
-//! full inboxes can stall a worker. When the chain ends, the
+//! jobs in its whole pipeline. A job is handed only to a task that is idle
+//! now: when every task of the next daemon is busy, the task runs the next
+//! step itself rather than leave the job waiting behind them (a store of a
+//! 100,000-file object held the next job's store for minutes when a job
+//! waited in the inbox of a busy storing task). A hand-off never blocks,
+//! so no cycle of full inboxes can stall a worker. When the chain ends, the
 //! lock is kept until the projection shows the job's new state (bounded),
 //! so that no worker takes the item again from a projection that lags.
 //!
@@ -43,7 +45,7 @@
 //! that entered Reporting any other way.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -127,6 +129,9 @@ pub struct Stats {
     /// Chained steps handed to a task of the next step's daemon (the rest
     /// of the chained steps ran in the task of the step before).
     pub handoffs: AtomicU64,
+    /// Chained steps run in the task of the step before because every
+    /// task of the next step's daemon was busy.
+    pub busy_handoffs: AtomicU64,
     /// Queue listings.
     pub listings: AtomicU64,
     /// Job steps running now.
@@ -205,6 +210,35 @@ pub struct Shared {
 struct Inbox {
     tx: async_channel::Sender<Box<Chain>>,
     rx: async_channel::Receiver<Box<Chain>>,
+    /// The daemon's tasks waiting for work now.
+    idle: Arc<AtomicUsize>,
+}
+
+impl Inbox {
+    /// Whether a job handed here now would be taken at once: a task is
+    /// idle for it. A job handed to a daemon whose tasks are all busy
+    /// waited behind them (one store of a 100,000-file object held the
+    /// next job's store for minutes), while the task that ran its last
+    /// step could run the next one at once.
+    fn has_idle_task(&self) -> bool {
+        self.tx.len() < self.idle.load(Ordering::Acquire)
+    }
+}
+
+/// Counts a task as idle while it lives.
+struct Idle(Arc<AtomicUsize>);
+
+impl Idle {
+    fn new(count: &Arc<AtomicUsize>) -> Idle {
+        count.fetch_add(1, Ordering::AcqRel);
+        Idle(Arc::clone(count))
+    }
+}
+
+impl Drop for Idle {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// A job whose lock this worker's session holds, between two of its
@@ -248,7 +282,8 @@ impl Shared {
                 // keep them busy, few enough that a worker does not hold
                 // locks on jobs it cannot start soon.
                 let (tx, rx) = async_channel::bounded((*tasks).max(1) as usize);
-                inboxes.insert(state, Inbox { tx, rx });
+                let idle = Arc::new(AtomicUsize::new(0));
+                inboxes.insert(state, Inbox { tx, rx, idle });
             }
         }
         let runs = inboxes.keys().copied().collect();
@@ -279,12 +314,17 @@ impl Shared {
         }
     }
 
-    /// Hands `chain` to a task of its state's daemon; gives it back when
-    /// that daemon's inbox is full (or this worker does not run it).
+    /// Hands `chain` to an idle task of its state's daemon; gives it back
+    /// when every task of that daemon is busy (or this worker does not run
+    /// it), and the caller runs the step itself.
     fn hand_off(&self, chain: Box<Chain>) -> Result<(), Box<Chain>> {
         let Some(inbox) = self.inboxes.get(&chain.state) else {
             return Err(chain);
         };
+        if !inbox.has_idle_task() {
+            self.stats.busy_handoffs.fetch_add(1, Ordering::Relaxed);
+            return Err(chain);
+        }
         match inbox.tx.try_send(chain) {
             Ok(()) => {
                 self.stats.handoffs.fetch_add(1, Ordering::Relaxed);
@@ -591,9 +631,12 @@ pub async fn run_task(
         return;
     };
     tracing::debug!(daemon = %kind, task, "daemon task started");
-    let inbox = match target {
-        Target::Jobs(state) => shared.inboxes.get(&state).map(|i| i.rx.clone()),
-        _ => None,
+    let (inbox, idle) = match target {
+        Target::Jobs(state) => match shared.inboxes.get(&state) {
+            Some(i) => (Some(i.rx.clone()), Some(Arc::clone(&i.idle))),
+            None => (None, None),
+        },
+        _ => (None, None),
     };
     while !stop.is_cancelled() {
         // A job handed on by the task that ran its step before comes
@@ -695,6 +738,9 @@ pub async fn run_task(
                         None => std::future::pending().await,
                     }
                 };
+                // Idle until something wakes it: chains may be handed here.
+                let waiting = idle.as_ref().map(Idle::new);
+                let mut took = None;
                 tokio::select! {
                     r = listing.changed() => {
                         if r.is_err() {
@@ -702,10 +748,14 @@ pub async fn run_task(
                             break;
                         }
                     }
-                    Some(chain) = handed => run_chain(&shared, chain, &stop).await,
+                    Some(chain) = handed => took = Some(chain),
                     () = &mut wake, if reporting => {}
                     () = tokio::time::sleep(wait) => {}
                     () = stop.cancelled() => {}
+                }
+                drop(waiting);
+                if let Some(chain) = took {
+                    run_chain(&shared, chain, &stop).await;
                 }
             }
         }
