@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use axum::extract::{Path as UrlPath, State};
@@ -187,19 +187,7 @@ pub(crate) async fn rig(name: &str, extra: &[String]) -> Rig {
     )
     .expect("profile");
     let storage = dir.path().join("ocfl");
-    let mut args: Vec<String> = [
-        "--profiles-dir",
-        &profiles.display().to_string(),
-        "--storage-target",
-        &format!("primary={}", storage.display()),
-        "--outbox",
-        &dir.path().join("outbox").display().to_string(),
-        "--retry-backoff-ms",
-        "20",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let mut args = rig_args(dir.path());
     args.extend(extra.iter().cloned());
     let root = unique_root(name);
     let server = start_with(
@@ -219,6 +207,24 @@ pub(crate) async fn rig(name: &str, extra: &[String]) -> Rig {
         _dir: dir,
         _zk: zk_server,
     }
+}
+
+/// The `serve` arguments of a rig in `dir` (its profiles, storage target
+/// and outbox), before the test's own.
+fn rig_args(dir: &Path) -> Vec<String> {
+    [
+        "--profiles-dir",
+        &dir.join("profiles").display().to_string(),
+        "--storage-target",
+        &format!("primary={}", dir.join("ocfl").display()),
+        "--outbox",
+        &dir.join("outbox").display().to_string(),
+        "--retry-backoff-ms",
+        "20",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }
 
 impl Rig {
@@ -3257,4 +3263,70 @@ async fn a_long_store_holds_none_of_the_jobs_behind_it() {
     assert_eq!(Rig::jobs(&batch).len(), 3, "{batch}");
     let log = std::fs::read_to_string(&workers.1[0]).unwrap_or_default();
     assert!(most >= 3, "{log}");
+}
+
+/// Issue 25, finding 2: SIGTERM to `ingest serve` while its own worker is
+/// in the middle of a store (a new object held half built by
+/// `--store-pause-ms` for a minute, as a store of 100,000 files would
+/// take) stops the server within its grace and before the store's commit:
+/// nothing is stored, the job stays in Storing, and the server started
+/// again on the same data directory stores it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_stops_serve_in_the_middle_of_a_store_and_the_next_start_stores_it() {
+    let pause = ["--store-pause-ms".to_string(), "60000".to_string()];
+    let mut rig = rig("serve-store-sigterm", &pause).await;
+    let b = rig.base.clone();
+    add(&rig.depot, "held.txt", b"held half built at the SIGTERM");
+    let bid = rig
+        .submit(
+            json!({"profile": "demo", "submitter": "alice", "type": "file",
+                       "payload_url": format!("{b}/files/held.txt"), "erc_where": "loc-held"}),
+        )
+        .await;
+    let pid = rig.server.child.id();
+    let staged = eventually("serve to be in the middle of a store", 120, async || {
+        staging_of(&rig.storage, pid)
+            .into_iter()
+            .find(|s| stages_an_object(s))
+    })
+    .await;
+    let batch = rig.server.get(&format!("/batches/{bid}")).await;
+    let jid = Rig::jobs(&batch).remove(0);
+    let job = rig.job(&jid).await;
+    assert_eq!(job["status"], "Storing", "{job}");
+    let ark = job["primary_id"].as_str().expect("an ark").to_string();
+    // Well within the 60 s the store is held: exit 0.
+    rig.server.terminate(40).await;
+    let log = std::fs::read_to_string(&rig.server.log).unwrap_or_default();
+    assert!(
+        log.contains("the store was stopped before its commit"),
+        "{log}"
+    );
+    assert!(
+        !staged.exists() || !stages_an_object(&staged),
+        "the half-built object was removed"
+    );
+    let target =
+        ingest_steps::ocfl::OcflTarget::open_existing("check", &rig.storage).expect("open storage");
+    assert!(
+        matches!(
+            target.versions(&ark),
+            Err(ingest_steps::ocfl::StorageError::NotFound { .. })
+        ),
+        "nothing of {ark} was stored"
+    );
+
+    let (hosts, root) = rig.zk_at.split_at(rig.zk_at.find('/').expect("a root"));
+    rig.server = crate::server::start_with(
+        rig._dir.path(),
+        hosts,
+        root,
+        Some(&[]),
+        "real",
+        &rig_args(rig._dir.path()),
+    );
+    let done = rig.finished(&bid).await;
+    assert_eq!(done["status"], "Completed", "{done}");
+    rig.assert_stored(&jid, Some("loc-held"), &["held.txt"])
+        .await;
 }
