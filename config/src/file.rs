@@ -64,6 +64,7 @@ pub(crate) struct FileZooKeeper {
     pub(crate) request_timeout_secs: Option<f64>,
     pub(crate) auth_file: Option<PathBuf>,
     pub(crate) worker_identity: Option<String>,
+    pub(crate) merritt_identity: Option<String>,
     pub(crate) open_object_locks: Option<bool>,
     pub(crate) foreign_writes: Option<crate::ForeignWrites>,
 }

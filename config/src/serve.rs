@@ -766,10 +766,18 @@ impl ServeConfig {
                 .zk_auth_file
                 .as_deref()
                 .or(file.zookeeper.auth_file.as_deref()),
-            args.zookeeper
-                .zk_worker_identity
-                .as_deref()
-                .or(file.zookeeper.worker_identity.as_deref()),
+            zk::Identities {
+                worker: args
+                    .zookeeper
+                    .zk_worker_identity
+                    .as_deref()
+                    .or(file.zookeeper.worker_identity.as_deref()),
+                merritt: args
+                    .zookeeper
+                    .zk_merritt_identity
+                    .as_deref()
+                    .or(file.zookeeper.merritt_identity.as_deref()),
+            },
             args.zookeeper.zk_open_object_locks
                 || file.zookeeper.open_object_locks.unwrap_or(false),
         )

@@ -165,6 +165,11 @@ impl WorkerArgs {
                 .zk_worker_identity
                 .clone()
                 .or(file.zookeeper.worker_identity),
+            zk_merritt_identity: self
+                .zookeeper
+                .zk_merritt_identity
+                .clone()
+                .or(file.zookeeper.merritt_identity),
             zk_open_object_locks: self.zookeeper.zk_open_object_locks
                 || file.zookeeper.open_object_locks.unwrap_or(false),
         };

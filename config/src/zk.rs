@@ -55,6 +55,13 @@ pub struct ZkArgs {
     #[arg(long = "zk-open-object-locks", env = "INGEST_ZK_OPEN_OBJECT_LOCKS")]
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub zk_open_object_locks: bool,
+    /// Merritt's services' digest identity, user:BASE64 (`ingest zk-digest` prints it from their credentials): given read, write, create and delete (not admin) on /jobs, /batches, /access and /locks and everything under them, so that mrt-zk clients authenticated as it can write what adoption mode (--foreign-writes adopt) takes; anonymous clients stay read-only. Needs --zk-auth-file.
+    #[arg(
+        long = "zk-merritt-identity",
+        env = "INGEST_ZK_MERRITT_IDENTITY",
+        value_name = "USER:DIGEST"
+    )]
+    pub zk_merritt_identity: Option<String>,
 }
 
 /// The variable that may hold `user:password` instead of a file.
@@ -106,28 +113,39 @@ pub fn read_credentials(file: Option<&Path>) -> Result<Option<Credentials>, ZkSe
 /// that need credentials given without them.
 pub fn access(
     auth_file: Option<&Path>,
-    worker_identity: Option<&str>,
+    identities: Identities<'_>,
     open_object_locks: bool,
 ) -> Result<ZkAccess, ZkSettingsError> {
     let credentials = read_credentials(auth_file)?;
-    let worker = worker_identity
-        .map(str::trim)
-        .filter(|w| !w.is_empty())
-        .map(|w| {
-            DigestId::parse(w)
-                .map_err(|r| ZkSettingsError::Invalid(format!("--zk-worker-identity: {r}")))
-        })
-        .transpose()?;
-    if credentials.is_none() && (worker.is_some() || open_object_locks) {
+    let parse = |text: Option<&str>, flag: &str| {
+        text.map(str::trim)
+            .filter(|w| !w.is_empty())
+            .map(|w| DigestId::parse(w).map_err(|r| ZkSettingsError::Invalid(format!("{flag}: {r}"))))
+            .transpose()
+    };
+    let worker = parse(identities.worker, "--zk-worker-identity")?;
+    let merritt = parse(identities.merritt, "--zk-merritt-identity")?;
+    if credentials.is_none() && (worker.is_some() || merritt.is_some() || open_object_locks) {
         return Err(ZkSettingsError::Invalid(
-            "--zk-worker-identity and --zk-open-object-locks need ZooKeeper credentials (--zk-auth-file or INGEST_ZK_AUTH): without them every node is open to anyone".into(),
+            "--zk-worker-identity, --zk-merritt-identity and --zk-open-object-locks need ZooKeeper credentials (--zk-auth-file or INGEST_ZK_AUTH): without them every node is open to anyone".into(),
         ));
     }
     Ok(ZkAccess {
         credentials,
         worker,
         open_object_locks,
+        merritt,
     })
+}
+
+/// The digest identities other than this process's that the nodes it
+/// creates let in (`user:BASE64` each, as given).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Identities<'a> {
+    /// The workers' (`--zk-worker-identity`).
+    pub worker: Option<&'a str>,
+    /// Merritt's services' (`--zk-merritt-identity`).
+    pub merritt: Option<&'a str>,
 }
 
 /// Why ZooKeeper settings cannot be used.
@@ -208,7 +226,10 @@ impl ZkArgs {
             )?,
             access: access(
                 self.zk_auth_file.as_deref(),
-                self.zk_worker_identity.as_deref(),
+                Identities {
+                    worker: self.zk_worker_identity.as_deref(),
+                    merritt: self.zk_merritt_identity.as_deref(),
+                },
                 self.zk_open_object_locks,
             )?,
         };
@@ -259,6 +280,37 @@ pub fn check_root(root: &str) -> Result<(), ValueError> {
 mod tests {
     use super::*;
 
+    fn worker_only(worker: &str) -> Identities<'_> {
+        Identities {
+            worker: Some(worker),
+            merritt: None,
+        }
+    }
+
+    #[test]
+    fn a_merritt_identity_is_parsed_and_needs_credentials() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let good = dir.path().join("engine");
+        std::fs::write(&good, "engine:s3cret-value\n").expect("write");
+        let merritt = ingest_projections::Credentials::parse("merritt:m")
+            .expect("valid")
+            .id();
+        let both = Identities {
+            worker: None,
+            merritt: Some(merritt.as_str()),
+        };
+        let a = access(Some(&good), both, false).expect("valid");
+        assert_eq!(a.merritt.as_ref(), Some(&merritt));
+        let e = access(None, both, false).expect_err("no credentials");
+        assert!(e.to_string().contains("--zk-merritt-identity"), "{e}");
+        let bad = Identities {
+            worker: None,
+            merritt: Some("merritt:not-a-digest"),
+        };
+        let e = access(Some(&good), bad, false).expect_err("bad id");
+        assert!(e.to_string().starts_with("--zk-merritt-identity"), "{e}");
+    }
+
     #[test]
     fn credentials_come_from_a_file_and_are_never_quoted() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -267,24 +319,24 @@ mod tests {
         let worker = ingest_projections::Credentials::parse("worker:w")
             .expect("valid")
             .id();
-        let a = access(Some(&good), Some(worker.as_str()), true).expect("valid");
+        let a = access(Some(&good), worker_only(worker.as_str()), true).expect("valid");
         assert_eq!(a.credentials.as_ref().map(|c| c.user()), Some("engine"));
         assert_eq!(a.worker.as_ref(), Some(&worker));
         assert!(!format!("{a:?}").contains("s3cret"));
 
         let bad = dir.path().join("bad");
         std::fs::write(&bad, "no-colon-s3cret").expect("write");
-        let e = access(Some(&bad), None, false).expect_err("malformed");
+        let e = access(Some(&bad), Identities::default(), false).expect_err("malformed");
         assert!(!e.to_string().contains("s3cret"), "{e}");
         assert!(e.to_string().contains("user:password"), "{e}");
-        let e = access(Some(&dir.path().join("missing")), None, false).expect_err("missing");
+        let e = access(Some(&dir.path().join("missing")), Identities::default(), false).expect_err("missing");
         assert!(e.to_string().contains("cannot read"), "{e}");
-        let e = access(Some(&good), Some("worker:not-a-digest"), false).expect_err("bad id");
+        let e = access(Some(&good), worker_only("worker:not-a-digest"), false).expect_err("bad id");
         assert!(e.to_string().contains("--zk-worker-identity"), "{e}");
         if std::env::var_os(AUTH_ENV).is_none() {
-            let e = access(None, Some(worker.as_str()), false).expect_err("no credentials");
+            let e = access(None, worker_only(worker.as_str()), false).expect_err("no credentials");
             assert!(e.to_string().contains("need ZooKeeper credentials"), "{e}");
-            assert!(access(None, None, false).expect("open").is_open());
+            assert!(access(None, Identities::default(), false).expect("open").is_open());
         }
     }
 }

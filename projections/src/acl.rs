@@ -18,6 +18,15 @@
 //!   job's `status`, say); it can never write the data of a node, and an
 //!   anonymous client can do neither.
 //!
+//! With a Merritt identity ([`ZkAccess::merritt`], issue 23), the nodes of
+//! the queue Merritt's services write through mrt-zk (`/jobs`, `/batches`,
+//! `/access`, `/locks` and everything under them) also carry that identity
+//! `READ|WRITE|CREATE|DELETE` (never `ADMIN`): its status changes,
+//! creations, acquisitions, holds and deletions reach ZooKeeper, and the
+//! engine, in adoption mode, turns each into the command it means or
+//! reverts and records it. The engine's own nodes (`/ingest-engine`) and
+//! the root stay the engine's, and an anonymous client still only reads.
+//!
 //! Lock nodes themselves (worker locks, object locks, the leader node) are
 //! created `world:anyone READ` whatever the mode ([`lock_options`]): nobody
 //! writes a lock after creating it, its removal is a right on the parent,
@@ -196,6 +205,19 @@ pub struct ZkAccess {
     /// Merritt's services, which do not authenticate, can take their object
     /// locks beside `ingest` (a mixed deployment).
     pub open_object_locks: bool,
+    /// Merritt's services' identity (mrt-zk clients that authenticate),
+    /// given `READ|WRITE|CREATE|DELETE` on the queue's nodes
+    /// ([`is_merritt_path`]). Only the engine needs it.
+    pub merritt: Option<DigestId>,
+}
+
+/// Whether `path` (under the root) is a node of the queue Merritt's
+/// services write through mrt-zk: `/jobs`, `/batches`, `/access`, `/locks`
+/// and everything under them.
+pub fn is_merritt_path(path: &str) -> bool {
+    ["/jobs", "/batches", "/access", "/locks"]
+        .iter()
+        .any(|top| path == *top || path.strip_prefix(top).is_some_and(|rest| rest.starts_with('/')))
 }
 
 /// The ACL list of one node, owned; [`NodeAcl::persistent`] borrows it.
@@ -272,6 +294,17 @@ impl ZkAccess {
                 ));
             }
         }
+        if let Some(merritt) = &self.merritt {
+            if is_merritt_path(path) && merritt != &own {
+                acl.push(zk::Acl::new(
+                    zk::Permission::READ
+                        | zk::Permission::WRITE
+                        | zk::Permission::CREATE
+                        | zk::Permission::DELETE,
+                    zk::AuthId::new("digest", merritt.as_str()),
+                ));
+            }
+        }
         NodeAcl(acl)
     }
 }
@@ -318,6 +351,7 @@ mod tests {
             credentials: Some(Credentials::parse("engine:e").expect("valid")),
             worker: Some(worker.clone()),
             open_object_locks: false,
+            merritt: None,
         };
         let has_worker = |p: &str| {
             access
@@ -357,6 +391,46 @@ mod tests {
                 .map(|a| a.permission())
                 .collect();
             assert_eq!(anyone, vec![zk::Permission::READ], "{p}");
+        }
+    }
+
+    #[test]
+    fn a_merritt_identity_writes_the_queue_and_nothing_of_the_engine() {
+        let merritt = Credentials::parse("merritt:m").expect("valid").id();
+        let access = ZkAccess {
+            credentials: Some(Credentials::parse("engine:e").expect("valid")),
+            merritt: Some(merritt.clone()),
+            ..ZkAccess::default()
+        };
+        let rights = |p: &str| {
+            access
+                .acl(p)
+                .entries()
+                .iter()
+                .find(|a| a.auth_id() == &zk::AuthId::new("digest", merritt.as_str()))
+                .map(|a| a.permission())
+        };
+        let writes = zk::Permission::READ
+            | zk::Permission::WRITE
+            | zk::Permission::CREATE
+            | zk::Permission::DELETE;
+        for p in [
+            "/jobs",
+            "/jobs/jid0000000001",
+            "/jobs/jid0000000001/status",
+            "/jobs/states/pending",
+            "/batches",
+            "/batches/bid0000000001/states/batch-processing",
+            "/access/small/qid0000000001/status",
+            "/locks",
+            "/locks/queue",
+            "/locks/collections",
+            "/locks/storage",
+        ] {
+            assert_eq!(rights(p), Some(writes), "{p}");
+        }
+        for p in ["/", "/ingest-engine", "/ingest-engine/checkpoint", "/jobsx", "/lockss/x"] {
+            assert_eq!(rights(p), None, "{p}");
         }
     }
 }

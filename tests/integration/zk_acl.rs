@@ -17,6 +17,7 @@ pub(super) fn engine_access() -> ZkAccess {
         credentials: Some(credentials("engine:engine-secret")),
         worker: Some(credentials("worker:worker-secret").id()),
         open_object_locks: false,
+        merritt: None,
     }
 }
 
@@ -206,6 +207,89 @@ async fn with_credentials_anyone_reads_only_the_engine_writes_and_workers_lock()
     assert!(report.secured >= report.expected_nodes, "{report:?}");
     assert_same_tree(&log_tree(&log), &live_tree(&anon_zk).await, "after rebuild");
     assert_guarded(&anon, &worker, "jid0000000005", &bids[1].to_string()).await;
+}
+
+/// Issue 23, item 3: with `--zk-merritt-identity`, a client authenticated
+/// as Merritt's services writes the queue as mrt-zk does (a status, a
+/// queue reference, a job lock, a queue pause, a new batch node, a
+/// deletion) and nothing of the engine's; an anonymous client still only
+/// reads, and the workers' rights are unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merritt_identity_writes_the_queue_and_anonymous_clients_still_only_read() {
+    let server = shared();
+    let root = unique_root("acl-merritt");
+    let anon_zk = zk_config(&server.hosts(), &root);
+    let access = ZkAccess {
+        merritt: Some(credentials("merritt:merritt-secret").id()),
+        ..engine_access()
+    };
+    let engine_zk = anon_zk.clone().with_access(access);
+    let merritt_zk = anon_zk.clone().with_access(ZkAccess {
+        credentials: Some(credentials("merritt:merritt-secret")),
+        ..ZkAccess::default()
+    });
+    let mut f = Fixture::new();
+    let bids = f.walk_batches(2, 2, false);
+    catch_up(f.log(), &engine_zk, "engine").await;
+    let anon = client(&anon_zk).await;
+    let worker = client(&anon_zk.clone().with_access(worker_access())).await;
+    assert_guarded(&anon, &worker, "jid0000000001", &bids[0].to_string()).await;
+
+    let merritt = client(&merritt_zk).await;
+    let open = zkio::open_acl();
+    let status = "/jobs/jid0000000002/status";
+    let (data, _) = merritt.get_data(status).await.expect("Merritt reads");
+    merritt
+        .set_data(status, &data, None)
+        .await
+        .expect("Merritt sets a job's status");
+    merritt
+        .create("/jobs/states/estimating/05-jid0000000002", b"", &open)
+        .await
+        .expect("Merritt adds a queue reference");
+    merritt
+        .delete("/jobs/states/estimating/05-jid0000000002", None)
+        .await
+        .expect("Merritt removes a queue reference");
+    merritt
+        .create(
+            "/jobs/jid0000000002/lock",
+            b"",
+            &ingest_projections::acl::lock_options(),
+        )
+        .await
+        .expect("Merritt takes a job lock");
+    merritt
+        .create("/locks/queue/ingest", b"", &open)
+        .await
+        .expect("Merritt pauses the queue");
+    merritt
+        .delete("/locks/queue/ingest", None)
+        .await
+        .expect("Merritt resumes the queue");
+    merritt
+        .create("/batches/bid9999999999", b"", &open)
+        .await
+        .expect("Merritt creates a batch node");
+    merritt
+        .delete("/batches/bid9999999999", None)
+        .await
+        .expect("Merritt deletes a batch node");
+    // Never the engine's nodes, nor the root, nor the ACLs.
+    refused(
+        "Merritt's checkpoint write",
+        merritt.set_data(CHECKPOINT_NODE, b"{}", None).await,
+    );
+    refused(
+        "Merritt's node under the root",
+        merritt.create("/elsewhere", b"", &open).await,
+    );
+    refused(
+        "Merritt's ACL change",
+        merritt
+            .set_acl(status, &zk::Acls::anyone_all(), None)
+            .await,
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
