@@ -120,7 +120,9 @@ pub fn access(
     let parse = |text: Option<&str>, flag: &str| {
         text.map(str::trim)
             .filter(|w| !w.is_empty())
-            .map(|w| DigestId::parse(w).map_err(|r| ZkSettingsError::Invalid(format!("{flag}: {r}"))))
+            .map(|w| {
+                DigestId::parse(w).map_err(|r| ZkSettingsError::Invalid(format!("{flag}: {r}")))
+            })
             .transpose()
     };
     let worker = parse(identities.worker, "--zk-worker-identity")?;
@@ -329,14 +331,21 @@ mod tests {
         let e = access(Some(&bad), Identities::default(), false).expect_err("malformed");
         assert!(!e.to_string().contains("s3cret"), "{e}");
         assert!(e.to_string().contains("user:password"), "{e}");
-        let e = access(Some(&dir.path().join("missing")), Identities::default(), false).expect_err("missing");
+        let e = access(
+            Some(&dir.path().join("missing")),
+            Identities::default(),
+            false,
+        )
+        .expect_err("missing");
         assert!(e.to_string().contains("cannot read"), "{e}");
         let e = access(Some(&good), worker_only("worker:not-a-digest"), false).expect_err("bad id");
         assert!(e.to_string().contains("--zk-worker-identity"), "{e}");
         if std::env::var_os(AUTH_ENV).is_none() {
             let e = access(None, worker_only(worker.as_str()), false).expect_err("no credentials");
             assert!(e.to_string().contains("need ZooKeeper credentials"), "{e}");
-            assert!(access(None, Identities::default(), false).expect("open").is_open());
+            assert!(access(None, Identities::default(), false)
+                .expect("open")
+                .is_open());
         }
     }
 }

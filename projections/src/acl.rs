@@ -217,7 +217,12 @@ pub struct ZkAccess {
 pub fn is_merritt_path(path: &str) -> bool {
     ["/jobs", "/batches", "/access", "/locks"]
         .iter()
-        .any(|top| path == *top || path.strip_prefix(top).is_some_and(|rest| rest.starts_with('/')))
+        .any(|top| {
+            path == *top
+                || path
+                    .strip_prefix(top)
+                    .is_some_and(|rest| rest.starts_with('/'))
+        })
 }
 
 /// The ACL list of one node, owned; [`NodeAcl::persistent`] borrows it.
@@ -429,7 +434,13 @@ mod tests {
         ] {
             assert_eq!(rights(p), Some(writes), "{p}");
         }
-        for p in ["/", "/ingest-engine", "/ingest-engine/checkpoint", "/jobsx", "/lockss/x"] {
+        for p in [
+            "/",
+            "/ingest-engine",
+            "/ingest-engine/checkpoint",
+            "/jobsx",
+            "/lockss/x",
+        ] {
             assert_eq!(rights(p), None, "{p}");
         }
     }

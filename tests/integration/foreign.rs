@@ -939,3 +939,71 @@ async fn adoption_mode_takes_a_batch_acquired_and_filled_by_mrt_zk() {
     converged(s).await;
     assert_ready(s).await;
 }
+
+/// Issue 23, item 3: on a tree with ACLs (the engine authenticates, and
+/// `--zk-merritt-identity` names Merritt's services), a Merritt-pattern
+/// client authenticated as that identity walks a job a step in adoption
+/// mode, and the engine adopts it; the same write from an anonymous client
+/// is refused by ZooKeeper (`NoAuth`) and nothing moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_acls_the_merritt_identity_writes_what_adoption_takes_and_anonymous_clients_cannot() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine_auth = dir.path().join("zk-engine");
+    std::fs::write(&engine_auth, "engine:engine-secret\n").expect("write");
+    let merritt = ingest_projections::Credentials::parse("merritt:merritt-secret")
+        .expect("valid")
+        .id();
+    let args = [
+        "--foreign-writes",
+        "adopt",
+        "--zk-auth-file",
+        &engine_auth.display().to_string(),
+        "--zk-merritt-identity",
+        merritt.as_str(),
+    ];
+    let Some(r) = Rig::start_with("foreign-acl", Some(&NO_JOB_DAEMONS), &args).await else {
+        return;
+    };
+    let bid = r.s.submit(1).await;
+    let jid = jobs_of(&r.s, &r.zk, &bid, 1).await.remove(0);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/merritt_writer.py");
+    let run = |auth: Option<&str>| {
+        let mut p = Process::new(&r.python);
+        p.arg(&script).arg(r.zks.hosts()).arg(&r.root).args([
+            "step",
+            &jid,
+            "Estimating",
+            "by Merritt",
+        ]);
+        match auth {
+            Some(a) => p.env("MERRITT_ZK_AUTH", a),
+            None => p.env_remove("MERRITT_ZK_AUTH"),
+        };
+        p.output().expect("run the Merritt-pattern writer")
+    };
+
+    let anonymous = run(None);
+    assert!(!anonymous.status.success(), "{anonymous:?}");
+    assert!(
+        String::from_utf8_lossy(&anonymous.stderr).contains("NoAuth"),
+        "{}",
+        String::from_utf8_lossy(&anonymous.stderr)
+    );
+    let job = r.s.get(&format!("/jobs/{jid}")).await;
+    assert_eq!(job["status"], "Pending", "{job}");
+
+    let named = run(Some("merritt:merritt-secret"));
+    assert!(
+        named.status.success(),
+        "{}",
+        String::from_utf8_lossy(&named.stderr)
+    );
+    eventually(&format!("{jid} adopted in Estimating"), 30, async || {
+        let job = r.s.get(&format!("/jobs/{jid}")).await;
+        (job["status"] == "Estimating").then_some(())
+    })
+    .await;
+    converged(&r.s).await;
+    let history = r.s.get(&format!("/jobs/{jid}/history")).await;
+    assert!(repairs(&history).is_empty(), "nothing reverted: {history}");
+}

@@ -286,9 +286,7 @@ async fn a_merritt_identity_writes_the_queue_and_anonymous_clients_still_only_re
     );
     refused(
         "Merritt's ACL change",
-        merritt
-            .set_acl(status, &zk::Acls::anyone_all(), None)
-            .await,
+        merritt.set_acl(status, &zk::Acls::anyone_all(), None).await,
     );
 }
 

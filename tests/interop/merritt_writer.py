@@ -59,9 +59,14 @@ Usage:
 
 Prints a JSON summary on stdout: the session id (hex, as ZooKeeper's logs
 show it) and the paths written.
+
+With MERRITT_ZK_AUTH=user:password in the environment the session
+authenticates (`addauth digest`), as a Merritt service given its own
+ZooKeeper identity does.
 """
 
 import json
+import os
 import sys
 import time
 import uuid as uuid_mod
@@ -239,7 +244,12 @@ def main(argv):
         print(__doc__, file=sys.stderr)
         return 2
     hosts, root, command, args = argv[1], argv[2], argv[3], argv[4:]
-    zk = KazooClient(hosts=hosts + root, timeout=10.0)
+    auth = os.environ.get("MERRITT_ZK_AUTH")
+    zk = KazooClient(
+        hosts=hosts + root,
+        timeout=10.0,
+        auth_data=[("digest", auth)] if auth else None,
+    )
     zk.start(timeout=15)
     written = []
     try:
