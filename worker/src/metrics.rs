@@ -228,7 +228,7 @@ impl WorkerMetrics {
         );
         r.register(
             "ingest_worker_steps_run_in_place",
-            "Chained steps run in the task of the step before because every task of the next step's daemon was busy (a long store holds none of the jobs behind it)",
+            "Chained steps run in the task of the step before because the next step's daemon had no room: its inbox full, or every task on one job for over 5 s (a long store holds none of the jobs behind it)",
             m.busy_handoffs.clone(),
         );
         let build: Family<BuildLabels, Gauge> = Family::default();

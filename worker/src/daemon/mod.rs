@@ -22,12 +22,12 @@
 //! queue), and the task that ran the step goes back to its own queue. So
 //! each daemon's `tasks` bound the jobs in *its* step, as they would
 //! without chaining, and a worker's job_pending tasks no longer bound the
-//! jobs in its whole pipeline. A job is handed only to a task that is idle
-//! now: when every task of the next daemon is busy, the task runs the next
-//! step itself rather than leave the job waiting behind them (a store of a
-//! 100,000-file object held the next job's store for minutes when a job
-//! waited in the inbox of a busy storing task). A hand-off never blocks,
-//! so no cycle of full inboxes can stall a worker. When the chain ends, the
+//! jobs in its whole pipeline. When the next daemon's inbox is full, or
+//! every task of it has been on one job for longer than [`LONG_STEP`] (a
+//! store of a 100,000-file object held the next job's store for minutes
+//! when the job waited in that inbox), the task runs the next step itself
+//! rather than wait. A hand-off never blocks, so no cycle of full inboxes
+//! can stall a worker. When the chain ends, the
 //! lock is kept until the projection shows the job's new state (bounded),
 //! so that no worker takes the item again from a projection that lags.
 //!
@@ -45,7 +45,7 @@
 //! that entered Reporting any other way.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -129,8 +129,8 @@ pub struct Stats {
     /// Chained steps handed to a task of the next step's daemon (the rest
     /// of the chained steps ran in the task of the step before).
     pub handoffs: AtomicU64,
-    /// Chained steps run in the task of the step before because every
-    /// task of the next step's daemon was busy.
+    /// Chained steps run in the task of the step before because the next
+    /// daemon had no room: its inbox full, or its tasks on long steps.
     pub busy_handoffs: AtomicU64,
     /// Queue listings.
     pub listings: AtomicU64,
@@ -210,34 +210,84 @@ pub struct Shared {
 struct Inbox {
     tx: async_channel::Sender<Box<Chain>>,
     rx: async_channel::Receiver<Box<Chain>>,
-    /// The daemon's tasks waiting for work now.
-    idle: Arc<AtomicUsize>,
+    /// What the daemon's tasks are doing.
+    working: Arc<Working>,
 }
+
+/// A task whose work on a job has lasted this long is on a long step (a
+/// store of a large object): a job handed to its daemon is not counted on
+/// it.
+pub const LONG_STEP: Duration = Duration::from_secs(5);
 
 impl Inbox {
-    /// Whether a job handed here now would be taken at once: a task is
-    /// idle for it. A job handed to a daemon whose tasks are all busy
-    /// waited behind them (one store of a 100,000-file object held the
-    /// next job's store for minutes), while the task that ran its last
-    /// step could run the next one at once.
-    fn has_idle_task(&self) -> bool {
-        self.tx.len() < self.idle.load(Ordering::Acquire)
+    /// Whether a job handed here now would soon be taken: fewer jobs wait
+    /// than the daemon has tasks that are idle or on a short step. A job
+    /// handed to a daemon whose tasks are all on long steps waited behind
+    /// them (one store of a 100,000-file object held the next job's store
+    /// for minutes), when the task that ran its last step could run the
+    /// next one at once. Tasks on short steps are counted, so a busy
+    /// pipeline of short steps hands off as before (each daemon's tasks
+    /// keep their own step; running in place there cost a third of the
+    /// throughput in `tools/load`).
+    fn has_room(&self) -> bool {
+        self.tx.len() < self.working.available()
     }
 }
 
-/// Counts a task as idle while it lives.
-struct Idle(Arc<AtomicUsize>);
+/// When each task of one daemon began the work it is doing.
+struct Working {
+    /// Per task: milliseconds since `epoch`, plus one, when its work
+    /// began; 0 while it waits for work.
+    since: Vec<AtomicU64>,
+    epoch: Instant,
+}
 
-impl Idle {
-    fn new(count: &Arc<AtomicUsize>) -> Idle {
-        count.fetch_add(1, Ordering::AcqRel);
-        Idle(Arc::clone(count))
+impl Working {
+    fn new(tasks: usize) -> Working {
+        Working {
+            since: (0..tasks).map(|_| AtomicU64::new(0)).collect(),
+            epoch: Instant::now(),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1
+    }
+
+    /// The tasks that wait for work or began theirs less than
+    /// [`LONG_STEP`] ago.
+    fn available(&self) -> usize {
+        let now = self.now();
+        let long = u64::try_from(LONG_STEP.as_millis()).unwrap_or(u64::MAX);
+        self.since
+            .iter()
+            .map(|s| s.load(Ordering::Acquire))
+            .filter(|&began| began == 0 || now.saturating_sub(began) < long)
+            .count()
     }
 }
 
-impl Drop for Idle {
+/// Marks a task as working while it lives.
+struct Busy(Option<(Arc<Working>, usize)>);
+
+impl Busy {
+    fn new(working: Option<&Arc<Working>>, task: u32) -> Busy {
+        let task = task as usize;
+        match working {
+            Some(w) if task < w.since.len() => {
+                w.since[task].store(w.now(), Ordering::Release);
+                Busy(Some((Arc::clone(w), task)))
+            }
+            _ => Busy(None),
+        }
+    }
+}
+
+impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        if let Some((w, task)) = &self.0 {
+            w.since[*task].store(0, Ordering::Release);
+        }
     }
 }
 
@@ -282,8 +332,8 @@ impl Shared {
                 // keep them busy, few enough that a worker does not hold
                 // locks on jobs it cannot start soon.
                 let (tx, rx) = async_channel::bounded((*tasks).max(1) as usize);
-                let idle = Arc::new(AtomicUsize::new(0));
-                inboxes.insert(state, Inbox { tx, rx, idle });
+                let working = Arc::new(Working::new((*tasks).max(1) as usize));
+                inboxes.insert(state, Inbox { tx, rx, working });
             }
         }
         let runs = inboxes.keys().copied().collect();
@@ -314,14 +364,14 @@ impl Shared {
         }
     }
 
-    /// Hands `chain` to an idle task of its state's daemon; gives it back
-    /// when every task of that daemon is busy (or this worker does not run
-    /// it), and the caller runs the step itself.
+    /// Hands `chain` to a task of its state's daemon; gives it back when
+    /// that daemon has no room ([`Inbox::has_room`]) or this worker does
+    /// not run it, and the caller runs the step itself.
     fn hand_off(&self, chain: Box<Chain>) -> Result<(), Box<Chain>> {
         let Some(inbox) = self.inboxes.get(&chain.state) else {
             return Err(chain);
         };
-        if !inbox.has_idle_task() {
+        if !inbox.has_room() {
             self.stats.busy_handoffs.fetch_add(1, Ordering::Relaxed);
             return Err(chain);
         }
@@ -631,9 +681,9 @@ pub async fn run_task(
         return;
     };
     tracing::debug!(daemon = %kind, task, "daemon task started");
-    let (inbox, idle) = match target {
+    let (inbox, working) = match target {
         Target::Jobs(state) => match shared.inboxes.get(&state) {
-            Some(i) => (Some(i.rx.clone()), Some(Arc::clone(&i.idle))),
+            Some(i) => (Some(i.rx.clone()), Some(Arc::clone(&i.working))),
             None => (None, None),
         },
         _ => (None, None),
@@ -642,6 +692,7 @@ pub async fn run_task(
         // A job handed on by the task that ran its step before comes
         // before the queue: its lock is held already.
         if let Some(chain) = inbox.as_ref().and_then(|rx| rx.try_recv().ok()) {
+            let _busy = Busy::new(working.as_ref(), task);
             run_chain(&shared, chain, &stop).await;
             continue;
         }
@@ -713,6 +764,7 @@ pub async fn run_task(
                         shared.stats.named_reports.fetch_add(1, Ordering::Relaxed);
                     }
                 }
+                let working = Busy::new(working.as_ref(), task);
                 let tried = match try_item(&shared, &client, target, &item, named, &stop).await {
                     Ok(Some(t)) => t,
                     // The chain goes on in a task of the next daemon,
@@ -723,6 +775,7 @@ pub async fn run_task(
                         Tried::Failed
                     }
                 };
+                drop(working);
                 shared.settle(target, &item.id, tried);
                 if tried == Tried::Done && !matches!(target, Target::PendingBatches) {
                     shared.linger(target, &item.id);
@@ -738,8 +791,6 @@ pub async fn run_task(
                         None => std::future::pending().await,
                     }
                 };
-                // Idle until something wakes it: chains may be handed here.
-                let waiting = idle.as_ref().map(Idle::new);
                 let mut took = None;
                 tokio::select! {
                     r = listing.changed() => {
@@ -753,8 +804,8 @@ pub async fn run_task(
                     () = tokio::time::sleep(wait) => {}
                     () = stop.cancelled() => {}
                 }
-                drop(waiting);
                 if let Some(chain) = took {
+                    let _busy = Busy::new(working.as_ref(), task);
                     run_chain(&shared, chain, &stop).await;
                 }
             }
