@@ -798,8 +798,8 @@ fn access_list_prints_a_table_like_the_other_listings() {
     assert_eq!(
         header,
         [
-            "QID", "QUEUE", "STATUS", "ARK", "VERSION", "FORMAT", "BYTES", "CONTENT", "TARGET",
-            "EXPIRES", "URL", "REQUEUES", "MODIFIED", "MESSAGE"
+            "QID", "QUEUE", "STATUS", "ARK", "VERSION", "FORMAT", "BYTES", "PROGRESS", "CONTENT",
+            "TARGET", "EXPIRES", "URL", "REQUEUES", "MODIFIED", "MESSAGE"
         ],
         "{out}"
     );
