@@ -209,6 +209,30 @@ pub(crate) async fn rig(name: &str, extra: &[String]) -> Rig {
     }
 }
 
+/// Puts `bytes` in the rig's depot as `name` and submits it as a batch of
+/// one file job located at `local`; the batch id.
+async fn submit_file(rig: &Rig, name: &str, bytes: &[u8], local: &str) -> String {
+    add(&rig.depot, name, bytes);
+    rig.submit(
+        json!({"profile": "demo", "submitter": "alice", "type": "file",
+                      "payload_url": format!("{}/files/{name}", rig.base), "erc_where": local}),
+    )
+    .await
+}
+
+/// Asserts that no version of `ark` is in the storage target at `storage`.
+fn assert_nothing_stored(storage: &Path, ark: &str) {
+    let target =
+        ingest_steps::ocfl::OcflTarget::open_existing("check", storage).expect("open storage");
+    assert!(
+        matches!(
+            target.versions(ark),
+            Err(ingest_steps::ocfl::StorageError::NotFound { .. })
+        ),
+        "nothing of {ark} was stored"
+    );
+}
+
 /// The `serve` arguments of a rig in `dir` (its profiles, storage target
 /// and outbox), before the test's own.
 fn rig_args(dir: &Path) -> Vec<String> {
@@ -2378,14 +2402,13 @@ fn no_job_daemons() -> [String; 2] {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigterm_stops_a_worker_in_the_middle_of_a_store_and_the_next_worker_stores_it() {
     let rig = rig("store-sigterm", &no_job_daemons()).await;
-    let b = rig.base.clone();
-    add(&rig.depot, "held.txt", b"held half built at the SIGTERM");
-    let bid = rig
-        .submit(
-            json!({"profile": "demo", "submitter": "alice", "type": "file",
-                       "payload_url": format!("{b}/files/held.txt"), "erc_where": "loc-held"}),
-        )
-        .await;
+    let bid = submit_file(
+        &rig,
+        "held.txt",
+        b"held half built at the SIGTERM",
+        "loc-held",
+    )
+    .await;
     let mut workers = WorkerProcs(Vec::new(), Vec::new());
     let pause = ["--store-pause-ms".to_string(), "60000".to_string()];
     storer(&rig, "held", &pause, &mut workers);
@@ -2424,15 +2447,7 @@ async fn a_sigterm_stops_a_worker_in_the_middle_of_a_store_and_the_next_worker_s
     let job = rig.job(&jid).await;
     assert_eq!(job["status"], "Storing", "{job}");
     let ark = job["primary_id"].as_str().expect("an ark").to_string();
-    let target =
-        ingest_steps::ocfl::OcflTarget::open_existing("check", &rig.storage).expect("open storage");
-    assert!(
-        matches!(
-            target.versions(&ark),
-            Err(ingest_steps::ocfl::StorageError::NotFound { .. })
-        ),
-        "nothing of {ark} was stored"
-    );
+    assert_nothing_stored(&rig.storage, &ark);
 
     storer(&rig, "next", &[], &mut workers);
     let done = rig.finished(&bid).await;
@@ -3279,14 +3294,13 @@ async fn a_long_store_holds_none_of_the_jobs_behind_it() {
 async fn a_sigterm_stops_serve_in_the_middle_of_a_store_and_the_next_start_stores_it() {
     let pause = ["--store-pause-ms".to_string(), "60000".to_string()];
     let mut rig = rig("serve-store-sigterm", &pause).await;
-    let b = rig.base.clone();
-    add(&rig.depot, "held.txt", b"held half built at the SIGTERM");
-    let bid = rig
-        .submit(
-            json!({"profile": "demo", "submitter": "alice", "type": "file",
-                       "payload_url": format!("{b}/files/held.txt"), "erc_where": "loc-held"}),
-        )
-        .await;
+    let bid = submit_file(
+        &rig,
+        "held.txt",
+        b"held half built at the SIGTERM",
+        "loc-held",
+    )
+    .await;
     let pid = rig.server.child.id();
     let staged = eventually("serve to be in the middle of a store", 120, async || {
         staging_of(&rig.storage, pid)
@@ -3310,15 +3324,7 @@ async fn a_sigterm_stops_serve_in_the_middle_of_a_store_and_the_next_start_store
         !staged.exists() || !stages_an_object(&staged),
         "the half-built object was removed"
     );
-    let target =
-        ingest_steps::ocfl::OcflTarget::open_existing("check", &rig.storage).expect("open storage");
-    assert!(
-        matches!(
-            target.versions(&ark),
-            Err(ingest_steps::ocfl::StorageError::NotFound { .. })
-        ),
-        "nothing of {ark} was stored"
-    );
+    assert_nothing_stored(&rig.storage, &ark);
 
     let (hosts, root) = rig.zk_at.split_at(rig.zk_at.find('/').expect("a root"));
     rig.server = crate::server::start_with(
