@@ -9,7 +9,9 @@
 //! consistency check's; `version_content`, the content route's); then the
 //! same for a later version (v2: the same N paths, one file's content
 //! changed, as a resubmitted object is stored), and a full fixity `verify`
-//! of the two-version object (what the other targets' stores run).
+//! of the two-version object (what the other targets' stores run). First,
+//! both versions are copied into a second target, as every target but the
+//! first stores (`moving` false: the source is copied, not moved).
 //!
 //! ```text
 //! cargo bench -p ingest-steps --bench ocfl_store -- 10000 30000 100000
@@ -72,6 +74,8 @@ fn run(n: usize, limit: Duration) -> bool {
     );
     let unchanged2: BTreeSet<String> = sha512s2.keys().cloned().collect();
     let target = OcflTarget::open_or_init("bench", &root).expect("a storage root");
+    let further = OcflTarget::open_or_init("further", &dir.path().join("ocfl-further"))
+        .expect("a second storage root");
     let ark = "ark:/99999/fk4bench";
     let meta = VersionMeta {
         user_name: "bench".into(),
@@ -89,7 +93,18 @@ fn run(n: usize, limit: Duration) -> bool {
         sha256: &sha256s2,
         unchanged: &unchanged2,
     };
-    let phases: [(&str, &dyn Fn()); 9] = [
+    let phases: [(&str, &dyn Fn()); 11] = [
+        ("store (copy v1, a further target)", &|| {
+            further
+                .store_checked_with(ark, &source, &meta, false, &checks)
+                .expect("stored");
+        }),
+        ("store (copy v2, a further target)", &|| {
+            let stored = further
+                .store_checked_with(ark, &source2, &meta, false, &checks2)
+                .expect("stored");
+            assert_eq!(stored.version, 2);
+        }),
         ("store (direct v1)", &|| {
             target
                 .store_checked_with(ark, &source, &meta, true, &checks)

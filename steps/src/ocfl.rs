@@ -561,13 +561,16 @@ impl OcflTarget {
     /// file's SHA-256 and knows which files are unchanged since they were
     /// hashed ([`Checks`]).
     ///
-    /// A NEW object whose files are moved (`moving`, on the storage root's
-    /// file system, an OCFL 1.1 root) is then written directly rather than
-    /// through rocfl: its inventory takes the SHA-512 of `checks.sha512`
-    /// as given (computed as the bytes arrived), and every file not in
-    /// `checks.unchanged` is re-read once for its SHA-256 (with the CPU's
-    /// SHA extensions, about half the cost of SHA-512), which must match
-    /// `checks.sha256` before anything is committed. Every other store is
+    /// A version of an object in an OCFL 1.1 root is then written directly
+    /// rather than through rocfl ([`direct`]). When its files are moved
+    /// (`moving`, on the storage root's file system), its inventory takes
+    /// the SHA-512 of `checks.sha512` as given (computed as the bytes
+    /// arrived), and every file not in `checks.unchanged` is re-read once
+    /// for its SHA-256 (with the CPU's SHA extensions, about half the cost
+    /// of SHA-512), which must match `checks.sha256` before anything is
+    /// committed. Otherwise each file is copied, its SHA-512 computed from
+    /// the copied bytes and compared with `checks.sha512` before the
+    /// commit, and the source is left whole. Every other store is
     /// [`OcflTarget::store_checked`]'s.
     ///
     /// # Errors
@@ -611,9 +614,14 @@ impl OcflTarget {
         self.discard_staged(ark)?;
         let current = self.head(ark)?;
         let moving = moving && same_file_system(source_dir, &self.root);
-        if let (true, Some(checks)) = (moving, checks) {
+        if let Some(checks) = checks {
+            let bring = if moving {
+                direct::Bring::Move
+            } else {
+                direct::Bring::Copy
+            };
             if let Some(stored) =
-                self.store_direct(ark, source_dir, &sources, meta, checks, current)?
+                self.store_direct(ark, source_dir, &sources, meta, (bring, checks), current)?
             {
                 return Ok(stored);
             }
@@ -642,8 +650,9 @@ impl OcflTarget {
 
     /// Writes version `head + 1` of `ark` directly (see [`direct`]): a new
     /// object when `head` is `None`, else the next version into it, from
-    /// `source_dir` with the SHA-512 of `expected`, after checking every
-    /// file's SHA-256. `Ok(None)` when the object is not one the direct
+    /// `source_dir` with the SHA-512 of `expected`, its files brought in as
+    /// `bring` says (a move after checking every file's SHA-256, or a copy
+    /// checking the copied bytes' SHA-512). `Ok(None)` when the object is not one the direct
     /// writer takes, or the root's layout cannot be read (nothing was
     /// touched).
     fn store_direct(
@@ -652,7 +661,7 @@ impl OcflTarget {
         source_dir: &Path,
         sources: &[SourceFile],
         meta: &VersionMeta,
-        expected: &Checks<'_>,
+        (bring, expected): (direct::Bring, &Checks<'_>),
         head: Option<u32>,
     ) -> Result<Option<StoredVersion>, StorageError> {
         let Some(layout) = self.layout.get_or_init(|| direct::layout_of(&self.root)) else {
@@ -660,7 +669,9 @@ impl OcflTarget {
         };
         let files = expected_files(sources, expected);
         check_digests(ark, expected.sha512, &files)?;
-        direct::check_sha256(ark, source_dir, &files, expected)?;
+        if bring == direct::Bring::Move {
+            direct::check_sha256(ark, source_dir, &files, expected)?;
+        }
         let object_root = match head {
             None => layout.map_object_id(ark),
             Some(_) => {
@@ -679,6 +690,8 @@ impl OcflTarget {
             object_root: &object_root,
             build: &build,
             pause: std::time::Duration::from_millis(self.build_pause_ms.load(Ordering::Relaxed)),
+            bring,
+            checks: expected,
         };
         let written = match head {
             None => direct::write_v1(&place, ark, source_dir, &files, meta).map(|_| Some(1))?,

@@ -1413,6 +1413,23 @@ fn store_vouched(
     target.store_checked_with(ARK, src, &meta(message), true, &checks)
 }
 
+/// A copying store (a further target's) of `src` as the next version of
+/// `ARK`, with these digests.
+fn store_copied(
+    target: &OcflTarget,
+    src: &Path,
+    message: &str,
+    sha512: &BTreeMap<String, String>,
+    sha256: &BTreeMap<String, String>,
+) -> Result<StoredVersion, StorageError> {
+    let checks = Checks {
+        sha512,
+        sha256,
+        unchanged: &BTreeSet::new(),
+    };
+    target.store_checked_with(ARK, src, &meta(message), false, &checks)
+}
+
 /// `expected_sha256(V1)` with a wrong value for each file of `wrong`.
 fn sha256_wrong_for(wrong: &[&str]) -> BTreeMap<String, String> {
     let mut sha256 = expected_sha256(V1);
@@ -1679,4 +1696,101 @@ fn a_direct_store_refuses_a_missing_or_unexpected_file_before_moving_anything() 
     assert!(err.to_string().contains("gone.txt is missing"), "{err}");
     assert!(src.join("readme.txt").is_file());
     assert!(target.versions(ARK).is_err());
+}
+
+#[test]
+fn a_further_target_gets_copies_written_directly_and_deduplicated() {
+    // Issue 25, finding 2: a copy (every target but the first) went through
+    // rocfl, whose update path is quadratic in files sharing a content.
+    use std::os::unix::fs::MetadataExt;
+    let (root, target, src) = target_with_v1();
+    let inode = |path: &Path| fs::metadata(path).expect("metadata").ino();
+    let v1 = store_copied(
+        &target,
+        &src,
+        "v1",
+        &expected_sha512(V1),
+        &expected_sha256(V1),
+    )
+    .expect("a copied v1");
+    assert_eq!(v1.version, 1);
+    assert_eq!(listing(&v1), expected_listing(V1));
+    let copied = v1.object_root.join("v1/content/producer/data/a.txt");
+    assert_ne!(inode(&copied), inode(&src.join("producer/data/a.txt")));
+    // Copied, not moved: the source is whole for the next target.
+    for (path, _) in V1 {
+        assert!(src.join(path).is_file(), "{path} left the source");
+    }
+
+    let src2 = root.path().join("v2");
+    write_tree(&src2, V2);
+    let v2 = store_copied(
+        &target,
+        &src2,
+        "v2",
+        &expected_sha512(V2),
+        &expected_sha256(V2),
+    )
+    .expect("a copied v2");
+    assert_eq!(v2.version, 2);
+    let object = &v2.object_root;
+    assert!(!object.join("v2/content/readme.txt").exists());
+    assert!(!object.join("v2/content/producer/new.txt").exists());
+    assert_eq!(read(&target, ARK, None, "producer/again.txt"), "new");
+    assert_eq!(read(&target, ARK, Some(2), "readme.txt"), "hello");
+    assert!(src2.join("producer/again.txt").is_file());
+    let report = target.verify(ARK).unwrap();
+    assert!(report.ok, "{:?}", report.problems);
+    assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+    assert!(leftovers(&target).is_empty());
+    assert_eq!(staged_objects(target.root()), 0);
+    // Written by the project's writer, not rocfl's (which stages an object
+    // of its own and writes a pretty-printed inventory).
+    let inventory = fs::read_to_string(object.join("inventory.json")).unwrap();
+    assert!(!inventory.contains('\n'), "{inventory}");
+}
+
+/// A target holding [`V1`] as copied, and a source holding [`V2`].
+fn copied_v1_and_source_of_v2() -> (TempDir, OcflTarget, std::path::PathBuf) {
+    let (root, target, src) = target_with_v1();
+    let (sha512, sha256) = (expected_sha512(V1), expected_sha256(V1));
+    store_copied(&target, &src, "v1", &sha512, &sha256).expect("a copied v1");
+    let src2 = root.path().join("v2");
+    write_tree(&src2, V2);
+    (root, target, src2)
+}
+
+#[test]
+fn a_copy_whose_bytes_are_not_the_callers_sha512_commits_nothing() {
+    let (_root, target, src2) = copied_v1_and_source_of_v2();
+    let mut sha512 = expected_sha512(V2);
+    sha512.insert(
+        "producer/again.txt".into(),
+        self::sha512("new, as it arrived"),
+    );
+    let err = store_copied(&target, &src2, "v2", &sha512, &expected_sha256(V2))
+        .expect_err("the copied bytes are not those hashed at download");
+    let text = err.to_string();
+    assert!(matches!(err, StorageError::DigestMismatch { .. }), "{text}");
+    assert!(
+        text.contains("producer/again.txt has SHA-512") && text.contains("as copied"),
+        "{text}"
+    );
+    assert_eq!(target.versions(ARK).unwrap(), vec![1]);
+    assert!(target.verify(ARK).unwrap().ok);
+    assert!(leftovers(&target).is_empty());
+    assert!(src2.join("producer/again.txt").is_file());
+}
+
+#[test]
+fn a_file_a_copy_only_records_is_checked_as_a_move_checks_it() {
+    // v2's readme.txt has content v1 holds, so the copy records it without
+    // reading it: its SHA-256 is checked instead, as for a move.
+    let (_root, target, src2) = copied_v1_and_source_of_v2();
+    let mut sha256 = expected_sha256(V2);
+    sha256.insert("readme.txt".into(), self::sha256("hello, as downloaded"));
+    let err = store_copied(&target, &src2, "v2", &expected_sha512(V2), &sha256)
+        .expect_err("readme.txt on disk is not what was downloaded");
+    assert!(err.to_string().contains("readme.txt has SHA-256"), "{err}");
+    assert_eq!(target.versions(ARK).unwrap(), vec![1]);
 }

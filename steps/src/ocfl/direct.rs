@@ -38,6 +38,13 @@
 //! per-ark lock) removes the one and restores the other from the head
 //! version's own copy, before it writes anything.
 //!
+//! Every target but the first gets copies, not the source's files
+//! ([`Bring::Copy`]: no two targets share a file): each file the version
+//! stores is copied into the build with its SHA-512 computed from the
+//! bytes as they are copied, and a file that is not the caller's SHA-512
+//! fails the store before anything is committed; rocfl's copy path was as
+//! super-linear as its update path.
+//!
 //! Only OCFL 1.1 roots and objects are written this way, SHA-512 objects
 //! with plain version names (`v2`, not `v002`) and no extensions; any
 //! other object goes through rocfl.
@@ -60,10 +67,10 @@ use super::{check_stopping, io_error, unusable, Checks, StorageError, StoredFile
 ///
 /// [`StorageError::DigestMismatch`] naming every file that differs or has
 /// no expected SHA-256; [`StorageError::Io`] when one cannot be read.
-pub(super) fn check_sha256(
+pub(super) fn check_sha256<'f>(
     ark: &str,
     source_dir: &Path,
-    files: &[StoredFile],
+    files: impl IntoIterator<Item = &'f StoredFile>,
     checks: &Checks<'_>,
 ) -> Result<(), StorageError> {
     let mut problems = Vec::new();
@@ -159,6 +166,26 @@ pub(super) struct Place<'a> {
     /// How long the half-built object waits before it moves into place
     /// (zero but in tests that kill the process mid-store).
     pub pause: std::time::Duration,
+    /// Whether the source's files are moved in or copied.
+    pub bring: Bring,
+    /// What the caller knows of the files (their digests, and which are
+    /// unchanged since they were hashed).
+    pub checks: &'a Checks<'a>,
+}
+
+/// How a direct write takes each file from the source directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Bring {
+    /// By rename: no byte is written (the first target, on the source's
+    /// file system). The caller checked every file's SHA-256 first
+    /// ([`check_sha256`]).
+    Move,
+    /// By copy, each file's SHA-512 computed from the bytes as they are
+    /// copied and compared with the caller's before anything is committed
+    /// (every further target: no two targets share a file). A file the
+    /// version records without copying (its content already held) is
+    /// checked as for a move ([`check_sha256`]).
+    Copy,
 }
 
 /// Writes version 1 of object `ark` at `place` from `files` (logical path,
@@ -186,7 +213,7 @@ pub(super) fn write_v1(
             "the object's directory exists, but holds no object rocfl can read",
         ));
     }
-    let written = build_object(build, ark, source_dir, files, meta).and_then(|()| {
+    let written = build_object(place, ark, source_dir, files, meta).and_then(|()| {
         hold(place.pause, ark)?;
         check_stopping(ark)?;
         let parent = target.parent().unwrap_or(root);
@@ -205,18 +232,19 @@ pub(super) fn write_v1(
 }
 
 fn build_object(
-    build: &Path,
+    place: &Place<'_>,
     ark: &str,
     source_dir: &Path,
     files: &[StoredFile],
     meta: &VersionMeta,
 ) -> Result<(), StorageError> {
+    let build = place.build;
     let content = build.join("v1").join("content");
     fs::create_dir_all(&content).map_err(|e| io_error(&content, e))?;
     let mut manifest: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     let mut state: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for file in files {
-        move_in(ark, source_dir, &content, &file.logical_path)?;
+        bring_in(place.bring, ark, source_dir, &content, file)?;
         manifest
             .entry(&file.sha512)
             .or_default()
@@ -278,7 +306,7 @@ pub(super) fn write_next(
         fs::remove_dir_all(&orphan).map_err(|e| io_error(&orphan, e))?;
     }
     let build = place.build;
-    let built = build_version(ark, build, &mut inventory, &name, source_dir, files, meta);
+    let built = build_version(place, ark, &mut inventory, &name, source_dir, files, meta);
     let written = built.and_then(|json| {
         hold(place.pause, ark)?;
         check_stopping(ark)?;
@@ -342,14 +370,15 @@ fn held_inventory(object: &Path, head: u32) -> Result<Option<serde_json::Value>,
 /// Builds version `name` in `build` (its new content and its inventory)
 /// and adds it to `inventory`, whose encoding is returned.
 fn build_version(
+    place: &Place<'_>,
     ark: &str,
-    build: &Path,
     inventory: &mut serde_json::Value,
     name: &str,
     source_dir: &Path,
     files: &[StoredFile],
     meta: &VersionMeta,
 ) -> Result<Vec<u8>, StorageError> {
+    let build = place.build;
     let content_dir = inventory["contentDirectory"]
         .as_str()
         .unwrap_or("content")
@@ -361,12 +390,19 @@ fn build_version(
         .ok_or_else(|| unusable(build, "the inventory has no manifest"))?;
     let mut added: HashSet<&str> = HashSet::new();
     let mut state: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut recorded_only = Vec::new();
     for file in files {
         let digest = file.sha512.as_str();
         if !manifest.contains_key(digest) && added.insert(digest) {
-            move_in(ark, source_dir, &content, &file.logical_path)?;
+            bring_in(place.bring, ark, source_dir, &content, file)?;
+        } else {
+            recorded_only.push(file);
         }
         state.entry(digest).or_default().push(&file.logical_path);
+    }
+    if place.bring == Bring::Copy {
+        // Never read by the copy: checked as a move checks every file.
+        check_sha256(ark, source_dir, recorded_only, place.checks)?;
     }
     for file in files {
         if added.remove(file.sha512.as_str()) {
@@ -391,22 +427,68 @@ fn build_version(
     Ok(json)
 }
 
-/// Moves the source file at `logical_path` into a version's `content`
-/// directory (its parent directories made), unless the process is
-/// stopping.
-fn move_in(
+/// Moves or copies (as `bring` says) the source file of `file` into a
+/// version's `content` directory (its parent directories made), unless the
+/// process is stopping. A copy's SHA-512, computed from the bytes as they
+/// are copied, must be `file.sha512`.
+fn bring_in(
+    bring: Bring,
     ark: &str,
     source_dir: &Path,
     content: &Path,
-    logical_path: &str,
+    file: &StoredFile,
 ) -> Result<(), StorageError> {
+    let logical_path = &file.logical_path;
     let to = content.join(logical_path);
     if let Some(parent) = to.parent().filter(|p| *p != content) {
         fs::create_dir_all(parent).map_err(|e| io_error(parent, e))?;
     }
     check_stopping(ark)?;
     let from = source_dir.join(logical_path);
-    fs::rename(&from, &to).map_err(|e| io_error(&from, e))
+    match bring {
+        Bring::Move => fs::rename(&from, &to).map_err(|e| io_error(&from, e)),
+        Bring::Copy => {
+            let actual = copy_hashed(&from, &to)?;
+            if actual.eq_ignore_ascii_case(&file.sha512) {
+                return Ok(());
+            }
+            Err(StorageError::DigestMismatch {
+                ark: ark.to_string(),
+                problems: vec![format!(
+                    "{logical_path} has SHA-512 {actual} as copied, not {}",
+                    file.sha512
+                )],
+            })
+        }
+    }
+}
+
+/// Copies `from` to the new file `to` in chunks of at most 1 MiB and returns the
+/// SHA-512 of the bytes copied (lower-case hexadecimal).
+fn copy_hashed(from: &Path, to: &Path) -> Result<String, StorageError> {
+    use crate::digest::{Algorithm, HashingWriter};
+    use std::io::{Read, Write};
+    let mut source = fs::File::open(from).map_err(|e| io_error(from, e))?;
+    let target = fs::File::create_new(to).map_err(|e| io_error(to, e))?;
+    let mut out = HashingWriter::new(target, &[Algorithm::Sha512]);
+    // No larger than the file: most files of a deep object are small.
+    let size = source.metadata().map_err(|e| io_error(from, e))?.len();
+    let mut chunk = vec![0u8; usize::try_from(size.clamp(1, 1 << 20)).unwrap_or(1 << 20)];
+    loop {
+        let n = match source.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io_error(from, e)),
+        };
+        out.write_all(&chunk[..n]).map_err(|e| io_error(to, e))?;
+    }
+    let (_, _, digests) = out.finish();
+    Ok(digests
+        .into_iter()
+        .next()
+        .map(|(_, hex)| hex)
+        .unwrap_or_default())
 }
 
 /// The OCFL version record of `meta` with `state`.

@@ -23,6 +23,8 @@
 //! takes the download's SHA-512, and only the files whose stamp
 //! ([`FileStamp`], recorded in `files.json` as the download hashed them)
 //! moved before [`stage`] linked them are read again, for their SHA-256.
+//! The other targets' copies skip rocfl too: each file is hashed as it is
+//! copied and must have the download's SHA-512 before the commit.
 //!
 //! A requeued job never stores its version twice. After a target has stored
 //! and verified the version, a marker `<job>/stored-<target>.json` records
