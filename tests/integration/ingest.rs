@@ -3224,19 +3224,21 @@ async fn a_consistency_check_whose_client_goes_away_stops_scanning_storage() {
     }
 }
 
-/// Issue 25, finding 2's "never holding up other jobs' storing": a job
-/// that reaches Storing while the worker's storing task has been on one
-/// store for longer than `LONG_STEP` (held by `--store-pause-ms`, as a
-/// store of 100,000 files holds it for minutes) is stored at once in the
-/// task of its earlier step. One worker with one task per daemon: the
-/// second job's object is staged while the first is still held. Before, the
-/// second job waited in the busy storing task's inbox until the first store
-/// ended.
+/// Issue 25, finding 2's "never holding up other jobs' storing": one worker
+/// with one task per daemon, every store held 25 s by `--store-pause-ms`
+/// (as a store of 100,000 files holds it for minutes). A job that reaches
+/// Storing in the first seconds of the first store is handed to the storing
+/// task's inbox and taken from there by the daemon's spare once that store
+/// counts as long (`LONG_STEP`); a job that reaches Storing later is stored
+/// at once in the task of its earlier step. All three objects are staged
+/// while the first is still held. Before the spare, the second job waited
+/// in the inbox until the first store ended; before the long-step rule, the
+/// third did too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_store_holds_none_of_the_jobs_behind_it() {
     let rig = rig("store-lane", &no_job_daemons()).await;
     let b = rig.base.clone();
-    for i in 0..2 {
+    for i in 0..3 {
         add(
             &rig.depot,
             &format!("lane{i}.txt"),
@@ -3267,14 +3269,25 @@ async fn a_long_store_holds_none_of_the_jobs_behind_it() {
         (staged() >= 1).then_some(())
     })
     .await;
-    // The storing task is then on a long step.
-    tokio::time::sleep(ingest_worker::daemon::LONG_STEP + std::time::Duration::from_secs(1)).await;
+    // At once: the second job reaches Storing while the storing task's
+    // step is not yet long, so it is handed to that task's inbox, where
+    // the daemon's spare takes it once the store has lasted LONG_STEP.
     let second = submit(1).await;
-    eventually("both objects staged at once", 20, async || {
-        (staged() >= 2).then_some(())
+    eventually(
+        "the second object staged beside the first",
+        30,
+        async || (staged() >= 2).then_some(()),
+    )
+    .await;
+    // The storing task and the spare are now on long steps: the third job
+    // is stored by the task that ran its step before.
+    tokio::time::sleep(ingest_worker::daemon::LONG_STEP + std::time::Duration::from_secs(1)).await;
+    let third = submit(2).await;
+    eventually("all three objects staged at once", 20, async || {
+        (staged() >= 3).then_some(())
     })
     .await;
-    for bid in [first, second] {
+    for bid in [first, second, third] {
         let batch = eventually(&format!("batch {bid} finished"), 120, async || {
             let b = rig.server.get(&format!("/batches/{bid}")).await;
             matches!(b["status"].as_str(), Some("Completed" | "Failed")).then_some(b)

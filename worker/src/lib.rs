@@ -158,6 +158,13 @@ impl Workers {
                     stop.child_token(),
                 )));
             }
+            if let Target::Jobs(state) = target {
+                tasks.push(tokio::spawn(daemon::run_spare(
+                    Arc::clone(&shared),
+                    state,
+                    stop.child_token(),
+                )));
+            }
         }
         if let Some(janitor) = shared.steps.janitor.clone() {
             tasks.push(tokio::spawn(

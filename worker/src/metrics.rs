@@ -95,6 +95,7 @@ pub struct WorkerMetrics {
     chained: Counter,
     handoffs: Counter,
     busy_handoffs: Counter,
+    spare_runs: Counter,
 }
 
 /// Why `/metrics` could not be served.
@@ -154,6 +155,7 @@ impl WorkerMetrics {
             chained: Counter::default(),
             handoffs: Counter::default(),
             busy_handoffs: Counter::default(),
+            spare_runs: Counter::default(),
         };
         let mut r = Registry::default();
         r.register(
@@ -231,6 +233,11 @@ impl WorkerMetrics {
             "Chained steps run in the task of the step before because the next step's daemon had no room: its inbox full, or every task on one job for over 5 s (a long store holds none of the jobs behind it)",
             m.busy_handoffs.clone(),
         );
+        r.register(
+            "ingest_worker_steps_run_by_spare",
+            "Chained steps run by a daemon's spare: handed to the daemon before every task of it went on a long step",
+            m.spare_runs.clone(),
+        );
         let build: Family<BuildLabels, Gauge> = Family::default();
         build
             .get_or_create(&BuildLabels {
@@ -272,6 +279,7 @@ impl WorkerMetrics {
             (&self.chained, s.chained.load(Relaxed)),
             (&self.handoffs, s.handoffs.load(Relaxed)),
             (&self.busy_handoffs, s.busy_handoffs.load(Relaxed)),
+            (&self.spare_runs, s.spare_runs.load(Relaxed)),
         ] {
             let shown = counter.get();
             if now > shown {
@@ -495,6 +503,7 @@ mod tests {
         stats.chained.store(5, Relaxed);
         stats.handoffs.store(4, Relaxed);
         stats.busy_handoffs.store(6, Relaxed);
+        stats.spare_runs.store(8, Relaxed);
         let page = m.render().expect("render");
         for line in [
             "ingest_worker_steps_in_flight 3",
@@ -503,6 +512,7 @@ mod tests {
             "ingest_worker_steps_chained_total 5",
             "ingest_worker_steps_handed_off_total 4",
             "ingest_worker_steps_run_in_place_total 6",
+            "ingest_worker_steps_run_by_spare_total 8",
             "ingest_worker_lock_busy_total 0",
         ] {
             assert!(page.contains(line), "{line} not in\n{page}");

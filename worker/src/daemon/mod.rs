@@ -26,8 +26,12 @@
 //! every task of it has been on one job for longer than [`LONG_STEP`] (a
 //! store of a 100,000-file object held the next job's store for minutes
 //! when the job waited in that inbox), the task runs the next step itself
-//! rather than wait. A hand-off never blocks, so no cycle of full inboxes
-//! can stall a worker. When the chain ends, the
+//! rather than wait. A job handed on before every task went on a long step
+//! is taken by the daemon's *spare* ([`run_spare`]) within a second of the
+//! last task going long, and run in a task of its own (at most as many at
+//! once as the daemon has tasks, which is all its inbox holds), so no job
+//! waits behind a long store. A hand-off never blocks, so no cycle of full
+//! inboxes can stall a worker. When the chain ends, the
 //! lock is kept until the projection shows the job's new state (bounded),
 //! so that no worker takes the item again from a projection that lags.
 //!
@@ -132,6 +136,9 @@ pub struct Stats {
     /// Chained steps run in the task of the step before because the next
     /// daemon had no room: its inbox full, or its tasks on long steps.
     pub busy_handoffs: AtomicU64,
+    /// Chained steps run by a daemon's spare ([`run_spare`]): handed to the
+    /// daemon before all its tasks went on long steps.
+    pub spare_runs: AtomicU64,
     /// Queue listings.
     pub listings: AtomicU64,
     /// Job steps running now.
@@ -822,6 +829,50 @@ pub async fn run_task(
         }
     }
     tracing::debug!(daemon = %kind, task, "daemon task stopped");
+}
+
+/// How often a daemon's spare looks whether its inbox holds jobs that no
+/// task will take soon.
+const SPARE_LOOK: Duration = Duration::from_secs(1);
+
+/// Runs the spare of `state`'s daemon until `stop` is cancelled. A job
+/// handed to the daemon while one of its tasks was on a short step waits in
+/// the inbox; when that step turns out long (a store of a large object) and
+/// every task of the daemon is on a long step, the job would wait behind
+/// them for as long as they last. The spare takes such jobs and runs each
+/// in a task of its own, at most as many at once as the daemon has tasks
+/// (the inbox holds no more), so the share of a daemon's work a long step
+/// can hold up is bounded by the time a step needs to count as long.
+pub async fn run_spare(shared: Arc<Shared>, state: JobState, stop: CancellationToken) {
+    let Some(inbox) = shared.inboxes.get(&state) else {
+        return;
+    };
+    let (rx, working) = (inbox.rx.clone(), Arc::clone(&inbox.working));
+    let spares = Arc::new(tokio::sync::Semaphore::new(working.since.len()));
+    let mut running = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(SPARE_LOOK) => {}
+            () = stop.cancelled() => break,
+        }
+        while running.try_join_next().is_some() {}
+        while !rx.is_empty() && working.available() == 0 {
+            let Ok(permit) = Arc::clone(&spares).try_acquire_owned() else {
+                break;
+            };
+            let Ok(chain) = rx.try_recv() else {
+                break;
+            };
+            shared.stats.spare_runs.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(jid = %chain.item.id, %state, "every task of the daemon is on a long step: its spare runs a job handed to it");
+            let (shared, stop) = (Arc::clone(&shared), stop.clone());
+            running.spawn(async move {
+                run_chain(&shared, chain, &stop).await;
+                drop(permit);
+            });
+        }
+    }
+    while running.join_next().await.is_some() {}
 }
 
 /// Whether the session can do work now (not disconnected, not ended).
