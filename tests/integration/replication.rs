@@ -287,7 +287,12 @@ async fn ui_overview_until(base: &str, shows: impl Fn(&str) -> bool) {
 
 /// The admin UI's overview of the engine at `base`, after logging in.
 async fn ui_overview(base: &str) -> String {
-    let http = http();
+    ui_session(&http(), base).await.1
+}
+
+/// Logs in to the admin UI at `base` as the shared admin: the session
+/// cookie and the overview page.
+async fn ui_session(http: &reqwest::Client, base: &str) -> (String, String) {
     let login = http
         .post(format!("{base}/ui/login"))
         .header(reqwest::header::ORIGIN, base)
@@ -298,12 +303,12 @@ async fn ui_overview(base: &str) -> String {
     let cookie = crate::ui::cookie_of(&login).expect("a session cookie");
     let page = http
         .get(format!("{base}/ui"))
-        .header(reqwest::header::COOKIE, cookie)
+        .header(reqwest::header::COOKIE, &cookie)
         .send()
         .await
         .expect("overview");
     assert_eq!(page.status().as_u16(), 200);
-    page.text().await.expect("text")
+    (cookie, page.text().await.expect("text"))
 }
 
 fn submission(n: usize) -> Value {
@@ -815,4 +820,96 @@ async fn a_follower_left_too_far_behind_is_dropped_and_rejoins_by_copying() {
         log.contains("copied the log from a peer"),
         "and rejoins by copying"
     );
+}
+
+/// Issue 22: a follower's admin UI used to refuse every form (only the
+/// leader appends, and a form cannot follow the API's 307 with its
+/// session). Its forms now send the API request to the leader as the
+/// logged-in admin: the queue paused and resumed from a follower's page is
+/// paused and resumed on the leader, recorded with the admin as actor, and
+/// the page says so; a command the leader refuses comes back as refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_ui_form_on_a_follower_is_carried_to_the_leader() {
+    let ens = Ensemble::start("uiform");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let engines = three(tmp.path(), &ens, "/ingest-repl-uiform");
+    let http = http();
+    let all: Vec<&Engine> = engines.iter().collect();
+    let l = leader(&http, &all).await;
+    let f = (l + 1) % 3;
+    let (leader_base, follower_base) = (&engines[l].base, &engines[f].base);
+    follows(&http, follower_base, leader_base).await;
+    let (cookie, overview) = ui_session(&http, follower_base).await;
+    let csrf = crate::ui::csrf_in(&overview);
+    let form = async |path: &str, reason: &str| -> String {
+        let r = http
+            .post(format!("{follower_base}{path}"))
+            .header(reqwest::header::ORIGIN, follower_base.as_str())
+            .header(reqwest::header::COOKIE, &cookie)
+            .form(&[("csrf", csrf.as_str()), ("reason", reason)])
+            .send()
+            .await
+            .expect("form");
+        assert_eq!(r.status().as_u16(), 303, "{path}");
+        let to = r.headers()[reqwest::header::LOCATION]
+            .to_str()
+            .expect("location")
+            .to_string();
+        // The outcome is shown once, on the page the form goes back to.
+        http.get(format!("{follower_base}{to}"))
+            .header(reqwest::header::COOKIE, &cookie)
+            .send()
+            .await
+            .expect("page")
+            .text()
+            .await
+            .expect("text")
+    };
+    let paused = async |base: &str| -> bool {
+        let q: Value = http
+            .get(format!("{base}/queue"))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .expect("queue")
+            .json()
+            .await
+            .expect("json");
+        q["paused"].as_bool().expect("paused")
+    };
+
+    let page = form("/ui/queue/pause", "paused from a follower's page").await;
+    assert!(
+        page.contains("pause the queue: 1 event(s) recorded"),
+        "{page}"
+    );
+    assert!(paused(leader_base).await, "the leader paused the queue");
+    let history: Value = http
+        .get(format!("{leader_base}/history?actor=admin:admin"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .expect("history")
+        .json()
+        .await
+        .expect("json");
+    let text = history.to_string();
+    assert!(text.contains("paused from a follower's page"), "{text}");
+    // The follower applies it as every record of the leader.
+    let deadline = Instant::now() + DEADLINE;
+    while !paused(follower_base).await {
+        assert!(Instant::now() < deadline, "the follower never applied it");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A command the leader refuses comes back as refused.
+    let page = form("/ui/jobs/jid9999999999/hold", "no such job").await;
+    assert!(page.contains("Refused: the leader refused it"), "{page}");
+
+    let page = form("/ui/queue/resume", "resumed from a follower's page").await;
+    assert!(
+        page.contains("resume the queue: 1 event(s) recorded"),
+        "{page}"
+    );
+    assert!(!paused(leader_base).await, "the leader resumed the queue");
 }

@@ -1,9 +1,12 @@
 //! The actions (POST): each checks the origin and the session's CSRF
 //! token, then calls the API's own handler with the logged-in admin as
-//! the actor, and comes back to the page with the outcome (303).
+//! the actor (on a follower, sends the API request to the leader instead:
+//! [`super::forward`]), and comes back to the page with the outcome (303).
+
+use std::future::Future;
 
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Form, Json};
 use ingest_events::Jid;
@@ -11,7 +14,7 @@ use ingest_protocol::api::{AdminBody, Appended, FaultBody};
 use serde::Deserialize;
 
 use super::session::Flash;
-use super::{check_post, cut, error_page, Admin, Ui};
+use super::{check_post, cut, error_page, forward, Admin, Ui};
 use crate::api::{admin as api, ApiError, ApiJson, ApiPath, CorrelationId};
 
 /// The form of an action: the CSRF token and a reason.
@@ -62,6 +65,28 @@ fn done(what: &str, r: Result<Json<Appended>, ApiError>) -> Result<String, ApiEr
     r.map(|Json(a)| format!("{what}: {} event(s) recorded", a.events.len()))
 }
 
+/// An admin command: `here`, the API's own handler, when this engine takes
+/// commands; else the same API request (`method path` with `body`) sent to
+/// the leader as the logged-in admin ([`forward`]).
+pub(crate) async fn admin_command(
+    (ui, admin, cid): (&Ui, &Admin, CorrelationId),
+    api: (Method, &str),
+    body: &AdminBody,
+    here: impl Future<Output = Result<Json<Appended>, ApiError>>,
+) -> Result<Json<Appended>, ApiError> {
+    match forward::leader(ui) {
+        Some(leader) => forward::to_leader(ui, admin, cid, &leader, api, body)
+            .await
+            .map(Json),
+        None => here.await,
+    }
+}
+
+/// The answer to an action that is not one.
+fn no_such_action() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "no_such_action", "no such action")
+}
+
 /// `POST /ui/jobs/{jid}/{action}`: requeue, hold, release, fail, delete.
 pub(crate) async fn job(
     State(ui): State<Ui>,
@@ -77,16 +102,25 @@ pub(crate) async fn job(
     let Ok(jid) = jid.parse::<Jid>() else {
         return error_page(StatusCode::NOT_FOUND, Some(&admin), "no such job");
     };
-    let (app, who, body) = (State(ui.app.clone()), admin.name(), ApiJson(form.body()));
-    let path = ApiPath(jid);
-    let r = match action.as_str() {
-        "requeue" => api::requeue_job(app, cid, who, path, body).await,
-        "hold" => api::hold_job(app, cid, who, path, body).await,
-        "release" => api::release_job(app, cid, who, path, body).await,
-        "fail" => api::fail_job(app, cid, who, path, body).await,
-        "delete" => api::delete_job(app, cid, who, path, body).await,
+    let api_path = match action.as_str() {
+        "delete" => (Method::DELETE, format!("/jobs/{jid}")),
+        "requeue" | "hold" | "release" | "fail" => (Method::POST, format!("/jobs/{jid}/{action}")),
         _ => return error_page(StatusCode::NOT_FOUND, Some(&admin), "no such action"),
     };
+    let (app, who, body) = (State(ui.app.clone()), admin.name(), ApiJson(form.body()));
+    let path = ApiPath(jid);
+    let here = async {
+        match action.as_str() {
+            "requeue" => api::requeue_job(app, cid, who, path, body).await,
+            "hold" => api::hold_job(app, cid, who, path, body).await,
+            "release" => api::release_job(app, cid, who, path, body).await,
+            "fail" => api::fail_job(app, cid, who, path, body).await,
+            "delete" => api::delete_job(app, cid, who, path, body).await,
+            _ => Err(no_such_action()),
+        }
+    };
+    let api = (api_path.0, api_path.1.as_str());
+    let r = admin_command((&ui, &admin, cid), api, &form.body(), here).await;
     let to = format!("/ui/jobs/{jid}");
     back(&ui, &admin, &to, done(&format!("{action} {jid}"), r))
 }
@@ -106,14 +140,25 @@ pub(crate) async fn collection(
     let Ok(name) = profile.parse::<api::ProfileName>() else {
         return error_page(StatusCode::NOT_FOUND, Some(&admin), "no such collection");
     };
+    if !matches!(action.as_str(), "hold" | "release" | "release-jobs") {
+        return error_page(StatusCode::NOT_FOUND, Some(&admin), "no such action");
+    }
+    let api_path = format!(
+        "/collections/{}/{action}",
+        ingest_protocol::encode_segment(&profile)
+    );
     let (app, who, body) = (State(ui.app.clone()), admin.name(), ApiJson(form.body()));
     let path = ApiPath(name);
-    let r = match action.as_str() {
-        "hold" => api::hold_collection(app, cid, who, path, body).await,
-        "release" => api::release_collection(app, cid, who, path, body).await,
-        "release-jobs" => api::release_collection_jobs(app, cid, who, path, body).await,
-        _ => return error_page(StatusCode::NOT_FOUND, Some(&admin), "no such action"),
+    let here = async {
+        match action.as_str() {
+            "hold" => api::hold_collection(app, cid, who, path, body).await,
+            "release" => api::release_collection(app, cid, who, path, body).await,
+            "release-jobs" => api::release_collection_jobs(app, cid, who, path, body).await,
+            _ => Err(no_such_action()),
+        }
     };
+    let api = (Method::POST, api_path.as_str());
+    let r = admin_command((&ui, &admin, cid), api, &form.body(), here).await;
     back(
         &ui,
         &admin,
@@ -134,12 +179,20 @@ pub(crate) async fn queue(
     if let Some(refused) = check_post(&headers, &admin, form.csrf.as_deref()) {
         return refused;
     }
+    if !matches!(action.as_str(), "pause" | "resume") {
+        return error_page(StatusCode::NOT_FOUND, Some(&admin), "no such action");
+    }
+    let api_path = format!("/queue/{action}");
     let (app, who, body) = (State(ui.app.clone()), admin.name(), ApiJson(form.body()));
-    let r = match action.as_str() {
-        "pause" => api::pause(app, cid, who, body).await,
-        "resume" => api::resume(app, cid, who, body).await,
-        _ => return error_page(StatusCode::NOT_FOUND, Some(&admin), "no such action"),
+    let here = async {
+        match action.as_str() {
+            "pause" => api::pause(app, cid, who, body).await,
+            "resume" => api::resume(app, cid, who, body).await,
+            _ => Err(no_such_action()),
+        }
     };
+    let api = (Method::POST, api_path.as_str());
+    let r = admin_command((&ui, &admin, cid), api, &form.body(), here).await;
     back(&ui, &admin, "/ui", done(&format!("{action} the queue"), r))
 }
 
@@ -147,13 +200,25 @@ pub(crate) async fn queue(
 pub(crate) async fn repair(
     State(ui): State<Ui>,
     admin: Admin,
+    cid: CorrelationId,
     headers: HeaderMap,
     Form(form): Form<ActionForm>,
 ) -> Response {
     if let Some(refused) = check_post(&headers, &admin, form.csrf.as_deref()) {
         return refused;
     }
-    let r = super::consistency::repair(&ui.app, &admin.name(), &form.finding, &form.reason).await;
+    let r = match forward::leader(&ui) {
+        Some(leader) => {
+            let body = super::consistency::repair_body(&form.finding, &form.reason);
+            let api = (Method::POST, "/consistency/repair");
+            forward::to_leader(&ui, &admin, cid, &leader, api, &body)
+                .await
+                .map(|done| super::consistency::repaired(&done))
+        }
+        None => {
+            super::consistency::repair(&ui.app, &admin.name(), &form.finding, &form.reason).await
+        }
+    };
     back(&ui, &admin, "/ui/consistency", r)
 }
 

@@ -5,14 +5,14 @@
 
 use crate::api::scope::Scope;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::Response;
 use axum::Json;
 use ingest_events::{Bid, Command, Jid, JobState};
 use ingest_protocol::report::BatchView;
 use maud::{html, Markup};
 
-use super::actions::{back, ActionForm};
+use super::actions::{admin_command, back, ActionForm};
 use super::pages::{api_error, history, no_such, reason_form};
 use super::{allows, check_post, cut, enc, error_page, page, respond, Admin, Ui};
 use crate::api::{admin as api, ApiError, ApiJson, ApiPath, CorrelationId};
@@ -316,12 +316,20 @@ pub(crate) async fn act(
     };
     let (app, who, body) = (State(ui.app.clone()), admin.name(), ApiJson(form.body()));
     let path = ApiPath(bid);
+    let by = (&ui, &admin, cid);
+    let (post, delete) = (Method::POST, Method::DELETE);
     let outcome: Result<String, ApiError> = match action.as_str() {
-        "release" => api::release_batch(app, cid, who, path, body)
-            .await
-            .map(|Json(a)| format!("release {bid}: {} event(s) recorded", a.events.len())),
+        "release" => {
+            let api_path = format!("/batches/{bid}/release");
+            let here = api::release_batch(app, cid, who, path, body);
+            admin_command(by, (post, &api_path), &form.body(), here)
+                .await
+                .map(|Json(a)| format!("release {bid}: {} event(s) recorded", a.events.len()))
+        }
         "update-reporting" => {
-            api::update_reporting(app, cid, who, path, body)
+            let api_path = format!("/batches/{bid}/update-reporting");
+            let here = api::update_reporting(app, cid, who, path, body);
+            admin_command(by, (post, &api_path), &form.body(), here)
                 .await
                 .map(|Json(a)| {
                     format!(
@@ -330,9 +338,13 @@ pub(crate) async fn act(
                     )
                 })
         }
-        "delete" => api::delete_batch(app, cid, who, path, body)
-            .await
-            .map(|Json(a)| format!("delete {bid}: {} event(s) recorded", a.events.len())),
+        "delete" => {
+            let api_path = format!("/batches/{bid}");
+            let here = api::delete_batch(app, cid, who, path, body);
+            admin_command(by, (delete, &api_path), &form.body(), here)
+                .await
+                .map(|Json(a)| format!("delete {bid}: {} event(s) recorded", a.events.len()))
+        }
         "requeue-failed" => requeue_failed(&ui, &admin, cid, bid, &form).await,
         "release-collection" => {
             let profile = {
@@ -342,10 +354,17 @@ pub(crate) async fn act(
                     .get(&bid)
                     .map(|b| b.submission.profile_name.clone())
             };
-            let Some(name) = profile.and_then(|p| p.parse::<api::ProfileName>().ok()) else {
+            let Some((profile, name)) =
+                profile.and_then(|p| p.parse::<api::ProfileName>().ok().map(|n| (p, n)))
+            else {
                 return error_page(StatusCode::NOT_FOUND, Some(&admin), "no such batch");
             };
-            api::release_collection(app, cid, who, ApiPath(name), body)
+            let api_path = format!(
+                "/collections/{}/release",
+                ingest_protocol::encode_segment(&profile)
+            );
+            let here = api::release_collection(app, cid, who, ApiPath(name), body);
+            admin_command(by, (post, &api_path), &form.body(), here)
                 .await
                 .map(|Json(a)| {
                     format!(
@@ -377,12 +396,19 @@ async fn requeue_failed(
         ));
     }
     for (done, jid) in jids.iter().enumerate() {
-        let r = api::requeue_job(
+        let here = api::requeue_job(
             State(ui.app.clone()),
             cid,
             admin.name(),
             ApiPath(*jid),
             ApiJson(form.body()),
+        );
+        let api_path = format!("/jobs/{jid}/requeue");
+        let r = admin_command(
+            (ui, admin, cid),
+            (Method::POST, &api_path),
+            &form.body(),
+            here,
         )
         .await;
         if let Err(e) = r {

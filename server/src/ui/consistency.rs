@@ -5,7 +5,7 @@
 
 use axum::extract::State;
 use axum::Json;
-use ingest_protocol::consistency::{ConsistencyReport, RepairBody};
+use ingest_protocol::consistency::{ConsistencyReport, RepairBody, RepairDone};
 
 use crate::api::{consistency as api, AdminName, ApiError, ApiJson, AppState, CorrelationId};
 
@@ -22,21 +22,30 @@ pub(crate) async fn repair(
     finding: &str,
     reason: &str,
 ) -> Result<String, ApiError> {
-    let body = RepairBody {
-        finding: finding.to_string(),
-        reason: reason.to_string(),
-        actor: None,
-    };
     let Json(done) = api::repair(
         State(app.clone()),
         CorrelationId(uuid::Uuid::new_v4()),
         who.clone(),
-        ApiJson(body),
+        ApiJson(repair_body(finding, reason)),
     )
     .await?;
     tracing::info!(admin = %who.0, finding = %done.finding.id, "admin web UI: repair applied");
-    Ok(format!(
+    Ok(repaired(&done))
+}
+
+/// The API's body of a repair of `finding` with `reason`.
+pub(crate) fn repair_body(finding: &str, reason: &str) -> RepairBody {
+    RepairBody {
+        finding: finding.to_string(),
+        reason: reason.to_string(),
+        actor: None,
+    }
+}
+
+/// What the page says of a repair done.
+pub(crate) fn repaired(done: &RepairDone) -> String {
+    format!(
         "repaired {} ({}): {}; recorded at position {}",
         done.finding.id, done.finding.rule, done.summary, done.position
-    ))
+    )
 }

@@ -21,6 +21,7 @@
 mod actions;
 mod batch;
 pub(crate) mod consistency;
+mod forward;
 mod pages;
 mod search;
 pub mod session;
