@@ -435,6 +435,7 @@ fn command(h: &mut Harness, line: &Line) -> Result<Command, String> {
                     .transpose()?,
             }
         }
+        "cleanup-batch" => Command::CleanupBatch { bid: line.bid(0)? },
         other => return Err(format!("unknown command {other:?}")),
     };
     if !matches!(

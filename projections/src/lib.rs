@@ -104,10 +104,10 @@ pub use rebuild::{
 };
 #[cfg(feature = "log")]
 pub use sink::{
-    AdoptForeign, Adoption, AdoptionFuture, ForeignAdopter, ForeignBatch, ForeignBatchStatus,
-    ForeignJob, ForeignLock, ForeignRecorder, ForeignStatus, GateGuard, LockChange, ProjectorGate,
-    RecordForeign, ResumeRebuild, Resumer, RunMode, Sink, SinkConfig, SinkError, SinkReport,
-    SinkState, SinkStatus,
+    AdoptForeign, Adoption, AdoptionFuture, Deleted, ForeignAccessStatus, ForeignAdopter,
+    ForeignBatch, ForeignBatchStatus, ForeignDelete, ForeignJob, ForeignLock, ForeignRecorder,
+    ForeignStatus, GateGuard, LockChange, ProjectorGate, RecordForeign, ResumeRebuild, Resumer,
+    RunMode, Sink, SinkConfig, SinkError, SinkReport, SinkState, SinkStatus, WrittenStatus,
 };
 pub use tree::{Differing, Tree, TreeDiff, TreeError};
 pub use txn::TxnLimits;

@@ -684,17 +684,23 @@ impl ingest_projections::AdoptForeign for EngineRecorder {
         Box::pin(async move {
             use ingest_events::command::{Command, Target};
             use ingest_events::JobState;
-            let command = match (change.from, change.to) {
-                (JobState::Pending, JobState::Estimating) => Command::StartJob { jid: change.jid },
+            let (jid, from, to) = (change.jid, change.from, change.to);
+            let command = match (from, to) {
+                (JobState::Pending, JobState::Estimating) => Command::StartJob { jid },
                 _ => Command::SetJobStatus {
-                    jid: change.jid,
-                    target: Target::To(change.to),
+                    jid,
+                    target: Target::To(to),
                     message: change.message,
                     priority: None,
                 },
             };
-            self.decided(ingest_events::Actor::worker(change.actor), command)
-                .await
+            let adoption = self
+                .decided(ingest_events::Actor::worker(change.actor), command)
+                .await;
+            if let ingest_projections::Adoption::Accepted(_) = adoption {
+                self.record_counters(jid, from, to, change.written);
+            }
+            adoption
         })
     }
 
@@ -794,6 +800,138 @@ impl ingest_projections::AdoptForeign for EngineRecorder {
                 Err(why) => ingest_projections::Adoption::Refused(why.0),
             }
         })
+    }
+
+    /// Adoption mode: an access request status another client wrote
+    /// (mrt-zk's `Access.setStatus`) is the command it means, decided as
+    /// from the API: taking a Pending request (`StartAccess`, refused while
+    /// its queue is paused) and reporting its outcome (`AccessOutcome`,
+    /// without a delivery) with the client as a worker actor; Failed →
+    /// Pending (`RequeueAccess`) and any move to Deleted (`DeleteAccess`)
+    /// with the client as an admin actor; any other move, and any refusal,
+    /// reverts it.
+    fn adopt_access_status(
+        &self,
+        change: ingest_projections::ForeignAccessStatus,
+    ) -> ingest_projections::AdoptionFuture<'_> {
+        Box::pin(async move {
+            use ingest_events::command::Command;
+            use ingest_events::lifecycle::AccessState::*;
+            use ingest_events::Actor;
+            let qid = change.qid;
+            let reason =
+                "an access status written by a ZooKeeper client (adoption mode)".to_string();
+            let (actor, command) = match (change.from, change.to) {
+                (Pending, Processing) => (Actor::worker(change.actor), Command::StartAccess { qid }),
+                (Processing, to @ (Completed | Failed)) => (
+                    Actor::worker(change.actor),
+                    Command::AccessOutcome {
+                        qid,
+                        success: to == Completed,
+                        message: change.message,
+                        delivery: None,
+                    },
+                ),
+                (Failed, Pending) => (Actor::admin(change.actor), Command::RequeueAccess { qid, reason }),
+                (_, Deleted) => (Actor::admin(change.actor), Command::DeleteAccess { qid, reason }),
+                (from, to) => {
+                    return ingest_projections::Adoption::Refused(format!(
+                        "{from} -> {to} is not an access move the engine takes (taking a request, its outcome, a requeue of a failed one and a delete are)"
+                    ))
+                }
+            };
+            self.decided(actor, command).await
+        })
+    }
+
+    /// Adoption mode: a batch another client removed (mrt-zk's
+    /// `Batch.delete`, `deleteCompletedBatches`: its jobs, its uuid node,
+    /// then the batch) is the engine's cleanup of that batch
+    /// (`CleanupBatch`: only a Completed or Deleted batch, as mrt-zk's
+    /// `isDeletable`); a job removed alone (`Job.delete`,
+    /// `deleteDeletedJobs`) is the admin's `DeleteJob` (soft: the job stays
+    /// in the tree as Deleted until its batch is cleaned up), with the
+    /// ZooKeeper client as an admin actor; any refusal puts it back.
+    fn adopt_delete(
+        &self,
+        deleted: ingest_projections::ForeignDelete,
+    ) -> ingest_projections::AdoptionFuture<'_> {
+        Box::pin(async move {
+            use ingest_events::command::Command;
+            let command = match deleted.item {
+                ingest_projections::Deleted::Batch(bid) => Command::CleanupBatch { bid },
+                ingest_projections::Deleted::Job(jid) => Command::DeleteJob {
+                    jid,
+                    reason: "its nodes deleted by a ZooKeeper client (adoption mode)".to_string(),
+                },
+            };
+            self.decided(ingest_events::Actor::admin(deleted.actor), command)
+                .await
+        })
+    }
+}
+
+impl EngineRecorder {
+    /// After an adopted job status change: when the `retry_count` or
+    /// `last_successful_status` written differ from the engine's own (its
+    /// rules: `retry_count` grows only with a requeue; a move out of Failed
+    /// keeps `last_successful_status`, where mrt-zk writes `Failed`), the
+    /// status node as written is recorded (`ForeignChangeRepaired`, kind
+    /// changed, the node's data found), since the projector writes the
+    /// engine's over it: the log keeps what was written, the state and the
+    /// tree the engine's.
+    fn record_counters(
+        &self,
+        jid: ingest_events::Jid,
+        from: ingest_events::JobState,
+        to: ingest_events::JobState,
+        written: ingest_projections::WrittenStatus,
+    ) {
+        use ingest_events::event::{ForeignChangeKind, ForeignChangeRepaired, ForeignNode};
+        let state = self.handle.state();
+        let Some(j) = state.jobs.get(&jid) else {
+            return;
+        };
+        let ours = j.last_successful_status.map(|s| s.to_string());
+        let mut differs = Vec::new();
+        if let Some(n) = written
+            .retry_count
+            .filter(|n| *n != u64::from(j.retry_count))
+        {
+            differs.push(format!("retry_count {n} (the engine's: {})", j.retry_count));
+        }
+        if let Some(l) = written.last_successful_status.filter(|l| *l != ours) {
+            let name = |s: &Option<String>| s.clone().unwrap_or_else(|| "null".to_string());
+            differs.push(format!(
+                "last_successful_status {} (the engine's: {})",
+                ingest_protocol::submission::quoted(&name(&l)),
+                name(&ours)
+            ));
+        }
+        if differs.is_empty() {
+            return;
+        }
+        let path = format!("/jobs/{jid}/status");
+        let repaired = ForeignChangeRepaired {
+            item: format!("job {jid}"),
+            nodes: vec![ForeignNode {
+                kind: ForeignChangeKind::Changed,
+                path,
+                found: written.found,
+                zxid: written.zxid,
+                mtime: written.mtime,
+                session: 0,
+            }],
+            reason: format!(
+                "adopted {from} -> {to}; written {}: recorded here, the engine's own are kept and projected",
+                differs.join(", ")
+            ),
+        };
+        ingest_projections::RecordForeign::record(
+            self,
+            ingest_events::StreamId::Job(jid),
+            repaired,
+        );
     }
 }
 

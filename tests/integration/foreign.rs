@@ -46,12 +46,26 @@ impl Rig {
 
     /// [`Rig::start`] with further `serve` arguments.
     async fn start_with(name: &str, daemons: Option<&[&str]>, args: &[&str]) -> Option<Rig> {
+        Rig::start_seeded(name, daemons, args, &[]).await
+    }
+
+    /// [`Rig::start_with`] on a data directory holding these stored
+    /// objects (for access requests; see `server::seed_objects`).
+    async fn start_seeded(
+        name: &str,
+        daemons: Option<&[&str]>,
+        args: &[&str],
+        objects: &[(&str, u32, &[u64])],
+    ) -> Option<Rig> {
         let python = tokio::task::spawn_blocking(kazoo_python)
             .await
             .expect("the venv task")?;
         let zks = shared();
         let root = unique_root(name);
         let dir = tempfile::tempdir().expect("tempdir");
+        if !objects.is_empty() {
+            server::seed_objects(dir.path(), objects);
+        }
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         let s = server::start_with(dir.path(), &zks.hosts(), &root, daemons, "simulate", &args);
         let zk = zk_at(&zks.hosts(), &root).await;
@@ -101,6 +115,21 @@ impl Rig {
     /// Runs the Merritt-pattern writer on the rig's root; its JSON summary.
     fn write(&self, args: &[&str]) -> Value {
         merritt_write(&self.python, &self.zks.hosts(), &self.root, args)
+    }
+
+    /// [`Rig::write`] with `MERRITT_DELETE_PAUSE` set (seconds).
+    fn write_paced(&self, pause: &str, args: &[&str]) -> Value {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/merritt_writer.py");
+        let out = Process::new(&self.python)
+            .arg(&script)
+            .arg(self.zks.hosts())
+            .arg(&self.root)
+            .args(args)
+            .env("MERRITT_DELETE_PAUSE", pause)
+            .output()
+            .expect("run the Merritt-pattern writer");
+        assert!(out.status.success(), "{out:?}");
+        serde_json::from_slice(&out.stdout).expect("the writer's summary")
     }
 }
 
@@ -940,11 +969,12 @@ async fn adoption_mode_takes_a_batch_acquired_and_filled_by_mrt_zk() {
     assert_ready(s).await;
 }
 
-/// Issue 23, item 3: on a tree with ACLs (the engine authenticates, and
-/// `--zk-merritt-identity` names Merritt's services), a Merritt-pattern
+/// Issue 23, items 3 and 4: on a tree with ACLs (the engine authenticates,
+/// and `--zk-merritt-identity` names Merritt's services), a Merritt-pattern
 /// client authenticated as that identity walks a job a step in adoption
-/// mode, and the engine adopts it; the same write from an anonymous client
-/// is refused by ZooKeeper (`NoAuth`) and nothing moves.
+/// mode, and the engine adopts it with an actor naming the identity and
+/// the session (`worker:merritt@zk-session-0x…`); the same write from an
+/// anonymous client is refused by ZooKeeper (`NoAuth`) and nothing moves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_acls_the_merritt_identity_writes_what_adoption_takes_and_anonymous_clients_cannot() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -1006,4 +1036,406 @@ async fn with_acls_the_merritt_identity_writes_what_adoption_takes_and_anonymous
     converged(&r.s).await;
     let history = r.s.get(&format!("/jobs/{jid}/history")).await;
     assert!(repairs(&history).is_empty(), "nothing reverted: {history}");
+    // Item 4: the actor names the identity (only it and the engine can
+    // write the queue) and the session.
+    let summary: Value = serde_json::from_slice(&named.stdout).expect("the writer's summary");
+    let session = summary["session"].as_str().expect("session");
+    assert_eq!(
+        moves(&r.s, &jid).await,
+        vec![(
+            "Pending -> Estimating".to_string(),
+            format!("worker:merritt@zk-session-{session}")
+        )],
+        "{history}"
+    );
+}
+
+/// The rows of an item's history whose event is `kind`.
+async fn events_of(s: &Server, history: &str, kind: &str) -> Vec<Value> {
+    s.get(history).await["events"]
+        .as_array()
+        .map(|rows| {
+            rows.iter()
+                .filter(|r| r["event"] == kind)
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A batch of `jobs` jobs submitted and walked to Completed by the
+/// server's own daemons, projected: its id and its jobs.
+async fn completed_batch(s: &Server, jobs: usize) -> (String, Vec<String>) {
+    let bid = s.submit(jobs).await;
+    let jids: Vec<String> = eventually(&format!("{bid} completed"), 90, async || {
+        let b = s.get(&format!("/batches/{bid}")).await;
+        (b["status"] == "Completed").then_some(())?;
+        b["jobs"].as_array().map(|j| {
+            j.iter()
+                .filter_map(|j| j["jid"].as_str().map(str::to_string))
+                .collect()
+        })
+    })
+    .await;
+    assert_eq!(jids.len(), jobs);
+    converged(s).await;
+    (bid, jids)
+}
+
+/// Issue 23, item 2, adoption mode: mrt-zk's delete helpers. `Job.delete`
+/// of a Completed job (its references, then its tree) is the admin's
+/// `DeleteJob`, with the client as actor: the job is Deleted and stays in
+/// the tree as such; the same of a job already Deleted (`deleteDeletedJobs`)
+/// is refused, put back and recorded. `Batch.delete` of a Completed batch
+/// (`deleteCompletedBatches`: its jobs, its uuid node, its tree) is the
+/// engine's cleanup of that batch (`BatchCleanedUp`), nothing put back; a
+/// batch still at work removed by a client that skips mrt-zk's check is
+/// put back and recorded. `ingest diff` is clean after each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adoption_mode_takes_mrt_zk_deletes_of_finished_items_and_puts_back_the_others() {
+    let Some(r) = Rig::start_with(
+        "foreign-adopt-delete",
+        Some(&[]),
+        &["--foreign-writes", "adopt"],
+    )
+    .await
+    else {
+        return;
+    };
+    let (s, zk) = (&r.s, &r.zk);
+    let (done, jids) = completed_batch(s, 2).await;
+
+    // Job.delete of a Completed job: DeleteJob.
+    let (first, second) = (&jids[0], &jids[1]);
+    r.write(&["delete-job", first]);
+    eventually(&format!("{first} deleted"), 30, async || {
+        let job = s.get(&format!("/jobs/{first}")).await;
+        (job["status"] == "Deleted").then_some(())
+    })
+    .await;
+    let deleted = events_of(s, &format!("/jobs/{first}/history"), "JobDeleted").await;
+    assert_eq!(deleted.len(), 1, "{deleted:?}");
+    assert_eq!(deleted[0]["actor"], "admin:zk-client", "{deleted:?}");
+    status_node_says(zk, first, "Deleted").await;
+    converged(s).await;
+    assert!(repairs(&s.get(&format!("/jobs/{first}/history")).await).is_empty());
+
+    // deleteDeletedJobs: a job already Deleted is refused and put back.
+    r.write(&["delete-job", first]);
+    let rows = repaired(s, &format!("/jobs/{first}/history")).await;
+    let text = Value::Array(rows).to_string();
+    assert!(
+        text.contains(&format!(
+            "adoption refused: /jobs/{first} deleted by another client"
+        )),
+        "{text}"
+    );
+    status_node_says(zk, first, "Deleted").await;
+    converged(s).await;
+
+    // A batch at work (the queue paused: its job stays Pending).
+    admin(s, Method::POST, "/queue/pause", "hold the second batch").await;
+    let busy = s.submit(1).await;
+    let busy_job = jobs_of(s, zk, &busy, 1).await.remove(0);
+
+    // Batch.delete of the Completed batch: its cleanup.
+    r.write(&["delete-batch", &done]);
+    let cleaned = eventually(&format!("{done} cleaned up"), 30, async || {
+        let rows = events_of(s, &format!("/batches/{done}/history"), "BatchCleanedUp").await;
+        (!rows.is_empty()).then_some(rows)
+    })
+    .await;
+    assert_eq!(cleaned[0]["actor"], "admin:zk-client", "{cleaned:?}");
+    converged(s).await;
+    assert!(!exists(zk, &format!("/batches/{done}")).await);
+    for jid in [first, second] {
+        assert!(!exists(zk, &format!("/jobs/{jid}")).await, "{jid}");
+    }
+    let done_history = s.get(&format!("/batches/{done}/history")).await;
+    // (The batch's history holds its jobs' too: the refusal above.)
+    assert!(
+        repairs(&done_history)
+            .iter()
+            .all(|r| r["stream"] != done.as_str()),
+        "{done_history}"
+    );
+    assert_eq!(repairs(&done_history).len(), 1, "{done_history}");
+    let second_history = s.get(&format!("/jobs/{second}/history")).await;
+    assert!(repairs(&second_history).is_empty(), "{second_history}");
+
+    // The batch at work, removed whole without mrt-zk's check: put back.
+    r.write(&["delete-all", &format!("/batches/{busy}")]);
+    let rows = repaired(s, &format!("/batches/{busy}/history")).await;
+    let text = Value::Array(rows).to_string();
+    assert!(
+        text.contains(&format!(
+            "adoption refused: /batches/{busy} deleted by another client"
+        )),
+        "{text}"
+    );
+    converged(s).await;
+    assert!(exists(zk, &format!("/batches/{busy}/status")).await);
+    let job = s.get(&format!("/jobs/{busy_job}")).await;
+    assert_eq!(job["status"], "Pending", "{job}");
+    assert_ready(s).await;
+}
+
+/// The rows of the whole log's history on stream `stream` whose event is
+/// `kind`.
+async fn stream_events(s: &Server, stream: &str, kind: &str) -> Vec<Value> {
+    let (status, history) = s
+        .call(Method::GET, "/history?limit=1000", ADMIN, None)
+        .await;
+    assert_eq!(status, 200, "{history}");
+    history["events"]
+        .as_array()
+        .map(|rows| {
+            rows.iter()
+                .filter(|r| r["stream"] == stream && r["event"] == kind)
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits until `/access/small/QID/status` says `status`.
+async fn access_node_says(zk: &zookeeper_client::Client, qid: &str, status: &str) {
+    let path = format!("/access/small/{qid}/status");
+    eventually(&format!("{path} to say {status}"), 30, async || {
+        let (data, _) = zk.get_data(&path).await.ok()?;
+        let node: Value = serde_json::from_slice(&data).ok()?;
+        (node["status"] == status).then_some(())
+    })
+    .await;
+}
+
+/// Issue 23, item 1, adoption mode: access request statuses written as
+/// mrt-zk's `Access.setStatus` writes them. An assembler's step (the lock,
+/// the status, the unlock) taking a Pending request and reporting it
+/// Completed is the engine's `StartAccess` and `AccessOutcome`, with the
+/// lock's session as actor, as for jobs; the admin tool's delete (status
+/// Deleted, no lock) is `DeleteAccess`. Refused, put back and recorded: a
+/// take written without the lock, a take while the access queue is
+/// paused, and Completed -> Pending (no such move).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adoption_mode_turns_merritt_access_statuses_into_the_engines_access_commands() {
+    let mut daemons = NO_JOB_DAEMONS.to_vec();
+    daemons.extend(["access_small=off", "access_large=off"]);
+    let Some(r) = Rig::start_seeded(
+        "foreign-adopt-access",
+        Some(&daemons),
+        &["--foreign-writes", "adopt"],
+        &[("ark:/99999/fk4x", 1, &[1])],
+    )
+    .await
+    else {
+        return;
+    };
+    let (s, zk) = (&r.s, &r.zk);
+    r.projected_batch().await;
+    let (code, answer) = s
+        .call(
+            Method::POST,
+            "/access",
+            crate::server::DEPOSITOR,
+            Some(json!({"ark": "ark:/99999/fk4x"})),
+        )
+        .await;
+    assert_eq!(code, 201, "{answer}");
+    let qid = answer["request"]["qid"].as_str().expect("qid").to_string();
+    access_node_says(zk, &qid, "Pending").await;
+    let refusals = async |want: &str| {
+        eventually(&format!("a refusal saying {want}"), 30, async || {
+            let rows = stream_events(s, &qid, "ForeignChangeRepaired").await;
+            Value::Array(rows).to_string().contains(want).then_some(())
+        })
+        .await
+    };
+
+    // Taken without the lock: refused.
+    r.write(&["access-set-status", "small", &qid, "Processing", "no lock"]);
+    refusals("adoption refused Pending -> Processing: written while no session held").await;
+    access_node_says(zk, &qid, "Pending").await;
+    converged(s).await;
+
+    // Taken under the lock while the small queue is paused: refused.
+    admin(s, Method::POST, "/access-queues/small/pause", "maintenance").await;
+    eventually("the small queue's pause lock", 30, async || {
+        exists(zk, "/locks/queue/accessSmall").await.then_some(())
+    })
+    .await;
+    r.write(&[
+        "access-step",
+        "small",
+        &qid,
+        "Processing",
+        "taken while paused",
+    ]);
+    refusals("paused").await;
+    access_node_says(zk, &qid, "Pending").await;
+    admin(s, Method::POST, "/access-queues/small/resume", "done").await;
+    converged(s).await;
+
+    // An assembler takes it and completes it.
+    let taken = r.write(&["access-step", "small", &qid, "Processing", "assembling"]);
+    let session = taken["session"].as_str().expect("session").to_string();
+    eventually("the take adopted", 30, async || {
+        (s.get(&format!("/access/{qid}")).await["status"] == "Processing").then_some(())
+    })
+    .await;
+    converged(s).await;
+    let done = r.write(&["access-step", "small", &qid, "Completed", "assembled"]);
+    eventually("the outcome adopted", 30, async || {
+        (s.get(&format!("/access/{qid}")).await["status"] == "Completed").then_some(())
+    })
+    .await;
+    converged(s).await;
+    let moves: Vec<(String, String)> = stream_events(s, &qid, "AccessStatusChanged")
+        .await
+        .iter()
+        .map(|r| {
+            let detail = r["detail"].as_str().unwrap_or("");
+            let words: Vec<&str> = detail.split_whitespace().take(3).collect();
+            (
+                words.join(" ").trim_end_matches(':').to_string(),
+                r["actor"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        moves,
+        vec![
+            (
+                "Pending -> Processing".to_string(),
+                format!("worker:zk-session-{session}")
+            ),
+            (
+                "Processing -> Completed".to_string(),
+                format!(
+                    "worker:zk-session-{}",
+                    done["session"].as_str().expect("session")
+                )
+            ),
+        ]
+    );
+
+    // No such move: refused and put back.
+    r.write(&["access-set-status", "small", &qid, "Pending", "again?"]);
+    refusals("adoption refused Completed -> Pending").await;
+    access_node_says(zk, &qid, "Completed").await;
+    converged(s).await;
+
+    // The admin tool's delete.
+    r.write(&["access-set-status", "small", &qid, "Deleted", "cleaning up"]);
+    eventually("the delete adopted", 30, async || {
+        (s.get(&format!("/access/{qid}")).await["status"] == "Deleted").then_some(())
+    })
+    .await;
+    let deleted = stream_events(s, &qid, "AccessStatusChanged").await;
+    let last = deleted.last().expect("the delete");
+    assert!(
+        last["actor"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("admin:zk-zxid-0x")),
+        "{last}"
+    );
+    converged(s).await;
+    assert_ready(s).await;
+}
+
+/// Issue 23, item 3, adoption mode: a status written with mrt-zk's
+/// `setStatusWithRetry` (`retry_count` one more than the node had) is
+/// adopted as the move it means, and what was written that the engine's
+/// rules do not give (`retry_count` 1; the engine's grows only with a
+/// requeue) is recorded in the job's history with the node as written
+/// (`ForeignChangeRepaired`, kind changed); the tree gets the engine's
+/// JSON and `ingest diff` is clean. A plain `setStatus` (the counters as
+/// the engine has them) records nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adoption_mode_records_a_retry_count_written_that_the_engine_does_not_keep() {
+    let Some((r, jids)) = Rig::adopting("foreign-adopt-retry", 1).await else {
+        return;
+    };
+    let (s, zk, jid) = (&r.s, &r.zk, &jids[0]);
+    r.write(&["step", jid, "Estimating", "taken"]);
+    converged(s).await;
+    let job = s.get(&format!("/jobs/{jid}")).await;
+    assert_eq!(job["status"], "Estimating", "adopted: {job}");
+    assert!(repairs(&s.get(&format!("/jobs/{jid}/history")).await).is_empty());
+
+    let summary = r.write(&["step-retry", jid, "Provisioning", "estimated, second try"]);
+    let session = summary["session"].as_str().expect("session");
+    let rows = repaired(s, &format!("/jobs/{jid}/history")).await;
+    let text = Value::Array(rows.clone()).to_string();
+    assert!(
+        text.contains(
+            "adopted Estimating -> Provisioning; written retry_count 1 (the engine's: 0)"
+        ),
+        "{text}"
+    );
+    assert_eq!(rows.len(), 1, "{text}");
+    let walked = moves(s, jid).await;
+    assert_eq!(walked.len(), 2, "{walked:?}");
+    assert_eq!(
+        walked[1],
+        (
+            "Estimating -> Provisioning:".to_string(),
+            format!("worker:zk-session-{session}")
+        ),
+        "{walked:?}"
+    );
+    converged(s).await;
+    let (data, _) = zk
+        .get_data(&format!("/jobs/{jid}/status"))
+        .await
+        .expect("the status node");
+    let node: Value = serde_json::from_slice(&data).expect("json");
+    assert_eq!(node["status"], "Provisioning", "{node}");
+    assert_eq!(node["retry_count"], 0, "the engine's: {node}");
+    assert_ready(s).await;
+}
+
+/// Issue 23, item 2: mrt-zk's `Batch.delete` of a large batch removes its
+/// jobs one by one, across several adoption rounds (here 1.2 s per job,
+/// more than a round's longest wait) before the batch itself: the jobs
+/// removed first are judged with the batch's removal, so the whole is one
+/// cleanup, not soft deletes of jobs and a refusal of the Deleted one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adoption_mode_takes_a_slow_batch_delete_as_one_cleanup() {
+    let Some(r) = Rig::start_with(
+        "foreign-adopt-slow-delete",
+        Some(&[]),
+        &["--foreign-writes", "adopt"],
+    )
+    .await
+    else {
+        return;
+    };
+    let s = &r.s;
+    let (bid, jids) = completed_batch(s, 3).await;
+    // One job Deleted first (the admin tool's delete through the API).
+    admin(
+        s,
+        Method::DELETE,
+        &format!("/jobs/{}", jids[0]),
+        "not wanted",
+    )
+    .await;
+    converged(s).await;
+
+    r.write_paced("1.2", &["delete-batch", &bid]);
+    eventually(&format!("{bid} cleaned up"), 30, async || {
+        let rows = events_of(s, &format!("/batches/{bid}/history"), "BatchCleanedUp").await;
+        (!rows.is_empty()).then_some(())
+    })
+    .await;
+    converged(s).await;
+    let history = s.get(&format!("/batches/{bid}/history")).await;
+    assert!(repairs(&history).is_empty(), "nothing put back: {history}");
+    for jid in &jids[1..] {
+        let deleted = events_of(s, &format!("/jobs/{jid}/history"), "JobDeleted").await;
+        assert!(deleted.is_empty(), "{jid} not soft-deleted: {deleted:?}");
+        assert!(!exists(&r.zk, &format!("/jobs/{jid}")).await, "{jid}");
+    }
+    assert_ready(s).await;
 }

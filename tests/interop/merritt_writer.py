@@ -20,6 +20,9 @@ Usage:
       exit status 3 when another session holds it), load it (read its
       nodes, as Job.load does), Job.setStatus as above, release it
       (QueueItem.unlock: delete the lock node).
+  python merritt_writer.py HOSTS ROOT step-retry JID STATUS MESSAGE
+      `step` with Job.setStatusWithRetry: retry_count one more than the
+      status node had.
   python merritt_writer.py HOSTS ROOT steps STATUS MESSAGE JID...
       `step` for each JID in turn, in one session (one Merritt daemon
       acquiring several jobs back to back).
@@ -52,6 +55,32 @@ Usage:
   python merritt_writer.py HOSTS ROOT batch-status BID STATUS
       Batch.setStatus: /batches/BID/status rewritten (status,
       last_modified, message).
+  python merritt_writer.py HOSTS ROOT access-set-status QUEUE QID STATUS MESSAGE
+      Access.setStatus (QueueItem.setStatus): /access/QUEUE/QID/status
+      rewritten with the old JSON's keys kept, status, last_modified and
+      message replaced (QueueItem.statusObject).
+  python merritt_writer.py HOSTS ROOT access-step QUEUE QID STATUS MESSAGE
+      An assembler's step on one request, as mrt-store's assembly does it:
+      the lock (QueueItem.lock: the ephemeral /access/QUEUE/QID/lock, empty;
+      exit status 3 when another session holds it), the request loaded
+      (status, token), access-set-status as above, the unlock.
+  python merritt_writer.py HOSTS ROOT delete-job JID
+      Job.delete (as deleteDeletedJobs and Batch.delete call it): the job
+      loaded, refused unless its status is deletable (Completed or
+      Deleted: exit status 4, nothing deleted), then its queue reference
+      /jobs/states/<status>/PP-JID, its batch reference
+      /batches/BID/states/batch-<set>/JID, and the /jobs/JID tree
+      (QueueItemHelper.deleteAll: children first).
+  python merritt_writer.py HOSTS ROOT delete-batch BID
+      Batch.delete (as deleteCompletedBatches calls it): refused unless the
+      batch's status is Completed or Deleted (exit status 4); each job
+      under states/batch-processing, -failed, -completed, -deleted deleted
+      as delete-job does, then /batch-uuids/<batchID of the submission>,
+      then the /batches/BID tree. MERRITT_DELETE_PAUSE=SECONDS in the
+      environment waits that long after each job (a large batch's pace).
+  python merritt_writer.py HOSTS ROOT delete-all PATH
+      QueueItemHelper.deleteAll of PATH without mrt-zk's status check (a
+      client that skips it).
   python merritt_writer.py HOSTS ROOT delete PATH...
       QueueItemHelper.delete of each node (mrt-zk's unlockIngestQueue is
       `delete /locks/queue/ingest`; its delete helpers remove a batch's
@@ -94,7 +123,7 @@ def delete_quietly(zk, path, written):
         pass
 
 
-def set_status(zk, jid, status, message, written):
+def set_status(zk, jid, status, message, written, retry=False):
     raw, _ = zk.get(f"/jobs/{jid}/status")
     old = json.loads(raw.decode("utf-8"))
     old_status = old["status"]
@@ -104,7 +133,8 @@ def set_status(zk, jid, status, message, written):
         "status": status,
         "last_modified": now(),
         "message": message,
-        "retry_count": old.get("retry_count", 0),
+        # Job.setStatusWithRetry: one more retry before the status.
+        "retry_count": old.get("retry_count", 0) + (1 if retry else 0),
         "last_successful_status": old.get("last_successful_status"),
     }
     if status not in ("Failed", "Deleted") and status != old_status:
@@ -137,23 +167,31 @@ JOB_NODES = ("status", "priority", "bid", "space_needed", "configuration",
              "identifiers", "metadata", "inventory", "store")
 
 
-def step(zk, jid, status, message, written):
-    """acquireJob's lock, Job.load, setStatus, unlock."""
-    lock = f"/jobs/{jid}/lock"
+def locked(zk, item, nodes, write, written):
+    """QueueItem.lock of ITEM (the ephemeral ITEM/lock, empty), its load
+    (each of NODES read), WRITE(), then QueueItem.unlock. False when
+    another session holds the lock."""
+    lock = f"{item}/lock"
     try:
         zk.create(lock, b"", ephemeral=True)
     except NodeExistsError:
         return False
     written.append(lock)
-    for node in JOB_NODES:
+    for node in nodes:
         try:
-            zk.get(f"/jobs/{jid}/{node}")
+            zk.get(f"{item}/{node}")
         except NoNodeError:
             pass
-    set_status(zk, jid, status, message, written)
+    write()
     zk.delete(lock)
     written.append(lock)
     return True
+
+
+def step(zk, jid, status, message, written, retry=False):
+    """acquireJob's lock, Job.load, setStatus, unlock."""
+    return locked(zk, f"/jobs/{jid}", JOB_NODES,
+                  lambda: set_status(zk, jid, status, message, written, retry), written)
 
 
 def create_batch(zk, profile, payload_url, written):
@@ -239,6 +277,71 @@ def consume_batch(zk, bid, count, payload_url, written):
         zk.delete(lock)
 
 
+def access_set_status(zk, queue, qid, status, message, written):
+    path = f"/access/{queue}/{qid}/status"
+    data = json.loads(zk.get(path)[0].decode("utf-8"))
+    data.update({"status": status, "last_modified": now(), "message": message})
+    zk.set(path, json.dumps(data).encode("utf-8"))
+    written.append(path)
+
+
+def access_step(zk, queue, qid, status, message, written):
+    """An assembler's lock, load, Access.setStatus, unlock."""
+    return locked(zk, f"/access/{queue}/{qid}", ("status", "token"),
+                  lambda: access_set_status(zk, queue, qid, status, message, written),
+                  written)
+
+
+DELETABLE = ("Completed", "Deleted")
+
+
+class NotDeletable(Exception):
+    pass
+
+
+def delete_all(zk, path, written):
+    """QueueItemHelper.deleteAll: the children first, then the node."""
+    try:
+        children = zk.get_children(path)
+    except NoNodeError:
+        return
+    for child in children:
+        delete_all(zk, f"{path}/{child}", written)
+    delete_quietly(zk, path, written)
+
+
+def delete_job(zk, jid, written):
+    """Job.delete: a deletable job's references, then its tree."""
+    status = json.loads(zk.get(f"/jobs/{jid}/status")[0].decode("utf-8"))["status"]
+    if status not in DELETABLE:
+        raise NotDeletable(f"Can not delete Job: /jobs/{jid} ({status})")
+    priority = int(zk.get(f"/jobs/{jid}/priority")[0].decode("utf-8"))
+    bid = zk.get(f"/jobs/{jid}/bid")[0].decode("utf-8")
+    delete_quietly(zk, f"/jobs/states/{status.lower()}/{priority:02d}-{jid}", written)
+    delete_quietly(zk, f"/batches/{bid}/states/{batch_set(status)}/{jid}", written)
+    delete_all(zk, f"/jobs/{jid}", written)
+
+
+def delete_batch(zk, bid, written):
+    """Batch.delete: a deletable batch's jobs, its uuid node, its tree."""
+    status = json.loads(zk.get(f"/batches/{bid}/status")[0].decode("utf-8"))["status"]
+    if status not in DELETABLE:
+        raise NotDeletable(f"Can not delete Batch: /batches/{bid} ({status})")
+    for state in ("batch-processing", "batch-failed", "batch-completed", "batch-deleted"):
+        try:
+            jobs = zk.get_children(f"/batches/{bid}/states/{state}")
+        except NoNodeError:
+            continue
+        for jid in jobs:
+            delete_job(zk, jid, written)
+            # A large batch: each job costs mrt-zk a load and a dozen deletes.
+            time.sleep(float(os.environ.get("MERRITT_DELETE_PAUSE", "0")))
+    submission = json.loads(zk.get(f"/batches/{bid}/submission")[0].decode("utf-8"))
+    if submission.get("batchID"):
+        delete_quietly(zk, f"/batch-uuids/{submission['batchID']}", written)
+    delete_all(zk, f"/batches/{bid}", written)
+
+
 def main(argv):
     if len(argv) < 4:
         print(__doc__, file=sys.stderr)
@@ -258,6 +361,10 @@ def main(argv):
             set_status(zk, args[0], args[1], args[2], written)
         elif command == "step" and len(args) == 3:
             if not step(zk, args[0], args[1], args[2], written):
+                print(json.dumps({"session": f"0x{session:x}", "locked": True}))
+                return 3
+        elif command == "step-retry" and len(args) == 3:
+            if not step(zk, args[0], args[1], args[2], written, retry=True):
                 print(json.dumps({"session": f"0x{session:x}", "locked": True}))
                 return 3
         elif command == "steps" and len(args) >= 3:
@@ -295,6 +402,20 @@ def main(argv):
             return 0
         elif command == "batch-status" and len(args) == 2:
             set_batch_status(zk, args[0], args[1], written)
+        elif command == "access-set-status" and len(args) == 4:
+            access_set_status(zk, *args, written)
+        elif command == "access-step" and len(args) == 4:
+            if not access_step(zk, *args, written):
+                print(json.dumps({"session": f"0x{session:x}", "locked": True}))
+                return 3
+        elif command in ("delete-job", "delete-batch") and len(args) == 1:
+            try:
+                (delete_job if command == "delete-job" else delete_batch)(zk, args[0], written)
+            except NotDeletable as e:
+                print(json.dumps({"session": f"0x{session:x}", "refused": str(e)}))
+                return 4
+        elif command == "delete-all" and len(args) == 1:
+            delete_all(zk, args[0], written)
         elif command == "delete" and args:
             for path in args:
                 delete_quietly(zk, path, written)

@@ -287,3 +287,32 @@ pub(super) fn cleanup(
     }
     Ok(())
 }
+
+/// Removes one finished batch and its jobs from the live tree (mrt-zk's
+/// `Batch.delete`, adopted): only a batch in a terminal state (Completed,
+/// Deleted), as mrt-zk's `isDeletable` and [`cleanup`] take.
+/// (`Command::CleanupBatch`.)
+pub(super) fn cleanup_batch(
+    state: &State,
+    lc: &Lifecycle,
+    d: &mut Decision,
+    bid: &Bid,
+) -> Result<(), Rejection> {
+    let b = super::rules::live_batch(state, *bid)?;
+    if !lc.batches.is_terminal(b.status) {
+        return Err(Rejection::IllegalTransition {
+            item: Item::Batch(*bid),
+            current: b.status.to_string(),
+            requested: "cleaned up (removed from the tree)".into(),
+            allowed: lc.batches.allowed_names(b.status),
+        });
+    }
+    d.push(
+        state,
+        StreamId::Batch(*bid),
+        event::BatchCleanedUp {
+            jobs: b.jobs.clone(),
+        },
+    );
+    Ok(())
+}

@@ -330,6 +330,14 @@ pub enum Command {
         /// Only batches last changed before this time.
         before: Option<DateTime<Utc>>,
     },
+    /// Removes one finished (Completed or Deleted) batch and its jobs from
+    /// the live tree, as [`Command::Cleanup`] does: what mrt-zk's
+    /// `Batch.delete` and `deleteCompletedBatches` do to the tree, adopted
+    /// (`ingest serve --foreign-writes adopt`).
+    CleanupBatch {
+        /// The batch.
+        bid: Bid,
+    },
     /// A requester asks for an object to be assembled: queued Pending on the
     /// small or the large access queue, chosen by `token.size` against
     /// `size_limit` as mrt-store chooses (large when the size exceeds it).
@@ -829,6 +837,7 @@ pub fn decide(state: &State, lc: &Lifecycle, cmd: &Command) -> Result<Decision, 
             admin::record_foreign_change(state, &mut d, *stream, repaired.clone())?
         }
         Command::Cleanup { before } => admin::cleanup(state, lc, &mut d, before)?,
+        Command::CleanupBatch { bid } => admin::cleanup_batch(state, lc, &mut d, bid)?,
         Command::RequestAccess {
             token,
             packaging,

@@ -31,6 +31,45 @@ pub struct ForeignStatus {
     /// sets its status), else (a lock released before its holder was read)
     /// the zxid of the write.
     pub actor: String,
+    /// What was written besides the state: `retry_count` and
+    /// `last_successful_status` as found, and the node as a record keeps it.
+    pub written: WrittenStatus,
+}
+
+/// A job status node as another client wrote it: the counters mrt-zk's
+/// `Job.setStatus` writes (`retry_count`, `last_successful_status`), which
+/// the engine computes by its own rules, and the node as found, for the
+/// record of a difference.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WrittenStatus {
+    /// `retry_count` (`None`: absent or not a number).
+    pub retry_count: Option<u64>,
+    /// `last_successful_status` (`None`: absent; `Some(None)`: `null`; the
+    /// name cut to 64 bytes).
+    pub last_successful_status: Option<Option<String>>,
+    /// The node's data as found, cut to
+    /// [`ingest_events::event::ForeignNode::MAX_FOUND_BYTES`], printable.
+    pub found: String,
+    /// The node's `mzxid`.
+    pub zxid: i64,
+    /// The node's `mtime` (milliseconds since the Unix epoch).
+    pub mtime: i64,
+}
+
+impl WrittenStatus {
+    /// Reads a job status node's data and stat.
+    fn of(data: &[u8], stat: &zk::Stat) -> WrittenStatus {
+        let v = serde_json::from_slice::<serde_json::Value>(data).unwrap_or_default();
+        WrittenStatus {
+            retry_count: v.get("retry_count").and_then(serde_json::Value::as_u64),
+            last_successful_status: v
+                .get("last_successful_status")
+                .map(|l| l.as_str().map(|s| ingest_protocol::cut(s, 64).into_owned())),
+            found: found_text(data),
+            zxid: stat.mzxid,
+            mtime: stat.mtime,
+        }
+    }
 }
 
 /// The engine's answer to a [`ForeignStatus`].
@@ -145,6 +184,64 @@ pub struct ForeignJob {
     pub actor: String,
 }
 
+/// An access request status another client wrote (mrt-zk's
+/// `Access.setStatus`, as mrt-store's assembly and Merritt's admin tool call
+/// it), offered to the engine (adoption mode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForeignAccessStatus {
+    /// The request.
+    pub qid: ingest_events::Qid,
+    /// Its queue.
+    pub queue: ingest_events::event::AccessQueue,
+    /// The status the log has.
+    pub from: ingest_events::lifecycle::AccessState,
+    /// The status written.
+    pub to: ingest_events::lifecycle::AccessState,
+    /// The `message` written (cut to 512 bytes).
+    pub message: String,
+    /// Who wrote it, as for a job's status: the session holding
+    /// `/access/<queue>/QID/lock` when it was written, else the zxid of the
+    /// write.
+    pub actor: String,
+}
+
+impl ForeignAccessStatus {
+    /// Whether the move is an assembler's (taking the request, reporting
+    /// its outcome), made under the request's lock; the others (requeue,
+    /// delete) are the admin tool's.
+    pub fn by_worker(
+        from: ingest_events::lifecycle::AccessState,
+        to: ingest_events::lifecycle::AccessState,
+    ) -> bool {
+        use ingest_events::lifecycle::AccessState::*;
+        matches!(
+            (from, to),
+            (Pending, Processing) | (Processing, Completed | Failed)
+        )
+    }
+}
+
+/// A batch or job whose nodes another client removed (mrt-zk's
+/// `Batch.delete`, `deleteCompletedBatches`, `Job.delete`,
+/// `deleteDeletedJobs`), offered to the engine (adoption mode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForeignDelete {
+    /// What was removed.
+    pub item: Deleted,
+    /// Who removed it: `zk-client` (ZooKeeper keeps nothing of a deleted
+    /// node).
+    pub actor: String,
+}
+
+/// The item of a [`ForeignDelete`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    /// `/batches/BID` removed (with its jobs, as `Batch.delete` does).
+    Batch(ingest_events::Bid),
+    /// `/jobs/JID` removed while its batch stays.
+    Job(Jid),
+}
+
 /// What [`AdoptForeign`]'s methods return: the adoption, decided later.
 pub type AdoptionFuture<'a> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Adoption> + Send + 'a>>;
@@ -183,6 +280,20 @@ pub trait AdoptForeign: Send + Sync {
         let _ = job;
         not_adopted("job creations")
     }
+
+    /// Decides and appends an access request status another client wrote,
+    /// or says why not (by default: not adopted, so reverted).
+    fn adopt_access_status(&self, change: ForeignAccessStatus) -> AdoptionFuture<'_> {
+        let _ = change;
+        not_adopted("access request statuses")
+    }
+
+    /// Decides and appends a batch or job another client removed, or says
+    /// why not (by default: not adopted, so put back and recorded).
+    fn adopt_delete(&self, deleted: ForeignDelete) -> AdoptionFuture<'_> {
+        let _ = deleted;
+        not_adopted("deletions")
+    }
 }
 
 /// The default answer of [`AdoptForeign`]'s methods: refused, so reverted.
@@ -210,6 +321,13 @@ impl std::fmt::Debug for ForeignAdopter {
     }
 }
 
+/// How long after the last removal of a job of a finished batch that
+/// stays the jobs removed are waited for the batch's own removal (mrt-zk's
+/// `Batch.delete` removes the jobs one by one first, each with several
+/// reads), before they are judged as jobs removed alone (`Job.delete`,
+/// `deleteDeletedJobs`).
+pub(super) const DEFER_DELETE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How long the tree must be quiet before the events of an adoption watch
 /// are handled: mrt-zk's `setStatus` is several writes (the status node,
 /// then each reference), and they are judged together.
@@ -223,8 +341,13 @@ pub(super) const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(
 /// The persistent recursive watches of adoption mode and the events they
 /// gave that are not handled yet.
 pub(super) struct TreeWatch {
-    /// On `/jobs` and `/batches`; `None` once their session ended.
-    watchers: Option<(zk::PersistentWatcher, zk::PersistentWatcher)>,
+    /// On `/jobs`, `/batches` and `/access`; `None` once their session
+    /// ended.
+    watchers: Option<(
+        zk::PersistentWatcher,
+        zk::PersistentWatcher,
+        zk::PersistentWatcher,
+    )>,
     events: Vec<(zk::EventType, String)>,
     last: Option<tokio::time::Instant>,
     /// When the first event of the round came.
@@ -279,6 +402,15 @@ fn job_of_lock(path: &str) -> Option<Jid> {
     }
 }
 
+/// The access request whose lock node `path` is
+/// (`/access/<queue>/QID/lock`).
+fn access_of_lock(path: &str) -> Option<ingest_events::Qid> {
+    match path.strip_suffix("/lock").map(|p| Item::of(p, |_| None)) {
+        Some(Some(Item::Access(_, qid))) => Some(qid),
+        _ => None,
+    }
+}
+
 impl TreeWatch {
     /// No watch (revert mode).
     pub(super) fn none() -> TreeWatch {
@@ -295,9 +427,10 @@ impl TreeWatch {
     /// Waits for the next event (never, without watchers).
     pub(super) async fn next(&mut self) -> zk::WatchedEvent {
         match &mut self.watchers {
-            Some((jobs, batches)) => tokio::select! {
+            Some((jobs, batches, access)) => tokio::select! {
                 e = jobs.changed() => e,
                 e = batches.changed() => e,
+                e = access.changed() => e,
             },
             None => std::future::pending().await,
         }
@@ -324,7 +457,7 @@ impl TreeWatch {
         // Bounded: past this many, one more round is read from the tree anyway.
         if self.events.len() < 65_536 {
             if kind == zk::EventType::NodeCreated
-                && job_of_lock(&path).is_some()
+                && (job_of_lock(&path).is_some() || access_of_lock(&path).is_some())
                 && self.unread_locks.len() < 4_096
             {
                 self.unread_locks.push(path.clone());
@@ -333,6 +466,12 @@ impl TreeWatch {
         }
         self.last = Some(now);
         self.first.get_or_insert(now);
+    }
+
+    /// Keeps again an event whose judgement waits (a job removed while its
+    /// finished batch stays): it is handled with the next round.
+    pub(super) fn again(&mut self, kind: zk::EventType, path: String) {
+        self.keep(kind, path, tokio::time::Instant::now());
     }
 
     /// Takes every event already delivered, without waiting.
@@ -389,6 +528,7 @@ impl Runner {
         };
         let jobs = watch(layout::JOBS).await?;
         let batches = watch(layout::BATCHES).await?;
+        let access = watch(layout::ACCESS).await?;
         // ZooKeeper's counters past every id the log holds (and past 0,
         // which is no id), so mrt-zk's next `createBatch`/`createJob` takes
         // a new one: a fresh or rebuilt tree starts them at 0.
@@ -408,9 +548,25 @@ impl Runner {
                 })?;
         }
         Ok(TreeWatch {
-            watchers: Some((jobs, batches)),
+            watchers: Some((jobs, batches, access)),
             ..TreeWatch::none()
         })
+    }
+
+    /// The name of the ZooKeeper client that made a foreign write, from
+    /// `who` (`zk-session-0x…`, `zk-zxid-0x…`, `zk-client`): with a Merritt
+    /// identity configured (`--zk-merritt-identity`, ACLs), the identity's
+    /// user too (`USER@zk-session-0x…`), since only that identity and the
+    /// engine can write the queue's nodes then. Bounded: the user is cut
+    /// to 64 bytes, so the name stays well under an actor's 200.
+    pub(super) fn foreign_actor(&self, who: &str) -> String {
+        match &self.cfg.zk.access.merritt {
+            Some(id) => {
+                let user = id.as_str().rsplit_once(':').map_or("", |(u, _)| u);
+                format!("{}@{who}", ingest_protocol::cut(user, 64))
+            }
+            None => who.to_string(),
+        }
     }
 
     /// Reads the holder of each job lock node seen created since the last
@@ -456,6 +612,10 @@ impl Runner {
         let mut batch_statuses: BTreeSet<ingest_events::Bid> = BTreeSet::new();
         let mut created_jobs: BTreeSet<Jid> = BTreeSet::new();
         let mut creators: HashMap<Jid, Holder> = HashMap::new();
+        let mut deleted_batches: BTreeSet<ingest_events::Bid> = BTreeSet::new();
+        let mut deleted_jobs: BTreeSet<Jid> = BTreeSet::new();
+        let mut access_locks: HashMap<ingest_events::Qid, LockSeen> = HashMap::new();
+        let mut access_statuses: BTreeMap<ingest_events::Qid, Option<LockSeen>> = BTreeMap::new();
         let state = self.model.projector.state();
         for (kind, path) in events {
             if let Some(jid) = job_of_lock(&path) {
@@ -477,16 +637,59 @@ impl Runner {
                 }
                 continue;
             }
+            if let Some(qid) = access_of_lock(&path) {
+                match kind {
+                    zk::EventType::NodeCreated => {
+                        access_locks.insert(qid, LockSeen::Held(holders.get(&path).copied()));
+                    }
+                    zk::EventType::NodeDeleted => {
+                        holders.remove(&path);
+                        access_locks.insert(qid, LockSeen::Free);
+                    }
+                    _ => {}
+                }
+                continue;
+            }
             if layout::is_ephemeral_lock(&path) {
                 continue;
             }
             let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+            // An item's root removed (mrt-zk's delete helpers end with it).
+            if kind == zk::EventType::NodeDeleted {
+                match parts.as_slice() {
+                    ["batches", id] => {
+                        if let Some(b) = id.parse().ok().and_then(|b| state.batches.get(&b)) {
+                            if !b.cleaned_up {
+                                deleted_batches.insert(b.bid);
+                            }
+                        }
+                    }
+                    ["jobs", id] => {
+                        if let Some(j) = id.parse().ok().and_then(|j| state.jobs.get(&j)) {
+                            if !j.cleaned_up {
+                                deleted_jobs.insert(j.jid);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
             if let (zk::EventType::NodeDataChanged, ["jobs", id, "status"]) =
                 (kind, parts.as_slice())
             {
                 if let Ok(jid) = id.parse::<Jid>() {
                     if state.jobs.contains_key(&jid) {
                         statuses.insert(jid, locks.get(&jid).copied());
+                        continue;
+                    }
+                }
+            }
+            if let (zk::EventType::NodeDataChanged, ["access", _, _, "status"]) =
+                (kind, parts.as_slice())
+            {
+                if let Some(Item::Access(_, qid)) = Item::of(&path, |_| None) {
+                    if state.access.contains_key(&qid) {
+                        access_statuses.insert(qid, access_locks.get(&qid).copied());
                         continue;
                     }
                 }
@@ -547,7 +750,20 @@ impl Runner {
             .adopt_jobs(client, version, created_jobs, &creators)
             .await?;
         version = self.adopt_statuses(client, version, statuses).await?;
+        let offered_access: BTreeSet<ingest_events::Qid> =
+            access_statuses.keys().copied().collect();
+        version = self
+            .adopt_access_statuses(client, version, access_statuses)
+            .await?;
+        let deleted = self
+            .adopt_deletes(client, version, &deleted_batches, &deleted_jobs)
+            .await?;
+        version = deleted.0;
         for (item, path) in items {
+            // Judged with its removal (adopted, or put back and recorded).
+            if deleted.1.contains(&item) {
+                continue;
+            }
             // A job just offered was read whole; an adopted one waits for
             // its event (its nodes are put back silently then).
             if let Item::Job(j) = item {
@@ -557,6 +773,11 @@ impl Runner {
             }
             if let Item::Batch(b) = item {
                 if batch_statuses.contains(&b) || self.adopted_batches.contains_key(&b) {
+                    continue;
+                }
+            }
+            if let Item::Access(_, q) = item {
+                if offered_access.contains(&q) || self.adopted_access.contains_key(&q) {
                     continue;
                 }
             }
@@ -601,8 +822,8 @@ impl Runner {
             return Ok(None);
         };
         let actor = match stat {
-            Some(s) => format!("zk-zxid-0x{:x}", s.czxid),
-            None => "zk-client".to_string(),
+            Some(s) => self.foreign_actor(&format!("zk-zxid-0x{:x}", s.czxid)),
+            None => self.foreign_actor("zk-client"),
         };
         let what = if stat.is_some() { "created" } else { "deleted" };
         let offered = ForeignLock { change, actor };
@@ -683,7 +904,7 @@ impl Runner {
                             .map(|s| ingest_protocol::cut(s, 64).into_owned())
                     })
                     .unwrap_or_default(),
-                actor: format!("zk-zxid-0x{:x}", root_stat.czxid),
+                actor: self.foreign_actor(&format!("zk-zxid-0x{:x}", root_stat.czxid)),
             };
             let reason = match tokio::time::timeout(self.deadline(), adopter.0.adopt_batch(offered))
                 .await
@@ -759,7 +980,7 @@ impl Runner {
                         bid,
                         from,
                         to,
-                        actor: format!("zk-zxid-0x{:x}", stat.mzxid),
+                        actor: self.foreign_actor(&format!("zk-zxid-0x{:x}", stat.mzxid)),
                     };
                     match tokio::time::timeout(
                         self.deadline(),
@@ -861,8 +1082,8 @@ impl Runner {
                 continue;
             };
             let actor = match creators.get(&jid) {
-                Some(h) => format!("zk-session-0x{:x}", h.session),
-                None => format!("zk-zxid-0x{:x}", root_stat.czxid),
+                Some(h) => self.foreign_actor(&format!("zk-session-0x{:x}", h.session)),
+                None => self.foreign_actor(&format!("zk-zxid-0x{:x}", root_stat.czxid)),
             };
             let offered = ForeignJob {
                 jid,
@@ -917,6 +1138,149 @@ impl Runner {
             }
         }
         Ok(version)
+    }
+
+    /// Offers each batch and job another client removed to the engine (the
+    /// caller holds the gate), once its root node is gone: a batch with the
+    /// jobs it had, a job alone otherwise. Adopted, the nodes still to go
+    /// are left to the engine's event (the projector's deletes of nodes
+    /// already gone are left out; a job deleted softly is put back
+    /// silently as its event says); refused, the items are put back and
+    /// recorded. Returns the checkpoint version after the repairs and the
+    /// items judged here.
+    pub(super) async fn adopt_deletes(
+        &mut self,
+        client: &zk::Client,
+        mut version: i32,
+        batches: &BTreeSet<ingest_events::Bid>,
+        jobs: &BTreeSet<Jid>,
+    ) -> Result<(i32, Vec<Item>), Exit> {
+        let mut judged: Vec<Item> = Vec::new();
+        let Some(adopter) = self.cfg.adopt.clone() else {
+            return Ok((version, judged));
+        };
+        let state = self.model.projector.state();
+        let mut offers: Vec<(Deleted, Vec<Item>)> = Vec::new();
+        for bid in batches {
+            let mut items = vec![Item::Batch(*bid)];
+            if let Some(b) = state.batches.get(bid) {
+                items.extend(b.jobs.iter().map(|j| Item::Job(*j)));
+                for j in &b.jobs {
+                    self.deferred_jobs.remove(j);
+                }
+                self.deleting_batches.remove(bid);
+            }
+            offers.push((Deleted::Batch(*bid), items));
+        }
+        let now = tokio::time::Instant::now();
+        for jid in jobs {
+            let Some(bid) = state.jobs.get(jid).map(|j| j.bid) else {
+                continue;
+            };
+            if batches.contains(&bid) {
+                self.deferred_jobs.remove(jid);
+                continue;
+            }
+            // mrt-zk's `Batch.delete` removes its jobs one by one before
+            // the batch: a job of a finished batch that is still there may
+            // be one of them, and is judged with the batch once it goes,
+            // or alone once no job of that batch was removed for
+            // DEFER_DELETE.
+            let finished = state.batches.get(&bid).is_some_and(|b| {
+                matches!(
+                    b.status,
+                    ingest_events::lifecycle::BatchState::Completed
+                        | ingest_events::lifecycle::BatchState::Deleted
+                )
+            });
+            if finished && !self.deferred_jobs.contains(jid) {
+                self.deleting_batches.insert(bid, now);
+            }
+            let last = self.deleting_batches.get(&bid).copied().unwrap_or(now);
+            if finished
+                && now < last + DEFER_DELETE
+                && self.read_node(client, &layout::batch(bid)).await?.is_some()
+            {
+                self.deferred_jobs.insert(*jid);
+                judged.push(Item::Job(*jid));
+                if self.redo.len() < 65_536 {
+                    self.redo
+                        .push((zk::EventType::NodeDeleted, layout::job(*jid)));
+                }
+                continue;
+            }
+            self.deferred_jobs.remove(jid);
+            self.deleting_batches.remove(&bid);
+            offers.push((Deleted::Job(*jid), vec![Item::Job(*jid)]));
+        }
+        for (what, items) in offers {
+            judged.extend(items.iter().cloned());
+            let root = match what {
+                Deleted::Batch(b) => layout::batch(b),
+                Deleted::Job(j) => layout::job(j),
+            };
+            // Created again since: its nodes are judged as any others.
+            let reason = if self.read_node(client, &root).await?.is_some() {
+                format!("{root} was deleted and created again by another client")
+            } else {
+                let offered = ForeignDelete {
+                    item: what,
+                    actor: self.foreign_actor("zk-client"),
+                };
+                match tokio::time::timeout(self.deadline(), adopter.0.adopt_delete(offered)).await {
+                    Ok(Adoption::Accepted(position)) => {
+                        tracing::info!(root = %self.cfg.zk.root, %root, position, "adopted a deletion by another client");
+                        self.deletion_adopted(client, &items, position).await?;
+                        continue;
+                    }
+                    Ok(Adoption::Refused(why)) => format!(
+                        "adoption refused: {root} deleted by another client: {}",
+                        ingest_protocol::cut(&why, 300)
+                    ),
+                    Err(_) => {
+                        format!("adoption of the deletion of {root}: the engine did not answer")
+                    }
+                }
+            };
+            for item in &items {
+                if self
+                    .repair_item(client, version, item, None, &reason)
+                    .await?
+                {
+                    version += 1;
+                }
+            }
+        }
+        Ok((version, judged))
+    }
+
+    /// After an adopted deletion at `position`: until its event is in the
+    /// tree, a repair of these items is silent and the projector writes
+    /// each of their nodes as the tree has it (a delete of a node already
+    /// gone left out, a create of a node still there a set).
+    async fn deletion_adopted(
+        &mut self,
+        client: &zk::Client,
+        items: &[Item],
+        position: u64,
+    ) -> Result<(), Exit> {
+        for item in items {
+            match item {
+                Item::Batch(b) => {
+                    self.adopted_batches.insert(*b, position);
+                }
+                Item::Job(j) => {
+                    self.adopted.insert(*j, position);
+                }
+                _ => {}
+            }
+            let (expected, live) = self.item_nodes(client, item).await?;
+            for p in expected {
+                let exists = live.contains(&p);
+                self.adopted_locks.insert(p, (position, exists));
+            }
+        }
+        Ok(())
     }
 
     /// The references of a new job that exist where mrt-zk's `createJob`
@@ -978,65 +1342,38 @@ impl Runner {
         for (jid, seen) in jobs {
             let status = layout::job_status(jid);
             let lock = format!("{}/lock", layout::job(jid));
-            let mut reader = client.new_multi_reader();
-            for p in [&status, &lock] {
-                reader
-                    .add_get_data(p)
-                    .map_err(|e| ZkError::new("multi-read", p.clone(), ZkErrorKind::Server(e)))?;
-            }
-            let mut read = call(self.deadline(), "multi-read", &status, reader.commit())
-                .await?
-                .into_iter();
-            let Some(zk::MultiReadResult::Data { data, stat }) = read.next() else {
+            let Some((data, stat, seen, applied)) =
+                self.read_with_lock(client, &status, &lock, seen).await?
+            else {
                 continue;
             };
-            let seen = seen.unwrap_or_else(|| match read.next() {
-                Some(zk::MultiReadResult::Data { data, stat }) => {
-                    LockSeen::Held(Some(Holder::of(&data, &stat)))
-                }
-                _ => LockSeen::Free,
-            });
-            let applied = self.model.applied_data(&status);
-            if applied.as_deref() == Some(data.as_slice()) {
-                continue;
-            }
-            let reason = match (applied.as_deref().and_then(status_of), status_of(&data)) {
+            let reason = match (
+                status_of::<JobState>(&applied),
+                status_of::<JobState>(&data),
+            ) {
                 (Some((from, _)), Some((to, message))) if from != to => {
                     let change = ForeignStatus {
                         jid,
                         from,
                         to,
-                        message: ingest_protocol::cut(&found_text(message.as_bytes()), 512)
-                            .into_owned(),
-                        actor: match seen {
-                            LockSeen::Held(Some(h)) => format!("zk-session-0x{:x}", h.session),
-                            _ => format!("zk-zxid-0x{:x}", stat.mzxid),
-                        },
+                        message,
+                        actor: self.writer(seen, &stat),
+                        written: WrittenStatus::of(&data, &stat),
                     };
-                    match seen {
-                        LockSeen::Free => format!(
-                            "adoption refused {from} -> {to}: written while no session held {lock} (a status change is made under the job's lock)"
-                        ),
-                        LockSeen::Held(Some(h)) if h.ingest_worker => format!(
-                            "adoption refused {from} -> {to}: {lock} is held by the ingest worker of session 0x{:x}, which reports through the API; the write is another client's",
-                            h.session
-                        ),
-                        LockSeen::Held(_) => {
-                            match tokio::time::timeout(self.deadline(), adopter.0.adopt(change))
-                                .await
-                            {
-                                Ok(Adoption::Accepted(position)) => {
+                    let refused = lock_refusal(seen, true, &lock, &from, &to, "the job's");
+                    match refused {
+                        Some(why) => why,
+                        None => {
+                            let answer =
+                                tokio::time::timeout(self.deadline(), adopter.0.adopt(change))
+                                    .await;
+                            match answered(answer, &from, &to) {
+                                Ok(position) => {
                                     tracing::info!(root = %self.cfg.zk.root, %jid, %from, %to, position, "adopted a foreign status change");
                                     self.adopted.insert(jid, position);
                                     continue;
                                 }
-                                Ok(Adoption::Refused(why)) => format!(
-                                    "adoption refused {from} -> {to}: {}",
-                                    ingest_protocol::cut(&why, 300)
-                                ),
-                                Err(_) => format!(
-                                    "adoption of {from} -> {to}: the engine did not answer"
-                                ),
+                                Err(why) => why,
                             }
                         }
                     }
@@ -1054,12 +1391,186 @@ impl Runner {
     }
 }
 
-/// The state and `message` of a job's status node (mrt-zk's JSON).
-fn status_of(data: &[u8]) -> Option<(JobState, String)> {
+impl Runner {
+    /// Offers each access request's foreign status change to the engine
+    /// (the caller holds the gate), with the request's lock as the write
+    /// saw it (`None`: read with the status), as [`Runner::adopt_statuses`]
+    /// does for jobs: an assembler's move (taking the request, its
+    /// outcome) written while nobody held the lock, or under an `ingest
+    /// worker`'s, is refused before the engine is asked. Returns the
+    /// checkpoint version after the repairs.
+    pub(super) async fn adopt_access_statuses(
+        &mut self,
+        client: &zk::Client,
+        mut version: i32,
+        requests: BTreeMap<ingest_events::Qid, Option<LockSeen>>,
+    ) -> Result<i32, Exit> {
+        use ingest_events::lifecycle::AccessState;
+        let Some(adopter) = self.cfg.adopt.clone() else {
+            return Ok(version);
+        };
+        for (qid, seen) in requests {
+            let Some(queue) = self
+                .model
+                .projector
+                .state()
+                .access
+                .get(&qid)
+                .map(|a| a.queue)
+            else {
+                continue;
+            };
+            let status = layout::access_status(queue, qid);
+            let lock = layout::access_lock(queue, qid);
+            let Some((data, stat, seen, applied)) =
+                self.read_with_lock(client, &status, &lock, seen).await?
+            else {
+                continue;
+            };
+            let reason = match (
+                status_of::<AccessState>(&applied),
+                status_of::<AccessState>(&data),
+            ) {
+                (Some((from, _)), Some((to, message))) if from != to => {
+                    let change = ForeignAccessStatus {
+                        qid,
+                        queue,
+                        from,
+                        to,
+                        message,
+                        actor: self.writer(seen, &stat),
+                    };
+                    let worker = ForeignAccessStatus::by_worker(from, to);
+                    match lock_refusal(seen, worker, &lock, &from, &to, "the request's") {
+                        Some(why) => why,
+                        None => {
+                            let answer = tokio::time::timeout(
+                                self.deadline(),
+                                adopter.0.adopt_access_status(change),
+                            )
+                            .await;
+                            match answered(answer, &from, &to) {
+                                Ok(position) => {
+                                    tracing::info!(root = %self.cfg.zk.root, %qid, %from, %to, position, "adopted a foreign access status change");
+                                    self.adopted_access.insert(qid, position);
+                                    continue;
+                                }
+                                Err(why) => why,
+                            }
+                        }
+                    }
+                }
+                _ => "adoption: not an access status change the engine can adopt".to_string(),
+            };
+            if self
+                .repair_item(client, version, &Item::Access(queue, qid), None, &reason)
+                .await?
+            {
+                version += 1;
+            }
+        }
+        Ok(version)
+    }
+}
+
+impl Runner {
+    /// An item's status node and its lock node, read together: the
+    /// status's data and stat, the lock as the write saw it (`seen`, else
+    /// as read now), and the status the applied checkpoint has (empty when
+    /// none). `None`: the status node is gone, or is what the log says.
+    async fn read_with_lock(
+        &self,
+        client: &zk::Client,
+        status: &str,
+        lock: &str,
+        seen: Option<LockSeen>,
+    ) -> Result<Option<(Vec<u8>, zk::Stat, LockSeen, Vec<u8>)>, Exit> {
+        let mut reader = client.new_multi_reader();
+        for p in [status, lock] {
+            reader
+                .add_get_data(p)
+                .map_err(|e| ZkError::new("multi-read", p, ZkErrorKind::Server(e)))?;
+        }
+        let mut read = call(self.deadline(), "multi-read", status, reader.commit())
+            .await?
+            .into_iter();
+        let Some(zk::MultiReadResult::Data { data, stat }) = read.next() else {
+            return Ok(None);
+        };
+        let seen = seen.unwrap_or_else(|| match read.next() {
+            Some(zk::MultiReadResult::Data { data, stat }) => {
+                LockSeen::Held(Some(Holder::of(&data, &stat)))
+            }
+            _ => LockSeen::Free,
+        });
+        let applied = self.model.applied_data(status);
+        if applied.as_deref() == Some(data.as_slice()) {
+            return Ok(None);
+        }
+        Ok(Some((data, stat, seen, applied.unwrap_or_default())))
+    }
+
+    /// Who wrote a status node, as far as ZooKeeper tells: the session
+    /// holding the item's lock, else the zxid of the write
+    /// ([`Runner::foreign_actor`]).
+    fn writer(&self, seen: LockSeen, stat: &zk::Stat) -> String {
+        match seen {
+            LockSeen::Held(Some(h)) => self.foreign_actor(&format!("zk-session-0x{:x}", h.session)),
+            _ => self.foreign_actor(&format!("zk-zxid-0x{:x}", stat.mzxid)),
+        }
+    }
+}
+
+/// Why a status write is refused before the engine is asked, if it is:
+/// written while nobody held `lock` (when the move is made under it,
+/// `needs_lock`), or under an `ingest worker`'s lock (that worker reports
+/// through the API). `whose` names the item for the message.
+fn lock_refusal(
+    seen: LockSeen,
+    needs_lock: bool,
+    lock: &str,
+    from: &dyn std::fmt::Display,
+    to: &dyn std::fmt::Display,
+    whose: &str,
+) -> Option<String> {
+    match seen {
+        LockSeen::Free if needs_lock => Some(format!(
+            "adoption refused {from} -> {to}: written while no session held {lock} (a status change is made under {whose} lock)"
+        )),
+        LockSeen::Held(Some(h)) if h.ingest_worker => Some(format!(
+            "adoption refused {from} -> {to}: {lock} is held by the ingest worker of session 0x{:x}, which reports through the API; the write is another client's",
+            h.session
+        )),
+        _ => None,
+    }
+}
+
+/// The engine's answer to an offered status move: the position of its
+/// event, or the reason to record with the revert.
+fn answered(
+    answer: Result<Adoption, tokio::time::error::Elapsed>,
+    from: &dyn std::fmt::Display,
+    to: &dyn std::fmt::Display,
+) -> Result<u64, String> {
+    match answer {
+        Ok(Adoption::Accepted(position)) => Ok(position),
+        Ok(Adoption::Refused(why)) => Err(format!(
+            "adoption refused {from} -> {to}: {}",
+            ingest_protocol::cut(&why, 300)
+        )),
+        Err(_) => Err(format!(
+            "adoption of {from} -> {to}: the engine did not answer"
+        )),
+    }
+}
+
+/// The state and `message` of a status node (mrt-zk's JSON), the message
+/// printable and cut to 512 bytes.
+fn status_of<S: StateKind>(data: &[u8]) -> Option<(S, String)> {
     let v = serde_json::from_slice::<serde_json::Value>(data).ok()?;
-    let status = v["status"].as_str().and_then(JobState::from_name)?;
-    let message = v["message"].as_str().unwrap_or("").to_string();
-    Some((status, message))
+    let status = v["status"].as_str().and_then(S::from_name)?;
+    let message = found_text(v["message"].as_str().unwrap_or("").as_bytes());
+    Some((status, ingest_protocol::cut(&message, 512).into_owned()))
 }
 
 #[cfg(test)]

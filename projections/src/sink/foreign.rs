@@ -248,6 +248,27 @@ impl Runner {
         Ok(out)
     }
 
+    /// The paths of `item`'s nodes the applied checkpoint has, and those of
+    /// its nodes the live tree has (ephemeral worker locks left out).
+    pub(super) async fn item_nodes(
+        &self,
+        client: &zk::Client,
+        item: &Item,
+    ) -> Result<(Vec<String>, BTreeSet<String>), Exit> {
+        let scope = self.scope(item, None);
+        let live: BTreeSet<String> = self.read_scope(client, &scope).await?.into_keys().collect();
+        let mut paths: BTreeSet<String> = scope.singles.clone();
+        paths.extend(scope.create_only.iter().cloned());
+        for root in &scope.roots {
+            paths.extend(self.model.paths_under(root));
+        }
+        let expected = paths
+            .into_iter()
+            .filter(|p| !layout::is_ephemeral_lock(p) && self.model.applied_data(p).is_some())
+            .collect();
+        Ok((expected, live))
+    }
+
     /// Converges `item`'s nodes to the applied checkpoint's view in one
     /// transaction fenced on the checkpoint (`version`) and records what
     /// was found. `Ok(true)`: repaired (the checkpoint's version moved by
@@ -267,6 +288,7 @@ impl Runner {
         let adopted = match item {
             Item::Job(j) => self.adopted.remove(j).is_some(),
             Item::Batch(b) => self.adopted_batches.remove(b).is_some(),
+            Item::Access(_, q) => self.adopted_access.remove(q).is_some(),
             Item::Lock(p) => self.adopted_locks.remove(p).is_some(),
             _ => false,
         };

@@ -130,8 +130,9 @@ mod runner;
 mod work;
 
 pub use adopt::{
-    AdoptForeign, Adoption, AdoptionFuture, ForeignAdopter, ForeignBatch, ForeignBatchStatus,
-    ForeignJob, ForeignLock, ForeignStatus, LockChange,
+    AdoptForeign, Adoption, AdoptionFuture, Deleted, ForeignAccessStatus, ForeignAdopter,
+    ForeignBatch, ForeignBatchStatus, ForeignDelete, ForeignJob, ForeignLock, ForeignStatus,
+    LockChange, WrittenStatus,
 };
 pub use foreign::{ForeignRecorder, RecordForeign};
 pub use work::{ConvergeError, ConvergeScope, Converged, Converger};
@@ -665,6 +666,10 @@ impl Sink {
             repair_streak: Default::default(),
             adopted: Default::default(),
             adopted_batches: Default::default(),
+            adopted_access: Default::default(),
+            deferred_jobs: Default::default(),
+            deleting_batches: Default::default(),
+            redo: Vec::new(),
             adopted_locks: Default::default(),
             ever_connected: false,
             converging: None,

@@ -174,6 +174,9 @@ impl Runner {
                 version = self
                     .handle_tree_events(client, version, events, &mut tree.holders)
                     .await?;
+                for (kind, path) in std::mem::take(&mut self.redo) {
+                    tree.again(kind, path);
+                }
             }
             if repairs {
                 version = self.converge_some(client, version).await?;
@@ -303,6 +306,7 @@ impl Runner {
                     let applied = end.position;
                     self.adopted.retain(|_, p| *p > applied);
                     self.adopted_batches.retain(|_, p| *p > applied);
+                    self.adopted_access.retain(|_, p| *p > applied);
                     self.adopted_locks.retain(|_, (p, _)| *p > applied);
                     lock_parents.clear();
                     self.applied(&plan, end);

@@ -138,6 +138,18 @@ pub(super) struct Runner {
     /// `createBatch`): until the adopted submission is in the tree, the
     /// batch's nodes are not another client's to report.
     pub(super) adopted_batches: std::collections::BTreeMap<ingest_events::Bid, u64>,
+    /// Jobs removed by another client while their finished batch stays:
+    /// judged with the batch's removal, or alone once no job of that batch
+    /// was removed for [`super::adopt::DEFER_DELETE`].
+    pub(super) deferred_jobs: std::collections::HashSet<ingest_events::Jid>,
+    /// When a job of each such batch was last seen removed.
+    pub(super) deleting_batches:
+        std::collections::HashMap<ingest_events::Bid, tokio::time::Instant>,
+    /// Tree events to handle again with the next round (those deferred).
+    pub(super) redo: Vec<(zookeeper_client::EventType, String)>,
+    /// The same for access requests whose foreign status change the
+    /// engine adopted.
+    pub(super) adopted_access: std::collections::BTreeMap<ingest_events::Qid, u64>,
     /// The same for pause and hold locks another client made or removed,
     /// and the nodes of a batch another client created, by path, with
     /// whether the node existed when it was adopted: until
