@@ -1,8 +1,10 @@
 //! Adoption mode (`ingest serve --foreign-writes adopt`): the projector
-//! watches `/jobs` and `/batches`; a job status another client writes is
-//! offered to the engine ([`AdoptForeign`]), which decides it as the command
-//! it means; anything else another client writes, and a status the engine
-//! refuses, is converged back and recorded as in `foreign.rs`.
+//! watches `/jobs`, `/batches` and `/access`; what another client writes
+//! (a status, a pause or hold, a batch or job created; access statuses in
+//! `adopt_access.rs`, deletions in `adopt_delete.rs`) is offered to the
+//! engine ([`AdoptForeign`], `adoption.rs`), which decides it as the
+//! command it means; anything else another client writes, and a write the
+//! engine refuses, is converged back and recorded as in `foreign.rs`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -10,298 +12,11 @@ use ingest_events::lifecycle::StateKind;
 use ingest_events::{Jid, JobState};
 use zookeeper_client as zk;
 
+use super::adoption::*;
 use super::item::{found_text, Item};
 use super::runner::{Exit, Runner};
 use crate::layout;
 use crate::zk::{call, ZkError, ZkErrorKind};
-
-/// A job status another client wrote, offered to the engine (adoption mode).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ForeignStatus {
-    /// The job.
-    pub jid: Jid,
-    /// The status the log has.
-    pub from: JobState,
-    /// The status written.
-    pub to: JobState,
-    /// The `message` written (cut to 512 bytes).
-    pub message: String,
-    /// Who wrote it, as far as ZooKeeper tells: the session holding the
-    /// job's lock when the status was written (mrt-zk locks a job before it
-    /// sets its status), else (a lock released before its holder was read)
-    /// the zxid of the write.
-    pub actor: String,
-    /// What was written besides the state: `retry_count` and
-    /// `last_successful_status` as found, and the node as a record keeps it.
-    pub written: WrittenStatus,
-}
-
-/// A job status node as another client wrote it: the counters mrt-zk's
-/// `Job.setStatus` writes (`retry_count`, `last_successful_status`), which
-/// the engine computes by its own rules, and the node as found, for the
-/// record of a difference.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct WrittenStatus {
-    /// `retry_count` (`None`: absent or not a number).
-    pub retry_count: Option<u64>,
-    /// `last_successful_status` (`None`: absent; `Some(None)`: `null`; the
-    /// name cut to 64 bytes).
-    pub last_successful_status: Option<Option<String>>,
-    /// The node's data as found, cut to
-    /// [`ingest_events::event::ForeignNode::MAX_FOUND_BYTES`], printable.
-    pub found: String,
-    /// The node's `mzxid`.
-    pub zxid: i64,
-    /// The node's `mtime` (milliseconds since the Unix epoch).
-    pub mtime: i64,
-}
-
-impl WrittenStatus {
-    /// Reads a job status node's data and stat.
-    fn of(data: &[u8], stat: &zk::Stat) -> WrittenStatus {
-        let v = serde_json::from_slice::<serde_json::Value>(data).unwrap_or_default();
-        WrittenStatus {
-            retry_count: v.get("retry_count").and_then(serde_json::Value::as_u64),
-            last_successful_status: v
-                .get("last_successful_status")
-                .map(|l| l.as_str().map(|s| ingest_protocol::cut(s, 64).into_owned())),
-            found: found_text(data),
-            zxid: stat.mzxid,
-            mtime: stat.mtime,
-        }
-    }
-}
-
-/// The engine's answer to a [`ForeignStatus`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Adoption {
-    /// Decided and appended at this position: the projector will write it.
-    Accepted(u64),
-    /// Refused (why): the projector reverts it and records it.
-    Refused(String),
-}
-
-/// A pause or hold lock node another client created or deleted
-/// (mrt-zk's `MerrittLocks`: `lockIngestQueue`, `unlockIngestQueue`, the
-/// access queues', `lockCollection`, `unlockCollection`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LockChange {
-    /// `/locks/queue/ingest`: paused (created) or resumed (deleted).
-    Queue(bool),
-    /// `/locks/queue/accessSmall|accessLarge`: paused or resumed.
-    AccessQueue(ingest_events::event::AccessQueue, bool),
-    /// `/locks/collections/PROFILE`: held or released.
-    Collection(String, bool),
-}
-
-impl LockChange {
-    /// The change a lock node at `path` existing (`exists`) means, if the
-    /// path is a pause or hold lock.
-    pub fn of(path: &str, exists: bool) -> Option<LockChange> {
-        use ingest_events::event::AccessQueue;
-        if path == layout::QUEUE_LOCK {
-            return Some(LockChange::Queue(exists));
-        }
-        for q in AccessQueue::ALL {
-            if path == layout::access_queue_lock(q) {
-                return Some(LockChange::AccessQueue(q, exists));
-            }
-        }
-        let profile = path
-            .strip_prefix(layout::LOCKS_COLLECTIONS)?
-            .strip_prefix('/')?;
-        (!profile.is_empty() && !profile.contains('/'))
-            .then(|| LockChange::Collection(profile.to_string(), exists))
-    }
-}
-
-/// A [`LockChange`] offered to the engine, with who made it as far as
-/// ZooKeeper tells.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ForeignLock {
-    /// What changed.
-    pub change: LockChange,
-    /// `zk-zxid-0x…` of a created node's creation; `zk-client` for a
-    /// deletion (ZooKeeper keeps nothing of a deleted node).
-    pub actor: String,
-}
-
-/// A batch another client created (mrt-zk's `createBatch`: a sequential
-/// `/batches/bid…` node, its `submission` and its `status`), offered to the
-/// engine (adoption mode).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ForeignBatch {
-    /// The id ZooKeeper's sequential counter gave it.
-    pub bid: ingest_events::Bid,
-    /// The data of `/batches/BID/submission` (at most
-    /// [`ingest_protocol::node::MAX_NODE_BYTES`]).
-    pub submission: Vec<u8>,
-    /// The state its `status` node names.
-    pub status: String,
-    /// Who created it, as far as ZooKeeper tells: `zk-zxid-0x…`, the zxid
-    /// that created `/batches/BID` (ZooKeeper keeps no writer's session for
-    /// a persistent node; the zxid finds it in the servers' logs).
-    pub actor: String,
-}
-
-/// A batch status another client wrote (mrt-zk's `Batch.setStatus`, as
-/// `acquirePendingBatch`, the reporting consumer and the admin tool call
-/// it), offered to the engine (adoption mode).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ForeignBatchStatus {
-    /// The batch.
-    pub bid: ingest_events::Bid,
-    /// The status the log has.
-    pub from: ingest_events::lifecycle::BatchState,
-    /// The status written.
-    pub to: ingest_events::lifecycle::BatchState,
-    /// Who wrote it: `zk-zxid-0x…`, the zxid of the write.
-    pub actor: String,
-}
-
-/// A job another client created (mrt-zk's `Job.createJob`: a sequential
-/// `/jobs/jid…` node, its `bid`, `priority`, `configuration`, optional
-/// `identifiers` and `metadata`, a Pending `status`, and its references),
-/// offered to the engine (adoption mode).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ForeignJob {
-    /// The id ZooKeeper's sequential counter gave it.
-    pub jid: Jid,
-    /// The batch its `bid` node names.
-    pub bid: ingest_events::Bid,
-    /// Its `priority` node, as found (cut to 16 characters).
-    pub priority: String,
-    /// The data of its `configuration` node.
-    pub configuration: Vec<u8>,
-    /// The data of its `identifiers` node (empty when absent).
-    pub identifiers: Vec<u8>,
-    /// The data of its `metadata` node (empty when absent).
-    pub metadata: Vec<u8>,
-    /// The state its `status` node names.
-    pub status: String,
-    /// Who created it: the session that held `/jobs/JID/lock` while it did
-    /// (mrt-zk locks a job it creates), else the zxid of its creation.
-    pub actor: String,
-}
-
-/// An access request status another client wrote (mrt-zk's
-/// `Access.setStatus`, as mrt-store's assembly and Merritt's admin tool call
-/// it), offered to the engine (adoption mode).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ForeignAccessStatus {
-    /// The request.
-    pub qid: ingest_events::Qid,
-    /// Its queue.
-    pub queue: ingest_events::event::AccessQueue,
-    /// The status the log has.
-    pub from: ingest_events::lifecycle::AccessState,
-    /// The status written.
-    pub to: ingest_events::lifecycle::AccessState,
-    /// The `message` written (cut to 512 bytes).
-    pub message: String,
-    /// Who wrote it, as for a job's status: the session holding
-    /// `/access/<queue>/QID/lock` when it was written, else the zxid of the
-    /// write.
-    pub actor: String,
-}
-
-impl ForeignAccessStatus {
-    /// Whether the move is an assembler's (taking the request, reporting
-    /// its outcome), made under the request's lock; the others (requeue,
-    /// delete) are the admin tool's.
-    pub fn by_worker(
-        from: ingest_events::lifecycle::AccessState,
-        to: ingest_events::lifecycle::AccessState,
-    ) -> bool {
-        use ingest_events::lifecycle::AccessState::*;
-        matches!(
-            (from, to),
-            (Pending, Processing) | (Processing, Completed | Failed)
-        )
-    }
-}
-
-/// A batch or job whose nodes another client removed (mrt-zk's
-/// `Batch.delete`, `deleteCompletedBatches`, `Job.delete`,
-/// `deleteDeletedJobs`), offered to the engine (adoption mode).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ForeignDelete {
-    /// What was removed.
-    pub item: Deleted,
-    /// Who removed it: `zk-client` (ZooKeeper keeps nothing of a deleted
-    /// node).
-    pub actor: String,
-}
-
-/// The item of a [`ForeignDelete`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Deleted {
-    /// `/batches/BID` removed (with its jobs, as `Batch.delete` does).
-    Batch(ingest_events::Bid),
-    /// `/jobs/JID` removed while its batch stays.
-    Job(Jid),
-}
-
-/// What [`AdoptForeign`]'s methods return: the adoption, decided later.
-pub type AdoptionFuture<'a> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Adoption> + Send + 'a>>;
-
-/// Turns a foreign status change into the command it means (implemented by
-/// the server over the engine's `decide`).
-pub trait AdoptForeign: Send + Sync {
-    /// Decides and appends `change`, or says why not.
-    fn adopt(&self, change: ForeignStatus) -> AdoptionFuture<'_>;
-
-    /// Decides and appends a pause or hold another client made or
-    /// removed, or says why not (by default: not adopted, so reverted).
-    fn adopt_lock(&self, change: ForeignLock) -> AdoptionFuture<'_> {
-        let _ = change;
-        not_adopted("pauses and holds")
-    }
-
-    /// Decides and appends a batch another client created, with the id
-    /// ZooKeeper gave it, or says why not (by default: not adopted, so
-    /// removed and recorded).
-    fn adopt_batch(&self, batch: ForeignBatch) -> AdoptionFuture<'_> {
-        let _ = batch;
-        not_adopted("batch creations")
-    }
-
-    /// Decides and appends a batch status another client wrote, or says
-    /// why not (by default: not adopted, so reverted).
-    fn adopt_batch_status(&self, change: ForeignBatchStatus) -> AdoptionFuture<'_> {
-        let _ = change;
-        not_adopted("batch statuses")
-    }
-
-    /// Decides and appends a job another client created, with the id
-    /// ZooKeeper gave it, or says why not (by default: removed).
-    fn adopt_job(&self, job: ForeignJob) -> AdoptionFuture<'_> {
-        let _ = job;
-        not_adopted("job creations")
-    }
-
-    /// Decides and appends an access request status another client wrote,
-    /// or says why not (by default: not adopted, so reverted).
-    fn adopt_access_status(&self, change: ForeignAccessStatus) -> AdoptionFuture<'_> {
-        let _ = change;
-        not_adopted("access request statuses")
-    }
-
-    /// Decides and appends a batch or job another client removed, or says
-    /// why not (by default: not adopted, so put back and recorded).
-    fn adopt_delete(&self, deleted: ForeignDelete) -> AdoptionFuture<'_> {
-        let _ = deleted;
-        not_adopted("deletions")
-    }
-}
-
-/// The default answer of [`AdoptForeign`]'s methods: refused, so reverted.
-fn not_adopted(what: &str) -> AdoptionFuture<'static> {
-    Box::pin(std::future::ready(Adoption::Refused(format!(
-        "{what} are not adopted here"
-    ))))
-}
 
 /// What became of a pause or hold lock another client changed.
 pub(super) enum LockAdoption {
@@ -310,23 +25,6 @@ pub(super) enum LockAdoption {
     /// Refused: revert it and record this.
     Refused(String),
 }
-
-/// A shared [`AdoptForeign`]: with it the sink runs in adoption mode.
-#[derive(Clone)]
-pub struct ForeignAdopter(pub std::sync::Arc<dyn AdoptForeign>);
-
-impl std::fmt::Debug for ForeignAdopter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ForeignAdopter")
-    }
-}
-
-/// How long after the last removal of a job of a finished batch that
-/// stays the jobs removed are waited for the batch's own removal (mrt-zk's
-/// `Batch.delete` removes the jobs one by one first, each with several
-/// reads), before they are judged as jobs removed alone (`Job.delete`,
-/// `deleteDeletedJobs`).
-pub(super) const DEFER_DELETE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How long the tree must be quiet before the events of an adoption watch
 /// are handled: mrt-zk's `setStatus` is several writes (the status node,
@@ -1140,149 +838,6 @@ impl Runner {
         Ok(version)
     }
 
-    /// Offers each batch and job another client removed to the engine (the
-    /// caller holds the gate), once its root node is gone: a batch with the
-    /// jobs it had, a job alone otherwise. Adopted, the nodes still to go
-    /// are left to the engine's event (the projector's deletes of nodes
-    /// already gone are left out; a job deleted softly is put back
-    /// silently as its event says); refused, the items are put back and
-    /// recorded. Returns the checkpoint version after the repairs and the
-    /// items judged here.
-    pub(super) async fn adopt_deletes(
-        &mut self,
-        client: &zk::Client,
-        mut version: i32,
-        batches: &BTreeSet<ingest_events::Bid>,
-        jobs: &BTreeSet<Jid>,
-    ) -> Result<(i32, Vec<Item>), Exit> {
-        let mut judged: Vec<Item> = Vec::new();
-        let Some(adopter) = self.cfg.adopt.clone() else {
-            return Ok((version, judged));
-        };
-        let state = self.model.projector.state();
-        let mut offers: Vec<(Deleted, Vec<Item>)> = Vec::new();
-        for bid in batches {
-            let mut items = vec![Item::Batch(*bid)];
-            if let Some(b) = state.batches.get(bid) {
-                items.extend(b.jobs.iter().map(|j| Item::Job(*j)));
-                for j in &b.jobs {
-                    self.deferred_jobs.remove(j);
-                }
-                self.deleting_batches.remove(bid);
-            }
-            offers.push((Deleted::Batch(*bid), items));
-        }
-        let now = tokio::time::Instant::now();
-        for jid in jobs {
-            let Some(bid) = state.jobs.get(jid).map(|j| j.bid) else {
-                continue;
-            };
-            if batches.contains(&bid) {
-                self.deferred_jobs.remove(jid);
-                continue;
-            }
-            // mrt-zk's `Batch.delete` removes its jobs one by one before
-            // the batch: a job of a finished batch that is still there may
-            // be one of them, and is judged with the batch once it goes,
-            // or alone once no job of that batch was removed for
-            // DEFER_DELETE.
-            let finished = state.batches.get(&bid).is_some_and(|b| {
-                matches!(
-                    b.status,
-                    ingest_events::lifecycle::BatchState::Completed
-                        | ingest_events::lifecycle::BatchState::Deleted
-                )
-            });
-            if finished && !self.deferred_jobs.contains(jid) {
-                self.deleting_batches.insert(bid, now);
-            }
-            let last = self.deleting_batches.get(&bid).copied().unwrap_or(now);
-            if finished
-                && now < last + DEFER_DELETE
-                && self.read_node(client, &layout::batch(bid)).await?.is_some()
-            {
-                self.deferred_jobs.insert(*jid);
-                judged.push(Item::Job(*jid));
-                if self.redo.len() < 65_536 {
-                    self.redo
-                        .push((zk::EventType::NodeDeleted, layout::job(*jid)));
-                }
-                continue;
-            }
-            self.deferred_jobs.remove(jid);
-            self.deleting_batches.remove(&bid);
-            offers.push((Deleted::Job(*jid), vec![Item::Job(*jid)]));
-        }
-        for (what, items) in offers {
-            judged.extend(items.iter().cloned());
-            let root = match what {
-                Deleted::Batch(b) => layout::batch(b),
-                Deleted::Job(j) => layout::job(j),
-            };
-            // Created again since: its nodes are judged as any others.
-            let reason = if self.read_node(client, &root).await?.is_some() {
-                format!("{root} was deleted and created again by another client")
-            } else {
-                let offered = ForeignDelete {
-                    item: what,
-                    actor: self.foreign_actor("zk-client"),
-                };
-                match tokio::time::timeout(self.deadline(), adopter.0.adopt_delete(offered)).await {
-                    Ok(Adoption::Accepted(position)) => {
-                        tracing::info!(root = %self.cfg.zk.root, %root, position, "adopted a deletion by another client");
-                        self.deletion_adopted(client, &items, position).await?;
-                        continue;
-                    }
-                    Ok(Adoption::Refused(why)) => format!(
-                        "adoption refused: {root} deleted by another client: {}",
-                        ingest_protocol::cut(&why, 300)
-                    ),
-                    Err(_) => {
-                        format!("adoption of the deletion of {root}: the engine did not answer")
-                    }
-                }
-            };
-            for item in &items {
-                if self
-                    .repair_item(client, version, item, None, &reason)
-                    .await?
-                {
-                    version += 1;
-                }
-            }
-        }
-        Ok((version, judged))
-    }
-
-    /// After an adopted deletion at `position`: until its event is in the
-    /// tree, a repair of these items is silent and the projector writes
-    /// each of their nodes as the tree has it (a delete of a node already
-    /// gone left out, a create of a node still there a set).
-    async fn deletion_adopted(
-        &mut self,
-        client: &zk::Client,
-        items: &[Item],
-        position: u64,
-    ) -> Result<(), Exit> {
-        for item in items {
-            match item {
-                Item::Batch(b) => {
-                    self.adopted_batches.insert(*b, position);
-                }
-                Item::Job(j) => {
-                    self.adopted.insert(*j, position);
-                }
-                _ => {}
-            }
-            let (expected, live) = self.item_nodes(client, item).await?;
-            for p in expected {
-                let exists = live.contains(&p);
-                self.adopted_locks.insert(p, (position, exists));
-            }
-        }
-        Ok(())
-    }
-
     /// The references of a new job that exist where mrt-zk's `createJob`
     /// puts them: its Pending queue reference under the priority its node
     /// names, and its `batch-processing` child (with that set's node).
@@ -1311,7 +866,7 @@ impl Runner {
     }
 
     /// One node's data and stat, `None` when it does not exist.
-    async fn read_node(
+    pub(super) async fn read_node(
         &self,
         client: &zk::Client,
         path: &str,
@@ -1392,93 +947,11 @@ impl Runner {
 }
 
 impl Runner {
-    /// Offers each access request's foreign status change to the engine
-    /// (the caller holds the gate), with the request's lock as the write
-    /// saw it (`None`: read with the status), as [`Runner::adopt_statuses`]
-    /// does for jobs: an assembler's move (taking the request, its
-    /// outcome) written while nobody held the lock, or under an `ingest
-    /// worker`'s, is refused before the engine is asked. Returns the
-    /// checkpoint version after the repairs.
-    pub(super) async fn adopt_access_statuses(
-        &mut self,
-        client: &zk::Client,
-        mut version: i32,
-        requests: BTreeMap<ingest_events::Qid, Option<LockSeen>>,
-    ) -> Result<i32, Exit> {
-        use ingest_events::lifecycle::AccessState;
-        let Some(adopter) = self.cfg.adopt.clone() else {
-            return Ok(version);
-        };
-        for (qid, seen) in requests {
-            let Some(queue) = self
-                .model
-                .projector
-                .state()
-                .access
-                .get(&qid)
-                .map(|a| a.queue)
-            else {
-                continue;
-            };
-            let status = layout::access_status(queue, qid);
-            let lock = layout::access_lock(queue, qid);
-            let Some((data, stat, seen, applied)) =
-                self.read_with_lock(client, &status, &lock, seen).await?
-            else {
-                continue;
-            };
-            let reason = match (
-                status_of::<AccessState>(&applied),
-                status_of::<AccessState>(&data),
-            ) {
-                (Some((from, _)), Some((to, message))) if from != to => {
-                    let change = ForeignAccessStatus {
-                        qid,
-                        queue,
-                        from,
-                        to,
-                        message,
-                        actor: self.writer(seen, &stat),
-                    };
-                    let worker = ForeignAccessStatus::by_worker(from, to);
-                    match lock_refusal(seen, worker, &lock, &from, &to, "the request's") {
-                        Some(why) => why,
-                        None => {
-                            let answer = tokio::time::timeout(
-                                self.deadline(),
-                                adopter.0.adopt_access_status(change),
-                            )
-                            .await;
-                            match answered(answer, &from, &to) {
-                                Ok(position) => {
-                                    tracing::info!(root = %self.cfg.zk.root, %qid, %from, %to, position, "adopted a foreign access status change");
-                                    self.adopted_access.insert(qid, position);
-                                    continue;
-                                }
-                                Err(why) => why,
-                            }
-                        }
-                    }
-                }
-                _ => "adoption: not an access status change the engine can adopt".to_string(),
-            };
-            if self
-                .repair_item(client, version, &Item::Access(queue, qid), None, &reason)
-                .await?
-            {
-                version += 1;
-            }
-        }
-        Ok(version)
-    }
-}
-
-impl Runner {
     /// An item's status node and its lock node, read together: the
     /// status's data and stat, the lock as the write saw it (`seen`, else
     /// as read now), and the status the applied checkpoint has (empty when
     /// none). `None`: the status node is gone, or is what the log says.
-    async fn read_with_lock(
+    pub(super) async fn read_with_lock(
         &self,
         client: &zk::Client,
         status: &str,
@@ -1513,7 +986,7 @@ impl Runner {
     /// Who wrote a status node, as far as ZooKeeper tells: the session
     /// holding the item's lock, else the zxid of the write
     /// ([`Runner::foreign_actor`]).
-    fn writer(&self, seen: LockSeen, stat: &zk::Stat) -> String {
+    pub(super) fn writer(&self, seen: LockSeen, stat: &zk::Stat) -> String {
         match seen {
             LockSeen::Held(Some(h)) => self.foreign_actor(&format!("zk-session-0x{:x}", h.session)),
             _ => self.foreign_actor(&format!("zk-zxid-0x{:x}", stat.mzxid)),
@@ -1525,7 +998,7 @@ impl Runner {
 /// written while nobody held `lock` (when the move is made under it,
 /// `needs_lock`), or under an `ingest worker`'s lock (that worker reports
 /// through the API). `whose` names the item for the message.
-fn lock_refusal(
+pub(super) fn lock_refusal(
     seen: LockSeen,
     needs_lock: bool,
     lock: &str,
@@ -1547,7 +1020,7 @@ fn lock_refusal(
 
 /// The engine's answer to an offered status move: the position of its
 /// event, or the reason to record with the revert.
-fn answered(
+pub(super) fn answered(
     answer: Result<Adoption, tokio::time::error::Elapsed>,
     from: &dyn std::fmt::Display,
     to: &dyn std::fmt::Display,
@@ -1566,7 +1039,7 @@ fn answered(
 
 /// The state and `message` of a status node (mrt-zk's JSON), the message
 /// printable and cut to 512 bytes.
-fn status_of<S: StateKind>(data: &[u8]) -> Option<(S, String)> {
+pub(super) fn status_of<S: StateKind>(data: &[u8]) -> Option<(S, String)> {
     let v = serde_json::from_slice::<serde_json::Value>(data).ok()?;
     let status = v["status"].as_str().and_then(S::from_name)?;
     let message = found_text(v["message"].as_str().unwrap_or("").as_bytes());

@@ -121,6 +121,9 @@ use crate::txn::{self, Oversized, TxnLimits};
 use crate::zk::{call, ZkConfig, ZkError};
 
 mod adopt;
+mod adopt_access;
+mod adopt_delete;
+mod adoption;
 mod converge;
 mod foreign;
 mod item;
@@ -129,7 +132,7 @@ mod project;
 mod runner;
 mod work;
 
-pub use adopt::{
+pub use adoption::{
     AdoptForeign, Adoption, AdoptionFuture, Deleted, ForeignAccessStatus, ForeignAdopter,
     ForeignBatch, ForeignBatchStatus, ForeignDelete, ForeignJob, ForeignLock, ForeignStatus,
     LockChange, WrittenStatus,

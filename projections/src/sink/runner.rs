@@ -140,7 +140,7 @@ pub(super) struct Runner {
     pub(super) adopted_batches: std::collections::BTreeMap<ingest_events::Bid, u64>,
     /// Jobs removed by another client while their finished batch stays:
     /// judged with the batch's removal, or alone once no job of that batch
-    /// was removed for [`super::adopt::DEFER_DELETE`].
+    /// was removed for [`super::adopt_delete::DEFER_DELETE`].
     pub(super) deferred_jobs: std::collections::HashSet<ingest_events::Jid>,
     /// When a job of each such batch was last seen removed.
     pub(super) deleting_batches:
