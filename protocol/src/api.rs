@@ -111,7 +111,7 @@ pub struct ObjectView {
 }
 
 /// The query of `GET /objects`.
-#[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
+#[derive(Debug, PartialEq, Eq, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ObjectQuery {
     /// The collection (profile name).
@@ -215,7 +215,7 @@ pub struct ProblemView {
 }
 
 /// The query of `GET /tree`.
-#[derive(Debug, PartialEq, Clone, Deserialize, Serialize)]
+#[derive(Debug, PartialEq, Eq, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TreeQuery {
     /// A log position or an RFC 3339 time.

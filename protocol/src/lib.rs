@@ -12,7 +12,10 @@
 //! - [`view`]: what `show` and `status` print, the same locally and through
 //!   a server;
 //! - [`api`]: the other request and response bodies of the HTTP API, and
-//!   [`api::ErrorBody`] with its stable error codes.
+//!   [`api::ErrorBody`] with its stable error codes;
+//! - [`endpoint`]: the routes, one type per endpoint naming its method,
+//!   route pattern, body and reply, which the server's route table, the
+//!   client and the workers all use.
 //!
 //! ```
 //! use ingest_protocol::submission::SubmissionInput;
@@ -32,6 +35,7 @@ pub mod api;
 pub mod callback;
 pub mod consistency;
 pub mod delivery;
+pub mod endpoint;
 pub mod fence;
 pub mod history;
 pub mod inventory;
