@@ -290,6 +290,13 @@ pub fn batch_states(bid: Bid) -> String {
     format!("{BATCHES}/{bid}/states")
 }
 
+/// `/batches/BID/lock`: the ephemeral lock of the worker acquiring or
+/// reporting the batch ([`is_ephemeral_lock`]; the projection never writes
+/// it).
+pub fn batch_lock(bid: Bid) -> String {
+    format!("{BATCHES}/{bid}/lock")
+}
+
 /// `/batches/BID/states/batch-SET`.
 pub fn batch_set(bid: Bid, set: BatchSet) -> String {
     format!("{BATCHES}/{bid}/states/{}", set.name())
@@ -343,6 +350,12 @@ pub fn job_metadata(jid: Jid) -> String {
 /// `/jobs/JID/status`.
 pub fn job_status(jid: Jid) -> String {
     format!("{JOBS}/{jid}/status")
+}
+
+/// `/jobs/JID/lock`: the ephemeral lock of the worker running the job's
+/// steps ([`is_ephemeral_lock`]; the projection never writes it).
+pub fn job_lock(jid: Jid) -> String {
+    format!("{JOBS}/{jid}/lock")
 }
 
 /// `/jobs/JID/store`.
@@ -700,6 +713,10 @@ mod tests {
         assert!(!is_ephemeral_lock("/jobs/states/lock"));
         assert!(!is_ephemeral_lock("/jobs/jid0000000001/lock/x"));
         assert!(!is_ephemeral_lock("/jobs/jid0000000001/status"));
+        assert_eq!(job_lock(Jid(1)), "/jobs/jid0000000001/lock");
+        assert_eq!(batch_lock(Bid(2)), "/batches/bid0000000002/lock");
+        assert!(is_ephemeral_lock(&job_lock(Jid(1))));
+        assert!(is_ephemeral_lock(&batch_lock(Bid(2))));
         let qid: Qid = "qid0000000007".parse().expect("qid");
         let lock = access_lock(AccessQueue::Large, qid);
         assert_eq!(lock, "/access/large/qid0000000007/lock");
