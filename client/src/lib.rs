@@ -3,7 +3,10 @@
 //! The workers, the remote CLI (`ingest --engine URL …`), the load driver
 //! and the tests all talk to a server through [`Client`]; request and
 //! response bodies are `ingest_protocol`'s types, so nobody writes a
-//! `json!` body or reads `v["…"]` to learn what the server said.
+//! `json!` body or reads `v["…"]` to learn what the server said. Every
+//! call names an [`Endpoint`] of `ingest_protocol::endpoint`
+//! ([`Client::call`], [`Client::report`] for a worker's fenced reports):
+//! its path, body and reply come from one type, so they cannot disagree.
 //!
 //! Errors keep what a caller decides on: a [`ClientError::Status`] keeps
 //! the HTTP status and the server's stable error code, so a retry decision
@@ -18,6 +21,27 @@
 //! println!("{} live jobs", status.live_jobs);
 //! # Ok(()) }
 //! ```
+//!
+//! An endpoint's body and reply are its own: the report of a job's step
+//! outcome takes an `OutcomeBody` and answers a `JobMoved`,
+//!
+//! ```no_run
+//! # async fn demo(client: ingest_client::Client, fence: ingest_protocol::fence::FenceSecret, body: ingest_protocol::api::OutcomeBody) -> Result<(), ingest_client::ClientError> {
+//! use ingest_protocol::endpoint::JobOutcome;
+//! let reply: ingest_client::Reply<ingest_protocol::api::JobMoved> =
+//!     client.report(&JobOutcome(ingest_events::Jid(7)), &fence, &body).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! and another body does not compile:
+//!
+//! ```compile_fail
+//! # async fn demo(client: ingest_client::Client, fence: ingest_protocol::fence::FenceSecret, body: ingest_protocol::api::RetryBody) -> Result<(), ingest_client::ClientError> {
+//! use ingest_protocol::endpoint::JobOutcome;
+//! let reply: ingest_client::Reply<ingest_protocol::api::JobMoved> =
+//!     client.report(&JobOutcome(ingest_events::Jid(7)), &fence, &body).await?;
+//! # Ok(()) }
+//! ```
 #![deny(missing_docs)]
 
 use std::time::Duration;
@@ -27,11 +51,12 @@ use ingest_protocol::api::{
     AdminBody, Appended, CleanedUp, CleanupBody, DiffRepairBody, DiffRepaired, Diffed, ErrorBody,
     History, Submitted, Verified,
 };
+use ingest_protocol::endpoint::{self, AdminAction, Endpoint, Fenced, NoBody};
 use ingest_protocol::fence::{FenceSecret, FENCE_HEADER};
 use ingest_protocol::report::BatchView;
+use ingest_protocol::submission::SubmissionInput;
 use ingest_protocol::view::{JobView, StatusView};
 pub use reqwest::Method;
-use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 /// The longest piece of a server's answer kept in an error message.
@@ -430,70 +455,79 @@ impl Client {
         }
     }
 
-    fn decode<R: DeserializeOwned>(
+    fn decode<E: Endpoint>(
         method: &Method,
         url: String,
         text: &str,
-    ) -> Result<R, ClientError> {
-        serde_json::from_str(text).map_err(|e| ClientError::Decode {
+    ) -> Result<E::Reply, ClientError> {
+        E::reply(text).map_err(|e| ClientError::Decode {
             method: method.to_string(),
             url,
             message: e.to_string(),
         })
     }
 
-    /// Sends `body` (if any) and decodes a 2xx answer as `R`.
+    /// The method of `E` as `reqwest` names it.
+    fn method_of<E: Endpoint>() -> Method {
+        match E::METHOD {
+            endpoint::Method::Get => Method::GET,
+            endpoint::Method::Post => Method::POST,
+            endpoint::Method::Delete => Method::DELETE,
+        }
+    }
+
+    /// Calls `endpoint` with `body` (sent when the endpoint takes one) and
+    /// reads a 2xx answer as its reply: the path, the body and the reply
+    /// come from one [`Endpoint`], so they cannot disagree.
     ///
     /// # Errors
     /// [`ClientError::Status`] for any other status, or no answer, or an
     /// answer of another shape.
-    pub async fn send<B: Serialize + ?Sized, R: DeserializeOwned>(
+    pub async fn call<E: Endpoint>(
         &self,
-        method: Method,
-        path: &str,
-        body: Option<&B>,
-    ) -> Result<R, ClientError> {
-        let (status, url, text) = self.raw(method.clone(), path, body).await?;
+        endpoint: &E,
+        body: &E::Body,
+    ) -> Result<E::Reply, ClientError> {
+        let method = Client::method_of::<E>();
+        let path = endpoint.path();
+        let body = E::HAS_BODY.then_some(body);
+        let (status, url, text) = self.raw(method.clone(), &path, body).await?;
         if !status.is_success() {
             return Err(Client::status_error(&method, url, status.as_u16(), &text));
         }
-        Client::decode(&method, url, &text)
+        Client::decode::<E>(&method, url, &text)
     }
 
-    /// GETs `path` and returns the answer's text (for `GET /tree`, which
-    /// answers YAML).
+    /// [`Client::call`] of an endpoint that sends no body.
     ///
     /// # Errors
-    /// As [`Client::send`].
-    pub async fn get_text(&self, path: &str) -> Result<String, ClientError> {
-        let (status, url, text) = self.raw::<()>(Method::GET, path, None).await?;
-        if !status.is_success() {
-            return Err(Client::status_error(
-                &Method::GET,
-                url,
-                status.as_u16(),
-                &text,
-            ));
-        }
-        Ok(text)
-    }
-
-    /// POSTs a fenced worker report: 2xx is [`Reply::Done`], 409
-    /// [`Reply::Refused`].
-    ///
-    /// # Errors
-    /// As [`Client::send`], for answers other than 2xx and 409.
-    pub async fn report<B: Serialize + ?Sized, R: DeserializeOwned>(
+    /// As [`Client::call`].
+    pub async fn get<E: Endpoint<Body = NoBody>>(
         &self,
-        path: &str,
+        endpoint: &E,
+    ) -> Result<E::Reply, ClientError> {
+        self.call(endpoint, &NoBody).await
+    }
+
+    /// Sends a fenced worker report to `endpoint`, with the lock's secret:
+    /// 2xx is [`Reply::Done`], 409 [`Reply::Refused`].
+    ///
+    /// # Errors
+    /// As [`Client::call`], for answers other than 2xx and 409.
+    pub async fn report<E: Fenced>(
+        &self,
+        endpoint: &E,
         fence: &FenceSecret,
-        body: &B,
-    ) -> Result<Reply<R>, ClientError> {
+        body: &E::Body,
+    ) -> Result<Reply<E::Reply>, ClientError> {
+        let method = Client::method_of::<E>();
+        let path = endpoint.path();
+        let body = E::HAS_BODY.then_some(body);
         let (status, url, text) = self
-            .raw_with(Method::POST, path, Some(body), Some(fence))
+            .raw_with(method.clone(), &path, body, Some(fence))
             .await?;
         if status.is_success() {
-            return Client::decode(&Method::POST, url, &text).map(Reply::Done);
+            return Client::decode::<E>(&method, url, &text).map(Reply::Done);
         }
         if status == reqwest::StatusCode::CONFLICT {
             let body: ErrorBody = serde_json::from_str(&text).unwrap_or_default();
@@ -502,29 +536,23 @@ impl Client {
                 message: ingest_protocol::cut(&body.error.message, MAX_ERROR_TEXT).into_owned(),
             });
         }
-        Err(Client::status_error(
-            &Method::POST,
-            url,
-            status.as_u16(),
-            &text,
-        ))
+        Err(Client::status_error(&method, url, status.as_u16(), &text))
     }
 
     /// `POST /batches`.
     ///
     /// # Errors
-    /// As [`Client::send`]; 422 names the field.
-    pub async fn submit<B: Serialize + ?Sized>(&self, body: &B) -> Result<Submitted, ClientError> {
-        self.send(Method::POST, "/batches", Some(body)).await
+    /// As [`Client::call`]; 422 names the field.
+    pub async fn submit(&self, body: &SubmissionInput) -> Result<Submitted, ClientError> {
+        self.call(&endpoint::Submit, body).await
     }
 
     /// `GET /batches/{bid}`.
     ///
     /// # Errors
-    /// As [`Client::send`].
+    /// As [`Client::call`].
     pub async fn batch(&self, bid: Bid) -> Result<BatchView, ClientError> {
-        self.send::<(), _>(Method::GET, &format!("/batches/{bid}"), None)
-            .await
+        self.get(&endpoint::GetBatch(bid)).await
     }
 
     /// `GET /reporting-batches?status=…`: the batches the engine has in
@@ -532,128 +560,116 @@ impl Client {
     /// token).
     ///
     /// # Errors
-    /// As [`Client::send`]; 400 `invalid_query` names the parameter.
+    /// As [`Client::call`]; 400 `invalid_query` names the parameter.
     pub async fn reporting_batches(
         &self,
         status: &str,
     ) -> Result<ingest_protocol::api::ReportingBatches, ClientError> {
-        let q = ingest_protocol::listing::encode_query(&[("status", status.to_string())]);
-        self.send::<(), _>(Method::GET, &format!("/reporting-batches?{q}"), None)
-            .await
+        self.get(&endpoint::ListReporting(status.to_string())).await
     }
 
     /// `GET /batches?…`: one page of the batches `query` asks for.
     ///
     /// # Errors
-    /// As [`Client::send`]; 400 `invalid_query` names the parameter.
+    /// As [`Client::call`]; 400 `invalid_query` names the parameter.
     pub async fn list_batches(
         &self,
         query: &ingest_protocol::listing::BatchQuery,
     ) -> Result<ingest_protocol::listing::BatchPage, ClientError> {
-        let q = ingest_protocol::listing::encode_query(&query.to_pairs());
-        self.send::<(), _>(Method::GET, &format!("/batches?{q}"), None)
-            .await
+        self.get(&endpoint::ListBatches(query.clone())).await
     }
 
     /// `GET /jobs?…`: one page of the jobs `query` asks for.
     ///
     /// # Errors
-    /// As [`Client::send`]; 400 `invalid_query` names the parameter.
+    /// As [`Client::call`]; 400 `invalid_query` names the parameter.
     pub async fn list_jobs(
         &self,
         query: &ingest_protocol::listing::JobQuery,
     ) -> Result<ingest_protocol::listing::JobPage, ClientError> {
-        let q = ingest_protocol::listing::encode_query(&query.to_pairs());
-        self.send::<(), _>(Method::GET, &format!("/jobs?{q}"), None)
-            .await
+        self.get(&endpoint::ListJobs(query.clone())).await
     }
 
     /// `GET /jobs/{jid}`.
     ///
     /// # Errors
-    /// As [`Client::send`].
+    /// As [`Client::call`].
     pub async fn job(&self, jid: Jid) -> Result<JobView, ClientError> {
-        self.send::<(), _>(Method::GET, &format!("/jobs/{jid}"), None)
-            .await
+        self.get(&endpoint::GetJob(jid)).await
     }
 
     /// `GET /batches/{bid}/history`.
     ///
     /// # Errors
-    /// As [`Client::send`].
+    /// As [`Client::call`].
     pub async fn batch_history(&self, bid: Bid) -> Result<History, ClientError> {
-        self.send::<(), _>(Method::GET, &format!("/batches/{bid}/history"), None)
-            .await
+        self.get(&endpoint::BatchHistory(bid)).await
     }
 
     /// `GET /jobs/{jid}/history`.
     ///
     /// # Errors
-    /// As [`Client::send`].
+    /// As [`Client::call`].
     pub async fn job_history(&self, jid: Jid) -> Result<History, ClientError> {
-        self.send::<(), _>(Method::GET, &format!("/jobs/{jid}/history"), None)
-            .await
+        self.get(&endpoint::JobHistory(jid)).await
     }
 
     /// `GET /history?…`: the events `query` asks for (a batch, a job or the
     /// whole log, by time, actor and collection).
     ///
     /// # Errors
-    /// As [`Client::send`]; 400 `invalid_query` names the parameter.
+    /// As [`Client::call`]; 400 `invalid_query` names the parameter.
     pub async fn history(
         &self,
         query: &ingest_protocol::history::HistoryQuery,
     ) -> Result<History, ClientError> {
-        let q = ingest_protocol::listing::encode_query(&query.to_pairs());
-        self.send::<(), _>(Method::GET, &format!("/history?{q}"), None)
-            .await
+        self.get(&endpoint::SearchHistory(query.clone())).await
     }
 
     /// `GET /status`.
     ///
     /// # Errors
-    /// As [`Client::send`].
+    /// As [`Client::call`].
     pub async fn status(&self) -> Result<StatusView, ClientError> {
-        self.send::<(), _>(Method::GET, "/status", None).await
+        self.get(&endpoint::GetStatus).await
     }
 
     /// `GET /verify`.
     ///
     /// # Errors
-    /// As [`Client::send`].
+    /// As [`Client::call`].
     pub async fn verify(&self) -> Result<Verified, ClientError> {
-        self.send::<(), _>(Method::GET, "/verify", None).await
+        self.get(&endpoint::Verify).await
     }
 
     /// `GET /audit/bundle?batch=BID`: the batch's audit bundle, as the JSON
     /// text `ingest audit export` writes.
     ///
     /// # Errors
-    /// As [`Client::get_text`]; 409 `audit_refused` when no signed
+    /// As [`Client::call`]; 409 `audit_refused` when no signed
     /// checkpoint covers the batch yet.
     pub async fn audit_bundle(&self, bid: &str) -> Result<String, ClientError> {
-        self.get_text(&format!("/audit/bundle?batch={bid}")).await
+        self.get(&endpoint::AuditBundle(bid.to_string())).await
     }
 
     /// `GET /audit/proof?from=POS&to=POS`: the consistency proof between
     /// two signed checkpoints, as the JSON text `ingest audit prove` writes.
     ///
     /// # Errors
-    /// As [`Client::get_text`]; 409 `audit_refused` when a position is not
+    /// As [`Client::call`]; 409 `audit_refused` when a position is not
     /// a signed checkpoint.
     pub async fn audit_proof(&self, from: u64, to: u64) -> Result<String, ClientError> {
-        self.get_text(&format!("/audit/proof?from={from}&to={to}"))
-            .await
+        self.get(&endpoint::AuditProof { from, to }).await
     }
 
     /// `POST /jobs/{jid}/waiting`: why this worker keeps the job waiting in
     /// `state` (shown with the job until it moves on).
     ///
     /// # Errors
-    /// As [`Client::send`]; 409 `not_in_state` when the job moved on.
+    /// As [`Client::call`]; 409 `not_in_state` when the job moved on.
     pub async fn job_waiting(
         &self,
-        jid: &str,
+        jid: Jid,
         state: &str,
         reason: &str,
     ) -> Result<(), ClientError> {
@@ -661,83 +677,96 @@ impl Client {
             state: state.to_string(),
             reason: reason.to_string(),
         };
-        self.send::<_, serde_json::Value>(
-            Method::POST,
-            &format!("/jobs/{jid}/waiting"),
-            Some(&body),
-        )
-        .await
-        .map(|_| ())
+        self.call(&endpoint::JobWaiting(jid), &body)
+            .await
+            .map(|_| ())
     }
 
     /// `GET /diff`.
     ///
     /// # Errors
-    /// As [`Client::send`].
+    /// As [`Client::call`].
     pub async fn diff(&self) -> Result<Diffed, ClientError> {
-        self.send::<(), _>(Method::GET, "/diff", None).await
+        self.get(&endpoint::Diff).await
     }
 
     /// `POST /diff/repair`: the running projector converges every drifted
     /// item to the log and records it.
     ///
     /// # Errors
-    /// As [`Client::send`]; 409 `needs_projector` from a server without a
+    /// As [`Client::call`]; 409 `needs_projector` from a server without a
     /// projector.
     pub async fn diff_repair(&self, body: &DiffRepairBody) -> Result<DiffRepaired, ClientError> {
-        self.send(Method::POST, "/diff/repair", Some(body)).await
+        self.call(&endpoint::DiffRepair, body).await
     }
 
     /// An admin action (`POST /jobs/{jid}/requeue`, `DELETE /batches/{bid}`,
     /// …) with its actor and reason.
     ///
     /// # Errors
-    /// As [`Client::send`].
+    /// As [`Client::call`].
     pub async fn admin(
         &self,
-        method: Method,
-        path: &str,
+        action: &AdminAction,
         body: &AdminBody,
     ) -> Result<Appended, ClientError> {
-        self.send(method, path, Some(body)).await
+        use AdminAction as A;
+        match action {
+            A::HoldJob(e) => self.call(e, body).await,
+            A::ReleaseJob(e) => self.call(e, body).await,
+            A::RequeueJob(e) => self.call(e, body).await,
+            A::FailJob(e) => self.call(e, body).await,
+            A::DeleteJob(e) => self.call(e, body).await,
+            A::ReleaseBatch(e) => self.call(e, body).await,
+            A::UpdateReporting(e) => self.call(e, body).await,
+            A::DeleteBatch(e) => self.call(e, body).await,
+            A::HoldCollection(e) => self.call(e, body).await,
+            A::ReleaseCollection(e) => self.call(e, body).await,
+            A::ReleaseCollectionJobs(e) => self.call(e, body).await,
+            A::PauseQueue(e) => self.call(e, body).await,
+            A::ResumeQueue(e) => self.call(e, body).await,
+            A::RequeueAccess(e) => self.call(e, body).await,
+            A::DeleteAccess(e) => self.call(e, body).await,
+            A::PauseAccessQueue(e) => self.call(e, body).await,
+            A::ResumeAccessQueue(e) => self.call(e, body).await,
+        }
     }
 
     /// `POST /cleanup`.
     ///
     /// # Errors
-    /// As [`Client::send`].
+    /// As [`Client::call`].
     pub async fn cleanup(&self, body: &CleanupBody) -> Result<CleanedUp, ClientError> {
-        self.send(Method::POST, "/cleanup", Some(body)).await
+        self.call(&endpoint::Cleanup, body).await
     }
 
     /// `POST /access`: queues an assembly request.
     ///
     /// # Errors
-    /// As [`Client::send`]; 422 names the field.
+    /// As [`Client::call`]; 422 names the field.
     pub async fn request_access(
         &self,
         body: &ingest_protocol::access::AccessRequestBody,
     ) -> Result<ingest_protocol::access::AccessMoved, ClientError> {
-        self.send(Method::POST, "/access", Some(body)).await
+        self.call(&endpoint::RequestAccess, body).await
     }
 
     /// `GET /access`.
     ///
     /// # Errors
-    /// As [`Client::send`].
+    /// As [`Client::call`].
     pub async fn access_list(&self) -> Result<ingest_protocol::access::AccessList, ClientError> {
-        self.send::<(), _>(Method::GET, "/access", None).await
+        self.get(&endpoint::ListAccess).await
     }
 
     /// `GET /access/{qid}`.
     ///
     /// # Errors
-    /// As [`Client::send`].
+    /// As [`Client::call`].
     pub async fn access(
         &self,
         qid: ingest_events::Qid,
     ) -> Result<ingest_protocol::access::AccessView, ClientError> {
-        self.send::<(), _>(Method::GET, &format!("/access/{qid}"), None)
-            .await
+        self.get(&endpoint::GetAccess(qid)).await
     }
 }

@@ -4,13 +4,22 @@
 
 use std::sync::{Arc, Mutex};
 
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{MatchedPath, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use ingest_client::{Client, ClientError, Method, Reply};
+use ingest_client::{Client, ClientError, Reply};
+use ingest_events::Jid;
+use ingest_protocol::api::{
+    AdminBody, JobMoved, OutcomeBody, OutcomeKind, SessionId, WaitingBody, WorkerRef,
+};
+use ingest_protocol::endpoint::{
+    AdminAction, DeleteJob, Diff, Endpoint, GetStatus, JobOutcome, JobWaiting, ListAccess, Metrics,
+    StartJob, Submit, Verify,
+};
 use ingest_protocol::fence::{FenceSecret, FENCE_HEADER};
+use ingest_protocol::submission::SubmissionInput;
 use serde_json::{json, Value};
 
 const TOKEN: &str = "client-test-token-0123456789";
@@ -43,55 +52,69 @@ fn error(status: StatusCode, code: &str, message: &str, leader: Option<&str>) ->
     (status, Json(json!({ "error": error }))).into_response()
 }
 
+/// The answer of the fenced route that accepts.
+fn moved() -> JobMoved {
+    JobMoved {
+        jid: "jid0000000007".into(),
+        status: "Estimating".into(),
+        batch_status: "Processing".into(),
+        bid: "bid0000000003".into(),
+        events: Vec::new(),
+    }
+}
+
 /// A server whose routes answer each kind of reply, recording requests.
+/// Its routes are the endpoints' own patterns, as the server's table takes
+/// them; each records the pattern it matched.
 fn recording_router(seen: Seen) -> Router {
-    let record = |path: &'static str| {
-        move |State(seen): State<Seen>, headers: HeaderMap, body: Option<Json<Value>>| async move {
-            seen.lock().expect("lock").push((
-                path.to_string(),
-                header(&headers, "authorization"),
-                header(&headers, FENCE_HEADER),
-                body.map(|Json(v)| v).unwrap_or(Value::Null),
-            ));
-        }
+    let record = |seen: &Seen,
+                  matched: &MatchedPath,
+                  uri: &Uri,
+                  headers: &HeaderMap,
+                  body: Option<Json<Value>>| {
+        seen.lock().expect("lock").push((
+            format!("{} {}", matched.as_str(), uri),
+            header(headers, "authorization"),
+            header(headers, FENCE_HEADER),
+            body.map(|Json(v)| v).unwrap_or(Value::Null),
+        ));
     };
     Router::new()
         .route(
-            "/ok",
+            JobWaiting::ROUTE,
             post(
-                move |s: State<Seen>, h: HeaderMap, b: Option<Json<Value>>| async move {
-                    record("/ok")(s, h, b).await;
+                move |State(s): State<Seen>,
+                      m: MatchedPath,
+                      u: Uri,
+                      h: HeaderMap,
+                      b: Option<Json<Value>>| async move {
+                    record(&s, &m, &u, &h, b);
                     Json(json!({"answer": 42}))
                 },
             ),
         )
         .route(
-            "/invalid",
-            post(|| async {
-                error(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "invalid_field",
-                    "invalid priority: too big",
-                    None,
-                )
-            }),
-        )
-        .route(
-            "/busy",
-            get(|| async {
-                error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "engine_stopped",
-                    "stopped",
-                    None,
-                )
-            }),
-        )
-        .route(
-            "/refused",
+            JobOutcome::ROUTE,
             post(
-                move |s: State<Seen>, h: HeaderMap, b: Option<Json<Value>>| async move {
-                    record("/refused")(s, h, b).await;
+                move |State(s): State<Seen>,
+                      m: MatchedPath,
+                      u: Uri,
+                      h: HeaderMap,
+                      b: Option<Json<Value>>| async move {
+                    record(&s, &m, &u, &h, b);
+                    Json(moved())
+                },
+            ),
+        )
+        .route(
+            StartJob::ROUTE,
+            post(
+                move |State(s): State<Seen>,
+                      m: MatchedPath,
+                      u: Uri,
+                      h: HeaderMap,
+                      b: Option<Json<Value>>| async move {
+                    record(&s, &m, &u, &h, b);
                     error(
                         StatusCode::CONFLICT,
                         "lock_not_held",
@@ -102,36 +125,88 @@ fn recording_router(seen: Seen) -> Router {
             ),
         )
         .route(
-            "/odd",
+            ListAccess::ROUTE,
+            get(
+                move |State(s): State<Seen>, m: MatchedPath, u: Uri, h: HeaderMap| async move {
+                    record(&s, &m, &u, &h, None);
+                    error(StatusCode::CONFLICT, "odd", "a GET is not a report", None)
+                },
+            ),
+        )
+        .route(
+            DeleteJob::ROUTE,
+            delete(
+                move |State(s): State<Seen>,
+                      m: MatchedPath,
+                      u: Uri,
+                      h: HeaderMap,
+                      b: Option<Json<Value>>| async move {
+                    record(&s, &m, &u, &h, b);
+                    error(StatusCode::CONFLICT, "deleted", "seen", None)
+                },
+            ),
+        )
+        .route(
+            Submit::ROUTE,
+            post(|| async {
+                error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid_field",
+                    "invalid priority: too big",
+                    None,
+                )
+            }),
+        )
+        .route(
+            GetStatus::ROUTE,
+            get(|| async {
+                error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "engine_stopped",
+                    "stopped",
+                    None,
+                )
+            }),
+        )
+        .route(
+            Diff::ROUTE,
             get(|| async { Json(json!(["not", "an", "object"])) }),
         )
-        .route("/text", get(|| async { "plain text" }))
+        .route(Metrics::ROUTE, get(|| async { "plain text" }))
         .with_state(seen)
 }
 
-#[derive(Debug, serde::Deserialize, PartialEq)]
-struct Answer {
-    answer: u32,
+fn waiting() -> WaitingBody {
+    WaitingBody {
+        state: "Provisioning".into(),
+        reason: "no space".into(),
+    }
 }
 
 #[tokio::test]
-async fn a_call_sends_the_token_and_body_and_decodes_the_answer() {
+async fn a_call_sends_the_token_and_body_to_the_endpoints_path_and_decodes_the_answer() {
     let seen = Seen::default();
     let base = serve(recording_router(Arc::clone(&seen))).await;
     let client = Client::new(&base, TOKEN).expect("client");
-    let answer: Answer = client
-        .send(Method::POST, "/ok", Some(&json!({"x": 1})))
+    let answer: Value = client
+        .call(&JobWaiting(Jid(7)), &waiting())
         .await
         .expect("answer");
-    assert_eq!(answer, Answer { answer: 42 });
+    assert_eq!(answer, json!({"answer": 42}));
     let seen = seen.lock().expect("lock").clone();
     assert_eq!(seen.len(), 1);
     let (path, auth, fence, body) = &seen[0];
-    assert_eq!(path, "/ok");
+    assert_eq!(
+        path, "/jobs/{jid}/waiting /jobs/jid0000000007/waiting",
+        "the endpoint's path matched its own route pattern"
+    );
     assert_eq!(auth.as_deref(), Some(&*format!("Bearer {TOKEN}")));
     assert_eq!(fence, &None, "an unfenced call sends no fence");
-    assert_eq!(body, &json!({"x": 1}));
-    assert_eq!(client.get_text("/text").await.expect("text"), "plain text");
+    assert_eq!(
+        body,
+        &json!({"state": "Provisioning", "reason": "no space"})
+    );
+    assert_eq!(client.get(&Metrics).await.expect("text"), "plain text");
 }
 
 #[tokio::test]
@@ -139,29 +214,20 @@ async fn errors_keep_the_status_and_code_and_say_whether_to_retry() {
     let base = serve(recording_router(Seen::default())).await;
     let client = Client::new(&base, TOKEN).expect("client");
     let e = client
-        .send::<_, Value>(Method::POST, "/invalid", Some(&json!({})))
+        .call(&Submit, &SubmissionInput::default())
         .await
         .expect_err("422");
     assert_eq!(e.status(), Some(422));
     assert_eq!(e.code(), Some("invalid_field"));
     assert!(!e.is_retryable(), "{e}");
     assert!(e.to_string().contains("invalid priority: too big"), "{e}");
-    let e = client
-        .send::<(), Value>(Method::GET, "/busy", None)
-        .await
-        .expect_err("503");
+    let e = client.get(&GetStatus).await.expect_err("503");
     assert_eq!(e.status(), Some(503));
     assert!(e.is_retryable(), "{e}");
-    let e = client
-        .send::<(), Answer>(Method::GET, "/odd", None)
-        .await
-        .expect_err("another shape");
+    let e = client.get(&Diff).await.expect_err("another shape");
     assert!(matches!(e, ClientError::Decode { .. }), "{e:?}");
     assert!(!e.is_retryable(), "{e}");
-    let e = client
-        .send::<(), Value>(Method::GET, "/nowhere", None)
-        .await
-        .expect_err("404");
+    let e = client.get(&Verify).await.expect_err("404");
     assert_eq!(e.status(), Some(404));
 }
 
@@ -171,8 +237,12 @@ async fn a_refused_report_is_a_reply_and_the_fence_is_sent() {
     let base = serve(recording_router(Arc::clone(&seen))).await;
     let client = Client::new(&base, TOKEN).expect("client");
     let fence = FenceSecret::from_bytes([7; 32]);
-    let reply: Reply<Answer> = client
-        .report("/refused", &fence, &json!({"worker": "w"}))
+    let who = WorkerRef {
+        worker: "w".into(),
+        session_id: SessionId(1),
+    };
+    let reply = client
+        .report(&StartJob(Jid(7)), &fence, &who)
         .await
         .expect("a reply");
     assert_eq!(
@@ -182,16 +252,59 @@ async fn a_refused_report_is_a_reply_and_the_fence_is_sent() {
             message: "the worker does not hold the lock".into()
         }
     );
-    let reply: Reply<Answer> = client
-        .report("/ok", &fence, &json!({"worker": "w"}))
+    let body = OutcomeBody {
+        worker: "w".into(),
+        session_id: SessionId(1),
+        state: "Pending".into(),
+        outcome: OutcomeKind::Success,
+        message: String::new(),
+        priority: None,
+        space_needed: None,
+        identifiers: None,
+        store: None,
+        inventory: None,
+        failure: None,
+        duration_ms: None,
+    };
+    let reply = client
+        .report(&JobOutcome(Jid(7)), &fence, &body)
         .await
         .expect("a reply");
-    assert_eq!(reply, Reply::Done(Answer { answer: 42 }));
+    assert_eq!(reply, Reply::Done(moved()));
     let seen = seen.lock().expect("lock").clone();
     assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0].0, "/jobs/{jid}/start /jobs/jid0000000007/start");
+    assert_eq!(seen[1].0, "/jobs/{jid}/outcome /jobs/jid0000000007/outcome");
+    assert_eq!(seen[0].3, json!({"worker": "w", "session_id": "0x1"}));
     for (_, _, sent, _) in &seen {
         assert_eq!(sent.as_deref(), Some(&*fence.to_header()));
     }
+}
+
+#[tokio::test]
+async fn every_call_is_the_endpoints_method_on_its_path_with_a_body_only_when_it_takes_one() {
+    let seen = Seen::default();
+    let base = serve(recording_router(Arc::clone(&seen))).await;
+    let client = Client::new(&base, TOKEN).expect("client");
+    let e = client.access_list().await.expect_err("409");
+    assert_eq!(e.code(), Some("odd"));
+    let e = client
+        .admin(
+            &AdminAction::DeleteJob(DeleteJob(Jid(7))),
+            &AdminBody {
+                actor: None,
+                reason: "r".into(),
+            },
+        )
+        .await
+        .expect_err("409");
+    assert_eq!(e.code(), Some("deleted"), "{e}");
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0].0, "/access /access");
+    assert_eq!(seen[0].3, Value::Null, "a GET sends no body");
+    assert_eq!(seen[1].0, "/jobs/{jid} /jobs/jid0000000007");
+    assert_eq!(seen[1].3, json!({"reason": "r"}), "a DELETE sends its body");
 }
 
 #[tokio::test]
@@ -201,10 +314,7 @@ async fn no_answer_is_a_transport_error_that_says_nothing_was_sent() {
         l.local_addr().expect("addr").port()
     };
     let client = Client::new(&format!("http://127.0.0.1:{port}"), TOKEN).expect("client");
-    let e = client
-        .send::<(), Value>(Method::GET, "/status", None)
-        .await
-        .expect_err("nobody listens");
+    let e = client.get(&GetStatus).await.expect_err("nobody listens");
     assert!(
         matches!(e, ClientError::Transport { connect: true, .. }),
         "{e:?}"
@@ -257,11 +367,11 @@ async fn calls_go_to_the_leader_a_follower_names_and_skip_an_engine_that_is_down
     assert_eq!(client.base(), down);
     // The first engine cannot be reached: the next one is tried, which
     // follows and names the leader, which is called next.
-    let answer: Answer = client
-        .send(Method::POST, "/ok", Some(&json!({})))
+    let answer = client
+        .call(&JobWaiting(Jid(7)), &waiting())
         .await
         .expect("answered by the leader");
-    assert_eq!(answer, Answer { answer: 42 });
+    assert_eq!(answer, json!({"answer": 42}));
     assert_eq!(
         client.base(),
         leader,
@@ -283,17 +393,14 @@ async fn an_engine_that_does_not_lead_is_left_for_the_next() {
     }))
     .await;
     let client = Client::new(&format!("{not_leading},{leader}"), TOKEN).expect("client");
-    let answer: Answer = client
-        .send(Method::POST, "/ok", Some(&json!({})))
+    let answer = client
+        .call(&JobWaiting(Jid(7)), &waiting())
         .await
         .expect("answered by the leader");
-    assert_eq!(answer, Answer { answer: 42 });
+    assert_eq!(answer, json!({"answer": 42}));
     assert_eq!(client.base(), leader);
     // With one engine, its 503 is the answer.
     let alone = Client::new(&not_leading, TOKEN).expect("client");
-    let e = alone
-        .send::<(), Value>(Method::GET, "/status", None)
-        .await
-        .expect_err("503");
+    let e = alone.get(&GetStatus).await.expect_err("503");
     assert_eq!(e.code(), Some("not_leader"));
 }

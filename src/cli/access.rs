@@ -8,7 +8,7 @@ use ingest_events::event::{AccessContent, AccessPackaging, AccessQueue, AccessTo
 use ingest_events::{Actor, Qid};
 use ingest_protocol::access::{AccessList, AccessRequestBody, AccessView};
 use ingest_protocol::api::AdminBody;
-use reqwest::Method;
+use ingest_protocol::endpoint::{self as e, AdminAction as Route};
 
 use super::backend::Refused;
 use super::backend::{Local, Remote};
@@ -98,15 +98,14 @@ pub enum AccessAction {
 }
 
 /// An admin action: the engine's command and the API's route.
-fn admin(action: &AccessAction) -> Option<(Command, Method, String, String)> {
+fn admin(action: &AccessAction) -> Option<(Command, Route, String)> {
     Some(match action {
         AccessAction::Requeue { qid, reason } => (
             Command::RequeueAccess {
                 qid: *qid,
                 reason: reason.reason.clone(),
             },
-            Method::POST,
-            format!("/access/{qid}/requeue"),
+            Route::RequeueAccess(e::RequeueAccess(*qid)),
             reason.reason.clone(),
         ),
         AccessAction::Delete { qid, reason } => (
@@ -114,8 +113,7 @@ fn admin(action: &AccessAction) -> Option<(Command, Method, String, String)> {
                 qid: *qid,
                 reason: reason.reason.clone(),
             },
-            Method::DELETE,
-            format!("/access/{qid}"),
+            Route::DeleteAccess(e::DeleteAccess(*qid)),
             reason.reason.clone(),
         ),
         AccessAction::Pause { queue, reason } => (
@@ -123,8 +121,7 @@ fn admin(action: &AccessAction) -> Option<(Command, Method, String, String)> {
                 queue: *queue,
                 reason: reason.reason.clone(),
             },
-            Method::POST,
-            format!("/access-queues/{queue}/pause"),
+            Route::PauseAccessQueue(e::PauseAccessQueue(*queue)),
             reason.reason.clone(),
         ),
         AccessAction::Resume { queue, reason } => (
@@ -132,8 +129,7 @@ fn admin(action: &AccessAction) -> Option<(Command, Method, String, String)> {
                 queue: *queue,
                 reason: reason.reason.clone(),
             },
-            Method::POST,
-            format!("/access-queues/{queue}/resume"),
+            Route::ResumeAccessQueue(e::ResumeAccessQueue(*queue)),
             reason.reason.clone(),
         ),
         _ => return None,
@@ -217,13 +213,13 @@ fn local_inner(local: &mut Local, action: AccessAction) -> Result<i32> {
 }
 
 fn remote_inner(remote: &Remote, action: AccessAction) -> Result<i32> {
-    if let Some((_, method, path, reason)) = admin(&action) {
+    if let Some((_, route, reason)) = admin(&action) {
         let body = AdminBody {
             actor: Some(remote.admin_name.clone()),
             reason,
         };
         let client = remote.admin_api()?;
-        let appended = remote.run(client.admin(method, &path, &body))?;
+        let appended = remote.run(client.admin(&route, &body))?;
         print_rows(&appended.events);
         return Ok(0);
     }

@@ -2,18 +2,18 @@
 //! words act on the data directory and through a server.
 
 use anyhow::Result;
-use ingest_client::Method;
 use ingest_events::command::{Command, Target};
 use ingest_events::JobState;
+use ingest_protocol::endpoint::{self as e, AdminAction as Route};
 
 use super::args::{BatchAction, Cmd, CollectionAction, JobAction, QueueAction};
 use super::backend::AdminAction;
 
 /// The admin actions: the engine command and the API route of each.
 pub(super) fn admin_action(command: Cmd) -> Result<Result<AdminAction, Box<Cmd>>> {
-    let action = |command, method: Method, path: String, reason: String| AdminAction {
+    let action = |command, route: Route, reason: String| AdminAction {
         command,
-        route: (method, path),
+        route,
         reason,
     };
     Ok(Ok(match command {
@@ -23,8 +23,7 @@ pub(super) fn admin_action(command: Cmd) -> Result<Result<AdminAction, Box<Cmd>>
                     bid,
                     reason: r.reason.clone(),
                 },
-                Method::POST,
-                format!("/batches/{bid}/release"),
+                Route::ReleaseBatch(e::ReleaseBatch(bid)),
                 r.reason,
             ),
             BatchAction::UpdateReporting(r) => action(
@@ -32,8 +31,7 @@ pub(super) fn admin_action(command: Cmd) -> Result<Result<AdminAction, Box<Cmd>>
                     bid,
                     reason: r.reason.clone(),
                 },
-                Method::POST,
-                format!("/batches/{bid}/update-reporting"),
+                Route::UpdateReporting(e::UpdateReporting(bid)),
                 r.reason,
             ),
             BatchAction::Delete(r) => action(
@@ -41,8 +39,7 @@ pub(super) fn admin_action(command: Cmd) -> Result<Result<AdminAction, Box<Cmd>>
                     bid,
                     reason: r.reason.clone(),
                 },
-                Method::DELETE,
-                format!("/batches/{bid}"),
+                Route::DeleteBatch(e::DeleteBatch(bid)),
                 r.reason,
             ),
             a => return Ok(Err(Box::new(Cmd::Batch { bid, action: a }))),
@@ -53,8 +50,7 @@ pub(super) fn admin_action(command: Cmd) -> Result<Result<AdminAction, Box<Cmd>>
                     jid,
                     reason: r.reason.clone(),
                 },
-                Method::POST,
-                format!("/jobs/{jid}/requeue"),
+                Route::RequeueJob(e::RequeueJob(jid)),
                 r.reason,
             ),
             JobAction::Hold(r) => action(
@@ -62,8 +58,7 @@ pub(super) fn admin_action(command: Cmd) -> Result<Result<AdminAction, Box<Cmd>>
                     jid,
                     reason: r.reason.clone(),
                 },
-                Method::POST,
-                format!("/jobs/{jid}/hold"),
+                Route::HoldJob(e::HoldJob(jid)),
                 r.reason,
             ),
             JobAction::Release(r) => action(
@@ -71,8 +66,7 @@ pub(super) fn admin_action(command: Cmd) -> Result<Result<AdminAction, Box<Cmd>>
                     jid,
                     reason: r.reason.clone(),
                 },
-                Method::POST,
-                format!("/jobs/{jid}/release"),
+                Route::ReleaseJob(e::ReleaseJob(jid)),
                 r.reason,
             ),
             JobAction::Delete(r) => action(
@@ -80,8 +74,7 @@ pub(super) fn admin_action(command: Cmd) -> Result<Result<AdminAction, Box<Cmd>>
                     jid,
                     reason: r.reason.clone(),
                 },
-                Method::DELETE,
-                format!("/jobs/{jid}"),
+                Route::DeleteJob(e::DeleteJob(jid)),
                 r.reason,
             ),
             JobAction::Move {
@@ -94,17 +87,26 @@ pub(super) fn admin_action(command: Cmd) -> Result<Result<AdminAction, Box<Cmd>>
                     message: args.message.clone(),
                     priority: args.priority,
                 },
-                Method::POST,
-                format!("/jobs/{jid}/fail"),
+                Route::FailJob(e::FailJob(jid)),
                 args.message,
             ),
             a => return Ok(Err(Box::new(Cmd::Job { jid, action: a }))),
         },
         Cmd::Collection { profile, action: a } => {
-            let (verb, r) = match &a {
-                CollectionAction::Hold(r) => ("hold", r.reason.clone()),
-                CollectionAction::Release(r) => ("release", r.reason.clone()),
-                CollectionAction::ReleaseJobs(r) => ("release-jobs", r.reason.clone()),
+            let p = profile.clone();
+            let (route, r) = match &a {
+                CollectionAction::Hold(r) => (
+                    Route::HoldCollection(e::HoldCollection(p)),
+                    r.reason.clone(),
+                ),
+                CollectionAction::Release(r) => (
+                    Route::ReleaseCollection(e::ReleaseCollection(p)),
+                    r.reason.clone(),
+                ),
+                CollectionAction::ReleaseJobs(r) => (
+                    Route::ReleaseCollectionJobs(e::ReleaseCollectionJobs(p)),
+                    r.reason.clone(),
+                ),
             };
             let command = match a {
                 CollectionAction::Hold(r) => Command::HoldCollection {
@@ -120,28 +122,21 @@ pub(super) fn admin_action(command: Cmd) -> Result<Result<AdminAction, Box<Cmd>>
                     reason: r.reason,
                 },
             };
-            action(
-                command,
-                Method::POST,
-                format!("/collections/{profile}/{verb}"),
-                r,
-            )
+            action(command, route, r)
         }
         Cmd::Queue { action: a } => match a {
             QueueAction::Pause(r) => action(
                 Command::PauseQueue {
                     reason: r.reason.clone(),
                 },
-                Method::POST,
-                "/queue/pause".into(),
+                Route::PauseQueue(e::PauseQueue),
                 r.reason,
             ),
             QueueAction::Resume(r) => action(
                 Command::ResumeQueue {
                     reason: r.reason.clone(),
                 },
-                Method::POST,
-                "/queue/resume".into(),
+                Route::ResumeQueue(e::ResumeQueue),
                 r.reason,
             ),
         },

@@ -6,7 +6,7 @@
 //! `verify` give the same shape locally and through a server.
 
 use anyhow::{Context, Result};
-use ingest_client::{Client, ClientError, Method};
+use ingest_client::{Client, ClientError};
 use ingest_engine::{Engine, EngineError};
 use ingest_events::command::Command;
 use ingest_events::{Actor, Bid, Jid};
@@ -29,8 +29,8 @@ pub struct Refused(pub String);
 pub struct AdminAction {
     /// The engine command (local) …
     pub command: Command,
-    /// … and the API route that carries it (remote): method and path.
-    pub route: (Method, String),
+    /// … and the API endpoint that carries it (remote).
+    pub route: ingest_protocol::endpoint::AdminAction,
     /// The reason recorded.
     pub reason: String,
 }
@@ -377,8 +377,7 @@ impl Backend for Remote {
             actor: Some(self.admin_name.clone()),
             reason: action.reason,
         };
-        let (method, path) = action.route;
-        Ok(self.run(client.admin(method, &path, &body))?.events)
+        Ok(self.run(client.admin(&action.route, &body))?.events)
     }
 
     fn list_batches(&mut self, query: &BatchQuery) -> Result<BatchPage> {

@@ -13,7 +13,6 @@ use std::io::{BufRead, IsTerminal, Write};
 use anyhow::{bail, Context, Result};
 use chrono::Utc;
 use clap::Args;
-use ingest_client::Method;
 use ingest_engine::consistency::{self, CheckError, RepairContext, Sources};
 use ingest_engine::{Engine, EngineError};
 use ingest_events::Actor;
@@ -269,8 +268,9 @@ pub fn remote(remote: &Remote, args: CheckArgs) -> Result<i32> {
     }
     let client = remote.admin_api()?;
     let get = || -> Result<ConsistencyReport> {
-        let path = format!("/consistency?stuck_after={}", args.stuck_after);
-        remote.run(client.send::<(), _>(Method::GET, &path, None))
+        remote.run(client.get(&ingest_protocol::endpoint::Consistency {
+            stuck_after: args.stuck_after,
+        }))
     };
     let ids: Vec<String> = match (&args.repair, args.repair_all) {
         (None, false) => {
@@ -305,7 +305,7 @@ pub fn remote(remote: &Remote, args: CheckArgs) -> Result<i32> {
             actor: Some(remote.admin_name.clone()),
         };
         let done: Result<RepairDone> =
-            remote.run(client.send(Method::POST, "/consistency/repair", Some(&body)));
+            remote.run(client.call(&ingest_protocol::endpoint::ConsistencyRepair, &body));
         match done {
             Ok(d) => println!(
                 "repaired {} ({}): {}; recorded as event #{}",

@@ -10,9 +10,9 @@
 //! the server first; `diff --repair` asks the server's running projector.
 
 use anyhow::{bail, Result};
-use ingest_client::Method;
 pub use ingest_config::server_file::locked_hint;
 use ingest_protocol::api::{CleanupBody, DiffRepairBody, DiffRepaired, Diffed};
+use ingest_protocol::endpoint;
 
 use super::backend::{Refused, Remote};
 use super::{emit, print_rows, refused_or, zk, Cmd};
@@ -46,20 +46,17 @@ fn run_inner(remote: &Remote, command: Cmd) -> Result<i32> {
             local_id,
             format,
         } => {
-            let path = match (ark, collection.zip(local_id)) {
-                (Some(ark), _) => format!("/objects/{ark}"),
-                (None, Some((c, l))) => {
-                    let mut url = reqwest::Url::parse("http://x/objects")?;
-                    url.query_pairs_mut()
-                        .append_pair("collection", &c)
-                        .append_pair("local_id", &l);
-                    format!("/objects?{}", url.query().unwrap_or_default())
-                }
+            let client = remote.reader_api()?;
+            let v = match (ark, collection.zip(local_id)) {
+                (Some(ark), _) => remote.run(client.get(&endpoint::GetObject(ark)))?,
+                (None, Some((collection, local_id))) => remote.run(client.get(
+                    &endpoint::FindObject(ingest_protocol::api::ObjectQuery {
+                        collection,
+                        local_id,
+                    }),
+                ))?,
                 (None, None) => bail!("give an ark, or --collection and --local-id"),
             };
-            let client = remote.reader_api()?;
-            let v: ingest_protocol::api::ObjectView =
-                remote.run(client.send::<(), _>(Method::GET, &path, None))?;
             emit(&v, format)?;
             Ok(0)
         }
@@ -68,22 +65,12 @@ fn run_inner(remote: &Remote, command: Cmd) -> Result<i32> {
                 // The live tree comes from ZooKeeper, not from the log.
                 return zk::tree_live(args);
             }
-            let mut url = reqwest::Url::parse("http://x/tree")?;
-            {
-                let mut q = url.query_pairs_mut();
-                if let Some(at) = &args.at {
-                    q.append_pair("at", at);
-                }
-                if let Some(p) = &args.path {
-                    q.append_pair("path", p);
-                }
-            }
-            let path = match url.query() {
-                Some(q) => format!("/tree?{q}"),
-                None => "/tree".to_string(),
+            let query = ingest_protocol::api::TreeQuery {
+                at: args.at.clone(),
+                path: args.path.clone(),
             };
             let client = remote.admin_api()?;
-            let text = remote.run(client.get_text(&path))?;
+            let text = remote.run(client.get(&endpoint::GetTree(query)))?;
             if text.is_empty() {
                 if let Some(p) = &args.path {
                     eprintln!("no node at or under {p}");

@@ -311,6 +311,11 @@ async fn ui_session(http: &reqwest::Client, base: &str) -> (String, String) {
     (cookie, page.text().await.expect("text"))
 }
 
+/// [`submission`] as the typed client sends it.
+fn submission_input(n: usize) -> ingest_protocol::submission::SubmissionInput {
+    serde_json::from_value(submission(n)).expect("a submission")
+}
+
 fn submission(n: usize) -> Value {
     json!({
         "submitter": "alice",
@@ -457,7 +462,7 @@ async fn leader_kills_lose_no_acknowledged_command_and_replicas_converge() {
     for _ in 0..5 {
         n += 1;
         let s = client
-            .submit(&submission(n))
+            .submit(&submission_input(n))
             .await
             .expect("submit through any engine");
         acked.push(s.bid.to_string());
@@ -503,7 +508,7 @@ async fn leader_kills_lose_no_acknowledged_command_and_replicas_converge() {
         for _ in 0..5 {
             n += 1;
             let s = client
-                .submit(&submission(n))
+                .submit(&submission_input(n))
                 .await
                 .expect("submit after failover");
             acked.push(s.bid.to_string());
@@ -622,7 +627,7 @@ async fn without_a_zookeeper_quorum_writes_are_refused_and_nothing_is_lost() {
     let mut acked = Vec::new();
     acked.push(
         client
-            .submit(&submission(1))
+            .submit(&submission_input(1))
             .await
             .expect("before")
             .bid
@@ -631,7 +636,7 @@ async fn without_a_zookeeper_quorum_writes_are_refused_and_nothing_is_lost() {
     for n in 10..16 {
         acked.push(
             client
-                .submit(&submission(n))
+                .submit(&submission_input(n))
                 .await
                 .expect("more")
                 .bid
@@ -683,7 +688,7 @@ async fn without_a_zookeeper_quorum_writes_are_refused_and_nothing_is_lost() {
     for n in 2..5 {
         acked.push(
             client
-                .submit(&submission(n))
+                .submit(&submission_input(n))
                 .await
                 .expect("with two of three")
                 .bid
@@ -722,7 +727,7 @@ async fn without_a_zookeeper_quorum_writes_are_refused_and_nothing_is_lost() {
     ens.restart_member(2);
     let deadline = Instant::now() + DEADLINE;
     let bid = loop {
-        match client.submit(&submission(5)).await {
+        match client.submit(&submission_input(5)).await {
             Ok(s) => break s.bid.to_string(),
             Err(e) => assert!(Instant::now() < deadline, "writes did not resume: {e}"),
         }

@@ -23,8 +23,9 @@ use ingest_config::DaemonKind;
 use ingest_events::event::AccessQueue;
 use ingest_events::Qid;
 use ingest_projections::layout;
-use ingest_protocol::access::{AccessMoved, AccessOutcomeBody, AccessProgress, AccessProgressBody};
+use ingest_protocol::access::{AccessOutcomeBody, AccessProgressBody};
 use ingest_protocol::api::{OutcomeKind, SessionId, WorkerRef};
+use ingest_protocol::endpoint::{AccessOutcome, ReportProgress, StartAccess};
 use ingest_protocol::fence::{FenceSecret, LockNode};
 use ingest_protocol::node::{decode, AccessStatusNode, AccessTokenNode};
 use ingest_steps::assemble::Progress;
@@ -119,7 +120,7 @@ async fn take_one(
             Err(zk::Error::NodeExists | zk::Error::NoNode) => continue,
             Err(e) => return Err(e.into()),
         };
-        let result = assemble(shared, client, &qid, (queue, id), &fence).await;
+        let result = assemble(shared, client, (queue, id), &fence).await;
         release(client, &lock, &created).await;
         if result? {
             return Ok(true);
@@ -156,10 +157,10 @@ async fn status(client: &zk::Client, queue: AccessQueue, qid: Qid) -> Option<Str
 async fn assemble(
     shared: &Shared,
     client: &zk::Client,
-    qid: &str,
     (queue, id): (AccessQueue, Qid),
     fence: &FenceSecret,
 ) -> Result<bool, BoxError> {
+    let qid = id;
     // Re-checked under the lock: another worker may have taken it between
     // the listing and the lock.
     if !takeable(status(client, queue, id).await.as_deref()) {
@@ -170,10 +171,7 @@ async fn assemble(
         worker: shared.name.clone(),
         session_id,
     };
-    let started = shared
-        .engine
-        .report::<_, AccessMoved>(&format!("/access/{qid}/start"), fence, &who)
-        .await?;
+    let started = shared.engine.report(&StartAccess(qid), fence, &who).await?;
     if let Reply::Refused { code, message } = started {
         tracing::info!(%qid, %code, message = %ingest_protocol::bounded(&message), "the access request was not started");
         return Ok(false);
@@ -256,7 +254,7 @@ async fn assemble(
     };
     match shared
         .engine
-        .report::<_, AccessMoved>(&format!("/access/{qid}/outcome"), fence, &body)
+        .report(&AccessOutcome(qid), fence, &body)
         .await?
     {
         Reply::Done(moved) => {
@@ -264,8 +262,9 @@ async fn assemble(
             // Told once the engine recorded the outcome, so the URL named
             // is one the server answers.
             if let (Some(notifier), Some(token)) = (&shared.steps.access_notify, &token) {
+                let qid_text = qid.to_string();
                 let ended = AccessEnded {
-                    qid,
+                    qid: &qid_text,
                     token,
                     delivery: body.delivery.as_ref(),
                     message: &body.message,
@@ -288,7 +287,7 @@ async fn assemble(
 /// Tells the engine how far one assembly got.
 struct Reporter<'a> {
     shared: &'a Shared,
-    qid: &'a str,
+    qid: Qid,
     fence: &'a FenceSecret,
     session_id: SessionId,
 }
@@ -335,11 +334,10 @@ impl Reporter<'_> {
             files: p.files,
             bytes: p.bytes,
         };
-        let path = format!("/access/{}/progress", self.qid);
         match self
             .shared
             .engine
-            .report::<_, AccessProgress>(&path, self.fence, &body)
+            .report(&ReportProgress(self.qid), self.fence, &body)
             .await
         {
             Ok(Reply::Done(_)) => {

@@ -240,19 +240,32 @@ where
     )
 }
 
+/// The entry of the endpoint `E`: its method and route pattern come from
+/// its definition in `ingest_protocol::endpoint`, which the client and the
+/// workers call it through.
+fn route<E, H, T>(access: Access, handler: H) -> Entry
+where
+    E: ingest_protocol::endpoint::Endpoint,
+    H: Handler<T, AppState>,
+    T: 'static,
+{
+    let method = match E::METHOD {
+        ingest_protocol::endpoint::Method::Get => Method::GET,
+        ingest_protocol::endpoint::Method::Post => Method::POST,
+        ingest_protocol::endpoint::Method::Delete => Method::DELETE,
+    };
+    entry(method, E::ROUTE, access, handler)
+}
+
 fn table() -> Vec<Entry> {
+    use ingest_protocol::endpoint as e;
     use Access::{Admin, Depositor, Metrics, Public, Reader, Worker};
     use Method as M;
     vec![
         // Depositors (the admin token works too).
-        entry(M::POST, "/batches", Depositor, depositor::submit),
-        entry(M::GET, "/batches/{bid}", Depositor, depositor::batch),
-        entry(
-            M::GET,
-            "/batches/{bid}/history",
-            Depositor,
-            depositor::batch_history,
-        ),
+        route::<e::Submit, _, _>(Depositor, depositor::submit),
+        route::<e::GetBatch, _, _>(Depositor, depositor::batch),
+        route::<e::BatchHistory, _, _>(Depositor, depositor::batch_history),
         entry(
             M::GET,
             "/batches/{bid}/report",
@@ -265,45 +278,25 @@ fn table() -> Vec<Entry> {
             Depositor,
             depositor::batch_by_uuid,
         ),
-        entry(M::GET, "/jobs/{jid}", Depositor, depositor::job),
-        entry(M::GET, "/batches", Depositor, listing::batches),
-        entry(M::GET, "/jobs", Depositor, listing::jobs),
-        entry(
-            M::GET,
-            "/jobs/{jid}/history",
-            Depositor,
-            depositor::job_history,
-        ),
-        entry(M::GET, "/history", Depositor, depositor::history),
+        route::<e::GetJob, _, _>(Depositor, depositor::job),
+        route::<e::ListBatches, _, _>(Depositor, listing::batches),
+        route::<e::ListJobs, _, _>(Depositor, listing::jobs),
+        route::<e::JobHistory, _, _>(Depositor, depositor::job_history),
+        route::<e::SearchHistory, _, _>(Depositor, depositor::history),
         // Workers.
-        entry(
-            M::POST,
-            "/batches/{bid}/acquire",
-            Worker,
-            worker::acquire_batch,
-        ),
-        entry(
-            M::POST,
-            "/batches/{bid}/report",
-            Worker,
-            worker::report_batch,
-        ),
-        entry(
-            M::GET,
-            "/reporting-batches",
-            Worker,
-            worker::reporting_batches,
-        ),
-        entry(M::POST, "/jobs/{jid}/start", Worker, worker::start_job),
-        entry(M::POST, "/jobs/{jid}/waiting", Worker, waiting::waiting),
-        entry(M::POST, "/jobs/{jid}/outcome", Worker, worker::outcome),
-        entry(M::POST, "/jobs/{jid}/retries", Worker, worker::retry),
-        entry(M::POST, "/jobs/{jid}/ark", Worker, objects::ark),
-        entry(M::POST, "/jobs/{jid}/lookup", Worker, objects::lookup),
-        entry(M::POST, "/jobs/{jid}/object", Worker, objects::record),
+        route::<e::AcquireBatch, _, _>(Worker, worker::acquire_batch),
+        route::<e::ReportBatch, _, _>(Worker, worker::report_batch),
+        route::<e::ListReporting, _, _>(Worker, worker::reporting_batches),
+        route::<e::StartJob, _, _>(Worker, worker::start_job),
+        route::<e::JobWaiting, _, _>(Worker, waiting::waiting),
+        route::<e::JobOutcome, _, _>(Worker, worker::outcome),
+        route::<e::JobRetry, _, _>(Worker, worker::retry),
+        route::<e::AssignArk, _, _>(Worker, objects::ark),
+        route::<e::LookupArks, _, _>(Worker, objects::lookup),
+        route::<e::RecordObject, _, _>(Worker, objects::record),
         // Objects (any token).
-        entry(M::GET, "/objects", Reader, objects::by_local_id),
-        entry(M::GET, "/objects/{*ark}", Reader, objects::object),
+        route::<e::FindObject, _, _>(Reader, objects::by_local_id),
+        route::<e::GetObject, _, _>(Reader, objects::object),
         entry(
             M::GET,
             "/content/{node}/{ark}/{version}/{*file}",
@@ -312,87 +305,47 @@ fn table() -> Vec<Entry> {
         ),
         entry(M::GET, "/deliveries/{name}", Public, deliveries::delivery),
         // Admins.
-        entry(M::POST, "/jobs/{jid}/hold", Admin, admin::hold_job),
-        entry(M::POST, "/jobs/{jid}/release", Admin, admin::release_job),
-        entry(M::POST, "/jobs/{jid}/requeue", Admin, admin::requeue_job),
-        entry(M::POST, "/jobs/{jid}/fail", Admin, admin::fail_job),
-        entry(M::DELETE, "/jobs/{jid}", Admin, admin::delete_job),
-        entry(
-            M::POST,
-            "/batches/{bid}/release",
-            Admin,
-            admin::release_batch,
-        ),
-        entry(
-            M::POST,
-            "/batches/{bid}/update-reporting",
-            Admin,
-            admin::update_reporting,
-        ),
-        entry(M::DELETE, "/batches/{bid}", Admin, admin::delete_batch),
+        route::<e::HoldJob, _, _>(Admin, admin::hold_job),
+        route::<e::ReleaseJob, _, _>(Admin, admin::release_job),
+        route::<e::RequeueJob, _, _>(Admin, admin::requeue_job),
+        route::<e::FailJob, _, _>(Admin, admin::fail_job),
+        route::<e::DeleteJob, _, _>(Admin, admin::delete_job),
+        route::<e::ReleaseBatch, _, _>(Admin, admin::release_batch),
+        route::<e::UpdateReporting, _, _>(Admin, admin::update_reporting),
+        route::<e::DeleteBatch, _, _>(Admin, admin::delete_batch),
         entry(M::GET, "/collections/{profile}", Admin, admin::collection),
-        entry(
-            M::POST,
-            "/collections/{profile}/hold",
-            Admin,
-            admin::hold_collection,
-        ),
-        entry(
-            M::POST,
-            "/collections/{profile}/release",
-            Admin,
-            admin::release_collection,
-        ),
-        entry(
-            M::POST,
-            "/collections/{profile}/release-jobs",
-            Admin,
-            admin::release_collection_jobs,
-        ),
+        route::<e::HoldCollection, _, _>(Admin, admin::hold_collection),
+        route::<e::ReleaseCollection, _, _>(Admin, admin::release_collection),
+        route::<e::ReleaseCollectionJobs, _, _>(Admin, admin::release_collection_jobs),
         entry(M::GET, "/queue", Admin, admin::queue),
-        entry(M::POST, "/queue/pause", Admin, admin::pause),
-        entry(M::POST, "/queue/resume", Admin, admin::resume),
-        entry(M::POST, "/cleanup", Admin, admin::cleanup),
-        entry(M::GET, "/status", Admin, admin::status),
-        entry(M::GET, "/verify", Admin, ops::verify),
-        entry(M::GET, "/audit/bundle", Admin, audit::bundle),
-        entry(M::GET, "/audit/proof", Admin, audit::proof),
-        entry(M::GET, "/tree", Admin, ops::tree),
-        entry(M::GET, "/diff", Admin, ops::diff),
-        entry(M::POST, "/diff/repair", Admin, ops::diff_repair),
-        entry(M::GET, "/consistency", Admin, consistency::report),
-        entry(M::POST, "/consistency/repair", Admin, consistency::repair),
+        route::<e::PauseQueue, _, _>(Admin, admin::pause),
+        route::<e::ResumeQueue, _, _>(Admin, admin::resume),
+        route::<e::Cleanup, _, _>(Admin, admin::cleanup),
+        route::<e::GetStatus, _, _>(Admin, admin::status),
+        route::<e::Verify, _, _>(Admin, ops::verify),
+        route::<e::AuditBundle, _, _>(Admin, audit::bundle),
+        route::<e::AuditProof, _, _>(Admin, audit::proof),
+        route::<e::GetTree, _, _>(Admin, ops::tree),
+        route::<e::Diff, _, _>(Admin, ops::diff),
+        route::<e::DiffRepair, _, _>(Admin, ops::diff_repair),
+        route::<e::Consistency, _, _>(Admin, consistency::report),
+        route::<e::ConsistencyRepair, _, _>(Admin, consistency::repair),
         entry(M::GET, "/faults", Admin, ops::faults),
         entry(M::POST, "/faults", Admin, ops::arm_fault),
         entry(M::DELETE, "/faults", Admin, ops::clear_faults),
         // The access (assembly) queue.
-        entry(M::POST, "/access", Depositor, access::request),
-        entry(M::GET, "/access", Depositor, access::list),
-        entry(M::GET, "/access/{qid}", Depositor, access::show),
-        entry(M::POST, "/access/{qid}/start", Worker, access::start),
-        entry(M::POST, "/access/{qid}/outcome", Worker, access::outcome),
-        entry(
-            M::POST,
-            "/access/{qid}/progress",
-            Worker,
-            assembling::progress,
-        ),
-        entry(M::POST, "/access/{qid}/requeue", Admin, access::requeue),
-        entry(M::DELETE, "/access/{qid}", Admin, access::delete),
-        entry(
-            M::POST,
-            "/access-queues/{queue}/pause",
-            Admin,
-            access::pause,
-        ),
-        entry(
-            M::POST,
-            "/access-queues/{queue}/resume",
-            Admin,
-            access::resume,
-        ),
+        route::<e::RequestAccess, _, _>(Depositor, access::request),
+        route::<e::ListAccess, _, _>(Depositor, access::list),
+        route::<e::GetAccess, _, _>(Depositor, access::show),
+        route::<e::StartAccess, _, _>(Worker, access::start),
+        route::<e::AccessOutcome, _, _>(Worker, access::outcome),
+        route::<e::ReportProgress, _, _>(Worker, assembling::progress),
+        route::<e::RequeueAccess, _, _>(Admin, access::requeue),
+        route::<e::DeleteAccess, _, _>(Admin, access::delete),
+        route::<e::PauseAccessQueue, _, _>(Admin, access::pause),
+        route::<e::ResumeAccessQueue, _, _>(Admin, access::resume),
         // Operations.
-        entry(M::GET, "/metrics", Metrics, metrics),
+        route::<e::Metrics, _, _>(Metrics, metrics),
         entry(M::GET, "/openapi.yaml", Public, openapi),
         entry(M::GET, "/healthz", Public, healthz),
         entry(M::GET, "/readyz", Public, readyz),
@@ -571,7 +524,8 @@ async fn record_metrics(State(app): State<AppState>, req: Request, next: Next) -
 }
 
 /// The route whose body limit is `max_record_bytes`.
-pub const RECORD_ROUTE: &str = "/jobs/{jid}/object";
+pub const RECORD_ROUTE: &str =
+    <ingest_protocol::endpoint::RecordObject as ingest_protocol::endpoint::Endpoint>::ROUTE;
 
 /// Refuses a declared body over the route's limit before reading it; bodies
 /// without a length are cut by `DefaultBodyLimit` while reading.
@@ -892,6 +846,24 @@ mod tests {
                 !r.path.contains(':'),
                 "{}: axum 0.8 paths use {{param}}",
                 r.path
+            );
+        }
+    }
+
+    /// Every endpoint the client and the workers call is served, with its
+    /// method on its route pattern (the table takes both from it).
+    #[test]
+    fn every_endpoint_of_the_contract_is_served() {
+        let served: std::collections::BTreeSet<(String, &str)> = routes()
+            .into_iter()
+            .map(|r| (r.method.to_string(), r.path))
+            .collect();
+        for e in ingest_protocol::endpoint::every() {
+            assert!(
+                served.contains(&(e.method.to_string(), e.route)),
+                "{} {} is not served",
+                e.method,
+                e.route
             );
         }
     }

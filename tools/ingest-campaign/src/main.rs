@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
 
@@ -431,15 +431,16 @@ async fn where_engines_are(http: &reqwest::Client, engines: &[Engine]) -> String
     lines.join("; ")
 }
 
-fn submission(n: u64) -> Value {
-    json!({
-        "submitter": "campaign",
-        "profile": "demo",
-        "type": "object-manifest",
-        "payload_url": format!("https://example.org/campaign-{n}.checkm"),
-        "manifest": [format!("https://example.org/object-{n}.checkm loc{n}")],
-        "erc_what": format!("Campaign object {n}"),
-    })
+fn submission(n: u64) -> ingest_protocol::submission::SubmissionInput {
+    ingest_protocol::submission::SubmissionInput {
+        submitter: Some("campaign".into()),
+        profile: Some("demo".into()),
+        payload_type: Some("object-manifest".into()),
+        payload_url: Some(format!("https://example.org/campaign-{n}.checkm")),
+        manifest: vec![format!("https://example.org/object-{n}.checkm loc{n}")],
+        erc_what: Some(format!("Campaign object {n}")),
+        ..Default::default()
+    }
 }
 
 /// What the submitters saw.

@@ -40,7 +40,7 @@ impl Api {
     }
 
     pub(crate) async fn metrics(&self) -> Result<String> {
-        Ok(self.admin.get_text("/metrics").await?)
+        Ok(self.admin.get(&ingest_protocol::endpoint::Metrics).await?)
     }
 
     pub(crate) async fn submit(&self, batch: usize, jobs: usize) -> Result<String> {

@@ -10,13 +10,14 @@ use zookeeper_client as zk;
 
 use super::lock::{fresh_secret, let_go, lock_path, release, session_ended, Held, Until};
 use super::status::{batch_matches, pending_batch, reached_status, read_status, BatchSeen};
-use super::{connected, BoxError, Chain, Item, Shared, Stats, Target, Tried};
+use super::{connected, BoxError, Chain, Item, ItemId, Shared, Stats, Target, Tried};
 use crate::step::{ApiCtx, JobCtx, StepResult};
 use ingest_client::Reply;
+use ingest_projections::layout;
 use ingest_protocol::api::{
-    AcquireBody, Acquired, JobMoved, OutcomeBody, OutcomeKind, ReportBody, Reported, SessionId,
-    WorkerRef,
+    AcquireBody, JobMoved, OutcomeBody, OutcomeKind, ReportBody, SessionId, WorkerRef,
 };
+use ingest_protocol::endpoint::{AcquireBatch, Fenced, JobOutcome, ReportBatch, StartJob};
 use ingest_protocol::fence::{FenceSecret, LockNode};
 
 /// Tries `item`: `None` when it was handed, lock held, to a task of the
@@ -31,7 +32,7 @@ pub(super) async fn try_item(
     named: bool,
     stop: &CancellationToken,
 ) -> Result<Option<Tried>, BoxError> {
-    let path = lock_path(target, &item.id);
+    let path = lock_path(item.id);
     let fence = fresh_secret()?;
     let data = LockNode::new(&shared.name, &fence).to_bytes();
     let ephemeral = ingest_projections::acl::lock_options();
@@ -49,7 +50,9 @@ pub(super) async fn try_item(
                 // back-off instead of waiting for the 10-second sweep
                 // (once a 9.2 s reporting p99 with 4 workers).
                 Target::ReportingBatches(status) if named => {
-                    shared.note_reporting(&item.id, status);
+                    if let ItemId::Batch(bid) = item.id {
+                        shared.note_reporting_bid(bid, status);
+                    }
                 }
                 _ => {}
             }
@@ -63,10 +66,9 @@ pub(super) async fn try_item(
         created,
         fence,
     };
-    if let Target::Jobs(first) = target {
+    if let (Target::Jobs(first), ItemId::Job(jid)) = (target, item.id) {
         shared.stats.job_locks.fetch_add(1, Ordering::Relaxed);
-        let status_path = format!("/jobs/{}/status", item.id);
-        match read_status(client, &status_path).await {
+        match read_status(client, &layout::job_status(jid)).await {
             Ok(s) if s.as_deref() == Some(first.to_string().as_str()) => {}
             other => {
                 release(client, &held.path, &held.created).await;
@@ -75,6 +77,7 @@ pub(super) async fn try_item(
         }
         let chain = Box::new(Chain {
             item: item.clone(),
+            jid,
             client: client.clone(),
             held,
             state: first,
@@ -114,7 +117,7 @@ enum ChainEnd {
 /// Runs a chain handed to this task, and releases and settles it when it
 /// ends here.
 pub(super) async fn run_chain(shared: &Shared, chain: Box<Chain>, stop: &CancellationToken) {
-    let id = chain.item.id.clone();
+    let id = chain.item.id;
     let ChainEnd::Ended(chain, result, until) = chain_steps(shared, chain, stop).await else {
         return;
     };
@@ -129,9 +132,9 @@ pub(super) async fn run_chain(shared: &Shared, chain: Box<Chain>, stop: &Cancell
         _ => Tried::Done,
     };
     let target = Target::Jobs(chain.state);
-    shared.settle(target, &id, tried);
+    shared.settle(target, id, tried);
     if tried == Tried::Done {
-        shared.linger(target, &id);
+        shared.linger(target, id);
     }
 }
 
@@ -156,7 +159,7 @@ fn identity(shared: &Shared, client: &zk::Client, fence: &FenceSecret) -> (Worke
 /// states this worker serves; hands the job on to the next state's daemon
 /// when its inbox has room.
 async fn chain_steps(shared: &Shared, mut chain: Box<Chain>, stop: &CancellationToken) -> ChainEnd {
-    let status_path = format!("/jobs/{}/status", chain.item.id);
+    let status_path = layout::job_status(chain.jid);
     loop {
         let (who, api) = identity(shared, &chain.client, &chain.held.fence);
         let stepped = step_once(
@@ -232,24 +235,28 @@ async fn locked(
     named: bool,
 ) -> Result<(Tried, Until), BoxError> {
     let (who, api) = identity(shared, client, &held.fence);
+    let ItemId::Batch(bid) = item.id else {
+        // Jobs go through `chain_steps`.
+        return Ok((Tried::Skipped, Until::Now));
+    };
     let batch_ctx = || crate::step::BatchCtx {
-        bid: item.id.clone(),
+        bid,
         zk: client.clone(),
         api: api.clone(),
     };
     match target {
         Target::PendingBatches => {
-            match pending_batch(client, &item.id).await? {
+            match pending_batch(client, bid).await? {
                 BatchSeen::Pending => {}
                 // Acquired by another worker, or gone: never pending again.
                 BatchSeen::Acquired | BatchSeen::Unknown => {
-                    shared.note_acquired(&item.id);
+                    shared.note_acquired(bid);
                     return Ok((Tried::Skipped, Until::Now));
                 }
                 // Parked by a collection hold: a candidate again when it is
                 // released.
                 BatchSeen::Held => {
-                    shared.note_held(&item.id);
+                    shared.note_held(bid);
                     return Ok((Tried::Skipped, Until::Now));
                 }
             }
@@ -277,19 +284,18 @@ async fn locked(
                     }
                 }
             }
-            let path = format!("/batches/{}/acquire", item.id);
-            let (tried, answer) = match report::<Acquired>(shared, &path, &held.fence, &body).await
-            {
+            let acquire = AcquireBatch(bid);
+            let (tried, answer) = match report(shared, &acquire, &held.fence, &body).await {
                 // The expansion is more than the server reads in one request:
                 // the batch fails once, with a report that fits, instead of
                 // being expanded and refused again every turn.
                 Err(e) if too_large(&e) && body.jobs.is_some() => {
                     let jobs = body.jobs.take().map_or(0, |j| j.len());
-                    tracing::warn!(bid = %item.id, jobs, "the batch's expansion is larger than the server accepts; the batch fails");
+                    tracing::warn!(%bid, jobs, "the batch's expansion is larger than the server accepts; the batch fails");
                     body.expansion_error = Some(format!(
                         "the payload expands into {jobs} job(s), more than the server accepts in one request (413 payload_too_large): split the batch"
                     ));
-                    report::<Acquired>(shared, &path, &held.fence, &body).await?
+                    report(shared, &acquire, &held.fence, &body).await?
                 }
                 other => other?,
             };
@@ -297,28 +303,26 @@ async fn locked(
                 // Its collection is held: the batch went Held, not
                 // acquired, and comes back to Pending when released.
                 Some(a) if a.status == "Held" => {
-                    shared.note_held(&item.id);
-                    let status = format!("/batches/{}/status", item.id);
+                    shared.note_held(bid);
                     let until = Until::Status {
-                        path: status,
+                        path: layout::batch_status(bid),
                         old: "Pending".into(),
                     };
                     Ok((tried, until))
                 }
                 Some(a) => {
-                    shared.note_acquired(&item.id);
+                    shared.note_acquired(bid);
                     if a.status == "Failed" {
                         // Failed as it was acquired (its payload did not
                         // expand): it never enters Reporting, so the
                         // depositor hears of it here.
                         if let Some(work) = &shared.steps.batch {
                             if let Some(e) = work.failed(&batch_ctx(), &a.message).await {
-                                tracing::warn!(bid = %item.id, error = %ingest_protocol::bounded(&e), "cannot notify the depositor of the batch's failure");
+                                tracing::warn!(%bid, error = %ingest_protocol::bounded(&e), "cannot notify the depositor of the batch's failure");
                             }
                         }
                     }
-                    let states = format!("/batches/{}/states", item.id);
-                    Ok((tried, Until::Exists(states)))
+                    Ok((tried, Until::Exists(layout::batch_states(bid))))
                 }
                 None => Ok((tried, Until::Now)),
             }
@@ -329,9 +333,9 @@ async fn locked(
                 // shows the batch Processing is waited for, not taken as a
                 // reason to leave the batch to the slow sweep (which then
                 // took up to 10 s: the reporting p99 with 4 workers).
-                reached_status(client, &format!("/batches/{}/status", item.id), status).await?
+                reached_status(client, &layout::batch_status(bid), status).await?
             } else {
-                batch_matches(client, target, &item.id).await?
+                batch_matches(client, target, bid).await?
             };
             if !ready {
                 return Ok((Tried::Skipped, Until::Now));
@@ -349,11 +353,10 @@ async fn locked(
                 };
                 body.notification_error = sent;
             }
-            let path = format!("/batches/{}/report", item.id);
-            let (tried, _) = report::<Reported>(shared, &path, &held.fence, &body).await?;
+            let (tried, _) = report(shared, &ReportBatch(bid), &held.fence, &body).await?;
             if tried == Tried::Done {
                 let until = Until::Status {
-                    path: format!("/batches/{}/status", item.id),
+                    path: layout::batch_status(bid),
                     old: status.to_string(),
                 };
                 return Ok((tried, until));
@@ -376,15 +379,17 @@ async fn step_once(
     api: &ApiCtx,
     space_needed: &mut Option<u64>,
 ) -> Result<(Tried, Option<JobMoved>), BoxError> {
+    let ItemId::Job(jid) = item.id else {
+        return Ok((Tried::Skipped, None));
+    };
     if state == JobState::Pending {
-        let path = format!("/jobs/{}/start", item.id);
-        return report::<JobMoved>(shared, &path, &api.fence, who).await;
+        return report(shared, &StartJob(jid), &api.fence, who).await;
     }
     let Some(step) = shared.steps.get(state) else {
         return Ok((Tried::Skipped, None));
     };
     let ctx = JobCtx {
-        jid: item.id.clone(),
+        jid,
         state,
         priority: item.priority,
         zk: Some(client.clone()),
@@ -403,33 +408,33 @@ async fn step_once(
     let result = tokio::select! {
         r = step.run(&ctx) => r,
         () = session_ended(client) => {
-            tracing::warn!(jid = %item.id, %state, "the session ended during the step; the step is dropped");
+            tracing::warn!(%jid, %state, "the session ended during the step; the step is dropped");
             return Ok((Tried::Refused, None));
         }
     };
     let outcome = match result {
         StepResult::Report(o) => o,
         StepResult::Wait(why) => {
-            if shared.note_waiting(&item.id, state, &why) {
+            if shared.note_waiting(jid, state, &why) {
                 // Said to the engine when the reason changes, so that
                 // `ingest jobs`, `show job` and the UI show it.
                 if let Err(e) = shared
                     .engine
-                    .job_waiting(&item.id, &state.to_string(), &why)
+                    .job_waiting(jid, &state.to_string(), &why)
                     .await
                 {
-                    tracing::debug!(jid = %item.id, error = %e, "cannot say why the job waits");
+                    tracing::debug!(%jid, error = %e, "cannot say why the job waits");
                 }
             }
             return Ok((Tried::Waited, None));
         }
     };
-    shared.done_waiting(&item.id);
+    shared.done_waiting(jid);
     if outcome.space_needed.is_some() {
         *space_needed = outcome.space_needed;
     }
     if client.state().is_terminated() {
-        tracing::warn!(jid = %item.id, %state, "the session ended during the step; the result is dropped");
+        tracing::warn!(%jid, %state, "the session ended during the step; the result is dropped");
         return Ok((Tried::Refused, None));
     }
     let body = OutcomeBody {
@@ -450,8 +455,7 @@ async fn step_once(
         failure: outcome.failure,
         duration_ms: Some(u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX)),
     };
-    let path = format!("/jobs/{}/outcome", item.id);
-    report::<JobMoved>(shared, &path, &api.fence, &body).await
+    report(shared, &JobOutcome(jid), &api.fence, &body).await
 }
 
 /// Counts a step out of [`Stats::in_flight`] when it ends, however it ends.
@@ -463,23 +467,24 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// POSTs a fenced report whose route answers `R` (`Acquired`, `Reported`
-/// or `JobMoved`), with the lock's secret. The answer is decoded, so a
-/// server that answers another shape is an error.
-pub(super) async fn report<R: serde::de::DeserializeOwned>(
+/// Sends a fenced report to `endpoint` (`AcquireBatch`, `ReportBatch`,
+/// `StartJob` or `JobOutcome`), with the lock's secret. The answer is
+/// decoded as the endpoint's reply, so a server that answers another shape
+/// is an error.
+pub(super) async fn report<E: Fenced>(
     shared: &Shared,
-    path: &str,
+    endpoint: &E,
     fence: &FenceSecret,
-    body: &impl serde::Serialize,
-) -> Result<(Tried, Option<R>), BoxError> {
-    match shared.engine.report::<_, R>(path, fence, body).await? {
+    body: &E::Body,
+) -> Result<(Tried, Option<E::Reply>), BoxError> {
+    match shared.engine.report(endpoint, fence, body).await? {
         Reply::Done(answer) => {
             shared.stats.accepted.fetch_add(1, Ordering::Relaxed);
             Ok((Tried::Done, Some(answer)))
         }
         Reply::Refused { code, message } => {
             shared.stats.refused.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(%path, %code, message = %ingest_protocol::bounded(&message), "the report was refused; its result is discarded");
+            tracing::warn!(path = %endpoint.path(), %code, message = %ingest_protocol::bounded(&message), "the report was refused; its result is discarded");
             Ok((Tried::Refused, None))
         }
     }

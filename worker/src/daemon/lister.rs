@@ -7,14 +7,15 @@ use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures_util::{StreamExt as _, TryStreamExt as _};
-use ingest_events::JobState;
+use ingest_events::{Bid, Jid, JobState};
+use ingest_projections::layout;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use super::status::{BatchSeen, StatusOnly};
 use super::{
-    BoxError, Item, Listing, Shared, Target, CHAINED_RELIST_DEBOUNCE, RELIST_DEBOUNCE,
+    BoxError, Item, ItemId, Listing, Shared, Target, CHAINED_RELIST_DEBOUNCE, RELIST_DEBOUNCE,
     RELIST_EVERY, REPORTING_SWEEP,
 };
 use crate::retry::RetryPolicy;
@@ -39,7 +40,7 @@ async fn run_lister(
 ) {
     let mut failures = 0u32;
     // When each job in the queue was first seen (job queues).
-    let mut seen: HashMap<String, Instant> = HashMap::new();
+    let mut seen: HashMap<ItemId, Instant> = HashMap::new();
     // The watches on the status nodes of batches found Held (the
     // batch-pending lister), and the session they were set in.
     let mut held = HeldWatches::default();
@@ -59,7 +60,7 @@ async fn run_lister(
                 for item in &mut items {
                     let since = seen.get(&item.id).copied().unwrap_or(now);
                     item.since = Some(since);
-                    next.insert(item.id.clone(), since);
+                    next.insert(item.id, since);
                 }
                 seen = next;
             }
@@ -142,10 +143,9 @@ struct HeldWatches {
     /// The session the watches were set in.
     session: Option<zk::SessionId>,
     /// The batches watched.
-    watched: HashSet<String>,
+    watched: HashSet<Bid>,
     /// Each watch, resolving to its batch when it fires.
-    watches:
-        futures_util::stream::FuturesUnordered<futures_util::future::BoxFuture<'static, String>>,
+    watches: futures_util::stream::FuturesUnordered<futures_util::future::BoxFuture<'static, Bid>>,
 }
 
 impl HeldWatches {
@@ -165,22 +165,19 @@ impl HeldWatches {
                 .unwrap_or_else(PoisonError::into_inner)
                 .clear();
         }
-        let new: Vec<String> = shared
+        let new: Vec<Bid> = shared
             .held
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
             .filter(|b| !self.watched.contains(*b))
-            .cloned()
+            .copied()
             .collect();
         for bid in new {
-            match client
-                .get_and_watch_data(&format!("/batches/{bid}/status"))
-                .await
-            {
+            match client.get_and_watch_data(&layout::batch_status(bid)).await {
                 Ok((data, _, watcher)) => {
                     if decode::<StatusOnly>("status", &data).is_ok_and(|n| n.status == "Held") {
-                        self.watched.insert(bid.clone());
+                        self.watched.insert(bid);
                         self.watches.push(Box::pin(async move {
                             let _ = watcher.changed().await;
                             bid
@@ -229,14 +226,12 @@ async fn list(
         Target::Jobs(state) => {
             if state == JobState::Pending {
                 // A paused queue starts no job: watch the pause lock instead.
-                let (paused, watcher) = client
-                    .check_and_watch_stat(ingest_projections::layout::QUEUE_LOCK)
-                    .await?;
+                let (paused, watcher) = client.check_and_watch_stat(layout::QUEUE_LOCK).await?;
                 if paused.is_some() {
                     return Ok((Vec::new(), Some(watcher)));
                 }
             }
-            let path = ingest_projections::layout::queue(state);
+            let path = layout::queue(state);
             let (mut names, watcher) = match client.list_and_watch_children(&path).await {
                 Ok(r) => r,
                 Err(zk::Error::NoNode) => return Ok((Vec::new(), None)),
@@ -246,14 +241,14 @@ async fn list(
             Ok((job_items(&names), Some(watcher)))
         }
         Target::PendingBatches => {
-            let (bids, watcher) = match client.list_and_watch_children("/batches").await {
+            let (bids, watcher) = match client.list_and_watch_children(layout::BATCHES).await {
                 Ok(r) => r,
                 Err(zk::Error::NoNode) => return Ok((Vec::new(), None)),
                 Err(e) => return Err(e.into()),
             };
             let mut bids = batch_ids(bids);
             bids.sort();
-            let (unknown, known_pending): (Vec<String>, HashSet<String>) = {
+            let (unknown, known_pending): (Vec<Bid>, HashSet<Bid>) = {
                 let mut acquired = shared
                     .acquired
                     .lock()
@@ -264,7 +259,7 @@ async fn list(
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner);
                 // Forget batches cleanup removed, so the sets stay bounded.
-                let listed: HashSet<&String> = bids.iter().collect();
+                let listed: HashSet<&Bid> = bids.iter().collect();
                 acquired.retain(|b| listed.contains(b));
                 held.retain(|b| listed.contains(b));
                 pending
@@ -283,22 +278,22 @@ async fn list(
             // multi-read of the nodes' data: a status node that someone
             // else made huge would fail a multi-read of every batch with it,
             // and stall acquisition for all of them.
-            let fresh: Vec<String> = unknown
+            let fresh: Vec<Bid> = unknown
                 .iter()
                 .filter(|b| !known_pending.contains(*b))
-                .cloned()
+                .copied()
                 .collect();
             let reads = fresh.into_iter().map(|bid| {
                 let client = client.clone();
                 async move {
                     let seen = if client
-                        .check_stat(&format!("/batches/{bid}/states"))
+                        .check_stat(&layout::batch_states(bid))
                         .await?
                         .is_some()
                     {
                         BatchSeen::Acquired
                     } else if client
-                        .check_stat(&format!("/batches/{bid}/status"))
+                        .check_stat(&layout::batch_status(bid))
                         .await?
                         .is_some()
                     {
@@ -309,7 +304,7 @@ async fn list(
                     Ok::<_, zk::Error>((bid, seen))
                 }
             });
-            let read: HashMap<String, BatchSeen> = futures_util::stream::iter(reads)
+            let read: HashMap<Bid, BatchSeen> = futures_util::stream::iter(reads)
                 .buffered(LIST_READS_IN_FLIGHT)
                 .try_collect()
                 .await?;
@@ -323,16 +318,16 @@ async fn list(
                             .acquired
                             .lock()
                             .unwrap_or_else(PoisonError::into_inner)
-                            .insert(bid.clone());
+                            .insert(*bid);
                     }
                     BatchSeen::Pending => {
                         shared
                             .pending
                             .lock()
                             .unwrap_or_else(PoisonError::into_inner)
-                            .insert(bid.clone());
+                            .insert(*bid);
                         items.push(Item {
-                            id: bid.clone(),
+                            id: ItemId::Batch(*bid),
                             priority: 0,
                             since: None,
                         });
@@ -356,9 +351,9 @@ async fn list(
                 .bids
                 .into_iter()
                 .take(ingest_protocol::api::MAX_REPORTING_LISTED)
-                .filter(|bid| bid.parse::<ingest_events::Bid>().is_ok())
-                .map(|id| Item {
-                    id,
+                .filter_map(|bid| bid.parse::<Bid>().ok())
+                .map(|bid| Item {
+                    id: ItemId::Batch(bid),
                     priority: 0,
                     since: None,
                 })
@@ -380,9 +375,9 @@ pub(super) fn job_items(names: &[String]) -> Vec<Item> {
         .iter()
         .filter_map(|n| {
             let (p, jid) = n.split_once('-')?;
-            let jid: ingest_events::Jid = jid.parse().ok()?;
+            let jid: Jid = jid.parse().ok()?;
             Some(Item {
-                id: jid.to_string(),
+                id: ItemId::Job(jid),
                 priority: p.parse().ok()?,
                 since: None,
             })
@@ -393,9 +388,9 @@ pub(super) fn job_items(names: &[String]) -> Vec<Item> {
 /// The batch ids among `/batches`' children, checked at the door: any
 /// other name (the engine's own scratch nodes, or one another client wrote)
 /// is left out.
-pub(super) fn batch_ids(names: Vec<String>) -> Vec<String> {
+pub(super) fn batch_ids(names: Vec<String>) -> Vec<Bid> {
     names
         .into_iter()
-        .filter(|b| b.parse::<ingest_events::Bid>().is_ok())
+        .filter_map(|b| b.parse::<Bid>().ok())
         .collect()
 }

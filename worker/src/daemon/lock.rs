@@ -4,13 +4,15 @@
 use zookeeper_client as zk;
 
 use super::status::{await_projection, await_status};
-use super::{BoxError, Target};
+use super::{BoxError, ItemId};
+use ingest_projections::layout;
 use ingest_protocol::fence::FenceSecret;
 
-pub(super) fn lock_path(target: Target, id: &str) -> String {
-    match target {
-        Target::Jobs(_) => format!("/jobs/{id}/lock"),
-        _ => format!("/batches/{id}/lock"),
+/// The ephemeral lock node of `id`: `/jobs/JID/lock` or `/batches/BID/lock`.
+pub(super) fn lock_path(id: ItemId) -> String {
+    match id {
+        ItemId::Job(jid) => layout::job_lock(jid),
+        ItemId::Batch(bid) => layout::batch_lock(bid),
     }
 }
 

@@ -6,6 +6,8 @@ use std::time::Instant;
 use zookeeper_client as zk;
 
 use super::{BoxError, Target, PROJECTION_WAIT};
+use ingest_events::Bid;
+use ingest_projections::layout;
 use ingest_protocol::node::decode;
 
 /// What a listing of `/batches` (or a task's re-check) found out about a
@@ -26,16 +28,16 @@ pub(super) enum BatchSeen {
 
 /// What batch `bid` is now, read for a task about to acquire it: Pending
 /// only when it has no `states` and its status says Pending.
-pub(super) async fn pending_batch(client: &zk::Client, bid: &str) -> Result<BatchSeen, BoxError> {
+pub(super) async fn pending_batch(client: &zk::Client, bid: Bid) -> Result<BatchSeen, BoxError> {
     if client
-        .check_stat(&format!("/batches/{bid}/states"))
+        .check_stat(&layout::batch_states(bid))
         .await?
         .is_some()
     {
         return Ok(BatchSeen::Acquired);
     }
     Ok(
-        match read_status(client, &format!("/batches/{bid}/status"))
+        match read_status(client, &layout::batch_status(bid))
             .await?
             .as_deref()
         {
@@ -52,16 +54,14 @@ pub(super) async fn pending_batch(client: &zk::Client, bid: &str) -> Result<Batc
 pub(super) async fn batch_matches(
     client: &zk::Client,
     target: Target,
-    bid: &str,
+    bid: Bid,
 ) -> Result<bool, BoxError> {
     match target {
         Target::PendingBatches => Ok(pending_batch(client, bid).await? == BatchSeen::Pending),
-        Target::ReportingBatches(status) => {
-            Ok(read_status(client, &format!("/batches/{bid}/status"))
-                .await?
-                .as_deref()
-                == Some(status))
-        }
+        Target::ReportingBatches(status) => Ok(read_status(client, &layout::batch_status(bid))
+            .await?
+            .as_deref()
+            == Some(status)),
         Target::Jobs(_) => Ok(false),
     }
 }

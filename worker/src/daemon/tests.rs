@@ -3,6 +3,7 @@ use super::lister::{backlog_delay, batch_ids, job_items, MAX_BACKLOG_DELAY};
 use super::lock::lock_path;
 use super::*;
 use ingest_protocol::api::{JobMoved, SessionId, WorkerRef};
+use ingest_protocol::endpoint::StartJob;
 use ingest_protocol::fence::FenceSecret;
 
 #[test]
@@ -16,13 +17,10 @@ fn daemons_map_to_their_queues() {
         Some(Target::Jobs(JobState::Downloading))
     );
     assert_eq!(
-        lock_path(Target::PendingBatches, "bid1"),
-        "/batches/bid1/lock"
+        lock_path(ItemId::Batch(Bid(1))),
+        "/batches/bid0000000001/lock"
     );
-    assert_eq!(
-        lock_path(Target::Jobs(JobState::Notify), "jid1"),
-        "/jobs/jid1/lock"
-    );
+    assert_eq!(lock_path(ItemId::Job(Jid(1))), "/jobs/jid0000000001/lock");
 }
 
 fn shared(engine: &str) -> Shared {
@@ -45,10 +43,20 @@ fn shared(engine: &str) -> Shared {
     )
 }
 
+/// `jidN` or `bidN` as the id of job or batch N.
+fn id(short: &str) -> ItemId {
+    let n = |p: &str| short.strip_prefix(p).and_then(|n| n.parse().ok());
+    match (n("jid"), n("bid")) {
+        (Some(j), _) => ItemId::Job(Jid(j)),
+        (_, Some(b)) => ItemId::Batch(Bid(b)),
+        _ => panic!("{short} is no short id"),
+    }
+}
+
 fn items(ids: &[&str]) -> Vec<Item> {
     ids.iter()
-        .map(|id| Item {
-            id: (*id).to_string(),
+        .map(|short| Item {
+            id: id(short),
             priority: 5,
             since: None,
         })
@@ -64,14 +72,14 @@ fn a_job_whose_chain_ended_here_is_not_locked_again_from_a_stale_listing() {
     let target = Target::Jobs(JobState::Estimating);
     let queue = items(&["jid1"]);
     let first = shared.pick(target, &queue).expect("jid1");
-    shared.settle(target, &first.id, Tried::Done);
-    shared.linger(target, &first.id);
+    shared.settle(target, first.id, Tried::Done);
+    shared.linger(target, first.id);
     // The estimating queue's last listing still shows jid1, which the
     // chain has carried on to Completed.
     assert!(shared.pick(target, &queue).is_err());
     assert!(shared
         .pick(target, &items(&["jid1", "jid2"]))
-        .is_ok_and(|i| i.id == "jid2"));
+        .is_ok_and(|i| i.id == id("jid2")));
 }
 
 #[test]
@@ -79,17 +87,17 @@ fn a_batch_acquired_here_is_not_picked_again_from_a_stale_listing() {
     let shared = shared("http://127.0.0.1:1");
     let queue = items(&["bid1", "bid2"]);
     let first = shared.pick(Target::PendingBatches, &queue).expect("bid1");
-    assert_eq!(first.id, "bid1");
+    assert_eq!(first.id, id("bid1"));
     // What `locked` does when the acquire was accepted.
     shared
         .acquired
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .insert(first.id.clone());
-    shared.settle(Target::PendingBatches, "bid1", Tried::Done);
+        .insert(Bid(1));
+    shared.settle(Target::PendingBatches, id("bid1"), Tried::Done);
     let next = shared.pick(Target::PendingBatches, &queue).expect("bid2");
-    assert_eq!(next.id, "bid2", "bid1 is acquired");
-    shared.settle(Target::PendingBatches, "bid2", Tried::Done);
+    assert_eq!(next.id, id("bid2"), "bid1 is acquired");
+    shared.settle(Target::PendingBatches, id("bid2"), Tried::Done);
     assert!(shared
         .pick(Target::PendingBatches, &items(&["bid1"]))
         .is_err());
@@ -108,20 +116,20 @@ fn an_item_that_cannot_be_taken_does_not_hold_up_the_next() {
     let shared = shared("http://127.0.0.1:1");
     let queue = items(&["bid1", "bid2", "bid3"]);
     let first = shared.pick(Target::PendingBatches, &queue).expect("bid1");
-    assert_eq!(first.id, "bid1", "batches are taken oldest first");
+    assert_eq!(first.id, id("bid1"), "batches are taken oldest first");
     // In hand: another task takes the next.
     let second = shared.pick(Target::PendingBatches, &queue).expect("bid2");
-    assert_eq!(second.id, "bid2");
-    shared.settle(Target::PendingBatches, "bid1", Tried::Refused);
-    shared.settle(Target::PendingBatches, "bid2", Tried::Done);
+    assert_eq!(second.id, id("bid2"));
+    shared.settle(Target::PendingBatches, id("bid1"), Tried::Refused);
+    shared.settle(Target::PendingBatches, id("bid2"), Tried::Done);
     // bid1 backs off; bid2 was dealt with (and would have left the
     // listing); the next pick is bid2 again only because the listing
     // still shows it, else bid3.
     let next = shared
         .pick(Target::PendingBatches, &items(&["bid1", "bid3"]))
         .expect("bid3");
-    assert_eq!(next.id, "bid3");
-    shared.settle(Target::PendingBatches, "bid3", Tried::Skipped);
+    assert_eq!(next.id, id("bid3"));
+    shared.settle(Target::PendingBatches, id("bid3"), Tried::Skipped);
     // Everything backs off: the answer is when to look again.
     let wait = shared
         .pick(Target::PendingBatches, &items(&["bid1", "bid3"]))
@@ -137,7 +145,7 @@ fn a_job_just_seen_after_pending_waits_out_the_chain_grace() {
     let shared = shared("http://127.0.0.1:1");
     let now = Instant::now();
     let fresh = Item {
-        id: "jid1".into(),
+        id: id("jid1"),
         priority: 5,
         since: Some(now),
     };
@@ -153,15 +161,15 @@ fn a_job_just_seen_after_pending_waits_out_the_chain_grace() {
             Target::Jobs(JobState::Pending),
             std::slice::from_ref(&fresh)
         )
-        .is_ok_and(|i| i.id == "jid1"));
+        .is_ok_and(|i| i.id == id("jid1")));
     let old = Item {
-        id: "jid2".into(),
+        id: id("jid2"),
         priority: 5,
         since: now.checked_sub(CHAIN_GRACE * 2),
     };
     assert!(shared
         .pick(Target::Jobs(JobState::Estimating), &[fresh, old])
-        .is_ok_and(|i| i.id == "jid2"));
+        .is_ok_and(|i| i.id == id("jid2")));
 }
 
 /// The random spread over the head of a queue never takes a job of a
@@ -174,7 +182,7 @@ fn a_pending_back_off_does_not_hold_up_the_report_of_the_same_batch() {
     let shared = shared("http://127.0.0.1:1");
     let batch = items(&["bid1"]);
     let tried = shared.pick(Target::PendingBatches, &batch).expect("bid1");
-    shared.settle(Target::PendingBatches, &tried.id, Tried::Skipped);
+    shared.settle(Target::PendingBatches, tried.id, Tried::Skipped);
     assert!(
         shared.pick(Target::PendingBatches, &batch).is_err(),
         "the pending daemon backs off"
@@ -183,8 +191,8 @@ fn a_pending_back_off_does_not_hold_up_the_report_of_the_same_batch() {
     let item = shared
         .pick(reporting, &batch)
         .expect("the reporting daemon is not held back by it");
-    assert_eq!(item.id, "bid1");
-    shared.settle(reporting, &item.id, Tried::Done);
+    assert_eq!(item.id, id("bid1"));
+    shared.settle(reporting, item.id, Tried::Done);
 }
 
 #[test]
@@ -196,8 +204,8 @@ fn the_spread_stays_within_the_first_priority() {
     queue[1].priority = 2;
     for _ in 0..20 {
         let item = shared.pick(target, &queue).expect("jid1");
-        assert_eq!(item.id, "jid1");
-        shared.settle(target, &item.id, Tried::Done);
+        assert_eq!(item.id, id("jid1"));
+        shared.settle(target, item.id, Tried::Done);
     }
 }
 
@@ -229,13 +237,13 @@ fn a_worker_knows_which_states_it_serves() {
 async fn a_wait_is_logged_once_per_reason() {
     let shared = shared("http://127.0.0.1:1");
     let full = "working storage /w is 95.0% full (threshold 70%)";
-    assert!(shared.note_waiting("jid1", JobState::Provisioning, full));
-    assert!(!shared.note_waiting("jid1", JobState::Provisioning, full));
-    assert!(shared.note_waiting("jid2", JobState::Provisioning, full));
+    assert!(shared.note_waiting(Jid(1), JobState::Provisioning, full));
+    assert!(!shared.note_waiting(Jid(1), JobState::Provisioning, full));
+    assert!(shared.note_waiting(Jid(2), JobState::Provisioning, full));
     let gone = "cannot measure /w: No such file or directory";
-    assert!(shared.note_waiting("jid1", JobState::Provisioning, gone));
-    shared.done_waiting("jid1");
-    assert!(shared.note_waiting("jid1", JobState::Provisioning, gone));
+    assert!(shared.note_waiting(Jid(1), JobState::Provisioning, gone));
+    shared.done_waiting(Jid(1));
+    assert!(shared.note_waiting(Jid(1), JobState::Provisioning, gone));
 }
 
 /// A report's answer is read as its route's type: an accepted report is
@@ -255,7 +263,7 @@ async fn reports_read_typed_answers() {
     };
     let app = axum::Router::new()
         .route(
-            "/jobs/jid1/start",
+            "/jobs/jid0000000001/start",
             post(move |axum::Json(who): axum::Json<WorkerRef>| {
                 let moved = moved.clone();
                 async move {
@@ -266,7 +274,7 @@ async fn reports_read_typed_answers() {
             }),
         )
         .route(
-            "/jobs/jid2/start",
+            "/jobs/jid0000000002/start",
             post(|| async {
                 let refused = ErrorBody {
                     error: ErrorDetail {
@@ -279,7 +287,7 @@ async fn reports_read_typed_answers() {
             }),
         )
         .route(
-            "/jobs/jid3/start",
+            "/jobs/jid0000000003/start",
             post(|| async {
                 axum::Json(ingest_protocol::api::FaultsView {
                     armed: Default::default(),
@@ -299,11 +307,11 @@ async fn reports_read_typed_answers() {
         session_id: SessionId(7),
     };
     let fence = FenceSecret::from_bytes([3; 32]);
-    let tried = report::<JobMoved>(&shared, "/jobs/jid1/start", &fence, &who).await;
+    let tried = report(&shared, &StartJob(Jid(1)), &fence, &who).await;
     assert_eq!(tried.ok().map(|t| t.0), Some(Tried::Done));
-    let tried = report::<JobMoved>(&shared, "/jobs/jid2/start", &fence, &who).await;
+    let tried = report(&shared, &StartJob(Jid(2)), &fence, &who).await;
     assert_eq!(tried.ok().map(|t| t.0), Some(Tried::Refused));
-    let tried = report::<JobMoved>(&shared, "/jobs/jid3/start", &fence, &who).await;
+    let tried = report(&shared, &StartJob(Jid(3)), &fence, &who).await;
     assert!(
         tried.is_err(),
         "an answer of another shape is not an acceptance"
@@ -330,8 +338,8 @@ fn listed_names_that_are_not_ids_are_left_out() {
     .map(String::from)
     .to_vec();
     let items = job_items(&names);
-    let ids: Vec<(&str, u8)> = items.iter().map(|i| (i.id.as_str(), i.priority)).collect();
-    assert_eq!(ids, [("jid0000000002", 5), ("jid0000000001", 5)]);
+    let ids: Vec<(ItemId, u8)> = items.iter().map(|i| (i.id, i.priority)).collect();
+    assert_eq!(ids, [(ItemId::Job(Jid(2)), 5), (ItemId::Job(Jid(1)), 5)]);
     let bids = batch_ids(
         [
             "bid0000000001",
@@ -343,5 +351,5 @@ fn listed_names_that_are_not_ids_are_left_out() {
         .map(String::from)
         .to_vec(),
     );
-    assert_eq!(bids, ["bid0000000001", "bid0000000002"]);
+    assert_eq!(bids, [Bid(1), Bid(2)]);
 }

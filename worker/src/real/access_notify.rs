@@ -13,9 +13,8 @@
 
 use std::sync::Arc;
 
-use ingest_protocol::api::ObjectView;
 use ingest_protocol::callback::AccessCallback;
-use reqwest::Method;
+use ingest_protocol::endpoint::GetObject;
 
 use super::fetch::Fetcher;
 use super::notify::{Mail, Teller};
@@ -68,9 +67,7 @@ impl AccessNotifier {
                 ingest_protocol::cut(ark, 128).into_owned(),
             ));
         }
-        let object: ObjectView = engine
-            .send::<(), _>(Method::GET, &format!("/objects/{ark}"), None)
-            .await?;
+        let object = engine.get(&GetObject(ark.clone())).await?;
         let Some(collection) = object.versions.last().map(|v| v.collection.clone()) else {
             return Ok("notified nobody (the object has no version)".into());
         };

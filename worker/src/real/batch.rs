@@ -26,6 +26,8 @@ use ingest_events::command::JobSpec;
 use ingest_events::event::{
     Digest, Erc, FailureKind, Identifiers, PayloadType, Submission, SubmissionMode,
 };
+use ingest_events::Jid;
+use ingest_projections::layout::{self, BatchSet};
 use ingest_protocol::api::JobBody;
 use ingest_protocol::callback::BatchCallback;
 use ingest_protocol::node::{
@@ -221,29 +223,34 @@ impl Batches {
 
     async fn report_batch(&self, batch: &BatchCtx) -> Option<String> {
         let policy = self.config.retry();
-        let bid = &batch.bid;
+        let bid = batch.bid;
         let gathered = async {
             let status: BatchStatusNode = read_typed(
                 &batch.zk,
-                &format!("/batches/{bid}/status"),
+                &layout::batch_status(bid),
                 "/batches/BID/status",
                 policy,
             )
             .await?;
             let submission: SubmissionNode = read_typed(
                 &batch.zk,
-                &format!("/batches/{bid}/submission"),
+                &layout::batch_submission(bid),
                 "/batches/BID/submission",
                 policy,
             )
             .await?;
             let mut jobs = Vec::new();
-            for (set, status) in [("batch-completed", "Completed"), ("batch-failed", "Failed")] {
-                let path = format!("/batches/{bid}/states/{set}");
-                let mut jids = read_children(&batch.zk, &path, policy).await?;
+            for (set, status) in [
+                (BatchSet::Completed, "Completed"),
+                (BatchSet::Failed, "Failed"),
+            ] {
+                let path = layout::batch_set(bid, set);
+                let names = read_children(&batch.zk, &path, policy).await?;
+                // Only job ids: the projection writes no other child there.
+                let mut jids: Vec<Jid> = names.iter().filter_map(|n| n.parse().ok()).collect();
                 jids.sort();
                 for jid in jids {
-                    jobs.push(read_report_job(&batch.zk, &jid, status, policy).await?);
+                    jobs.push(read_report_job(&batch.zk, jid, status, policy).await?);
                 }
             }
             for job in &mut jobs {
@@ -254,8 +261,9 @@ impl Batches {
         };
         match gathered.await {
             Ok((status, submission, jobs)) => {
+                let bid = bid.to_string();
                 let report = Report {
-                    bid,
+                    bid: &bid,
                     status: &status,
                     message: None,
                     jobs: &jobs,
@@ -267,10 +275,10 @@ impl Batches {
     }
 
     async fn report_failed(&self, batch: &BatchCtx, message: &str) -> Option<String> {
-        let bid = &batch.bid;
+        let bid = batch.bid;
         let submission: SubmissionNode = match read_typed(
             &batch.zk,
-            &format!("/batches/{bid}/submission"),
+            &layout::batch_submission(bid),
             "/batches/BID/submission",
             self.config.retry(),
         )
@@ -280,8 +288,9 @@ impl Batches {
             Err(e) => return Some(format!("cannot read the submission of {bid}: {e}")),
         };
         let message = without_working_paths(message, &self.config.work_dir);
+        let bid = bid.to_string();
         let report = Report {
-            bid,
+            bid: &bid,
             status: "Failed",
             message: Some(&message),
             jobs: &[],
@@ -307,7 +316,7 @@ pub struct Report<'a> {
 impl BatchWork for Batches {
     fn expand<'a>(&'a self, batch: &'a BatchCtx) -> BatchFuture<'a, Expansion> {
         Box::pin(async move {
-            let path = format!("/batches/{}/submission", batch.bid);
+            let path = layout::batch_submission(batch.bid);
             let read = read_typed(
                 &batch.zk,
                 &path,
@@ -315,7 +324,10 @@ impl BatchWork for Batches {
                 self.config.retry(),
             );
             match read.await {
-                Ok(submission) => self.expand_submission(&batch.bid, &submission).await,
+                Ok(submission) => {
+                    self.expand_submission(&batch.bid.to_string(), &submission)
+                        .await
+                }
                 Err(e) => Expansion::Failed(e.to_string()),
             }
         })
@@ -763,16 +775,16 @@ impl crate::retry::Retryable for ZkRead {
 
 async fn read_report_job(
     zk: &zookeeper_client::Client,
-    jid: &str,
+    jid: Jid,
     set_status: &str,
     policy: RetryPolicy,
 ) -> Result<ReportJob, BatchError> {
-    let ids_path = format!("/jobs/{jid}/identifiers");
+    let ids_path = layout::job_identifiers(jid);
     let ids: IdentifiersNode = match read_node(zk, &ids_path, policy).await? {
         Some(d) => decode("/jobs/JID/identifiers", &d)?,
         None => IdentifiersNode::default(),
     };
-    let status_path = format!("/jobs/{jid}/status");
+    let status_path = layout::job_status(jid);
     let status: JobStatusNode = match read_node(zk, &status_path, policy).await? {
         Some(d) => decode("/jobs/JID/status", &d)?,
         None => JobStatusNode::default(),

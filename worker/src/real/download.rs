@@ -154,7 +154,7 @@ impl Download {
                 data.space_needed
             )));
         }
-        let job_dir = self.config.job_dir(&data.bid, &job.jid);
+        let job_dir = self.config.job_dir(&data.bid, job.jid);
         self.download(&files, kind, single_digest, &job_dir, Some(job), deadline)
             .await
     }
@@ -489,8 +489,12 @@ impl Transfer {
         // The object limit, less what the job's finished transfers took.
         let budget = ctx.max.saturating_sub(ctx.total.load(Ordering::Relaxed));
         let url = self.url.as_str();
-        let jid = ctx.job.as_ref().map_or("", |j| j.jid.as_str());
-        tracing::debug!(jid, url, dest = %self.dest.display(), "downloading");
+        let jid = ctx
+            .job
+            .as_ref()
+            .map(|j| j.jid.to_string())
+            .unwrap_or_default();
+        tracing::debug!(%jid, url, dest = %self.dest.display(), "downloading");
         let downloaded = ctx
             .fetcher
             .with_retries(&ctx.policy, ctx.job.as_ref(), url, || {

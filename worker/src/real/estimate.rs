@@ -410,7 +410,10 @@ mod tests {
             ];
             assert_eq!(estimate(&fetcher, &files, 4).await, (0, false), "{odd}");
             let s = sizes(&fetcher, &files, 4).await;
-            let o = outcome(&JobCtx::detached("jid1", JobState::Estimating, 95), &s);
+            let o = outcome(
+                &JobCtx::detached(ingest_events::Jid(1), JobState::Estimating, 95),
+                &s,
+            );
             assert!(o.success);
             assert_eq!(o.space_needed, Some(0));
             assert_eq!(o.priority, Some(99));

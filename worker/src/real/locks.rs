@@ -21,6 +21,7 @@
 
 use std::time::Duration;
 
+use ingest_events::Jid;
 use ingest_projections::layout;
 use ingest_protocol::node::{decode, JobStatusNode};
 use zookeeper_client as zk;
@@ -130,7 +131,14 @@ pub async fn take(
                 holder: "another service".to_string(),
             });
         }
-        if holder == Holder::AcrossSteps && !holds(client, &owner).await.map_err(zk_error)? {
+        // A holder that is no job id has no status node (the projection
+        // writes only ids): it moved on, as one whose node is gone.
+        let moved_on = holder == Holder::AcrossSteps
+            && match owner.parse::<Jid>() {
+                Ok(owner) => !holds(client, owner).await.map_err(zk_error)?,
+                Err(_) => true,
+            };
+        if moved_on {
             tracing::info!(%path, holder = %owner, %jid, "the lock's holder job has moved on; the stale lock is taken over");
             match client.delete(path, Some(stat.version)).await {
                 Ok(()) | Err(zk::Error::NoNode | zk::Error::BadVersion) => continue,
@@ -149,8 +157,8 @@ pub async fn take(
 }
 
 /// Whether job `jid` is in a state that holds its local-id lock.
-async fn holds(client: &zk::Client, jid: &str) -> Result<bool, zk::Error> {
-    match client.get_data(&format!("/jobs/{jid}/status")).await {
+async fn holds(client: &zk::Client, jid: Jid) -> Result<bool, zk::Error> {
+    match client.get_data(&layout::job_status(jid)).await {
         Ok((data, _)) => Ok(decode::<JobStatusNode>("/jobs/JID/status", &data)
             .map(|s| HOLDING_STATES.contains(&s.status.as_str()))
             // A status no one can read is not ours to judge: keep waiting.
@@ -203,7 +211,7 @@ pub async fn acquire(
     for path in paths {
         let mut attempt = 0u32;
         loop {
-            let error = match take(client, path, &job.jid, holder).await {
+            let error = match take(client, path, &job.jid.to_string(), holder).await {
                 Ok(()) => break,
                 Err(e) => e,
             };
@@ -213,7 +221,7 @@ pub async fn acquire(
             }
             if attempt > policy.retries {
                 for p in taken {
-                    release(client, p, &job.jid).await;
+                    release(client, p, &job.jid.to_string()).await;
                 }
                 return Err(StepResult::Wait(format!("waiting: {error}")));
             }
@@ -235,7 +243,7 @@ pub async fn acquire(
 pub async fn release_all(job: &JobCtx, paths: &[String]) {
     if let Some(client) = &job.zk {
         for path in paths {
-            release(client, path, &job.jid).await;
+            release(client, path, &job.jid.to_string()).await;
         }
     }
 }

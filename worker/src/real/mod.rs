@@ -82,8 +82,8 @@ impl RealConfig {
     }
 
     /// A job's working directory.
-    pub fn job_dir(&self, bid: &str, jid: &str) -> PathBuf {
-        job_dir(&self.work_dir, bid, jid)
+    pub fn job_dir(&self, bid: &str, jid: ingest_events::Jid) -> PathBuf {
+        job_dir(&self.work_dir, bid, &jid.to_string())
     }
 }
 

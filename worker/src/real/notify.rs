@@ -55,7 +55,7 @@ impl Notify {
             .filter(|u| !u.trim().is_empty());
         let notified = match &callback {
             Some(url) => {
-                let body = callback_body(&job.jid, data);
+                let body = callback_body(&job.jid.to_string(), data);
                 if let Err(e) =
                     post_callback(&self.fetcher, url, &body, self.config.retry(), Some(job)).await
                 {
@@ -65,7 +65,7 @@ impl Notify {
             }
             None => format!("notified nobody (profile {profile_name:?} has no callback URL)"),
         };
-        let removed = match remove_job_dir(&self.config, &data.bid, &job.jid).await {
+        let removed = match remove_job_dir(&self.config, &data.bid, &job.jid.to_string()).await {
             Ok(_) => "removed the working directory".to_string(),
             // The depositor has been told; failing now would only call the
             // callback again on requeue. The directory is left for an admin.
@@ -268,7 +268,7 @@ async fn remove_job_dir(config: &RealConfig, bid: &str, jid: &str) -> Result<Str
             "batch {bid:?} / job {jid:?} is not a plain name; nothing removed"
         )));
     }
-    let dir = config.job_dir(bid, jid);
+    let dir = super::job_dir(&config.work_dir, bid, jid);
     let shown = dir.display().to_string();
     let removed = crate::bulk::spawn(move || std::fs::remove_dir_all(&dir))
         .await
@@ -391,7 +391,7 @@ mod tests {
     async fn a_flaky_callback_succeeds_after_two_retries() {
         let (url, cb) = serve(&[503, 503, 200]).await;
         let client = client();
-        let job = JobCtx::detached("jid0000000001", JobState::Notify, 5);
+        let job = JobCtx::detached(ingest_events::Jid(1), JobState::Notify, 5);
         post_callback(&client, &url, &json!({}), policy(), Some(&job))
             .await
             .expect("delivered");
@@ -452,16 +452,20 @@ mod tests {
             args: super::super::RealArgs::default(),
             profiles: ingest_config::Profiles::unrestricted(),
         };
-        let dir = config.job_dir("bid1", "jid1");
+        let dir = config.job_dir("bid1", ingest_events::Jid(1));
         std::fs::create_dir_all(dir.join("producer")).expect("mkdir");
         std::fs::write(dir.join("producer/a.txt"), b"a").expect("write");
-        assert!(remove_job_dir(&config, "bid1", "jid1").await.is_ok());
+        assert!(remove_job_dir(&config, "bid1", "jid0000000001")
+            .await
+            .is_ok());
         assert!(!dir.exists());
-        assert!(remove_job_dir(&config, "bid1", "jid1")
+        assert!(remove_job_dir(&config, "bid1", "jid0000000001")
             .await
             .is_ok_and(|m| m.contains("already gone")));
-        assert!(remove_job_dir(&config, "..", "jid1").await.is_err());
-        assert!(remove_job_dir(&config, "", "jid1").await.is_err());
+        assert!(remove_job_dir(&config, "..", "jid0000000001")
+            .await
+            .is_err());
+        assert!(remove_job_dir(&config, "", "jid0000000001").await.is_err());
     }
 
     #[tokio::test]

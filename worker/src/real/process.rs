@@ -22,9 +22,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
 
-use ingest_protocol::api::{
-    ArkAssigned, ArkBody, IdentifiersBody, LookedUp, LookupBody, WorkerRef,
-};
+use ingest_protocol::api::{ArkBody, IdentifiersBody, LookupBody, WorkerRef};
+use ingest_protocol::endpoint::{AssignArk, Fenced, LookupArks};
 use ingest_protocol::node::{IdentifiersNode, MetadataNode};
 use ingest_steps::digest::{digest_file, Algorithm};
 use ingest_steps::erc::{write_dublin_core, write_erc, ErcFields};
@@ -97,7 +96,7 @@ impl Process {
                 Ok(assigned) => assigned,
                 Err(e) => return Outcome::from(e),
             };
-        let job_dir = self.config.job_dir(&data.bid, &job.jid);
+        let job_dir = self.config.job_dir(&data.bid, job.jid);
         let erc = erc_fields(&data.metadata);
         let key = self.key.clone();
         let written = {
@@ -146,12 +145,13 @@ pub async fn assign_ark(
     let found = if local_ids.is_empty() {
         BTreeMap::new()
     } else {
-        let path = format!("/jobs/{}/lookup", job.jid);
-        let answer: LookedUp = call_api(job, policy, &path, |who: WorkerRef| LookupBody {
-            worker: who.worker,
-            session_id: who.session_id,
-            collection: collection.to_string(),
-            local_ids: local_ids.to_vec(),
+        let answer = call_api(job, policy, &LookupArks(job.jid), |who: WorkerRef| {
+            LookupBody {
+                worker: who.worker,
+                session_id: who.session_id,
+                collection: collection.to_string(),
+                local_ids: local_ids.to_vec(),
+            }
         })
         .await?;
         answer.arks
@@ -161,8 +161,7 @@ pub async fn assign_ark(
         Some(ark) if supplied == Some(ark.as_str()) => (ark, "supplied"),
         Some(ark) => (ark, "found by local id"),
         None => {
-            let path = format!("/jobs/{}/ark", job.jid);
-            let answer: ArkAssigned = call_api(job, policy, &path, |who: WorkerRef| ArkBody {
+            let answer = call_api(job, policy, &AssignArk(job.jid), |who: WorkerRef| ArkBody {
                 worker: who.worker,
                 session_id: who.session_id,
             })
@@ -512,21 +511,21 @@ pub(crate) async fn job_data(job: &JobCtx, policy: RetryPolicy) -> Result<JobDat
 /// # Errors
 /// A refusal (409: the server's code and message), another HTTP error, or
 /// the last recoverable one when retries run out; the message names the path.
-pub(crate) async fn call_api<B: serde::Serialize, R: serde::de::DeserializeOwned>(
+pub(crate) async fn call_api<E: Fenced>(
     job: &JobCtx,
     policy: RetryPolicy,
-    path: &str,
-    body: impl Fn(WorkerRef) -> B,
-) -> Result<R, StepError> {
-    let what = format!("POST {path}");
-    match crate::retry::retry(&policy, Some(job), &what, || job.call(path, &body)).await {
+    endpoint: &E,
+    body: impl Fn(WorkerRef) -> E::Body,
+) -> Result<E::Reply, StepError> {
+    let what = format!("{} {}", E::METHOD, endpoint.path());
+    match crate::retry::retry(&policy, Some(job), &what, || job.call(endpoint, &body)).await {
         Ok(Reply::Done(answer)) => Ok(answer),
         Ok(Reply::Refused { code, message }) => Err(StepError::Refused {
-            message: format!("POST {path} was refused ({code}): {message}"),
+            message: format!("{what} was refused ({code}): {message}"),
             code,
         }),
         Err(gave_up) => {
-            let message = format!("POST {path} failed: {}", gave_up.message());
+            let message = format!("{what} failed: {}", gave_up.message());
             Err(match gave_up.error.is_retryable() {
                 true => StepError::Recoverable(message),
                 false => StepError::permanent(message),
@@ -957,7 +956,11 @@ mod tests {
         use std::sync::atomic::Ordering;
         let bound = BTreeMap::from([("L1".to_string(), "ark:/99999/fk4old".to_string())]);
         let (base, mints) = api(bound).await;
-        let mut job = JobCtx::detached("jid1", ingest_events::JobState::Processing, 5);
+        let mut job = JobCtx::detached(
+            ingest_events::Jid(1),
+            ingest_events::JobState::Processing,
+            5,
+        );
         job.api = Some(ApiCtx {
             engine: EngineClient::new(&base, "token").expect("client"),
             worker: "w1".into(),

@@ -16,7 +16,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use chrono::Utc;
-use ingest_protocol::api::{InventoryBody, ObjectBody, ObjectRecorded, WorkerRef};
+use ingest_protocol::api::{InventoryBody, ObjectBody, WorkerRef};
+use ingest_protocol::endpoint::RecordObject;
 use ingest_steps::erc::ErcFields;
 use ingest_steps::inventory::{InventoryFile, ObjectVersionRecord};
 
@@ -80,13 +81,13 @@ impl Record {
             "update" => "update",
             _ => "add",
         };
-        let job_dir = self.config.job_dir(&data.bid, &job.jid);
+        let job_dir = self.config.job_dir(&data.bid, job.jid);
         let input = RecordInput {
             ark,
             collection: data.configuration.profile_name.clone(),
             local_ids: local_ids(&data.identifiers),
             targets: target_names(&self.config.args.storage_targets),
-            jid: job.jid.clone(),
+            jid: job.jid.to_string(),
             bid: data.bid.clone(),
             erc: erc_fields(&data.metadata),
         };
@@ -306,11 +307,12 @@ pub async fn send_record(
     policy: RetryPolicy,
     record: &ObjectVersionRecord,
 ) -> Result<bool, StepError> {
-    let path = format!("/jobs/{}/object", job.jid);
-    let answer: ObjectRecorded = call_api(job, policy, &path, |who: WorkerRef| ObjectBody {
-        worker: who.worker,
-        session_id: who.session_id,
-        record: record.clone(),
+    let answer = call_api(job, policy, &RecordObject(job.jid), |who: WorkerRef| {
+        ObjectBody {
+            worker: who.worker,
+            session_id: who.session_id,
+            record: record.clone(),
+        }
     })
     .await?;
     Ok(answer.new)
@@ -453,7 +455,7 @@ mod tests {
         let (c, r) = (Arc::clone(&calls), Arc::clone(&retries));
         let app = axum::Router::new()
             .route(
-                "/jobs/{jid}/object",
+                <RecordObject as ingest_protocol::endpoint::Endpoint>::ROUTE,
                 post(move |axum::Json(req): axum::Json<serde_json::Value>| {
                     let c = Arc::clone(&c);
                     let body = body.clone();
@@ -497,7 +499,7 @@ mod tests {
     }
 
     fn job(base: &str) -> JobCtx {
-        let mut job = JobCtx::detached("jid1", JobState::Recording, 5);
+        let mut job = JobCtx::detached(ingest_events::Jid(1), JobState::Recording, 5);
         job.api = Some(ApiCtx {
             engine: EngineClient::new(base, "token").expect("client"),
             worker: "w1".into(),
@@ -555,7 +557,7 @@ mod tests {
     #[tokio::test]
     async fn call_errors_say_refused_recoverable_or_permanent() {
         use crate::step::StepError;
-        use ingest_protocol::api::{ObjectBody, ObjectRecorded};
+        use ingest_protocol::api::ObjectBody;
         let root = tempfile::tempdir().expect("tempdir");
         let dir = job_dir(root.path());
         mark(&dir, "one", 1);
@@ -563,13 +565,16 @@ mod tests {
         let call = |base: String| {
             let rec = rec.clone();
             async move {
-                call_api::<_, ObjectRecorded>(&job(&base), policy(), "/jobs/jid1/object", |who| {
-                    ObjectBody {
+                call_api(
+                    &job(&base),
+                    policy(),
+                    &RecordObject(ingest_events::Jid(1)),
+                    |who| ObjectBody {
                         worker: who.worker,
                         session_id: who.session_id,
                         record: rec.clone(),
-                    }
-                })
+                    },
+                )
                 .await
             }
         };

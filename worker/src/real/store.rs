@@ -147,7 +147,7 @@ impl Store {
             "update" => "update",
             _ => "add",
         };
-        let job_dir = self.config.job_dir(&data.bid, &job.jid);
+        let job_dir = self.config.job_dir(&data.bid, job.jid);
         if let Err(e) = std::fs::metadata(job_dir.join("system").join(MANIFEST_FILE)) {
             return Outcome::failure(format!(
                 "no storage manifest system/{MANIFEST_FILE} in the job's working files ({e}): Processing did not write it"
@@ -162,7 +162,7 @@ impl Store {
             let (ark, dir, jid, bid) = (
                 ark.clone(),
                 job_dir.clone(),
-                job.jid.clone(),
+                job.jid.to_string(),
                 data.bid.clone(),
             );
             let settings = Arc::clone(&self.manifest);
@@ -263,7 +263,7 @@ impl Store {
             collection: data.configuration.profile_name.clone(),
             local_ids: process::local_ids(&data.identifiers),
             targets: target_names(&self.config.args.storage_targets),
-            jid: job.jid.clone(),
+            jid: job.jid.to_string(),
             bid: data.bid.clone(),
             erc: process::erc_fields(&data.metadata),
         };

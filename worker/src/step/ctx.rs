@@ -4,8 +4,10 @@
 use super::error::{CallError, DataError};
 use super::PROJECTION_WAIT;
 use ingest_client::Reply;
-use ingest_events::JobState;
-use ingest_protocol::api::{JobMoved, RetryBody, SessionId, WorkerRef};
+use ingest_events::{Jid, JobState};
+use ingest_projections::layout;
+use ingest_protocol::api::{RetryBody, SessionId, WorkerRef};
+use ingest_protocol::endpoint::{Fenced, JobRetry};
 use ingest_protocol::fence::FenceSecret;
 use ingest_protocol::node::{
     decode, ConfigurationNode, IdentifiersNode, JobStatusNode, MetadataNode,
@@ -14,8 +16,8 @@ use ingest_protocol::node::{
 /// The job a step works on.
 #[derive(Debug, Clone)]
 pub struct JobCtx {
-    /// The job id (`jid…`).
-    pub jid: String,
+    /// The job.
+    pub jid: Jid,
     /// The state it is in.
     pub state: JobState,
     /// Its queue priority.
@@ -63,9 +65,9 @@ pub struct JobData {
 
 impl JobCtx {
     /// A context without ZooKeeper or API (unit tests, simulations).
-    pub fn detached(jid: impl Into<String>, state: JobState, priority: u8) -> JobCtx {
+    pub fn detached(jid: Jid, state: JobState, priority: u8) -> JobCtx {
         JobCtx {
-            jid: jid.into(),
+            jid,
             state,
             priority,
             zk: None,
@@ -89,33 +91,33 @@ impl JobCtx {
         let status = self.await_projected(zk).await?;
         // The other nodes in ONE multi-read: one request and one round
         // trip per step instead of five of each, one after another.
-        const NODES: [&str; 5] = [
-            "bid",
-            "configuration",
-            "identifiers",
-            "metadata",
-            "space_needed",
+        let jid = self.jid;
+        let nodes: [(&str, String); 5] = [
+            ("bid", layout::job_bid(jid)),
+            ("configuration", layout::job_configuration(jid)),
+            ("identifiers", layout::job_identifiers(jid)),
+            ("metadata", layout::job_metadata(jid)),
+            ("space_needed", layout::job_space_needed(jid)),
         ];
         let mut reader = zk.new_multi_reader();
-        for node in NODES {
-            let path = format!("/jobs/{}/{node}", self.jid);
+        for (_, path) in &nodes {
             reader
-                .add_get_data(&path)
+                .add_get_data(path)
                 .map_err(|e| DataError::Read(format!("cannot read {path}: {e}")))?;
         }
-        let results = reader.commit().await.map_err(|e| {
-            DataError::Read(format!("cannot read the nodes of /jobs/{}: {e}", self.jid))
-        })?;
-        if results.len() != NODES.len() {
+        let job = layout::job(jid);
+        let results = reader
+            .commit()
+            .await
+            .map_err(|e| DataError::Read(format!("cannot read the nodes of {job}: {e}")))?;
+        if results.len() != nodes.len() {
             return Err(DataError::Read(format!(
-                "reading the nodes of /jobs/{} gave {} results for {} reads",
-                self.jid,
+                "reading the nodes of {job} gave {} results for {} reads",
                 results.len(),
-                NODES.len()
+                nodes.len()
             )));
         }
-        let mut nodes = NODES.iter().zip(results).map(|(node, result)| {
-            let path = format!("/jobs/{}/{node}", self.jid);
+        let mut read = nodes.iter().zip(results).map(|((node, path), result)| {
             match result {
                 zookeeper_client::MultiReadResult::Data { data, .. } => Ok(Some(data)),
                 // identifiers and metadata are absent while the job has none.
@@ -131,12 +133,11 @@ impl JobCtx {
             }
         });
         let mut next = || -> Result<Option<Vec<u8>>, DataError> {
-            nodes
-                .next()
+            read.next()
                 .unwrap_or_else(|| Err(DataError::Read("a job node was not read".into())))
         };
         let required = |bytes: Option<Vec<u8>>, node: &str| {
-            bytes.ok_or_else(|| DataError::Read(format!("/jobs/{}/{node} is missing", self.jid)))
+            bytes.ok_or_else(|| DataError::Read(format!("{job}/{node} is missing")))
         };
         // Nodes are read with the types the projection writes them with;
         // one written by someone else is read leniently and bounded.
@@ -187,7 +188,7 @@ impl JobCtx {
         let Some(zk) = &self.zk else {
             return Ok(0);
         };
-        let path = format!("/jobs/{}/space_needed", self.jid);
+        let path = layout::job_space_needed(self.jid);
         match zk.get_data(&path).await {
             Ok((data, _)) => Ok(String::from_utf8_lossy(&data).trim().parse().unwrap_or(0)),
             Err(zookeeper_client::Error::NoNode) => Ok(0),
@@ -201,7 +202,7 @@ impl JobCtx {
         &self,
         zk: &zookeeper_client::Client,
     ) -> Result<JobStatusNode, DataError> {
-        let path = format!("/jobs/{}/status", self.jid);
+        let path = layout::job_status(self.jid);
         let deadline = tokio::time::Instant::now() + PROJECTION_WAIT;
         let want = self.state.to_string();
         loop {
@@ -243,31 +244,31 @@ impl JobCtx {
             attempt,
             message: ingest_protocol::cut(message, ingest_protocol::MAX_MESSAGE_BYTES).into_owned(),
         };
-        let path = format!("/jobs/{}/retries", self.jid);
         if let Err(e) = api
             .engine
-            .report::<_, JobMoved>(&path, &api.fence, &body)
+            .report(&JobRetry(self.jid), &api.fence, &body)
             .await
         {
             tracing::warn!(jid = %self.jid, error = %ingest_protocol::bounded(&e), "cannot record the retry");
         }
     }
 
-    /// A fenced call: POSTs the body `body` builds from this worker's name
-    /// and session to `path`, and reads the answer as `R`.
+    /// A fenced call: sends `endpoint` the body `body` builds from this
+    /// worker's name and session, and reads the answer as the endpoint's
+    /// reply.
     ///
     /// # Errors
     /// No API, no answer, or an answer other than 2xx and 409.
-    pub async fn call<B: serde::Serialize, R: serde::de::DeserializeOwned>(
+    pub async fn call<E: Fenced>(
         &self,
-        path: &str,
-        body: impl Fn(WorkerRef) -> B,
-    ) -> Result<Reply<R>, CallError> {
+        endpoint: &E,
+        body: impl Fn(WorkerRef) -> E::Body,
+    ) -> Result<Reply<E::Reply>, CallError> {
         let api = self.api.as_ref().ok_or(CallError::NoApi)?;
         let who = WorkerRef {
             worker: api.worker.clone(),
             session_id: SessionId(api.session_id),
         };
-        Ok(api.engine.report(path, &api.fence, &body(who)).await?)
+        Ok(api.engine.report(endpoint, &api.fence, &body(who)).await?)
     }
 }

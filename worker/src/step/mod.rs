@@ -137,8 +137,8 @@ pub trait Step: Send + Sync {
 /// A batch a batch daemon works on, with its lock held.
 #[derive(Debug, Clone)]
 pub struct BatchCtx {
-    /// The batch id (`bid…`).
-    pub bid: String,
+    /// The batch.
+    pub bid: ingest_events::Bid,
     /// The worker's session (the one holding `/batches/BID/lock`).
     pub zk: zookeeper_client::Client,
     /// The API.

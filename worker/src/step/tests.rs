@@ -3,7 +3,7 @@ use super::*;
 use std::path::Path;
 
 fn job(state: JobState) -> JobCtx {
-    JobCtx::detached("jid0000000001", state, 5)
+    JobCtx::detached(ingest_events::Jid(1), state, 5)
 }
 
 fn report(r: StepResult) -> Outcome {
