@@ -376,17 +376,17 @@ endpoint!(DeleteBatch: Delete "/batches/{bid}", Json(AdminBody) -> Json(Appended
 /// `POST /collections/{profile}/hold`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HoldCollection(pub String);
-endpoint!(HoldCollection: Post "/collections/{profile}/hold", Json(AdminBody) -> Json(Appended), |e| format!("/collections/{}/hold", e.0));
+endpoint!(HoldCollection: Post "/collections/{profile}/hold", Json(AdminBody) -> Json(Appended), |e| format!("/collections/{}/hold", crate::encode_segment(&e.0)));
 
 /// `POST /collections/{profile}/release`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReleaseCollection(pub String);
-endpoint!(ReleaseCollection: Post "/collections/{profile}/release", Json(AdminBody) -> Json(Appended), |e| format!("/collections/{}/release", e.0));
+endpoint!(ReleaseCollection: Post "/collections/{profile}/release", Json(AdminBody) -> Json(Appended), |e| format!("/collections/{}/release", crate::encode_segment(&e.0)));
 
 /// `POST /collections/{profile}/release-jobs`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReleaseCollectionJobs(pub String);
-endpoint!(ReleaseCollectionJobs: Post "/collections/{profile}/release-jobs", Json(AdminBody) -> Json(Appended), |e| format!("/collections/{}/release-jobs", e.0));
+endpoint!(ReleaseCollectionJobs: Post "/collections/{profile}/release-jobs", Json(AdminBody) -> Json(Appended), |e| format!("/collections/{}/release-jobs", crate::encode_segment(&e.0)));
 
 /// `POST /queue/pause`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

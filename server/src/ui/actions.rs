@@ -6,11 +6,12 @@
 use std::future::Future;
 
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Form, Json};
 use ingest_events::Jid;
 use ingest_protocol::api::{AdminBody, Appended, FaultBody};
+use ingest_protocol::endpoint::{self as ep, Endpoint};
 use serde::Deserialize;
 
 use super::session::Flash;
@@ -66,25 +67,20 @@ fn done(what: &str, r: Result<Json<Appended>, ApiError>) -> Result<String, ApiEr
 }
 
 /// An admin command: `here`, the API's own handler, when this engine takes
-/// commands; else the same API request (`method path` with `body`) sent to
-/// the leader as the logged-in admin ([`forward`]).
-pub(crate) async fn admin_command(
-    (ui, admin, cid): (&Ui, &Admin, CorrelationId),
-    api: (Method, &str),
+/// commands; else the same request (`endpoint` with `body`) sent to the
+/// leader as the logged-in admin ([`forward`]).
+pub(crate) async fn admin_command<E: Endpoint<Body = AdminBody, Reply = Appended>>(
+    by: (&Ui, &Admin, CorrelationId),
+    endpoint: &E,
     body: &AdminBody,
     here: impl Future<Output = Result<Json<Appended>, ApiError>>,
 ) -> Result<Json<Appended>, ApiError> {
-    match forward::leader(ui) {
-        Some(leader) => forward::to_leader(ui, admin, cid, &leader, api, body)
+    match forward::leader(by.0) {
+        Some(leader) => forward::to_leader(by, &leader, endpoint, body)
             .await
             .map(Json),
         None => here.await,
     }
-}
-
-/// The answer to an action that is not one.
-fn no_such_action() -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "no_such_action", "no such action")
 }
 
 /// `POST /ui/jobs/{jid}/{action}`: requeue, hold, release, fail, delete.
@@ -102,25 +98,31 @@ pub(crate) async fn job(
     let Ok(jid) = jid.parse::<Jid>() else {
         return error_page(StatusCode::NOT_FOUND, Some(&admin), "no such job");
     };
-    let api_path = match action.as_str() {
-        "delete" => (Method::DELETE, format!("/jobs/{jid}")),
-        "requeue" | "hold" | "release" | "fail" => (Method::POST, format!("/jobs/{jid}/{action}")),
+    let (app, who, body) = (State(ui.app.clone()), admin.name(), ApiJson(form.body()));
+    let (path, by, given) = (ApiPath(jid), (&ui, &admin, cid), &form.body());
+    let r = match action.as_str() {
+        "requeue" => {
+            let here = api::requeue_job(app, cid, who, path, body);
+            admin_command(by, &ep::RequeueJob(jid), given, here).await
+        }
+        "hold" => {
+            let here = api::hold_job(app, cid, who, path, body);
+            admin_command(by, &ep::HoldJob(jid), given, here).await
+        }
+        "release" => {
+            let here = api::release_job(app, cid, who, path, body);
+            admin_command(by, &ep::ReleaseJob(jid), given, here).await
+        }
+        "fail" => {
+            let here = api::fail_job(app, cid, who, path, body);
+            admin_command(by, &ep::FailJob(jid), given, here).await
+        }
+        "delete" => {
+            let here = api::delete_job(app, cid, who, path, body);
+            admin_command(by, &ep::DeleteJob(jid), given, here).await
+        }
         _ => return error_page(StatusCode::NOT_FOUND, Some(&admin), "no such action"),
     };
-    let (app, who, body) = (State(ui.app.clone()), admin.name(), ApiJson(form.body()));
-    let path = ApiPath(jid);
-    let here = async {
-        match action.as_str() {
-            "requeue" => api::requeue_job(app, cid, who, path, body).await,
-            "hold" => api::hold_job(app, cid, who, path, body).await,
-            "release" => api::release_job(app, cid, who, path, body).await,
-            "fail" => api::fail_job(app, cid, who, path, body).await,
-            "delete" => api::delete_job(app, cid, who, path, body).await,
-            _ => Err(no_such_action()),
-        }
-    };
-    let api = (api_path.0, api_path.1.as_str());
-    let r = admin_command((&ui, &admin, cid), api, &form.body(), here).await;
     let to = format!("/ui/jobs/{jid}");
     back(&ui, &admin, &to, done(&format!("{action} {jid}"), r))
 }
@@ -140,25 +142,23 @@ pub(crate) async fn collection(
     let Ok(name) = profile.parse::<api::ProfileName>() else {
         return error_page(StatusCode::NOT_FOUND, Some(&admin), "no such collection");
     };
-    if !matches!(action.as_str(), "hold" | "release" | "release-jobs") {
-        return error_page(StatusCode::NOT_FOUND, Some(&admin), "no such action");
-    }
-    let api_path = format!(
-        "/collections/{}/{action}",
-        ingest_protocol::encode_segment(&profile)
-    );
     let (app, who, body) = (State(ui.app.clone()), admin.name(), ApiJson(form.body()));
-    let path = ApiPath(name);
-    let here = async {
-        match action.as_str() {
-            "hold" => api::hold_collection(app, cid, who, path, body).await,
-            "release" => api::release_collection(app, cid, who, path, body).await,
-            "release-jobs" => api::release_collection_jobs(app, cid, who, path, body).await,
-            _ => Err(no_such_action()),
+    let (path, by, given) = (ApiPath(name), (&ui, &admin, cid), &form.body());
+    let r = match action.as_str() {
+        "hold" => {
+            let here = api::hold_collection(app, cid, who, path, body);
+            admin_command(by, &ep::HoldCollection(profile.clone()), given, here).await
         }
+        "release" => {
+            let here = api::release_collection(app, cid, who, path, body);
+            admin_command(by, &ep::ReleaseCollection(profile.clone()), given, here).await
+        }
+        "release-jobs" => {
+            let here = api::release_collection_jobs(app, cid, who, path, body);
+            admin_command(by, &ep::ReleaseCollectionJobs(profile.clone()), given, here).await
+        }
+        _ => return error_page(StatusCode::NOT_FOUND, Some(&admin), "no such action"),
     };
-    let api = (Method::POST, api_path.as_str());
-    let r = admin_command((&ui, &admin, cid), api, &form.body(), here).await;
     back(
         &ui,
         &admin,
@@ -179,20 +179,21 @@ pub(crate) async fn queue(
     if let Some(refused) = check_post(&headers, &admin, form.csrf.as_deref()) {
         return refused;
     }
-    if !matches!(action.as_str(), "pause" | "resume") {
-        return error_page(StatusCode::NOT_FOUND, Some(&admin), "no such action");
-    }
-    let api_path = format!("/queue/{action}");
     let (app, who, body) = (State(ui.app.clone()), admin.name(), ApiJson(form.body()));
-    let here = async {
-        match action.as_str() {
-            "pause" => api::pause(app, cid, who, body).await,
-            "resume" => api::resume(app, cid, who, body).await,
-            _ => Err(no_such_action()),
+    let (by, given) = ((&ui, &admin, cid), &form.body());
+    let r = match action.as_str() {
+        "pause" => admin_command(by, &ep::PauseQueue, given, api::pause(app, cid, who, body)).await,
+        "resume" => {
+            admin_command(
+                by,
+                &ep::ResumeQueue,
+                given,
+                api::resume(app, cid, who, body),
+            )
+            .await
         }
+        _ => return error_page(StatusCode::NOT_FOUND, Some(&admin), "no such action"),
     };
-    let api = (Method::POST, api_path.as_str());
-    let r = admin_command((&ui, &admin, cid), api, &form.body(), here).await;
     back(&ui, &admin, "/ui", done(&format!("{action} the queue"), r))
 }
 
@@ -210,8 +211,7 @@ pub(crate) async fn repair(
     let r = match forward::leader(&ui) {
         Some(leader) => {
             let body = super::consistency::repair_body(&form.finding, &form.reason);
-            let api = (Method::POST, "/consistency/repair");
-            forward::to_leader(&ui, &admin, cid, &leader, api, &body)
+            forward::to_leader((&ui, &admin, cid), &leader, &ep::ConsistencyRepair, &body)
                 .await
                 .map(|done| super::consistency::repaired(&done))
         }

@@ -5,10 +5,11 @@
 
 use crate::api::scope::Scope;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::Json;
 use ingest_events::{Bid, Command, Jid, JobState};
+use ingest_protocol::endpoint as ep;
 use ingest_protocol::report::BatchView;
 use maud::{html, Markup};
 
@@ -317,19 +318,16 @@ pub(crate) async fn act(
     let (app, who, body) = (State(ui.app.clone()), admin.name(), ApiJson(form.body()));
     let path = ApiPath(bid);
     let by = (&ui, &admin, cid);
-    let (post, delete) = (Method::POST, Method::DELETE);
     let outcome: Result<String, ApiError> = match action.as_str() {
         "release" => {
-            let api_path = format!("/batches/{bid}/release");
             let here = api::release_batch(app, cid, who, path, body);
-            admin_command(by, (post, &api_path), &form.body(), here)
+            admin_command(by, &ep::ReleaseBatch(bid), &form.body(), here)
                 .await
                 .map(|Json(a)| format!("release {bid}: {} event(s) recorded", a.events.len()))
         }
         "update-reporting" => {
-            let api_path = format!("/batches/{bid}/update-reporting");
             let here = api::update_reporting(app, cid, who, path, body);
-            admin_command(by, (post, &api_path), &form.body(), here)
+            admin_command(by, &ep::UpdateReporting(bid), &form.body(), here)
                 .await
                 .map(|Json(a)| {
                     format!(
@@ -339,9 +337,8 @@ pub(crate) async fn act(
                 })
         }
         "delete" => {
-            let api_path = format!("/batches/{bid}");
             let here = api::delete_batch(app, cid, who, path, body);
-            admin_command(by, (delete, &api_path), &form.body(), here)
+            admin_command(by, &ep::DeleteBatch(bid), &form.body(), here)
                 .await
                 .map(|Json(a)| format!("delete {bid}: {} event(s) recorded", a.events.len()))
         }
@@ -359,12 +356,8 @@ pub(crate) async fn act(
             else {
                 return error_page(StatusCode::NOT_FOUND, Some(&admin), "no such batch");
             };
-            let api_path = format!(
-                "/collections/{}/release",
-                ingest_protocol::encode_segment(&profile)
-            );
             let here = api::release_collection(app, cid, who, ApiPath(name), body);
-            admin_command(by, (post, &api_path), &form.body(), here)
+            admin_command(by, &ep::ReleaseCollection(profile), &form.body(), here)
                 .await
                 .map(|Json(a)| {
                     format!(
@@ -403,14 +396,7 @@ async fn requeue_failed(
             ApiPath(*jid),
             ApiJson(form.body()),
         );
-        let api_path = format!("/jobs/{jid}/requeue");
-        let r = admin_command(
-            (ui, admin, cid),
-            (Method::POST, &api_path),
-            &form.body(),
-            here,
-        )
-        .await;
+        let r = admin_command((ui, admin, cid), &ep::RequeueJob(*jid), &form.body(), here).await;
         if let Err(e) = r {
             return Err(ApiError::new(
                 e.status(),

@@ -4,8 +4,8 @@
 //! command sent to a follower with `307` to the leader, which a browser's
 //! form cannot follow with its session (sessions are each engine's own).
 //! So a follower's UI sends the command itself: the API request the form
-//! stands for (method, path and JSON body, as `ingest` or `curl` would send
-//! it), to the leader's URL from the group's status, with the logged-in
+//! stands for (its [`Endpoint`]: method, path, JSON body and reply, as the
+//! typed client sends it), to the leader's URL from the group's status, with the logged-in
 //! admin's own bearer token, so the leader decides it and records the same
 //! actor (`admin:NAME`) as if the admin had used the leader's UI. The
 //! leader's answer, or its refusal, comes back as the page's outcome. The
@@ -19,10 +19,9 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use axum::http::{Method, StatusCode};
+use axum::http::StatusCode;
+use ingest_protocol::endpoint::{Endpoint, Method};
 use ingest_replication::Role;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 
 use super::{Admin, Ui};
 use crate::api::{ApiError, CorrelationId, CORRELATION_HEADER};
@@ -44,16 +43,14 @@ pub(crate) fn leader(ui: &Ui) -> Option<String> {
     }
 }
 
-/// Sends the API request `method path` with `body` to `leader` as the
-/// logged-in admin, and reads its answer.
-pub(crate) async fn to_leader<B: Serialize + ?Sized, R: DeserializeOwned>(
-    ui: &Ui,
-    admin: &Admin,
-    cid: CorrelationId,
+/// Sends `endpoint` with `body` to `leader` as the logged-in admin, and
+/// reads its answer.
+pub(crate) async fn to_leader<E: Endpoint>(
+    (ui, admin, cid): (&Ui, &Admin, CorrelationId),
     leader: &str,
-    (method, path): (Method, &str),
-    body: &B,
-) -> Result<R, ApiError> {
+    endpoint: &E,
+    body: &E::Body,
+) -> Result<E::Reply, ApiError> {
     let token = admin_token(ui, &admin.session.admin).ok_or_else(|| {
         ApiError::new(
             StatusCode::CONFLICT,
@@ -72,15 +69,20 @@ pub(crate) async fn to_leader<B: Serialize + ?Sized, R: DeserializeOwned>(
             ),
         )
     };
-    let mut answer = client()
+    let method = match E::METHOD {
+        Method::Get => reqwest::Method::GET,
+        Method::Post => reqwest::Method::POST,
+        Method::Delete => reqwest::Method::DELETE,
+    };
+    let mut request = client()
         .map_err(|e| unreachable(&e))?
-        .request(method, format!("{leader}{path}"))
+        .request(method, format!("{leader}{}", endpoint.path()))
         .bearer_auth(token)
-        .header(CORRELATION_HEADER, cid.0.to_string())
-        .json(body)
-        .send()
-        .await
-        .map_err(|e| unreachable(&e))?;
+        .header(CORRELATION_HEADER, cid.0.to_string());
+    if E::HAS_BODY {
+        request = request.json(body);
+    }
+    let mut answer = request.send().await.map_err(|e| unreachable(&e))?;
     let status = answer.status();
     let mut bytes = Vec::new();
     while let Some(chunk) = answer.chunk().await.map_err(|e| unreachable(&e))? {
@@ -90,7 +92,8 @@ pub(crate) async fn to_leader<B: Serialize + ?Sized, R: DeserializeOwned>(
         bytes.extend_from_slice(&chunk);
     }
     if status.is_success() {
-        return serde_json::from_slice(&bytes).map_err(|e| unreachable(&e));
+        let text = String::from_utf8_lossy(&bytes);
+        return E::reply(&text).map_err(|e| unreachable(&e));
     }
     let message = serde_json::from_slice::<serde_json::Value>(&bytes)
         .ok()
