@@ -850,8 +850,10 @@ impl ingest_projections::AdoptForeign for EngineRecorder {
     /// (`CleanupBatch`: only a Completed or Deleted batch, as mrt-zk's
     /// `isDeletable`); a job removed alone (`Job.delete`,
     /// `deleteDeletedJobs`) is the admin's `DeleteJob` (soft: the job stays
-    /// in the tree as Deleted until its batch is cleaned up), with the
-    /// ZooKeeper client as an admin actor; any refusal puts it back.
+    /// in the tree as Deleted until its batch is cleaned up); an access
+    /// request removed (`Access.delete`) is the admin's `DeleteAccess`
+    /// (soft: it stays in the tree as Deleted); each with the ZooKeeper
+    /// client as an admin actor; any refusal puts it back.
     fn adopt_delete(
         &self,
         deleted: ingest_projections::ForeignDelete,
@@ -862,6 +864,10 @@ impl ingest_projections::AdoptForeign for EngineRecorder {
                 ingest_projections::Deleted::Batch(bid) => Command::CleanupBatch { bid },
                 ingest_projections::Deleted::Job(jid) => Command::DeleteJob {
                     jid,
+                    reason: "its nodes deleted by a ZooKeeper client (adoption mode)".to_string(),
+                },
+                ingest_projections::Deleted::Access(_, qid) => Command::DeleteAccess {
+                    qid,
                     reason: "its nodes deleted by a ZooKeeper client (adoption mode)".to_string(),
                 },
             };

@@ -102,6 +102,40 @@ impl Rig {
     /// Submits a batch through the API and waits until it is in the tree:
     /// the projector is then leading with its adoption watches set (a
     /// write made before them is not seen as it happens).
+    /// A rig in adoption mode with no job or access daemon, one object
+    /// (`ark:/99999/fk4x`) stored, and a batch projected.
+    async fn adopting_access(name: &str) -> Option<Rig> {
+        let mut daemons = NO_JOB_DAEMONS.to_vec();
+        daemons.extend(["access_small=off", "access_large=off"]);
+        let r = Rig::start_seeded(
+            name,
+            Some(&daemons),
+            &["--foreign-writes", "adopt"],
+            &[("ark:/99999/fk4x", 1, &[1])],
+        )
+        .await?;
+        r.projected_batch().await;
+        Some(r)
+    }
+
+    /// An access request for `ark:/99999/fk4x` through `POST /access`,
+    /// projected Pending in the small queue: its id.
+    async fn access_request(&self) -> String {
+        let (code, answer) = self
+            .s
+            .call(
+                Method::POST,
+                "/access",
+                crate::server::DEPOSITOR,
+                Some(json!({"ark": "ark:/99999/fk4x"})),
+            )
+            .await;
+        assert_eq!(code, 201, "{answer}");
+        let qid = answer["request"]["qid"].as_str().expect("qid").to_string();
+        access_node_says(&self.zk, &qid, "Pending").await;
+        qid
+    }
+
     async fn projected_batch(&self) -> String {
         let bid = self.s.submit(1).await;
         let path = format!("/batches/{bid}");
@@ -1219,31 +1253,11 @@ async fn access_node_says(zk: &zookeeper_client::Client, qid: &str, status: &str
 /// paused, and Completed -> Pending (no such move).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adoption_mode_turns_merritt_access_statuses_into_the_engines_access_commands() {
-    let mut daemons = NO_JOB_DAEMONS.to_vec();
-    daemons.extend(["access_small=off", "access_large=off"]);
-    let Some(r) = Rig::start_seeded(
-        "foreign-adopt-access",
-        Some(&daemons),
-        &["--foreign-writes", "adopt"],
-        &[("ark:/99999/fk4x", 1, &[1])],
-    )
-    .await
-    else {
+    let Some(r) = Rig::adopting_access("foreign-adopt-access").await else {
         return;
     };
     let (s, zk) = (&r.s, &r.zk);
-    r.projected_batch().await;
-    let (code, answer) = s
-        .call(
-            Method::POST,
-            "/access",
-            crate::server::DEPOSITOR,
-            Some(json!({"ark": "ark:/99999/fk4x"})),
-        )
-        .await;
-    assert_eq!(code, 201, "{answer}");
-    let qid = answer["request"]["qid"].as_str().expect("qid").to_string();
-    access_node_says(zk, &qid, "Pending").await;
+    let qid = r.access_request().await;
     let refusals = async |want: &str| {
         eventually(&format!("a refusal saying {want}"), 30, async || {
             let rows = stream_events(s, &qid, "ForeignChangeRepaired").await;
@@ -1339,6 +1353,93 @@ async fn adoption_mode_turns_merritt_access_statuses_into_the_engines_access_com
             .is_some_and(|a| a.starts_with("admin:zk-zxid-0x")),
         "{last}"
     );
+    converged(s).await;
+    assert_ready(s).await;
+}
+
+/// Issue 23, adoption mode: `Access.delete` (a request's children, then
+/// the request). Of a Completed request it is the admin's `DeleteAccess`,
+/// with the client as actor: the request is Deleted and stays in the tree
+/// as such, nothing put back. The same of a request already Deleted, of a
+/// Processing one whose lock another session held, and of a Pending one
+/// removed whole by a client that skips mrt-zk's check (the engine deletes
+/// no Pending request), is refused, put back and recorded. `ingest diff`
+/// is clean after each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adoption_mode_takes_mrt_zk_access_delete_of_a_finished_request_and_puts_back_the_others() {
+    let Some(r) = Rig::adopting_access("foreign-adopt-access-delete").await else {
+        return;
+    };
+    let (s, zk) = (&r.s, &r.zk);
+    let refused = async |qid: &str| {
+        let want = format!("adoption refused: /access/small/{qid} deleted by another client");
+        eventually(&format!("a refusal saying {want}"), 30, async || {
+            let rows = stream_events(s, qid, "ForeignChangeRepaired").await;
+            Value::Array(rows).to_string().contains(&want).then_some(())
+        })
+        .await
+    };
+
+    // A request assembled by the Merritt client, then Access.delete.
+    let qid = r.access_request().await;
+    for (status, message) in [("Processing", "assembling"), ("Completed", "assembled")] {
+        r.write(&["access-step", "small", &qid, status, message]);
+        eventually(&format!("{qid} {status}"), 30, async || {
+            (s.get(&format!("/access/{qid}")).await["status"] == status).then_some(())
+        })
+        .await;
+        converged(s).await;
+    }
+    r.write(&["delete-access", "small", &qid]);
+    eventually("the delete adopted", 30, async || {
+        (s.get(&format!("/access/{qid}")).await["status"] == "Deleted").then_some(())
+    })
+    .await;
+    let moves = stream_events(s, &qid, "AccessStatusChanged").await;
+    let last = moves.last().expect("the delete");
+    assert_eq!(last["actor"], "admin:zk-client", "{last}");
+    access_node_says(zk, &qid, "Deleted").await;
+    assert!(exists(zk, &format!("/access/small/{qid}/token")).await);
+    converged(s).await;
+    let found = stream_events(s, &qid, "ForeignChangeRepaired").await;
+    assert!(found.is_empty(), "{found:?}");
+
+    // Again, now that it is Deleted: refused and put back.
+    r.write(&["delete-access", "small", &qid]);
+    refused(&qid).await;
+    access_node_says(zk, &qid, "Deleted").await;
+    converged(s).await;
+
+    // A Processing request removed whole while another session holds
+    // its lock: refused without asking the engine, and put back.
+    let taken = r.access_request().await;
+    r.write(&["access-step", "small", &taken, "Processing", "assembling"]);
+    eventually(&format!("{taken} Processing"), 30, async || {
+        (s.get(&format!("/access/{taken}")).await["status"] == "Processing").then_some(())
+    })
+    .await;
+    converged(s).await;
+    r.write(&["create", &format!("/access/small/{taken}/lock")]);
+    r.write(&["delete-all", &format!("/access/small/{taken}")]);
+    refused(&taken).await;
+    let rows = stream_events(s, &taken, "ForeignChangeRepaired").await;
+    assert!(
+        Value::Array(rows.clone())
+            .to_string()
+            .contains("while Processing and another session held its lock"),
+        "{rows:?}"
+    );
+    access_node_says(zk, &taken, "Processing").await;
+    converged(s).await;
+
+    // A Pending request removed whole: refused and put back.
+    let pending = r.access_request().await;
+    r.write(&["delete-all", &format!("/access/small/{pending}")]);
+    refused(&pending).await;
+    access_node_says(zk, &pending, "Pending").await;
+    assert!(exists(zk, &format!("/access/small/{pending}/token")).await);
+    let a = s.get(&format!("/access/{pending}")).await;
+    assert_eq!(a["status"], "Pending", "{a}");
     converged(s).await;
     assert_ready(s).await;
 }

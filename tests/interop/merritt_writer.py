@@ -64,6 +64,10 @@ Usage:
       the lock (QueueItem.lock: the ephemeral /access/QUEUE/QID/lock, empty;
       exit status 3 when another session holds it), the request loaded
       (status, token), access-set-status as above, the unlock.
+  python merritt_writer.py HOSTS ROOT delete-access QUEUE QID
+      Access.delete: the request loaded, refused unless its status is
+      deletable (Completed or Deleted: exit status 4, nothing deleted),
+      then /access/QUEUE/QID with its children (QueueItemHelper.deleteAll).
   python merritt_writer.py HOSTS ROOT delete-job JID
       Job.delete (as deleteDeletedJobs and Batch.delete call it): the job
       loaded, refused unless its status is deletable (Completed or
@@ -342,6 +346,15 @@ def delete_batch(zk, bid, written):
     delete_all(zk, f"/batches/{bid}", written)
 
 
+def delete_access(zk, queue, qid, written):
+    """Access.delete: a deletable request's tree (its children, then it)."""
+    path = f"/access/{queue}/{qid}"
+    status = json.loads(zk.get(f"{path}/status")[0].decode("utf-8"))["status"]
+    if status not in DELETABLE:
+        raise NotDeletable(f"Delete invalid for {path} ({status})")
+    delete_all(zk, path, written)
+
+
 def main(argv):
     if len(argv) < 4:
         print(__doc__, file=sys.stderr)
@@ -411,6 +424,12 @@ def main(argv):
         elif command in ("delete-job", "delete-batch") and len(args) == 1:
             try:
                 (delete_job if command == "delete-job" else delete_batch)(zk, args[0], written)
+            except NotDeletable as e:
+                print(json.dumps({"session": f"0x{session:x}", "refused": str(e)}))
+                return 4
+        elif command == "delete-access" and len(args) == 2:
+            try:
+                delete_access(zk, *args, written)
             except NotDeletable as e:
                 print(json.dumps({"session": f"0x{session:x}", "refused": str(e)}))
                 return 4

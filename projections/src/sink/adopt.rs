@@ -314,6 +314,11 @@ impl Runner {
         let mut deleted_jobs: BTreeSet<Jid> = BTreeSet::new();
         let mut access_locks: HashMap<ingest_events::Qid, LockSeen> = HashMap::new();
         let mut access_statuses: BTreeMap<ingest_events::Qid, Option<LockSeen>> = BTreeMap::new();
+        let mut deleted_access: BTreeSet<(ingest_events::event::AccessQueue, ingest_events::Qid)> =
+            BTreeSet::new();
+        // Access requests whose lock another session held when it was
+        // removed (a delete of a request being assembled).
+        let mut unlocked_access: BTreeSet<ingest_events::Qid> = BTreeSet::new();
         let state = self.model.projector.state();
         for (kind, path) in events {
             if let Some(jid) = job_of_lock(&path) {
@@ -341,7 +346,9 @@ impl Runner {
                         access_locks.insert(qid, LockSeen::Held(holders.get(&path).copied()));
                     }
                     zk::EventType::NodeDeleted => {
-                        holders.remove(&path);
+                        if holders.remove(&path).is_some() {
+                            unlocked_access.insert(qid);
+                        }
                         access_locks.insert(qid, LockSeen::Free);
                     }
                     _ => {}
@@ -366,6 +373,15 @@ impl Runner {
                         if let Some(j) = id.parse().ok().and_then(|j| state.jobs.get(&j)) {
                             if !j.cleaned_up {
                                 deleted_jobs.insert(j.jid);
+                            }
+                        }
+                    }
+                    ["access", _, _] => {
+                        if let Some(Item::Access(q, qid)) = Item::of(&path, |_| None) {
+                            if state.access.contains_key(&qid)
+                                && self.model.applied_data(&path).is_some()
+                            {
+                                deleted_access.insert((q, qid));
                             }
                         }
                     }
@@ -454,7 +470,13 @@ impl Runner {
             .adopt_access_statuses(client, version, access_statuses)
             .await?;
         let deleted = self
-            .adopt_deletes(client, version, &deleted_batches, &deleted_jobs)
+            .adopt_deletes(
+                client,
+                version,
+                &deleted_batches,
+                &deleted_jobs,
+                (&deleted_access, &unlocked_access),
+            )
             .await?;
         version = deleted.0;
         for (item, path) in items {

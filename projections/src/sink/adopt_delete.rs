@@ -1,10 +1,13 @@
-//! Adoption mode: batches and jobs another client removed (mrt-zk's
-//! `Batch.delete`, `deleteCompletedBatches`, `Job.delete`,
-//! `deleteDeletedJobs`), offered to the engine as its cleanup of a batch or
-//! its delete of a job; refused, put back and recorded.
+//! Adoption mode: batches, jobs and access requests another client removed
+//! (mrt-zk's `Batch.delete`, `deleteCompletedBatches`, `Job.delete`,
+//! `deleteDeletedJobs`, `Access.delete`), offered to the engine as its
+//! cleanup of a batch or its delete of a job or request; refused, put back
+//! and recorded.
 
 use std::collections::BTreeSet;
 
+use ingest_events::event::AccessQueue;
+use ingest_events::lifecycle::AccessState;
 use ingest_events::Jid;
 use zookeeper_client as zk;
 
@@ -21,9 +24,12 @@ use crate::layout;
 pub(super) const DEFER_DELETE: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Runner {
-    /// Offers each batch and job another client removed to the engine (the
-    /// caller holds the gate), once its root node is gone: a batch with the
-    /// jobs it had, a job alone otherwise. Adopted, the nodes still to go
+    /// Offers each batch, job and access request another client removed to
+    /// the engine (the caller holds the gate), once its root node is gone:
+    /// a batch with the jobs it had, a job alone otherwise; a request
+    /// (`access.0`) Processing whose lock another session held when it was
+    /// removed (`access.1`) is refused before the engine is asked, as
+    /// `DELETE /access/QID` refuses it. Adopted, the nodes still to go
     /// are left to the engine's event (the projector's deletes of nodes
     /// already gone are left out; a job deleted softly is put back
     /// silently as its event says); refused, the items are put back and
@@ -35,6 +41,10 @@ impl Runner {
         mut version: i32,
         batches: &BTreeSet<ingest_events::Bid>,
         jobs: &BTreeSet<Jid>,
+        access: (
+            &BTreeSet<(AccessQueue, ingest_events::Qid)>,
+            &BTreeSet<ingest_events::Qid>,
+        ),
     ) -> Result<(i32, Vec<Item>), Exit> {
         let mut judged: Vec<Item> = Vec::new();
         let Some(adopter) = self.cfg.adopt.clone() else {
@@ -94,15 +104,39 @@ impl Runner {
             self.deleting_batches.remove(&bid);
             offers.push((Deleted::Job(*jid), vec![Item::Job(*jid)]));
         }
+        // Being assembled: Processing, its lock held when it was removed.
+        let assembling: BTreeSet<ingest_events::Qid> = access
+            .1
+            .iter()
+            .filter(|a| {
+                state
+                    .access
+                    .get(a)
+                    .is_some_and(|r| r.status == AccessState::Processing)
+            })
+            .copied()
+            .collect();
+        for (queue, qid) in access.0 {
+            offers.push((
+                Deleted::Access(*queue, *qid),
+                vec![Item::Access(*queue, *qid)],
+            ));
+        }
         for (what, items) in offers {
             judged.extend(items.iter().cloned());
             let root = match what {
                 Deleted::Batch(b) => layout::batch(b),
                 Deleted::Job(j) => layout::job(j),
+                Deleted::Access(q, a) => layout::access(q, a),
             };
+            let assembling = matches!(what, Deleted::Access(_, a) if assembling.contains(&a));
             // Created again since: its nodes are judged as any others.
             let reason = if self.read_node(client, &root).await?.is_some() {
                 format!("{root} was deleted and created again by another client")
+            } else if assembling {
+                format!(
+                    "adoption refused: {root} deleted by another client while Processing and another session held its lock"
+                )
             } else {
                 let offered = ForeignDelete {
                     item: what,
@@ -152,6 +186,9 @@ impl Runner {
                 }
                 Item::Job(j) => {
                     self.adopted.insert(*j, position);
+                }
+                Item::Access(_, q) => {
+                    self.adopted_access.insert(*q, position);
                 }
                 _ => {}
             }

@@ -276,9 +276,10 @@ impl ForeignAccessStatus {
     }
 }
 
-/// A batch or job whose nodes another client removed (mrt-zk's
-/// `Batch.delete`, `deleteCompletedBatches`, `Job.delete`,
-/// `deleteDeletedJobs`), offered to the engine (adoption mode).
+/// A batch, job or access request whose nodes another client removed
+/// (mrt-zk's `Batch.delete`, `deleteCompletedBatches`, `Job.delete`,
+/// `deleteDeletedJobs`, `Access.delete`), offered to the engine (adoption
+/// mode).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ForeignDelete {
     /// What was removed.
@@ -295,6 +296,9 @@ pub enum Deleted {
     Batch(ingest_events::Bid),
     /// `/jobs/JID` removed while its batch stays.
     Job(Jid),
+    /// `/access/<queue>/QID` removed (`Access.delete`: its children, then
+    /// the request).
+    Access(ingest_events::event::AccessQueue, ingest_events::Qid),
 }
 
 /// A shared [`AdoptForeign`]: with it the sink runs in adoption mode.
