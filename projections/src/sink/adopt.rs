@@ -950,7 +950,7 @@ impl Runner {
                                     self.adopted.insert(jid, position);
                                     continue;
                                 }
-                                Err(why) => why,
+                                Err(why) => why.to_string(),
                             }
                         }
                     }
@@ -1040,22 +1040,46 @@ pub(super) fn lock_refusal(
     }
 }
 
+/// Why an offered status move was not adopted; its text is the reason
+/// recorded with the revert.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum NotAdopted {
+    /// The engine refused the move (its reason, cut).
+    #[error("adoption refused {from} -> {to}: {why}")]
+    Refused {
+        /// The state the log has.
+        from: String,
+        /// The state written.
+        to: String,
+        /// The engine's reason.
+        why: String,
+    },
+    /// The engine did not answer in time.
+    #[error("adoption of {from} -> {to}: the engine did not answer")]
+    NoAnswer {
+        /// The state the log has.
+        from: String,
+        /// The state written.
+        to: String,
+    },
+}
+
 /// The engine's answer to an offered status move: the position of its
-/// event, or the reason to record with the revert.
+/// event, or why it was not adopted.
 pub(super) fn answered(
     answer: Result<Adoption, tokio::time::error::Elapsed>,
     from: &dyn std::fmt::Display,
     to: &dyn std::fmt::Display,
-) -> Result<u64, String> {
+) -> Result<u64, NotAdopted> {
+    let (from, to) = (from.to_string(), to.to_string());
     match answer {
         Ok(Adoption::Accepted(position)) => Ok(position),
-        Ok(Adoption::Refused(why)) => Err(format!(
-            "adoption refused {from} -> {to}: {}",
-            ingest_protocol::cut(&why, 300)
-        )),
-        Err(_) => Err(format!(
-            "adoption of {from} -> {to}: the engine did not answer"
-        )),
+        Ok(Adoption::Refused(why)) => Err(NotAdopted::Refused {
+            from,
+            to,
+            why: ingest_protocol::cut(&why, 300).into_owned(),
+        }),
+        Err(_) => Err(NotAdopted::NoAnswer { from, to }),
     }
 }
 

@@ -76,7 +76,7 @@ impl Runner {
                                     self.adopted_access.insert(qid, position);
                                     continue;
                                 }
-                                Err(why) => why,
+                                Err(why) => why.to_string(),
                             }
                         }
                     }

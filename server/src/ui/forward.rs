@@ -124,18 +124,17 @@ fn admin_token<'a>(ui: &'a Ui, name: &str) -> Option<&'a str> {
         .map(|a| a.token.expose())
 }
 
-/// The one HTTP client of forwarded commands: no redirects followed (a
-/// leader that moved on answers 307, which is refused as such).
-fn client() -> Result<&'static reqwest::Client, String> {
-    static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
-    CLIENT
-        .get_or_init(|| {
-            reqwest::Client::builder()
-                .timeout(TIMEOUT)
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(Clone::clone)
+/// The one HTTP client of forwarded commands (a handle: clones share it):
+/// no redirects followed (a leader that moved on answers 307, which is
+/// refused as such).
+fn client() -> Result<reqwest::Client, reqwest::Error> {
+    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+    if let Some(c) = CLIENT.get() {
+        return Ok(c.clone());
+    }
+    let built = reqwest::Client::builder()
+        .timeout(TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?;
+    Ok(CLIENT.get_or_init(|| built).clone())
 }
