@@ -917,7 +917,7 @@ impl EngineRecorder {
         if differs.is_empty() {
             return;
         }
-        let path = format!("/jobs/{jid}/status");
+        let path = ingest_projections::layout::job_status(jid);
         let repaired = ForeignChangeRepaired {
             item: format!("job {jid}"),
             nodes: vec![ForeignNode {

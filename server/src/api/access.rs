@@ -27,7 +27,7 @@ use super::{rows, ApiError, ApiJson, ApiPath, AppState, CorrelationId};
 /// The lock a worker holds on a request while it assembles it (mrt-zk's
 /// `Access.lock`: an ephemeral `lock` child of the request).
 pub fn access_lock_path(queue: AccessQueue, qid: Qid) -> String {
-    format!("/access/{}/{qid}/lock", queue.name())
+    ingest_projections::layout::access_lock(queue, qid)
 }
 
 fn moved(app: &AppState, qid: Qid, records: &[Recorded]) -> Result<AccessMoved, ApiError> {

@@ -3,6 +3,7 @@
 use ingest_engine::{EngineError, ServiceError};
 use ingest_events::command::Rejection;
 use ingest_protocol::api::*;
+use ingest_protocol::endpoint::GetBatch;
 use ingest_protocol::submission::SubmissionError;
 use std::collections::BTreeMap;
 
@@ -263,7 +264,9 @@ pub(crate) async fn submit(
         status: "Pending".into(),
     };
     let mut res = (StatusCode::CREATED, Json(body)).into_response();
-    if let Ok(loc) = HeaderValue::from_str(&format!("/batches/{bid}")) {
+    // The batch's own route, as the contract names it.
+    let location = ingest_protocol::endpoint::Endpoint::path(&GetBatch(bid));
+    if let Ok(loc) = HeaderValue::from_str(&location) {
         res.headers_mut().insert(header::LOCATION, loc);
     }
     Ok(res)

@@ -98,10 +98,10 @@ impl LockChecker for AcceptAll {
 
 /// The lock node of a job.
 pub fn job_lock_path(jid: ingest_events::Jid) -> String {
-    format!("/jobs/{jid}/lock")
+    ingest_projections::layout::job_lock(jid)
 }
 
 /// The lock node of a batch.
 pub fn batch_lock_path(bid: ingest_events::Bid) -> String {
-    format!("/batches/{bid}/lock")
+    ingest_projections::layout::batch_lock(bid)
 }
