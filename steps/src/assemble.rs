@@ -3,8 +3,11 @@
 //! inventory ([`OcflTarget::version_content`], so files deduplicated into
 //! earlier versions are found), every file is streamed into a zip, tar or
 //! tar.gz container while its bytes are hashed, and the digest is checked
-//! against the inventory's as the file ends. A checksum manifest
-//! (`manifest-<algorithm>.txt`, BagIt's line form) closes the container.
+//! against the inventory's as the file ends: the SHA-256 of its fixity
+//! block when it gives the file one (every object `ingest` stores), else
+//! the manifest's digest (see `Check`). A checksum manifest
+//! (`manifest-<algorithm>.txt`, BagIt's line form, the manifest's digests)
+//! closes the container.
 //!
 //! Nothing holds a whole file in memory: each is copied through a fixed
 //! buffer. The container's own size and SHA-256 are computed as it is
@@ -21,9 +24,11 @@ use std::path::{Path, PathBuf};
 use crate::digest::{Algorithm, MultiHasher};
 use crate::ocfl::{ContentFile, OcflTarget, StorageError};
 
+mod flush;
 mod meter;
 mod pipe;
 mod sink;
+use flush::Flushing;
 use meter::Meter;
 pub use meter::{Observer, Progress, TELL_EVERY};
 use pipe::Ahead;
@@ -346,9 +351,10 @@ fn pack_version<W: Write + Seek>(
     let mut manifest = String::new();
     let mut bytes = 0u64;
     let mut algorithm_name = String::new();
-    // Each file's algorithm and size, known before any is read, so that
-    // the next large file can be read ahead while one is written.
-    let mut known: Vec<(Algorithm, u64)> = Vec::with_capacity(files.len());
+    // Each file's manifest algorithm, the digest its bytes are checked
+    // against and its size, known before any is read, so that the next
+    // large file can be read ahead while one is written.
+    let mut known: Vec<(Algorithm, Check<'_>, u64)> = Vec::with_capacity(files.len());
     for f in &files {
         let algorithm: Algorithm =
             f.digest_algorithm
@@ -360,18 +366,18 @@ fn pack_version<W: Write + Seek>(
         let size = std::fs::metadata(&f.path)
             .map_err(io_err("cannot read", &f.path))?
             .len();
-        known.push((algorithm, size));
+        known.push((algorithm, Check::of(f, algorithm), size));
     }
-    let large = |i: usize| known.get(i).is_some_and(|k| k.1 >= pipe::AHEAD_FROM);
+    let large = |i: usize| known.get(i).is_some_and(|k| k.2 >= pipe::AHEAD_FROM);
     let start_ahead = |i: usize| -> Result<Ahead, AssembleError> {
         let f = files[i];
-        let (algorithm, size) = known[i];
-        Ahead::start(f.path.clone(), size, algorithm).map_err(io_err("cannot read", &f.path))
+        let (_, check, size) = known[i];
+        Ahead::start(f.path.clone(), size, check.algorithm).map_err(io_err("cannot read", &f.path))
     };
     // The large file being read ahead, by index.
     let mut ahead: Option<(usize, Ahead)> = None;
     for (i, f) in files.iter().enumerate() {
-        let (algorithm, size) = known[i];
+        let (algorithm, check, size) = known[i];
         algorithm_name = algorithm.name().to_string();
         let entry = entry_name(ark, v.version, &f.logical_path);
         let (source, hasher) = if large(i) {
@@ -386,7 +392,10 @@ fn pack_version<W: Write + Seek>(
             (Source::Ahead(this), None)
         } else {
             let file = File::open(&f.path).map_err(io_err("cannot read", &f.path))?;
-            (Source::Here(file), Some(MultiHasher::new(&[algorithm])))
+            (
+                Source::Here(file),
+                Some(MultiHasher::new(&[check.algorithm])),
+            )
         };
         // At most the size the entry's header announced is read.
         let mut reader = Hashing {
@@ -427,12 +436,12 @@ fn pack_version<W: Write + Seek>(
                 source: io::Error::other(format!("{n} of {size} bytes")),
             });
         }
-        if !actual.eq_ignore_ascii_case(&f.digest) {
+        if !actual.eq_ignore_ascii_case(check.expected) {
             return Err(AssembleError::Mismatch {
                 target: name.to_string(),
                 path: ingest_protocol::cut(&f.logical_path, 512).into_owned(),
-                algorithm: algorithm.name().into(),
-                expected: f.digest.clone(),
+                algorithm: check.algorithm.name().into(),
+                expected: check.expected.to_string(),
                 actual,
             });
         }
@@ -453,6 +462,35 @@ fn pack_version<W: Write + Seek>(
         )
         .map_err(io_err("cannot write", &here))?;
     Ok((files.len(), bytes))
+}
+
+/// The digest a stored file's bytes are checked against as they stream:
+/// the SHA-256 of the inventory's fixity block when it has one for the
+/// file (every object `ingest` stores: SHA-256 runs on the CPU's SHA
+/// extensions at about twice SHA-512's speed, and checking SHA-512 was
+/// the slowest part of an assembly), else the manifest's own digest. Both
+/// were written from the one pass that hashed the file's bytes as they
+/// arrived, and the store checked them before its commit; `ingest verify`
+/// still checks every manifest digest.
+#[derive(Debug, Clone, Copy)]
+struct Check<'f> {
+    algorithm: Algorithm,
+    expected: &'f str,
+}
+
+impl<'f> Check<'f> {
+    fn of(f: &'f ContentFile, manifest: Algorithm) -> Check<'f> {
+        match f.fixity_sha256.as_deref() {
+            Some(sha256) if manifest != Algorithm::Sha256 => Check {
+                algorithm: Algorithm::Sha256,
+                expected: sha256,
+            },
+            _ => Check {
+                algorithm: manifest,
+                expected: &f.digest,
+            },
+        }
+    }
 }
 
 /// What a request asks to assemble.
@@ -508,7 +546,7 @@ pub fn assemble_from_any<'a>(
         // reads of up to its size instead of 8 KiB (`io::copy` fills a
         // `BufWriter`'s free space directly).
         let file = match File::create(dest) {
-            Ok(f) => io::BufWriter::with_capacity(OUT_BUFFER, Sink::new(f)),
+            Ok(f) => io::BufWriter::with_capacity(OUT_BUFFER, Sink::new(Flushing::new(f))),
             Err(source) => return (Err(io_err("cannot create")(source)), failures),
         };
         let mut meter = Meter::start(observe, target.name());
@@ -521,7 +559,8 @@ pub fn assemble_from_any<'a>(
             let sink = buffered
                 .into_inner()
                 .map_err(|e| io_err("cannot write")(e.into_error()))?;
-            let (file, digest) = sink.finish();
+            let (flushing, digest) = sink.finish();
+            let file = flushing.finish().map_err(io_err("cannot sync"))?;
             file.sync_all().map_err(io_err("cannot sync"))?;
             let digest = match digest {
                 Some((size, sha256)) => ContainerDigest {

@@ -188,6 +188,10 @@ pub struct ContentFile {
     pub digest_algorithm: String,
     /// The inventory's digest, lower-case hex.
     pub digest: String,
+    /// The SHA-256 the inventory's fixity block gives the file's content
+    /// path, lower-case hex, when it gives one of 64 hexadecimal digits
+    /// (every object `ingest` stores has them; see `direct::FIXITY`).
+    pub fixity_sha256: Option<String>,
 }
 
 /// The outcome of [`OcflTarget::verify`].
@@ -961,6 +965,7 @@ impl OcflTarget {
                 Err(e) => return Err(hostile("logical path", logical, e.to_string())),
             }
         }
+        let fixity = fixity_sha256(&raw);
         let state = version_state(ark, &object_root, number)?;
         let digest_algorithm = object.digest_algorithm.to_string();
         let mut files = Vec::with_capacity(state.len());
@@ -983,6 +988,7 @@ impl OcflTarget {
                 path: object_root.join(stored),
                 digest_algorithm: digest_algorithm.clone(),
                 digest: entry.digest.to_ascii_lowercase(),
+                fixity_sha256: fixity.get(content).cloned(),
             });
         }
         files.sort_by(|a, b| a.logical_path.cmp(&b.logical_path));
@@ -1509,6 +1515,31 @@ fn version_number(name: &str) -> Option<u32> {
 /// [`StorageError::Io`] when the inventory cannot be read,
 /// [`StorageError::Ocfl`] when it is not an inventory or lacks the version
 /// or a digest.
+/// The inventory's `sha256` fixity block (OCFL 1.1 §3.5.4) as content path
+/// → digest (lower-case). An entry whose digest is not 64 hexadecimal
+/// digits is left out (its file is then checked against the manifest's
+/// digest), as is a block that is not the shape OCFL gives it.
+fn fixity_sha256(inventory: &serde_json::Value) -> std::collections::HashMap<&str, String> {
+    let mut by_path = std::collections::HashMap::new();
+    let Some(block) = inventory["fixity"][direct::FIXITY].as_object() else {
+        return by_path;
+    };
+    for (digest, paths) in block {
+        if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+            continue;
+        }
+        for path in paths
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.as_str())
+        {
+            by_path.insert(path, digest.to_ascii_lowercase());
+        }
+    }
+    by_path
+}
+
 fn version_state(
     ark: &str,
     object_root: &Path,

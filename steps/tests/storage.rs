@@ -1541,7 +1541,16 @@ fn a_file_the_caller_shows_unchanged_is_not_read_again() {
     let stored = store_vouched(&target, &src, "v1", &sha512, &sha256, &unchanged)
         .expect("a.txt is not read again");
     assert_eq!(stored.version, 1);
-    assert!(target.verify(ARK).unwrap().ok);
+    // The caller's SHA-256 goes into the inventory's fixity block as
+    // given: the full check reads every file and finds the wrong one.
+    let report = target.verify(ARK).unwrap();
+    assert!(!report.ok);
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert!(
+        report.problems[0].contains("producer/data/a.txt") && report.problems[0].contains("sha256"),
+        "{:?}",
+        report.problems
+    );
 
     // A file vouched for is skipped, not every file: a wrong SHA-256 of
     // another one still fails the store.
@@ -1602,6 +1611,22 @@ fn a_later_version_is_written_directly_and_deduplicated() {
     assert!(report.warnings.is_empty(), "{:?}", report.warnings);
     assert!(leftovers(&target).is_empty());
     assert_eq!(staged_objects(target.root()), 0);
+    // Every content path the versions added has the caller's SHA-256 as
+    // fixity (what an access assembly checks), and no other path has.
+    let inventory: serde_json::Value =
+        serde_json::from_slice(&fs::read(object.join("inventory.json")).unwrap()).unwrap();
+    let mut fixity = BTreeMap::new();
+    for (digest, paths) in inventory["fixity"]["sha256"].as_object().expect("sha256") {
+        for path in paths.as_array().expect("paths") {
+            fixity.insert(path.as_str().expect("path").to_string(), digest.clone());
+        }
+    }
+    let mut want: BTreeMap<String, String> = V1
+        .iter()
+        .map(|(p, c)| (format!("v1/content/{p}"), sha256(c)))
+        .collect();
+    want.insert("v2/content/producer/again.txt".into(), sha256("new"));
+    assert_eq!(fixity, want);
     // And rocfl adds a third version to it.
     let src3 = source(&[("readme.txt", "third")]);
     assert_eq!(

@@ -1,12 +1,13 @@
 //! Large files read and hashed ahead on threads of their own while the
-//! container is written: checking SHA-512 is the slowest part of an
-//! assembly (one core hashes about 300 MiB/s, where `tar` copies twice as
-//! fast), so each large file is read and hashed by a thread of its own,
-//! the next one's while the current one is written, and the container's
-//! writer takes the chunks as they come. Two files are hashed at once on
-//! two cores; what is held is bounded by [`IN_FLIGHT`] chunks a file, never
-//! by the object's size. Small files are hashed inline, where a thread
-//! would cost more than it saves.
+//! container is written: checking each file's digest is the slowest part
+//! of an assembly (one core hashes SHA-512 at about 300–530 MiB/s and
+//! SHA-256, on the CPU's SHA extensions, at about 1,200 MiB/s, where `tar`
+//! copies at 500–700 MiB/s), so each large file is read and hashed by a
+//! thread of its own, the next one's while the current one is written, and
+//! the container's writer takes the chunks as they come. Two files are
+//! hashed at once on two cores; what is held is bounded by [`IN_FLIGHT`]
+//! chunks a file, never by the object's size. Small files are hashed
+//! inline, where a thread would cost more than it saves.
 
 use std::fs::File;
 use std::io::{self, Read};

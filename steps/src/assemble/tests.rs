@@ -348,3 +348,146 @@ fn large_files_read_ahead_are_packed_whole_and_a_changed_byte_is_found() {
         files.iter().map(|f| f.1.len() as u64).sum::<u64>()
     );
 }
+
+/// Stores the files of `source` into `target` as the worker does: every
+/// file's SHA-512 and SHA-256 given, copied (so the inventory gets the
+/// SHA-256 as fixity).
+fn store_as_the_worker(target: &OcflTarget, source: &Path) {
+    let mut sha512 = BTreeMap::new();
+    let mut sha256 = BTreeMap::new();
+    let mut todo = vec![source.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir).expect("list") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                todo.push(path);
+                continue;
+            }
+            let logical = path
+                .strip_prefix(source)
+                .expect("inside")
+                .to_string_lossy()
+                .into_owned();
+            let (_, d) = crate::digest::digest_file(&path, &[Algorithm::Sha256, Algorithm::Sha512])
+                .expect("digest");
+            sha256.insert(logical.clone(), d[0].1.clone());
+            sha512.insert(logical, d[1].1.clone());
+        }
+    }
+    let unchanged = std::collections::BTreeSet::new();
+    let checks = crate::ocfl::Checks {
+        sha512: &sha512,
+        sha256: &sha256,
+        unchanged: &unchanged,
+    };
+    target
+        .store_checked_with(ARK, source, &meta(), false, &checks)
+        .expect("stored");
+}
+
+/// The inventory of `target`'s object, edited by `edit` and written back
+/// (its sidecar left as it was: the reader does not look at it).
+fn edit_inventory(target: &OcflTarget, edit: impl FnOnce(&mut serde_json::Value)) {
+    let file = target
+        .version_content(ARK, None)
+        .expect("content")
+        .files
+        .into_iter()
+        .next()
+        .expect("a file");
+    // <object>/v1/content/<logical>: the object's root is above `v1`.
+    let mut root = file.path.as_path();
+    while root.file_name().is_some_and(|n| n != "v1") {
+        root = root.parent().expect("parent");
+    }
+    let path = root.parent().expect("object").join("inventory.json");
+    let mut inventory: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("json");
+    edit(&mut inventory);
+    std::fs::write(&path, serde_json::to_vec(&inventory).expect("json")).expect("write");
+}
+
+#[test]
+fn a_file_is_checked_against_the_inventorys_sha256_fixity_when_it_has_one() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let target = OcflTarget::open_or_init("fixity", root.path()).expect("target");
+    let big: Vec<u8> = (0..(5u32 << 20)).map(|i| (i % 251) as u8).collect();
+    let source = tempfile::tempdir().expect("tempdir");
+    write(
+        source.path(),
+        &[("producer/a.txt", b"read here"), ("producer/big.bin", &big)],
+    );
+    store_as_the_worker(&target, source.path());
+    let files = target.version_content(ARK, None).expect("content").files;
+    // Every file has the SHA-256 of its bytes as fixity.
+    for f in &files {
+        let (_, d) = crate::digest::digest_file(&f.path, &[Algorithm::Sha256]).expect("digest");
+        assert_eq!(f.fixity_sha256.as_deref(), Some(d[0].1.as_str()), "{f:?}");
+        assert_eq!(Check::of(f, Algorithm::Sha512).algorithm, Algorithm::Sha256);
+    }
+    assert!(target.verify(ARK).expect("verify").ok);
+    let out = tempfile::tempdir().expect("tempdir");
+    let assemble_tar = || {
+        assemble(
+            &target,
+            ARK,
+            None,
+            Content::Producer,
+            Container::Tar,
+            File::create(out.path().join("c.tar")).expect("create"),
+        )
+    };
+    let (done, _) = assemble_tar().expect("assembled");
+    assert_eq!(done.bytes, big.len() as u64 + 9);
+
+    // A wrong SHA-256 in the fixity block fails the file (small, read
+    // here; large, read ahead) though its SHA-512 is right: the fixity is
+    // what was checked.
+    let mut original = serde_json::Value::Null;
+    edit_inventory(&target, |inv| original = inv.clone());
+    for (logical, wrong) in [("producer/a.txt", "ab"), ("producer/big.bin", "cd")] {
+        let wrong = wrong.repeat(32);
+        let content_path = format!("v1/content/{logical}");
+        edit_inventory(&target, |inv| {
+            *inv = original.clone();
+            let block = inv["fixity"]["sha256"].as_object_mut().expect("block");
+            block.retain(|_, paths| paths[0] != content_path.as_str());
+            block.insert(wrong.clone(), serde_json::json!([content_path]));
+        });
+        let err = assemble_tar().expect_err("a mismatch");
+        match err {
+            AssembleError::Mismatch {
+                path,
+                algorithm,
+                expected,
+                ..
+            } => assert_eq!(
+                (path.as_str(), algorithm.as_str(), expected.as_str()),
+                (logical, "sha256", wrong.as_str())
+            ),
+            other => panic!("{other}"),
+        }
+    }
+
+    // Fixity that is not a SHA-256 (a short digest, another algorithm) is
+    // passed over: the manifest's SHA-512 is checked instead.
+    edit_inventory(&target, |inv| {
+        inv["fixity"] = serde_json::json!({
+            "sha256": {"abc": ["v1/content/producer/a.txt"]},
+            "md5": {"0123456789abcdef0123456789abcdef": ["v1/content/producer/big.bin"]},
+        });
+    });
+    let files = target.version_content(ARK, None).expect("content").files;
+    assert!(files.iter().all(|f| f.fixity_sha256.is_none()), "{files:?}");
+    assemble_tar().expect("checked against the SHA-512");
+    // And a changed byte is still found, by the SHA-512.
+    let a = files
+        .iter()
+        .find(|f| f.logical_path == "producer/a.txt")
+        .expect("a");
+    std::fs::write(&a.path, b"read hare").expect("write");
+    match assemble_tar().expect_err("a mismatch") {
+        AssembleError::Mismatch { algorithm, .. } => assert_eq!(algorithm, "sha512"),
+        other => panic!("{other}"),
+    }
+}
