@@ -9,6 +9,13 @@ use ingest_config::GlobalOverrides;
 
 mod cli;
 
+/// mimalloc rather than glibc's allocator: sled allocates and frees a small
+/// buffer for almost every page it touches, and under replicated load
+/// `malloc`, `_int_malloc` and `free` were the engines' writer threads'
+/// largest costs (docs/performance.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let matches = Cli::command().get_matches();
     let mut cli = match Cli::from_arg_matches(&matches) {
