@@ -12,7 +12,7 @@
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::PathBuf;
-use std::sync::mpsc::{self, Receiver};
+use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread::JoinHandle;
 
 use crate::digest::{Algorithm, MultiHasher};
@@ -31,6 +31,11 @@ const IN_FLIGHT: usize = 4;
 /// thread read.
 pub(crate) struct Ahead {
     chunks: Receiver<io::Result<Vec<u8>>>,
+    /// Chunks written, sent back for the thread to read into again: the
+    /// same few buffers go round instead of one allocated by the thread
+    /// and freed by the writer per MiB (which an allocator with per-thread
+    /// heaps, such as the binary's mimalloc, returns late).
+    spent: SyncSender<Vec<u8>>,
     thread: Option<JoinHandle<(u64, String)>>,
     current: Vec<u8>,
     at: usize,
@@ -41,6 +46,7 @@ impl Ahead {
     /// `algorithm`.
     pub(crate) fn start(path: PathBuf, size: u64, algorithm: Algorithm) -> io::Result<Ahead> {
         let (to, chunks) = mpsc::sync_channel::<io::Result<Vec<u8>>>(IN_FLIGHT);
+        let (spent, spare) = mpsc::sync_channel::<Vec<u8>>(IN_FLIGHT);
         let thread = std::thread::Builder::new()
             .name("assemble-read".into())
             .spawn(move || {
@@ -55,7 +61,13 @@ impl Ahead {
                 };
                 loop {
                     // A whole chunk (or the end): fewer, larger messages.
-                    let mut chunk = Vec::with_capacity(CHUNK);
+                    let mut chunk = match spare.try_recv() {
+                        Ok(mut used) => {
+                            used.clear();
+                            used
+                        }
+                        Err(_) => Vec::with_capacity(CHUNK),
+                    };
                     let filled = match (&mut file).take(CHUNK as u64).read_to_end(&mut chunk) {
                         Ok(k) => k,
                         Err(e) => {
@@ -83,6 +95,7 @@ impl Ahead {
             })?;
         Ok(Ahead {
             chunks,
+            spent,
             thread: Some(thread),
             current: Vec::new(),
             at: 0,
@@ -105,7 +118,11 @@ impl Read for Ahead {
         if self.at == self.current.len() {
             match self.chunks.recv() {
                 Ok(Ok(chunk)) => {
-                    self.current = chunk;
+                    let used = std::mem::replace(&mut self.current, chunk);
+                    if used.capacity() > 0 {
+                        // Dropped when the thread has enough spares.
+                        let _ = self.spent.try_send(used);
+                    }
                     self.at = 0;
                 }
                 Ok(Err(e)) => return Err(e),
