@@ -4,8 +4,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use axum::extract::{MatchedPath, State};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::body::Body;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
@@ -63,89 +65,59 @@ fn moved() -> JobMoved {
     }
 }
 
+/// Records the request (the route pattern it matched and its URI, its
+/// authorization and fence headers, its JSON body or `null`) and passes it
+/// on: a layer on the routes that record.
+async fn record(
+    State(seen): State<Seen>,
+    matched: MatchedPath,
+    request: Request,
+    next: Next,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, 1 << 20)
+        .await
+        .unwrap_or_default();
+    seen.lock().expect("lock").push((
+        format!("{} {}", matched.as_str(), parts.uri),
+        header(&parts.headers, "authorization"),
+        header(&parts.headers, FENCE_HEADER),
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    ));
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
 /// A server whose routes answer each kind of reply, recording requests.
 /// Its routes are the endpoints' own patterns, as the server's table takes
-/// them; each records the pattern it matched.
+/// them; each of the first five records the pattern it matched.
 fn recording_router(seen: Seen) -> Router {
-    let record = |seen: &Seen,
-                  matched: &MatchedPath,
-                  uri: &Uri,
-                  headers: &HeaderMap,
-                  body: Option<Json<Value>>| {
-        seen.lock().expect("lock").push((
-            format!("{} {}", matched.as_str(), uri),
-            header(headers, "authorization"),
-            header(headers, FENCE_HEADER),
-            body.map(|Json(v)| v).unwrap_or(Value::Null),
-        ));
-    };
     Router::new()
         .route(
             JobWaiting::ROUTE,
-            post(
-                move |State(s): State<Seen>,
-                      m: MatchedPath,
-                      u: Uri,
-                      h: HeaderMap,
-                      b: Option<Json<Value>>| async move {
-                    record(&s, &m, &u, &h, b);
-                    Json(json!({"answer": 42}))
-                },
-            ),
+            post(|| async { Json(json!({"answer": 42})) }),
         )
-        .route(
-            JobOutcome::ROUTE,
-            post(
-                move |State(s): State<Seen>,
-                      m: MatchedPath,
-                      u: Uri,
-                      h: HeaderMap,
-                      b: Option<Json<Value>>| async move {
-                    record(&s, &m, &u, &h, b);
-                    Json(moved())
-                },
-            ),
-        )
+        .route(JobOutcome::ROUTE, post(|| async { Json(moved()) }))
         .route(
             StartJob::ROUTE,
-            post(
-                move |State(s): State<Seen>,
-                      m: MatchedPath,
-                      u: Uri,
-                      h: HeaderMap,
-                      b: Option<Json<Value>>| async move {
-                    record(&s, &m, &u, &h, b);
-                    error(
-                        StatusCode::CONFLICT,
-                        "lock_not_held",
-                        "the worker does not hold the lock",
-                        None,
-                    )
-                },
-            ),
+            post(|| async {
+                error(
+                    StatusCode::CONFLICT,
+                    "lock_not_held",
+                    "the worker does not hold the lock",
+                    None,
+                )
+            }),
         )
         .route(
             ListAccess::ROUTE,
-            get(
-                move |State(s): State<Seen>, m: MatchedPath, u: Uri, h: HeaderMap| async move {
-                    record(&s, &m, &u, &h, None);
-                    error(StatusCode::CONFLICT, "odd", "a GET is not a report", None)
-                },
-            ),
+            get(|| async { error(StatusCode::CONFLICT, "odd", "a GET is not a report", None) }),
         )
         .route(
             DeleteJob::ROUTE,
-            delete(
-                move |State(s): State<Seen>,
-                      m: MatchedPath,
-                      u: Uri,
-                      h: HeaderMap,
-                      b: Option<Json<Value>>| async move {
-                    record(&s, &m, &u, &h, b);
-                    error(StatusCode::CONFLICT, "deleted", "seen", None)
-                },
-            ),
+            delete(|| async { error(StatusCode::CONFLICT, "deleted", "seen", None) }),
         )
+        .route_layer(middleware::from_fn_with_state(Arc::clone(&seen), record))
         .route(
             Submit::ROUTE,
             post(|| async {

@@ -65,6 +65,12 @@ impl Algorithm {
             Algorithm::Sha512 => 128,
         }
     }
+
+    /// Whether `hex` has the form of this algorithm's digest: exactly
+    /// [`Algorithm::hex_len`] hexadecimal digits, in either case.
+    pub fn is_digest(self, hex: &str) -> bool {
+        hex.len() == self.hex_len() && hex.bytes().all(|b| b.is_ascii_hexdigit())
+    }
 }
 
 impl fmt::Display for Algorithm {

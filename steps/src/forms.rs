@@ -396,7 +396,7 @@ fn file_digest(record: &Record<'_>) -> Result<Option<FileDigest>, ManifestError>
         .parse()
         .map_err(|e| ManifestError::new(line, format!("{e}")))?;
     let value = value.to_ascii_lowercase();
-    if value.len() != algorithm.hex_len() || !value.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if !algorithm.is_digest(&value) {
         return Err(ManifestError::new(
             line,
             format!(

@@ -1525,7 +1525,7 @@ fn fixity_sha256(inventory: &serde_json::Value) -> std::collections::HashMap<&st
         return by_path;
     };
     for (digest, paths) in block {
-        if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if !crate::digest::Algorithm::Sha256.is_digest(digest) {
             continue;
         }
         for path in paths

@@ -265,7 +265,7 @@ fn check_value(
 /// The digest in lower case, once checked.
 fn checked_digest(file: &ManifestFile) -> Result<String, ManifestError> {
     let d = &file.digest;
-    if d.len() == file.algorithm.hex_len() && d.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if file.algorithm.is_digest(d) {
         return Ok(d.to_ascii_lowercase());
     }
     Err(ManifestError::BadDigest {

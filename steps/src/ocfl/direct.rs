@@ -164,7 +164,7 @@ fn fixity_of(checks: &Checks<'_>, logical_path: &str) -> Option<String> {
     checks
         .sha256
         .get(logical_path)
-        .filter(|d| d.len() == 64 && d.bytes().all(|b| b.is_ascii_hexdigit()))
+        .filter(|d| crate::digest::Algorithm::Sha256.is_digest(d))
         .map(|d| d.to_ascii_lowercase())
 }
 
