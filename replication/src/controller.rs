@@ -849,6 +849,8 @@ impl Machine<'_> {
             s.tail_bytes = tail_bytes;
             s.tail_writes = end.writes.load(Ordering::Relaxed);
             s.records_replicated = end.records.load(Ordering::Relaxed);
+            s.tail_frame_bytes = end.frame_bytes.load(Ordering::Relaxed);
+            s.tail_stored_bytes = end.stored_bytes.load(Ordering::Relaxed);
         });
         Ok(())
     }

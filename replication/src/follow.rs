@@ -203,15 +203,9 @@ pub(crate) async fn catch_up(
                     ))
                 }
             };
-            if data.len() != n.len {
-                return Err(FollowError::Divergent(format!(
-                    "tail node {} holds {} bytes, its name says {}",
-                    n.seq,
-                    data.len(),
-                    n.len
-                )));
-            }
-            pending.extend_from_slice(&data);
+            let frames =
+                tail::payload(n, data).map_err(|e| FollowError::Divergent(e.to_string()))?;
+            pending.extend_from_slice(&frames);
             if n.complete {
                 ready = Some((pending.len(), *n));
                 complete += 1;

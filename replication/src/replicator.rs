@@ -24,6 +24,10 @@ pub(crate) struct TailEnd {
     pub writes: AtomicU64,
     /// Records written to the tail in this term.
     pub records: AtomicU64,
+    /// Bytes of frames written to the tail in this term, before compression.
+    pub frame_bytes: AtomicU64,
+    /// Bytes of node data written to the tail in this term (compressed or not).
+    pub stored_bytes: AtomicU64,
 }
 
 /// Writes to the tail for a leader in one epoch.
@@ -41,9 +45,12 @@ impl Replicator for ZkReplicator {
     fn replicate(&mut self, frames: &[Vec<u8>]) -> Result<(), ReplicationError> {
         let next_seq = self.end.next_seq.load(Ordering::Acquire);
         let head = self.end.head.load(Ordering::Acquire);
-        let chunks = tail::pack(frames, next_seq, head).map_err(|e| {
-            ReplicationError::Unknown(format!("a staged frame does not split: {e}"))
-        })?;
+        let chunks: Vec<Chunk> = tail::pack(frames, next_seq, head)
+            .map_err(|e| ReplicationError::Unknown(format!("a staged frame does not split: {e}")))?
+            .into_iter()
+            .map(Chunk::compressed)
+            .collect();
+        let frame_bytes: usize = frames.iter().map(Vec::len).sum();
         let runs = tail::multis(&chunks);
         let total = runs.len();
         for (i, run) in runs.into_iter().enumerate() {
@@ -57,6 +64,15 @@ impl Replicator for ZkReplicator {
                 } else {
                     e
                 });
+            }
+            let stored: usize = run.iter().map(|c| c.data.len()).sum();
+            self.end
+                .stored_bytes
+                .fetch_add(stored as u64, Ordering::Relaxed);
+            if i + 1 == total {
+                self.end
+                    .frame_bytes
+                    .fetch_add(frame_bytes as u64, Ordering::Relaxed);
             }
             if let Some(last) = run.last() {
                 let before = self.end.head.swap(last.name.pos, Ordering::AcqRel);

@@ -82,6 +82,14 @@ pub struct ReplicaStatus {
     /// per write is the group commit's effect).
     #[serde(default)]
     pub records_replicated: u64,
+    /// On the leader: bytes of records written to the tail in this term,
+    /// before compression.
+    #[serde(default)]
+    pub tail_frame_bytes: u64,
+    /// On the leader: bytes of tail node data written in this term (what
+    /// ZooKeeper stored; nodes that shrink are zstd-compressed).
+    #[serde(default)]
+    pub tail_stored_bytes: u64,
 }
 
 impl ReplicaStatus {
@@ -103,6 +111,8 @@ impl ReplicaStatus {
             tail_bytes: 0,
             tail_writes: 0,
             records_replicated: 0,
+            tail_frame_bytes: 0,
+            tail_stored_bytes: 0,
         }
     }
 

@@ -7,6 +7,15 @@
 //! command (`p`), and its length in bytes. A follower applies only up to a
 //! `c` node, so a command is applied whole or not at all, even when its
 //! records span several nodes.
+//!
+//! A node whose name ends in `-z` holds its chunk zstd-compressed (the
+//! length in its name is the stored one). The leader compresses every chunk
+//! that shrinks: each tail byte is copied by every ZooKeeper server several
+//! times (request, proposal, transaction log, data tree) and read by every
+//! follower, and that work, not the engines', bounded a replicated group's
+//! throughput on one machine (docs/performance.md). A follower decompresses
+//! at most [`NODE_BYTES`] from a node, so a node written by anyone else
+//! cannot make it allocate more.
 
 use std::fmt;
 
@@ -29,19 +38,22 @@ pub struct NodeName {
     pub pos: u64,
     /// Whether the node ends at a command boundary.
     pub complete: bool,
-    /// The data's length.
+    /// The stored data's length.
     pub len: usize,
+    /// Whether the data is zstd-compressed (`-z`).
+    pub compressed: bool,
 }
 
 impl fmt::Display for NodeName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "t{:020}-{:020}-{}-{}",
+            "t{:020}-{:020}-{}-{}{}",
             self.seq,
             self.pos,
             if self.complete { 'c' } else { 'p' },
-            self.len
+            self.len,
+            if self.compressed { "-z" } else { "" }
         )
     }
 }
@@ -51,12 +63,17 @@ impl NodeName {
     /// someone else put there is ignored, never read).
     pub fn parse(name: &str) -> Option<NodeName> {
         let rest = name.strip_prefix('t')?;
-        let mut parts = rest.splitn(4, '-');
+        let mut parts = rest.splitn(5, '-');
         let seq = parts.next()?;
         let pos = parts.next()?;
         let kind = parts.next()?;
         let len = parts.next()?;
-        if seq.len() != 20 || pos.len() != 20 || len.len() > 8 {
+        let compressed = match parts.next() {
+            None => false,
+            Some("z") => true,
+            Some(_) => return None,
+        };
+        if seq.len() != 20 || pos.len() != 20 || len.is_empty() || len.len() > 8 {
             return None;
         }
         let complete = match kind {
@@ -73,6 +90,7 @@ impl NodeName {
             pos: pos.parse().ok()?,
             complete,
             len,
+            compressed,
         })
     }
 }
@@ -84,6 +102,75 @@ pub struct Chunk {
     pub name: NodeName,
     /// Its data.
     pub data: Vec<u8>,
+}
+
+/// The zstd level of compressed nodes (the fastest: the leader compresses
+/// on its write path, and records of one group are alike enough that
+/// higher levels gain little).
+const ZSTD_LEVEL: i32 = 1;
+
+/// Why a node's data cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeDataError {
+    /// The stored length differs from the name's.
+    #[error("tail node {seq} holds {held} bytes, its name says {named}")]
+    Length {
+        /// The node's sequence number.
+        seq: u64,
+        /// What it holds.
+        held: usize,
+        /// What its name says.
+        named: usize,
+    },
+    /// The data does not decompress within [`NODE_BYTES`].
+    #[error("tail node {seq} does not decompress to at most {NODE_BYTES} bytes: {source}")]
+    Decompress {
+        /// The node's sequence number.
+        seq: u64,
+        /// zstd's error.
+        source: std::io::Error,
+    },
+}
+
+impl Chunk {
+    /// The chunk as it is stored: zstd-compressed when that makes it
+    /// smaller (named `-z`), else as it is.
+    #[must_use]
+    pub fn compressed(self) -> Chunk {
+        match zstd::block::compress(&self.data, ZSTD_LEVEL) {
+            Ok(z) if z.len() < self.data.len() => Chunk {
+                name: NodeName {
+                    len: z.len(),
+                    compressed: true,
+                    ..self.name
+                },
+                data: z,
+            },
+            _ => self,
+        }
+    }
+}
+
+/// The frames a node read back holds: its data checked against its name's
+/// length and decompressed (at most [`NODE_BYTES`]) when its name says so.
+///
+/// # Errors
+/// [`NodeDataError`] when the data is not what the name describes.
+pub fn payload(name: &NodeName, data: Vec<u8>) -> Result<Vec<u8>, NodeDataError> {
+    if data.len() != name.len {
+        return Err(NodeDataError::Length {
+            seq: name.seq,
+            held: data.len(),
+            named: name.len,
+        });
+    }
+    if !name.compressed {
+        return Ok(data);
+    }
+    zstd::block::decompress(&data, NODE_BYTES).map_err(|source| NodeDataError::Decompress {
+        seq: name.seq,
+        source,
+    })
 }
 
 /// Packs the frames of a group (one per command, in order) into nodes
@@ -110,6 +197,7 @@ pub fn pack(frames: &[Vec<u8>], next_seq: u64, head: u64) -> Result<Vec<Chunk>, 
                 pos,
                 complete,
                 len: data.len(),
+                compressed: false,
             },
             data,
         });
@@ -201,6 +289,7 @@ pub(crate) fn node(seq: u64, pos: u64, complete: bool) -> NodeName {
         pos,
         complete,
         len: 1,
+        compressed: false,
     }
 }
 
@@ -257,20 +346,100 @@ mod tests {
             pos: 3456,
             complete: true,
             len: 99,
+            compressed: false,
         };
         let s = n.to_string();
         assert_eq!(s, "t00000000000000000012-00000000000000003456-c-99");
         assert_eq!(NodeName::parse(&s), Some(n));
+        let z = NodeName {
+            compressed: true,
+            ..n
+        };
+        assert_eq!(z.to_string(), format!("{s}-z"));
+        assert_eq!(NodeName::parse(&z.to_string()), Some(z));
         for bad in [
             "x",
             "t1-2-c-3",
             "t00000000000000000012-00000000000000003456-x-9",
+            "t00000000000000000012-00000000000000003456-c-",
+            "t00000000000000000012-00000000000000003456-c-9-y",
+            "t00000000000000000012-00000000000000003456-c-9-z-z",
             "c-1",
         ] {
             assert_eq!(NodeName::parse(bad), None, "{bad}");
         }
         let big = format!("t{:020}-{:020}-c-{}", 1, 1, NODE_BYTES + 1);
         assert_eq!(NodeName::parse(&big), None);
+    }
+
+    /// A chunk that shrinks is stored compressed and named `-z`; the
+    /// follower gets the same frames back. One that does not shrink is
+    /// stored as it is.
+    #[test]
+    fn a_chunk_is_stored_compressed_when_that_is_smaller_and_read_back_whole() {
+        let frames: Vec<Vec<u8>> = (0..32u8).map(|i| frame_of(&[200 + i as usize])).collect();
+        let chunk = pack(&frames, 3, 10).unwrap().remove(0);
+        let raw = chunk.data.clone();
+        let stored = chunk.clone().compressed();
+        assert!(stored.name.compressed);
+        assert!(
+            stored.data.len() < raw.len() / 4,
+            "{} of {}",
+            stored.data.len(),
+            raw.len()
+        );
+        assert_eq!(stored.name.len, stored.data.len());
+        assert_eq!((stored.name.seq, stored.name.pos), (3, 42));
+        let name = NodeName::parse(&stored.name.to_string()).expect("its name parses");
+        assert_eq!(payload(&name, stored.data).unwrap(), raw);
+
+        // Bytes that do not compress stay as they are.
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let noise: Vec<u8> = (0..4096)
+            .map(|_| {
+                // xorshift64*: bytes zstd finds nothing to shorten in.
+                x ^= x >> 12;
+                x ^= x << 25;
+                x ^= x >> 27;
+                (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
+            })
+            .collect();
+        let mut f = Vec::new();
+        frame::push(&mut f, &noise);
+        let plain = pack(&[f.clone()], 1, 0).unwrap().remove(0).compressed();
+        assert!(!plain.name.compressed);
+        assert_eq!(payload(&plain.name, plain.data).unwrap(), f);
+    }
+
+    /// A node whose data is not what its name says is refused, never
+    /// decompressed past a node's size: a node of zeros that would expand
+    /// far beyond it (written by anyone with access to the tail) fails.
+    #[test]
+    fn a_node_that_lies_about_its_data_is_refused() {
+        let bomb = zstd::block::compress(&vec![0u8; 8 * NODE_BYTES], 1).unwrap();
+        let name = NodeName {
+            seq: 9,
+            pos: 1,
+            complete: true,
+            len: bomb.len(),
+            compressed: true,
+        };
+        let e = payload(&name, bomb.clone()).unwrap_err();
+        assert!(matches!(e, NodeDataError::Decompress { seq: 9, .. }), "{e}");
+        let e = payload(&NodeName { len: 3, ..name }, bomb).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                NodeDataError::Length {
+                    seq: 9,
+                    held: _,
+                    named: 3
+                }
+            ),
+            "{e}"
+        );
+        let e = payload(&name, vec![1u8; name.len]).unwrap_err();
+        assert!(e.to_string().contains("does not decompress"), "{e}");
     }
 
     #[test]

@@ -13,8 +13,9 @@
 //! acknowledged batch; the exit code says whether it held (0), not (1).
 //!
 //! `throughput` submits the same burst to a single engine and to the
-//! leader of three, in one run, and prints the ratio and the records per
-//! ZooKeeper write of the replicated tail.
+//! leader of three, in one run, and prints the ratio, the records per
+//! ZooKeeper write of the replicated tail and its bytes per record (stored,
+//! and before compression).
 //!
 //! Everything runs on loopback and stops by itself: every phase has a
 //! deadline, `--max-seconds` bounds the whole run, and every process it
@@ -965,19 +966,23 @@ async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
     let s1 = status(&http, &engines[l].base).await.unwrap_or(s1);
     let events = s1["applied"].as_u64().unwrap_or(0) - s0["applied"].as_u64().unwrap_or(0);
     let writes = s1["tail_writes"].as_u64().unwrap_or(0) - s0["tail_writes"].as_u64().unwrap_or(0);
+    let counted = |key: &str| s1[key].as_u64().unwrap_or(0) - s0[key].as_u64().unwrap_or(0);
+    let (frame_bytes, stored_bytes) = (counted("tail_frame_bytes"), counted("tail_stored_bytes"));
     converged(&http, &engines, Duration::from_secs(60)).await?;
     let single_rate = single_events as f64 / single_elapsed.as_secs_f64();
     let on_ensemble_rate = on_ensemble_events as f64 / on_ensemble_elapsed.as_secs_f64();
     let replicated_rate = events as f64 / replicated_elapsed.as_secs_f64();
-    println!("| batches | in flight | single events/s (standalone ZooKeeper) | single events/s (ensemble of 3) | replicated events/s | replicated / single (standalone) | replicated / single (ensemble) | events per ZooKeeper write |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| batches | in flight | single events/s (standalone ZooKeeper) | single events/s (ensemble of 3) | replicated events/s | replicated / single (standalone) | replicated / single (ensemble) | events per ZooKeeper write | tail bytes per event (stored / before compression) |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     println!(
-        "| {} | {} | {single_rate:.0} | {on_ensemble_rate:.0} | {replicated_rate:.0} | {:.2} | {:.2} | {:.1} |",
+        "| {} | {} | {single_rate:.0} | {on_ensemble_rate:.0} | {replicated_rate:.0} | {:.2} | {:.2} | {:.1} | {:.0} / {:.0} |",
         args.batches,
         args.concurrency,
         replicated_rate / single_rate,
         replicated_rate / on_ensemble_rate,
-        events as f64 / writes.max(1) as f64
+        events as f64 / writes.max(1) as f64,
+        stored_bytes as f64 / events.max(1) as f64,
+        frame_bytes as f64 / events.max(1) as f64,
     );
     println!();
     println!("CPU used during each burst (the engines' processes, the ZooKeeper servers', this tool's load), per event; cores busy = all of it / wall time:");
