@@ -181,6 +181,18 @@ impl Drop for ZkGuard<'_> {
     }
 }
 
+/// Starts an ensemble of three in `dir`; its hosts, and the guard that
+/// stops it.
+fn ensemble<'a>(ctx: &'a Ctx, dir: &str) -> Result<(ZkGuard<'a>, String)> {
+    let guard = ZkGuard {
+        ctx,
+        stop: vec!["ensemble".into(), "stop".into(), "--dir".into(), dir.into()],
+    };
+    ctx.zk(&["ensemble", "start", "--dir", dir])?;
+    let hosts = ctx.zk(&["ensemble", "hosts", "--dir", dir])?;
+    Ok((guard, hosts))
+}
+
 /// One `ingest serve`.
 struct Engine {
     name: String,
@@ -529,17 +541,7 @@ async fn faults(ctx: &Ctx, args: FaultArgs) -> Result<bool> {
     let started = Instant::now();
     let bound = Duration::from_secs(args.max_seconds);
     let zk_dir = ctx.work.join("zk").to_string_lossy().into_owned();
-    let _zk = ZkGuard {
-        ctx,
-        stop: vec![
-            "ensemble".into(),
-            "stop".into(),
-            "--dir".into(),
-            zk_dir.clone(),
-        ],
-    };
-    ctx.zk(&["ensemble", "start", "--dir", &zk_dir])?;
-    let hosts = ctx.zk(&["ensemble", "hosts", "--dir", &zk_dir])?;
+    let (_zk, hosts) = ensemble(ctx, &zk_dir)?;
     let mut engines = Vec::new();
     for i in 1..=3 {
         engines.push(Engine::start(ctx, &format!("e{i}"), &hosts, 3).await?);
@@ -917,30 +919,27 @@ async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
         let hosts = format!("127.0.0.1:{port}");
         single_burst(ctx, &args, ("single", "/campaign"), &hosts, &single_dir).await?
     };
-    // The leader of three on an ensemble of three.
-    let zk_dir = ctx.work.join("zk").to_string_lossy().into_owned();
-    let _zk = ZkGuard {
-        ctx,
-        stop: vec![
-            "ensemble".into(),
-            "stop".into(),
-            "--dir".into(),
-            zk_dir.clone(),
-        ],
+    // A single engine on an ensemble of three: what a single-node deployment
+    // on Merritt's ensemble pays for its projection, so that the replicated
+    // run's ratio to it is replication's own cost. Each run gets a new
+    // ZooKeeper of its own: before, the replicated run shared this one and
+    // its servers carried (and garbage-collected) this run's tree too.
+    let (on_ensemble_elapsed, on_ensemble_events, on_ensemble_cpu) = {
+        let dir = ctx.work.join("zk-single-ensemble");
+        let dir = dir.to_string_lossy().into_owned();
+        let (_zk, hosts) = ensemble(ctx, &dir)?;
+        single_burst(
+            ctx,
+            &args,
+            ("single-ensemble", "/campaign-single"),
+            &hosts,
+            &dir,
+        )
+        .await?
     };
-    ctx.zk(&["ensemble", "start", "--dir", &zk_dir])?;
-    let hosts = ctx.zk(&["ensemble", "hosts", "--dir", &zk_dir])?;
-    // A single engine on the same ensemble (a root of its own): what a
-    // single-node deployment on Merritt's ensemble pays for its projection,
-    // so that the replicated run's ratio to it is replication's own cost.
-    let (on_ensemble_elapsed, on_ensemble_events, on_ensemble_cpu) = single_burst(
-        ctx,
-        &args,
-        ("single-ensemble", "/campaign-single"),
-        &hosts,
-        &zk_dir,
-    )
-    .await?;
+    // The leader of three on a new ensemble of three.
+    let zk_dir = ctx.work.join("zk").to_string_lossy().into_owned();
+    let (_zk, hosts) = ensemble(ctx, &zk_dir)?;
     let mut engines = Vec::new();
     for i in 1..=3 {
         engines.push(Engine::start(ctx, &format!("r{i}"), &hosts, 3).await?);
