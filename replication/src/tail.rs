@@ -10,12 +10,12 @@
 //!
 //! A node whose name ends in `-z` holds its chunk zstd-compressed (the
 //! length in its name is the stored one). The leader compresses every chunk
-//! that shrinks: each tail byte is copied by every ZooKeeper server several
-//! times (request, proposal, transaction log, data tree) and read by every
-//! follower, and that work, not the engines', bounded a replicated group's
-//! throughput on one machine (docs/performance.md). A follower decompresses
-//! at most [`NODE_BYTES`] from a node, so a node written by anyone else
-//! cannot make it allocate more.
+//! that shrinks: every ZooKeeper server holds each tail byte and copies it
+//! several times (request, proposal, transaction log, data tree), and every
+//! follower reads it; a group of alike records keeps about a third of its
+//! bytes (docs/replication.md). A follower decompresses at most
+//! [`NODE_BYTES`] from a node, so a node written by anyone else cannot make
+//! it allocate more.
 
 use std::fmt;
 
