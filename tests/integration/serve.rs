@@ -268,8 +268,9 @@ print(json.dumps(found))
 
 /// Issue 22: the ZooKeeper client left Nagle's algorithm on, so a request
 /// written while an earlier one on the same session was unacknowledged
-/// waited for that acknowledgement; a replicated leader's tail writes took
-/// 10.6 ms on average under load instead of 7.6–8.3 (docs/performance.md).
+/// waited for that acknowledgement; a replicated group with one submission
+/// in flight took 1.15–1.22 times the batches/s with the option set
+/// (docs/performance.md).
 /// Every connection `serve` holds to ZooKeeper (the projector's, the worker
 /// daemons') now sets TCP_NODELAY; without the patched client
 /// (vendor/zookeeper-client) each reports 0.
