@@ -50,7 +50,6 @@ impl Replicator for ZkReplicator {
             .into_iter()
             .map(Chunk::compressed)
             .collect();
-        let frame_bytes: usize = frames.iter().map(Vec::len).sum();
         let runs = tail::multis(&chunks);
         let total = runs.len();
         for (i, run) in runs.into_iter().enumerate() {
@@ -69,11 +68,6 @@ impl Replicator for ZkReplicator {
             self.end
                 .stored_bytes
                 .fetch_add(stored as u64, Ordering::Relaxed);
-            if i + 1 == total {
-                self.end
-                    .frame_bytes
-                    .fetch_add(frame_bytes as u64, Ordering::Relaxed);
-            }
             if let Some(last) = run.last() {
                 let before = self.end.head.swap(last.name.pos, Ordering::AcqRel);
                 self.end
@@ -85,6 +79,10 @@ impl Replicator for ZkReplicator {
                     .fetch_add(last.name.pos.saturating_sub(before), Ordering::Relaxed);
             }
         }
+        let frame_bytes: usize = frames.iter().map(Vec::len).sum();
+        self.end
+            .frame_bytes
+            .fetch_add(frame_bytes as u64, Ordering::Relaxed);
         Ok(())
     }
 }

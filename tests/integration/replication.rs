@@ -468,6 +468,26 @@ async fn leader_kills_lose_no_acknowledged_command_and_replicas_converge() {
         acked.push(s.bid.to_string());
     }
 
+    // The leader stores the tail compressed and counts both sizes (its
+    // upkeep publishes them); the followers read the compressed nodes back
+    // (they converge below).
+    let deadline = Instant::now() + DEADLINE;
+    let (frame, stored) = loop {
+        let s = replication(&http, &engines[l].base)
+            .await
+            .unwrap_or(Value::Null);
+        let frame = s["tail_frame_bytes"].as_u64().unwrap_or(0);
+        if frame > 0 {
+            break (frame, s["tail_stored_bytes"].as_u64().unwrap_or(0));
+        }
+        assert!(Instant::now() < deadline, "no tail bytes counted: {s}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        stored > 0 && stored < frame,
+        "stored {stored} bytes of {frame}"
+    );
+
     for round in 0..2 {
         let l = leader(&http, &engines.iter().collect::<Vec<_>>()).await;
         // Load while the leader dies: every engine is tried, in turn.
