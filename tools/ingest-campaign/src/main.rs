@@ -15,13 +15,15 @@
 //! `throughput` submits the same burst to a single engine and to the
 //! leader of three, in one run, and prints the ratio, the records per
 //! ZooKeeper write of the replicated tail and its bytes per record (stored,
-//! and before compression).
+//! and before compression). Each burst is timed until its last
+//! acknowledgement and until the projector holds all of it (`GET /readyz`'s
+//! `events_behind` at 0), with the CPU used until each.
 //!
 //! Everything runs on loopback and stops by itself: every phase has a
 //! deadline, `--max-seconds` bounds the whole run, and every process it
 //! started is stopped when it ends (also on failure).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -863,10 +865,10 @@ impl Cpu {
     }
 
     /// One row of the CPU table.
-    fn row(self, run: &str, events: u64, elapsed: Duration) -> String {
+    fn row(self, run: &str, until: &str, events: u64, elapsed: Duration) -> String {
         let per_event_ms = |s: f64| 1000.0 * s / events.max(1) as f64;
         format!(
-            "| {run} | {events} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            "| {run} | {until} | {events} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
             elapsed.as_secs_f64(),
             per_event_ms(self.engines),
             per_event_ms(self.zookeeper),
@@ -877,6 +879,62 @@ impl Cpu {
     }
 }
 
+/// Events the projector of the engine at `base` has not yet put into
+/// ZooKeeper (`GET /readyz`, which answers with them whether ready or not).
+async fn events_behind(http: &reqwest::Client, base: &str) -> Option<u64> {
+    let v: Value = http
+        .get(format!("{base}/readyz"))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    v["events_behind"].as_u64()
+}
+
+/// One burst, measured twice: until every submission was acknowledged,
+/// and until the projector (on `projector`) had put every one of them
+/// into ZooKeeper's queue nodes, where workers find them.
+struct Measured {
+    acked: Duration,
+    cpu_acked: Cpu,
+    /// Events the projector had still to write when the last
+    /// acknowledgement came.
+    behind_at_ack: u64,
+    projected: Duration,
+    cpu_projected: Cpu,
+}
+
+async fn measured_burst(
+    bases: &str,
+    projector: &str,
+    engines: &[&Engine],
+    zk_dir: &str,
+    args: &ThroughputArgs,
+) -> Result<Measured> {
+    let http = http();
+    let cpu0 = Cpu::read(engines, zk_dir);
+    let t0 = Instant::now();
+    burst(bases, args.batches, args.concurrency).await?;
+    let acked = t0.elapsed();
+    let cpu_acked = Cpu::read(engines, zk_dir).since(cpu0);
+    let behind_at_ack = events_behind(&http, projector).await.unwrap_or(0);
+    wait(
+        "the projector holding the whole burst",
+        Duration::from_secs(600),
+        || async { (events_behind(&http, projector).await? == 0).then_some(()) },
+    )
+    .await?;
+    Ok(Measured {
+        acked,
+        cpu_acked,
+        behind_at_ack,
+        projected: t0.elapsed(),
+        cpu_projected: Cpu::read(engines, zk_dir).since(cpu0),
+    })
+}
+
 /// One engine (no replication) taking a burst on `hosts`, under `root`;
 /// the CPU is that engine's and the ZooKeeper servers' under `zk_dir`.
 async fn single_burst(
@@ -885,31 +943,35 @@ async fn single_burst(
     (name, root): (&str, &str),
     hosts: &str,
     zk_dir: &str,
-) -> Result<(Duration, u64, Cpu)> {
+) -> Result<(Measured, u64)> {
     let http = http();
     let mut e = Engine::start_at(ctx, name, hosts, 1, root).await?;
     burst(&e.base, args.batches / 10, args.concurrency).await?; // warm-up
+    wait(
+        "the projector after the warm-up",
+        Duration::from_secs(120),
+        || async { (events_behind(&http, &e.base).await? == 0).then_some(()) },
+    )
+    .await?;
     let before = status(&http, &e.base)
         .await
         .and_then(|s| s["applied"].as_u64())
         .unwrap_or(0);
-    let cpu0 = Cpu::read(&[&e], zk_dir);
-    let elapsed = burst(&e.base, args.batches, args.concurrency).await?;
-    let cpu = Cpu::read(&[&e], zk_dir).since(cpu0);
+    let m = measured_burst(&e.base, &e.base, &[&e], zk_dir, args).await?;
     let events = status(&http, &e.base)
         .await
         .and_then(|s| s["applied"].as_u64())
         .unwrap_or(0)
         - before;
     e.kill().await;
-    Ok((elapsed, events, cpu))
+    Ok((m, events))
 }
 
 async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
     let http = http();
     // A single engine on a standalone ZooKeeper (which it only projects into).
     let single_dir = ctx.work.join("zk-single").to_string_lossy().into_owned();
-    let (single_elapsed, single_events, single_cpu) = {
+    let (single, single_events) = {
         let _zk = ZkGuard {
             ctx,
             stop: vec!["stop".into(), "--dir".into(), single_dir.clone()],
@@ -924,7 +986,7 @@ async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
     // run's ratio to it is replication's own cost. Each run gets a new
     // ZooKeeper of its own: before, the replicated run shared this one and
     // its servers carried (and garbage-collected) this run's tree too.
-    let (on_ensemble_elapsed, on_ensemble_events, on_ensemble_cpu) = {
+    let (on_ensemble, on_ensemble_events) = {
         let dir = ctx.work.join("zk-single-ensemble");
         let dir = dir.to_string_lossy().into_owned();
         let (_zk, hosts) = ensemble(ctx, &dir)?;
@@ -951,11 +1013,22 @@ async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
         .collect::<Vec<_>>()
         .join(",");
     burst(&bases, args.batches / 10, args.concurrency).await?; // warm-up
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    converged(&http, &engines, Duration::from_secs(60)).await?;
+    wait(
+        "the projector after the warm-up",
+        Duration::from_secs(120),
+        || async { (events_behind(&http, &engines[l].base).await? == 0).then_some(()) },
+    )
+    .await?;
     let s0 = status(&http, &engines[l].base).await.unwrap_or(Value::Null);
-    let cpu0 = Cpu::read(&engines.iter().collect::<Vec<_>>(), &zk_dir);
-    let replicated_elapsed = burst(&bases, args.batches, args.concurrency).await?;
-    let replicated_cpu = Cpu::read(&engines.iter().collect::<Vec<_>>(), &zk_dir).since(cpu0);
+    let replicated = measured_burst(
+        &bases,
+        &engines[l].base,
+        &engines.iter().collect::<Vec<_>>(),
+        &zk_dir,
+        &args,
+    )
+    .await?;
     let s1 = wait("the leader's counters", Duration::from_secs(10), || async {
         let s = status(&http, &engines[l].base).await?;
         (s["records_replicated"].as_u64()? > s0["records_replicated"].as_u64()?).then_some(s)
@@ -968,9 +1041,12 @@ async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
     let counted = |key: &str| s1[key].as_u64().unwrap_or(0) - s0[key].as_u64().unwrap_or(0);
     let (frame_bytes, stored_bytes) = (counted("tail_frame_bytes"), counted("tail_stored_bytes"));
     converged(&http, &engines, Duration::from_secs(60)).await?;
-    let single_rate = single_events as f64 / single_elapsed.as_secs_f64();
-    let on_ensemble_rate = on_ensemble_events as f64 / on_ensemble_elapsed.as_secs_f64();
-    let replicated_rate = events as f64 / replicated_elapsed.as_secs_f64();
+    let rate = |events: u64, d: Duration| events as f64 / d.as_secs_f64();
+    let single_rate = rate(single_events, single.acked);
+    let on_ensemble_rate = rate(on_ensemble_events, on_ensemble.acked);
+    let replicated_rate = rate(events, replicated.acked);
+    println!("Acknowledged (every submission of the burst answered 201):");
+    println!();
     println!("| batches | in flight | single events/s (standalone ZooKeeper) | single events/s (ensemble of 3) | replicated events/s | replicated / single (standalone) | replicated / single (ensemble) | events per ZooKeeper write | tail bytes per event (stored / before compression) |");
     println!("|---|---|---|---|---|---|---|---|---|");
     println!(
@@ -984,29 +1060,39 @@ async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
         frame_bytes as f64 / events.max(1) as f64,
     );
     println!();
-    println!("CPU used during each burst (the engines' processes, the ZooKeeper servers', this tool's load), per event; cores busy = all of it / wall time:");
+    println!("Acknowledged and projected (every event of the burst in ZooKeeper's queue nodes, where workers find it; the projector runs behind the acknowledgements, so a burst acknowledged faster than it is projected leaves work queued after its last answer):");
     println!();
-    println!("| run | events | seconds | engines ms/event | ZooKeeper ms/event | load ms/event | all ms/event | cores busy |");
-    println!("|---|---|---|---|---|---|---|---|");
-    println!(
-        "{}",
-        single_cpu.row("single (standalone)", single_events, single_elapsed)
-    );
-    println!(
-        "{}",
-        on_ensemble_cpu.row(
-            "single (ensemble of 3)",
-            on_ensemble_events,
-            on_ensemble_elapsed
-        )
-    );
-    println!(
-        "{}",
-        replicated_cpu.row("replicated (3 + 3)", events, replicated_elapsed)
-    );
+    println!("| run | events behind at the last acknowledgement | seconds to projected | events/s | replicated / this |");
+    println!("|---|---|---|---|---|");
+    let replicated_projected = rate(events, replicated.projected);
+    for (name, m, n) in [
+        ("single (standalone)", &single, single_events),
+        ("single (ensemble of 3)", &on_ensemble, on_ensemble_events),
+        ("replicated (3 + 3)", &replicated, events),
+    ] {
+        let r = rate(n, m.projected);
+        println!(
+            "| {name} | {} | {:.1} | {r:.0} | {:.2} |",
+            m.behind_at_ack,
+            m.projected.as_secs_f64(),
+            replicated_projected / r,
+        );
+    }
+    println!();
+    println!("CPU used (the engines' processes, the ZooKeeper servers', this tool's load), per event, until acknowledged and until projected; cores busy = all of it / wall time:");
+    println!();
+    println!("| run | until | events | seconds | engines ms/event | ZooKeeper ms/event | load ms/event | all ms/event | cores busy |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (name, m, n) in [
+        ("single (standalone)", &single, single_events),
+        ("single (ensemble of 3)", &on_ensemble, on_ensemble_events),
+        ("replicated (3 + 3)", &replicated, events),
+    ] {
+        println!("{}", m.cpu_acked.row(name, "acknowledged", n, m.acked));
+        println!("{}", m.cpu_projected.row(name, "projected", n, m.projected));
+    }
     for e in &mut engines {
         e.kill().await;
     }
-    let _ = Path::new(&ctx.work);
     Ok(true)
 }

@@ -23,10 +23,9 @@ fn zk_tool() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/zk"))
 }
 
-/// The tool itself, with a few faults of the kinds the replication tests
-/// do not repeat, must report nothing lost and exit 0.
-#[test]
-fn the_fault_campaign_tool_loses_nothing_in_a_short_run() {
+/// Runs the tool with `args` (its mode and theirs) in a new work
+/// directory; fails the test unless it exits 0. Returns its stdout.
+fn campaign(args: &[&str]) -> String {
     let tool = PathBuf::from(env!("CARGO_BIN_EXE_ingest-campaign"));
     let work = tempfile::tempdir().expect("tmp");
     let out = Command::new(&tool)
@@ -36,34 +35,89 @@ fn the_fault_campaign_tool_loses_nothing_in_a_short_run() {
         .arg(zk_tool())
         .arg("--work")
         .arg(work.path().join("campaign"))
-        .args([
-            "faults",
-            "--leader-kills",
-            "2",
-            "--disk-losses",
-            "1",
-            "--pauses",
-            "0",
-            "--follower-kills",
-            "2",
-            "--zk-outages",
-            "0",
-            "--max-seconds",
-            "240",
-        ])
+        .args(args)
         .stdin(Stdio::null())
         .output()
         .expect("run ingest-campaign");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
         "the campaign failed:\n{stdout}\n{stderr}"
     );
+    stdout
+}
+
+/// The tool itself, with a few faults of the kinds the replication tests
+/// do not repeat, must report nothing lost and exit 0.
+#[test]
+fn the_fault_campaign_tool_loses_nothing_in_a_short_run() {
+    let stdout = campaign(&[
+        "faults",
+        "--leader-kills",
+        "2",
+        "--disk-losses",
+        "1",
+        "--pauses",
+        "0",
+        "--follower-kills",
+        "2",
+        "--zk-outages",
+        "0",
+        "--max-seconds",
+        "240",
+    ]);
     let row = stdout
         .lines()
         .find(|l| l.starts_with("| 5 of 5"))
         .unwrap_or_else(|| panic!("no result row:\n{stdout}"));
     let lost: Vec<&str> = row.split('|').map(str::trim).collect();
     assert_eq!(lost[4], "0", "{row}");
+}
+
+/// `throughput` on a small burst: every run is measured until acknowledged
+/// and until projected, and the replicated run's projector holds the whole
+/// burst by the time its figures are printed.
+#[test]
+fn the_throughput_tool_reports_acknowledged_and_projected_rates() {
+    let stdout = campaign(&["throughput", "--batches", "300", "--concurrency", "8"]);
+    let cells = |prefix: &str, nth: usize| -> Vec<String> {
+        stdout
+            .lines()
+            .filter(|l| l.starts_with(prefix))
+            .nth(nth)
+            .unwrap_or_else(|| panic!("no row {prefix} #{nth}:\n{stdout}"))
+            .split('|')
+            .map(|c| c.trim().to_string())
+            .collect()
+    };
+    let number = |c: &str| -> f64 {
+        c.parse()
+            .unwrap_or_else(|_| panic!("{c:?} is not a number:\n{stdout}"))
+    };
+    // The acknowledged table: three rates and the tail's figures.
+    let ack = cells("| 300 | 8 |", 0);
+    for rate in &ack[3..6] {
+        assert!(number(rate) > 0.0, "{ack:?}");
+    }
+    // The projected table: after the acknowledged one, a row per run.
+    for run in ["| single (standalone) |", "| single (ensemble of 3) |"] {
+        let row = cells(run, 0);
+        assert!(number(&row[4]) > 0.0, "{row:?}");
+    }
+    let replicated = cells("| replicated (3 + 3) |", 0);
+    assert_eq!(replicated[5], "1.00", "{replicated:?}");
+    assert!(number(&replicated[3]) > 0.0, "{replicated:?}");
+    // Projection ends no sooner than the last acknowledgement, so its
+    // CPU covers at least as long a wall time.
+    for run in ["| single (standalone) |", "| replicated (3 + 3) |"] {
+        let until_ack = cells(run, 1);
+        let until_projected = cells(run, 2);
+        assert_eq!(until_ack[2], "acknowledged", "{until_ack:?}");
+        assert_eq!(until_projected[2], "projected", "{until_projected:?}");
+        assert!(
+            number(&until_projected[4]) >= number(&until_ack[4]),
+            "{until_ack:?} {until_projected:?}"
+        );
+    }
 }
