@@ -23,7 +23,7 @@
 //! deadline, `--max-seconds` bounds the whole run, and every process it
 //! started is stopped when it ends (also on failure).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -833,13 +833,47 @@ fn zookeeper_pids(dir: &str) -> Vec<u32> {
         .collect()
 }
 
+/// The client ports of the ZooKeeper servers under `dir` (a standalone
+/// server's `zoo.cfg`, or an ensemble's `member-N/zoo.cfg`).
+fn zookeeper_ports(dir: &str) -> Vec<u16> {
+    let dir = Path::new(dir);
+    let mut configs = vec![dir.join("zoo.cfg")];
+    configs.extend((1..=5).map(|m| dir.join(format!("member-{m}")).join("zoo.cfg")));
+    configs
+        .iter()
+        .filter_map(|c| std::fs::read_to_string(c).ok())
+        .filter_map(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("clientPort="))
+                .and_then(|p| p.trim().parse().ok())
+        })
+        .collect()
+}
+
+/// Requests (client packets, pings included) the ZooKeeper server on
+/// `port` received since it started: `mntr`'s `zk_packets_received`.
+fn packets_received(port: u16) -> Option<u64> {
+    use std::io::{Read, Write};
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    s.write_all(b"mntr").ok()?;
+    let mut text = String::new();
+    s.take(64 * 1024).read_to_string(&mut text).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("zk_packets_received"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// CPU seconds used by the engines, the ZooKeeper servers and this tool
-/// (the load) between two readings.
+/// (the load) between two readings, and the requests the ZooKeeper
+/// servers received.
 #[derive(Debug, Clone, Copy, Default)]
 struct Cpu {
     engines: f64,
     zookeeper: f64,
     load: f64,
+    zk_requests: f64,
 }
 
 impl Cpu {
@@ -849,6 +883,10 @@ impl Cpu {
             engines: sum(&mut engines.iter().filter_map(|e| e.child.as_ref()?.id())),
             zookeeper: sum(&mut zookeeper_pids(zk_dir).into_iter()),
             load: cpu_seconds(std::process::id()).unwrap_or(0.0),
+            zk_requests: zookeeper_ports(zk_dir)
+                .into_iter()
+                .filter_map(packets_received)
+                .sum::<u64>() as f64,
         }
     }
 
@@ -857,6 +895,7 @@ impl Cpu {
             engines: self.engines - before.engines,
             zookeeper: self.zookeeper - before.zookeeper,
             load: self.load - before.load,
+            zk_requests: self.zk_requests - before.zk_requests,
         }
     }
 
@@ -868,13 +907,14 @@ impl Cpu {
     fn row(self, run: &str, until: &str, events: u64, elapsed: Duration) -> String {
         let per_event_ms = |s: f64| 1000.0 * s / events.max(1) as f64;
         format!(
-            "| {run} | {until} | {events} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            "| {run} | {until} | {events} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.3} |",
             elapsed.as_secs_f64(),
             per_event_ms(self.engines),
             per_event_ms(self.zookeeper),
             per_event_ms(self.load),
             per_event_ms(self.total()),
             self.total() / elapsed.as_secs_f64().max(1e-9),
+            self.zk_requests / events.max(1) as f64,
         )
     }
 }
@@ -1079,10 +1119,10 @@ async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
         );
     }
     println!();
-    println!("CPU used (the engines' processes, the ZooKeeper servers', this tool's load), per event, until acknowledged and until projected; cores busy = all of it / wall time:");
+    println!("CPU used (the engines' processes, the ZooKeeper servers', this tool's load), per event, until acknowledged and until projected; cores busy = all of it / wall time; ZooKeeper requests = the packets its servers received from clients (mntr's zk_packets_received, pings included):");
     println!();
-    println!("| run | until | events | seconds | engines ms/event | ZooKeeper ms/event | load ms/event | all ms/event | cores busy |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| run | until | events | seconds | engines ms/event | ZooKeeper ms/event | load ms/event | all ms/event | cores busy | ZooKeeper requests/event |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for (name, m, n) in [
         ("single (standalone)", &single, single_events),
         ("single (ensemble of 3)", &on_ensemble, on_ensemble_events),

@@ -120,4 +120,8 @@ fn the_throughput_tool_reports_acknowledged_and_projected_rates() {
             "{until_ack:?} {until_projected:?}"
         );
     }
+    // The replicated run's tail writes and its followers' reads were
+    // counted at the ensemble's servers.
+    let requests = cells("| replicated (3 + 3) |", 2);
+    assert!(number(&requests[10]) > 0.0, "{requests:?}");
 }
