@@ -42,6 +42,19 @@ struct LeaderNode {
     epoch: u64,
 }
 
+/// The election as a follower last read it.
+struct Election {
+    leader: Option<LeaderNode>,
+    /// The candidates, lowest sequence first.
+    candidates: Vec<String>,
+    read_at: Instant,
+    /// A watch said the leader node or the candidates changed since.
+    changed: bool,
+}
+
+/// Ends when a watch set with a read fires.
+type WatchFired = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 /// Why a session of the role machine ended.
 #[derive(Debug, thiserror::Error)]
 enum End {
@@ -189,6 +202,13 @@ impl Machine<'_> {
             s.reason = None;
         });
         tracing::info!(id = %self.config.id, candidate = %candidate, "following the replicated tail");
+        // The election and the leader node, as last read, and a future that
+        // ends when ZooKeeper says either changed. Read again only then (or
+        // every poll interval): a busy follower goes round many times a
+        // second, and reading them each round, with the watch dropped and
+        // removed on the server each time, was most of its requests.
+        let mut election: Option<Election> = None;
+        let mut election_changed: WatchFired = Box::pin(std::future::pending());
         loop {
             let round = Instant::now();
             if self.cancel.is_cancelled() {
@@ -232,37 +252,43 @@ impl Machine<'_> {
                 return Err(End::StepDown("rejoining after being dropped".into()));
             }
             let tail_end = nodes.iter().filter(|n| n.complete).map(|n| n.pos).max();
-            let leader = self.read_leader(&client).await?;
+            let stale = election
+                .as_ref()
+                .is_none_or(|e| e.changed || e.read_at.elapsed() >= self.config.poll);
+            if stale {
+                // The new watches are set before the old ones are dropped,
+                // so the client removes nothing on the server.
+                let (read, fired) = self.read_election(&client).await?;
+                election = Some(read);
+                election_changed = fired;
+            }
+            let Some(e) = election.as_ref() else {
+                continue;
+            };
             self.status.update(|s| {
                 s.applied = applied;
                 s.lag = Some(tail_end.unwrap_or(applied).saturating_sub(applied));
-                s.leader_url = leader.as_ref().map(|l| l.url.clone());
-                s.leader_id = leader.as_ref().map(|l| l.id.clone());
-                s.epoch = leader.as_ref().map(|l| l.epoch).or(s.epoch);
+                s.leader_url = e.leader.as_ref().map(|l| l.url.clone());
+                s.leader_id = e.leader.as_ref().map(|l| l.id.clone());
+                s.epoch = e.leader.as_ref().map(|l| l.epoch).or(s.epoch);
             });
-            let (mut candidates, _, election_watch) = call(
-                self.deadline(),
-                "list",
-                paths::ELECTION,
-                client.get_and_watch_children(paths::ELECTION),
-            )
-            .await?;
-            candidates.sort_by_key(|c| sequence_of(c));
-            if candidates.first() == Some(&candidate) {
-                if !candidates.iter().any(|c| c == &candidate) {
-                    return Err(End::StepDown("our candidacy is gone".into()));
-                }
-                return self.lead(&client, &candidate).await;
-            }
-            if !candidates.iter().any(|c| c == &candidate) {
+            if !e.candidates.iter().any(|c| c == &candidate) {
                 return Err(End::StepDown(
                     "our candidacy is gone (session lost?)".into(),
                 ));
             }
+            if e.candidates.first() == Some(&candidate) {
+                return self.lead(&client, &candidate).await;
+            }
             tokio::select! {
                 () = self.cancel.cancelled() => {}
                 _ = tail_watch.changed() => {}
-                _ = election_watch.changed() => {}
+                () = &mut election_changed => {
+                    if let Some(e) = election.as_mut() {
+                        e.changed = true;
+                    }
+                    election_changed = Box::pin(std::future::pending());
+                }
                 () = tokio::time::sleep(self.config.poll) => {}
             }
             // Let the groups of a busy leader gather before the next round.
@@ -505,6 +531,47 @@ impl Machine<'_> {
         )
         .await?;
         Ok(format!("c-{seq}"))
+    }
+
+    /// Reads the leader node and the election's candidates (sorted), each
+    /// with a watch; the future ends when either changes.
+    async fn read_election(&self, client: &zk::Client) -> Result<(Election, WatchFired), End> {
+        let (exists, leader_watch) = call(
+            self.deadline(),
+            "exists",
+            paths::LEADER,
+            client.check_and_watch_stat(paths::LEADER),
+        )
+        .await?;
+        // The exists watch fires on a change of the node's data too, so a
+        // plain read is enough (gone meanwhile: the watch has fired).
+        let leader = match exists {
+            Some(_) => self.read_leader(client).await?,
+            None => None,
+        };
+        let (mut candidates, _, election_watch) = call(
+            self.deadline(),
+            "list",
+            paths::ELECTION,
+            client.get_and_watch_children(paths::ELECTION),
+        )
+        .await?;
+        candidates.sort_by_key(|c| sequence_of(c));
+        let fired: WatchFired = Box::pin(async move {
+            tokio::select! {
+                _ = leader_watch.changed() => {}
+                _ = election_watch.changed() => {}
+            }
+        });
+        Ok((
+            Election {
+                leader,
+                candidates,
+                read_at: Instant::now(),
+                changed: false,
+            },
+            fired,
+        ))
     }
 
     async fn read_leader(&self, client: &zk::Client) -> Result<Option<LeaderNode>, End> {

@@ -346,7 +346,7 @@ async fn zk_op_count_counts_a_sessions_requests_by_operation() {
 
 /// Starts `tools/zk-op-count` in front of ZooKeeper at `hosts`, writing its
 /// counts to `out`; returns the process and the address to connect to.
-fn op_counter(hosts: &str, out: &std::path::Path) -> (std::process::Child, String) {
+pub(crate) fn op_counter(hosts: &str, out: &std::path::Path) -> (std::process::Child, String) {
     use std::io::{BufRead, BufReader};
     let tool = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/zk-op-count");
     let mut proxy = std::process::Command::new(tool)
@@ -370,7 +370,7 @@ fn op_counter(hosts: &str, out: &std::path::Path) -> (std::process::Child, Strin
 }
 
 /// Stops an [`op_counter`] (SIGINT: it writes its counts once more).
-fn stop_op_counter(proxy: &mut std::process::Child) {
+pub(crate) fn stop_op_counter(proxy: &mut std::process::Child) {
     assert!(std::process::Command::new("kill")
         .args(["-INT", &proxy.id().to_string()])
         .status()

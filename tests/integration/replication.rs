@@ -11,7 +11,9 @@
 //!   clients to the new leader;
 //! - one of three ZooKeeper servers stopped: writes go on; two of three:
 //!   writes are refused with 503 `no_quorum`, nothing acknowledged is lost,
-//!   and writes resume when they return.
+//!   and writes resume when they return;
+//! - a busy follower's requests, counted by `tools/zk-op-count`: it reads
+//!   the election only when it changes.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -937,4 +939,74 @@ async fn an_admin_ui_form_on_a_follower_is_carried_to_the_leader() {
         "{page}"
     );
     assert!(!paused(leader_base).await, "the leader resumed the queue");
+}
+
+/// A busy follower goes round its loop many times a second (list the tail,
+/// read the new nodes). It read the leader node and listed the election in
+/// every round too, each time with a new watch and the last one dropped
+/// (a `removeWatches` request): most of its requests. It now reads them
+/// when a watch says they changed, or once a poll interval. Counted by
+/// `tools/zk-op-count` in front of one follower while the leader takes a
+/// stream of submissions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_follower_reads_the_election_only_when_it_changes() {
+    let ens = Ensemble::start("rounds");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let root = "/ingest-repl-rounds";
+    let first_two: Vec<Engine> = (1..=2)
+        .map(|i| Engine::start(tmp.path(), &format!("e{i}"), &ens.hosts, root))
+        .collect();
+    let http = http();
+    let l = leader(&http, &first_two.iter().collect::<Vec<_>>()).await;
+    let out = tmp.path().join("ops.json");
+    let one_server = ens.hosts.split(',').next().expect("a host").to_string();
+    let (mut proxy, through) = crate::dispatch::op_counter(&one_server, &out);
+    let counted = Engine::start(tmp.path(), "e3", &through, root);
+    follows(&http, &counted.base, &first_two[l].base).await;
+    let leader_base = first_two[l].base.clone();
+    let mut tasks = tokio::task::JoinSet::new();
+    for w in 0..8 {
+        let (http, base) = (http.clone(), leader_base.clone());
+        tasks.spawn(async move {
+            for n in 0..60 {
+                submit_once(&http, &base, w * 1000 + n)
+                    .await
+                    .expect("the leader acknowledges");
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.expect("a submitter");
+    }
+    let mut all: Vec<&Engine> = first_two.iter().collect();
+    all.push(&counted);
+    converged(&http, &all).await;
+    crate::dispatch::stop_op_counter(&mut proxy);
+    let counts: Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).expect("the counts")).expect("JSON");
+    let op = |name: &str| -> u64 {
+        counts
+            .as_array()
+            .expect("connections")
+            .iter()
+            .filter_map(|c| c["ops"][name].as_u64())
+            .sum()
+    };
+    let rounds = op("multiRead");
+    assert!(
+        rounds >= 20,
+        "the follower read the tail in {rounds} rounds: {counts}"
+    );
+    // Before: one election listing, one leader read and at least one
+    // removeWatches per round.
+    assert!(
+        op("removeWatches") * 4 < rounds,
+        "{} removeWatches for {rounds} rounds: {counts}",
+        op("removeWatches")
+    );
+    let listings = op("getChildren") + op("getChildren2");
+    assert!(
+        listings < rounds * 3 / 2,
+        "{listings} listings for {rounds} rounds: {counts}"
+    );
 }
