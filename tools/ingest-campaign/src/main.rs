@@ -104,6 +104,16 @@ struct ThroughputArgs {
     /// Submissions in flight.
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
+    /// Batches submitted to each before the measured burst (default: a tenth of --batches), so
+    /// that the engines' caches and the ZooKeeper servers' JIT are warm when it starts.
+    #[arg(long, value_name = "N")]
+    warm_up: Option<usize>,
+}
+
+impl ThroughputArgs {
+    fn warm_up(&self) -> usize {
+        self.warm_up.unwrap_or(self.batches / 10)
+    }
 }
 
 #[tokio::main]
@@ -986,7 +996,7 @@ async fn single_burst(
 ) -> Result<(Measured, u64)> {
     let http = http();
     let mut e = Engine::start_at(ctx, name, hosts, 1, root).await?;
-    burst(&e.base, args.batches / 10, args.concurrency).await?; // warm-up
+    burst(&e.base, args.warm_up(), args.concurrency).await?;
     wait(
         "the projector after the warm-up",
         Duration::from_secs(120),
@@ -1052,7 +1062,7 @@ async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
         .map(|e| e.base.clone())
         .collect::<Vec<_>>()
         .join(",");
-    burst(&bases, args.batches / 10, args.concurrency).await?; // warm-up
+    burst(&bases, args.warm_up(), args.concurrency).await?;
     converged(&http, &engines, Duration::from_secs(60)).await?;
     wait(
         "the projector after the warm-up",
