@@ -108,6 +108,30 @@ struct ThroughputArgs {
     /// that the engines' caches and the ZooKeeper servers' JIT are warm when it starts.
     #[arg(long, value_name = "N")]
     warm_up: Option<usize>,
+    /// Repeat the three runs this many times, each repetition on new ZooKeepers and engines, and
+    /// end with each repetition's ratios and their medians (runs minutes apart differ by 15–20 %).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    runs: u32,
+}
+
+/// One repetition's figures, for the summary of `--runs`.
+struct Ratios {
+    replicated: f64,
+    acked_standalone: f64,
+    acked_ensemble: f64,
+    projected_standalone: f64,
+    projected_ensemble: f64,
+}
+
+/// The median of `values` (the mean of the middle two for an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
 }
 
 impl ThroughputArgs {
@@ -1018,6 +1042,55 @@ async fn single_burst(
 }
 
 async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
+    if args.runs == 1 {
+        throughput_once(ctx, &args).await?;
+        return Ok(true);
+    }
+    let mut all = Vec::new();
+    for k in 1..=args.runs {
+        println!("## Repetition {k} of {}", args.runs);
+        println!();
+        let work = ctx.work.join(format!("run{k}"));
+        std::fs::create_dir_all(&work)
+            .with_context(|| format!("cannot create {}", work.display()))?;
+        let run_ctx = Ctx {
+            ingest: ctx.ingest.clone(),
+            zk_tool: ctx.zk_tool.clone(),
+            work,
+            session_timeout: ctx.session_timeout,
+        };
+        all.push(throughput_once(&run_ctx, &args).await?);
+        println!();
+    }
+    println!("## Every repetition");
+    println!();
+    println!("| repetition | replicated events/s | acknowledged / single (standalone) | acknowledged / single (ensemble of 3) | projected / single (standalone) | projected / single (ensemble of 3) |");
+    println!("|---|---|---|---|---|---|");
+    for (k, r) in all.iter().enumerate() {
+        println!(
+            "| {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            k + 1,
+            r.replicated,
+            r.acked_standalone,
+            r.acked_ensemble,
+            r.projected_standalone,
+            r.projected_ensemble
+        );
+    }
+    let med = |f: fn(&Ratios) -> f64| median(all.iter().map(f).collect());
+    println!(
+        "| median | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} |",
+        med(|r| r.replicated),
+        med(|r| r.acked_standalone),
+        med(|r| r.acked_ensemble),
+        med(|r| r.projected_standalone),
+        med(|r| r.projected_ensemble)
+    );
+    Ok(true)
+}
+
+/// The three runs once: prints their tables and returns the ratios.
+async fn throughput_once(ctx: &Ctx, args: &ThroughputArgs) -> Result<Ratios> {
     let http = http();
     // A single engine on a standalone ZooKeeper (which it only projects into).
     let single_dir = ctx.work.join("zk-single").to_string_lossy().into_owned();
@@ -1029,7 +1102,7 @@ async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
         let port = ctx.zk(&["free-port"])?;
         ctx.zk(&["start", "--port", &port, "--dir", &single_dir])?;
         let hosts = format!("127.0.0.1:{port}");
-        single_burst(ctx, &args, ("single", "/campaign"), &hosts, &single_dir).await?
+        single_burst(ctx, args, ("single", "/campaign"), &hosts, &single_dir).await?
     };
     // A single engine on an ensemble of three: what a single-node deployment
     // on Merritt's ensemble pays for its projection, so that the replicated
@@ -1042,7 +1115,7 @@ async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
         let (_zk, hosts) = ensemble(ctx, &dir)?;
         single_burst(
             ctx,
-            &args,
+            args,
             ("single-ensemble", "/campaign-single"),
             &hosts,
             &dir,
@@ -1076,7 +1149,7 @@ async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
         &engines[l].base,
         &engines.iter().collect::<Vec<_>>(),
         &zk_dir,
-        &args,
+        args,
     )
     .await?;
     let s1 = wait("the leader's counters", Duration::from_secs(10), || async {
@@ -1115,6 +1188,13 @@ async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
     println!("| run | events behind at the last acknowledgement | seconds to projected | events/s | replicated / this |");
     println!("|---|---|---|---|---|");
     let replicated_projected = rate(events, replicated.projected);
+    let ratios = Ratios {
+        replicated: replicated_rate,
+        acked_standalone: replicated_rate / single_rate,
+        acked_ensemble: replicated_rate / on_ensemble_rate,
+        projected_standalone: replicated_projected / rate(single_events, single.projected),
+        projected_ensemble: replicated_projected / rate(on_ensemble_events, on_ensemble.projected),
+    };
     for (name, m, n) in [
         ("single (standalone)", &single, single_events),
         ("single (ensemble of 3)", &on_ensemble, on_ensemble_events),
@@ -1144,5 +1224,5 @@ async fn throughput(ctx: &Ctx, args: ThroughputArgs) -> Result<bool> {
     for e in &mut engines {
         e.kill().await;
     }
-    Ok(true)
+    Ok(ratios)
 }

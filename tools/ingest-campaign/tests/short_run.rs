@@ -75,12 +75,21 @@ fn the_fault_campaign_tool_loses_nothing_in_a_short_run() {
     assert_eq!(lost[4], "0", "{row}");
 }
 
-/// `throughput` on a small burst: every run is measured until acknowledged
-/// and until projected, and the replicated run's projector holds the whole
-/// burst by the time its figures are printed.
+/// `throughput` on a small burst, twice (`--runs 2`): every run is measured
+/// until acknowledged and until projected, the replicated run's projector
+/// holds the whole burst by the time its figures are printed, and the last
+/// table gives each repetition's ratios and their medians.
 #[test]
 fn the_throughput_tool_reports_acknowledged_and_projected_rates() {
-    let stdout = campaign(&["throughput", "--batches", "300", "--concurrency", "8"]);
+    let stdout = campaign(&[
+        "throughput",
+        "--batches",
+        "300",
+        "--concurrency",
+        "8",
+        "--runs",
+        "2",
+    ]);
     let cells = |prefix: &str, nth: usize| -> Vec<String> {
         stdout
             .lines()
@@ -124,4 +133,38 @@ fn the_throughput_tool_reports_acknowledged_and_projected_rates() {
     // counted at the ensemble's servers.
     let requests = cells("| replicated (3 + 3) |", 2);
     assert!(number(&requests[10]) > 0.0, "{requests:?}");
+    // Two repetitions, each with its own tables, then the summary: each
+    // repetition's ratios as its own tables gave them, and their medians.
+    assert!(stdout.contains("## Repetition 2 of 2"), "{stdout}");
+    for k in 0..2 {
+        let ack = cells("| 300 | 8 |", k);
+        let summary = cells(&format!("| {} |", k + 1), 0);
+        // Each single run's row in the projected table comes first of its three.
+        let projected_standalone = cells("| single (standalone) |", 3 * k);
+        let projected_ensemble = cells("| single (ensemble of 3) |", 3 * k);
+        let expected = [
+            ("replicated rate", &ack[5]),
+            ("acknowledged against the standalone", &ack[6]),
+            ("acknowledged against the ensemble", &ack[7]),
+            ("projected against the standalone", &projected_standalone[5]),
+            ("projected against the ensemble", &projected_ensemble[5]),
+        ];
+        for (column, (what, cell)) in expected.into_iter().enumerate() {
+            assert_eq!(&summary[column + 2], cell, "{what}: {summary:?}");
+        }
+    }
+    let median = cells("| median |", 0);
+    for column in 2..7 {
+        let (a, b) = (
+            number(&cells("| 1 |", 0)[column]),
+            number(&cells("| 2 |", 0)[column]),
+        );
+        let m = number(&median[column]);
+        // The mean of the two, as printed (rounded to the column's places).
+        let tolerance = if column == 2 { 1.0 } else { 0.011 };
+        assert!(
+            (m - (a + b) / 2.0).abs() <= tolerance,
+            "{median:?}: {a} {b}"
+        );
+    }
 }
