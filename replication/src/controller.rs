@@ -48,8 +48,6 @@ struct Election {
     /// The candidates, lowest sequence first.
     candidates: Vec<String>,
     read_at: Instant,
-    /// A watch said the leader node or the candidates changed since.
-    changed: bool,
 }
 
 /// Ends when a watch set with a read fires.
@@ -202,11 +200,12 @@ impl Machine<'_> {
             s.reason = None;
         });
         tracing::info!(id = %self.config.id, candidate = %candidate, "following the replicated tail");
-        // The election and the leader node, as last read, and a future that
-        // ends when ZooKeeper says either changed. Read again only then (or
-        // every poll interval): a busy follower goes round many times a
-        // second, and reading them each round, with the watch dropped and
-        // removed on the server each time, was most of its requests.
+        // The election and the leader node, as last read (`None` once a
+        // watch said either changed), and a future that ends when one does.
+        // Read again only then (or every poll interval): a busy follower
+        // goes round many times a second, and reading them each round, with
+        // the watch dropped and removed on the server each time, was most
+        // of its requests.
         let mut election: Option<Election> = None;
         let mut election_changed: WatchFired = Box::pin(std::future::pending());
         loop {
@@ -252,18 +251,15 @@ impl Machine<'_> {
                 return Err(End::StepDown("rejoining after being dropped".into()));
             }
             let tail_end = nodes.iter().filter(|n| n.complete).map(|n| n.pos).max();
-            let stale = election
-                .as_ref()
-                .is_none_or(|e| e.changed || e.read_at.elapsed() >= self.config.poll);
-            if stale {
-                // The new watches are set before the old ones are dropped,
-                // so the client removes nothing on the server.
-                let (read, fired) = self.read_election(&client).await?;
-                election = Some(read);
-                election_changed = fired;
-            }
-            let Some(e) = election.as_ref() else {
-                continue;
+            let e = match election.take() {
+                Some(e) if e.read_at.elapsed() < self.config.poll => election.insert(e),
+                _ => {
+                    // The new watches are set before the old ones are
+                    // dropped, so the client removes nothing on the server.
+                    let (read, fired) = self.read_election(&client).await?;
+                    election_changed = fired;
+                    election.insert(read)
+                }
             };
             self.status.update(|s| {
                 s.applied = applied;
@@ -284,9 +280,7 @@ impl Machine<'_> {
                 () = self.cancel.cancelled() => {}
                 _ = tail_watch.changed() => {}
                 () = &mut election_changed => {
-                    if let Some(e) = election.as_mut() {
-                        e.changed = true;
-                    }
+                    election = None;
                     election_changed = Box::pin(std::future::pending());
                 }
                 () = tokio::time::sleep(self.config.poll) => {}
@@ -568,7 +562,6 @@ impl Machine<'_> {
                 leader,
                 candidates,
                 read_at: Instant::now(),
-                changed: false,
             },
             fired,
         ))

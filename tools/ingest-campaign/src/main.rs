@@ -967,6 +967,15 @@ async fn events_behind(http: &reqwest::Client, base: &str) -> Option<u64> {
     v["events_behind"].as_u64()
 }
 
+/// Waits until the projector of the engine at `base` has put every event
+/// into ZooKeeper (`what` names the wait in its error).
+async fn projected(http: &reqwest::Client, base: &str, what: &str, limit: Duration) -> Result<()> {
+    wait(what, limit, || async {
+        (events_behind(http, base).await? == 0).then_some(())
+    })
+    .await
+}
+
 /// One burst, measured twice: until every submission was acknowledged,
 /// and until the projector (on `projector`) had put every one of them
 /// into ZooKeeper's queue nodes, where workers find them.
@@ -994,10 +1003,11 @@ async fn measured_burst(
     let acked = t0.elapsed();
     let cpu_acked = Cpu::read(engines, zk_dir).since(cpu0);
     let behind_at_ack = events_behind(&http, projector).await.unwrap_or(0);
-    wait(
+    projected(
+        &http,
+        projector,
         "the projector holding the whole burst",
         Duration::from_secs(600),
-        || async { (events_behind(&http, projector).await? == 0).then_some(()) },
     )
     .await?;
     Ok(Measured {
@@ -1021,10 +1031,11 @@ async fn single_burst(
     let http = http();
     let mut e = Engine::start_at(ctx, name, hosts, 1, root).await?;
     burst(&e.base, args.warm_up(), args.concurrency).await?;
-    wait(
+    projected(
+        &http,
+        &e.base,
         "the projector after the warm-up",
         Duration::from_secs(120),
-        || async { (events_behind(&http, &e.base).await? == 0).then_some(()) },
     )
     .await?;
     let before = status(&http, &e.base)
@@ -1137,10 +1148,11 @@ async fn throughput_once(ctx: &Ctx, args: &ThroughputArgs) -> Result<Ratios> {
         .join(",");
     burst(&bases, args.warm_up(), args.concurrency).await?;
     converged(&http, &engines, Duration::from_secs(60)).await?;
-    wait(
+    projected(
+        &http,
+        &engines[l].base,
         "the projector after the warm-up",
         Duration::from_secs(120),
-        || async { (events_behind(&http, &engines[l].base).await? == 0).then_some(()) },
     )
     .await?;
     let s0 = status(&http, &engines[l].base).await.unwrap_or(Value::Null);
