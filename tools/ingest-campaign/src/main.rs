@@ -17,7 +17,8 @@
 //! ZooKeeper write of the replicated tail and its bytes per record (stored,
 //! and before compression). Each burst is timed until its last
 //! acknowledgement and until the projector holds all of it (`GET /readyz`'s
-//! `events_behind` at 0), with the CPU used until each.
+//! `events_behind` at 0), with the CPU used until each (the leader's apart
+//! from its followers').
 //!
 //! Everything runs on loopback and stops by itself: every phase has a
 //! deadline, `--max-seconds` bounds the whole run, and every process it
@@ -899,22 +900,27 @@ fn packets_received(port: u16) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// CPU seconds used by the engines, the ZooKeeper servers and this tool
-/// (the load) between two readings, and the requests the ZooKeeper
+/// CPU seconds used by the engines (and, of them, the first: the leader,
+/// or the only engine of a single run), the ZooKeeper servers and this
+/// tool (the load) between two readings, and the requests the ZooKeeper
 /// servers received.
 #[derive(Debug, Clone, Copy, Default)]
 struct Cpu {
     engines: f64,
+    first: f64,
     zookeeper: f64,
     load: f64,
     zk_requests: f64,
 }
 
 impl Cpu {
+    /// Reads the counters; `engines[0]` is the leader (or the only engine).
     fn read(engines: &[&Engine], zk_dir: &str) -> Cpu {
         let sum = |pids: &mut dyn Iterator<Item = u32>| pids.filter_map(cpu_seconds).sum::<f64>();
+        let pids = || engines.iter().filter_map(|e| e.child.as_ref()?.id());
         Cpu {
-            engines: sum(&mut engines.iter().filter_map(|e| e.child.as_ref()?.id())),
+            engines: sum(&mut pids()),
+            first: sum(&mut pids().take(1)),
             zookeeper: sum(&mut zookeeper_pids(zk_dir).into_iter()),
             load: cpu_seconds(std::process::id()).unwrap_or(0.0),
             zk_requests: zookeeper_ports(zk_dir)
@@ -927,6 +933,7 @@ impl Cpu {
     fn since(self, before: Cpu) -> Cpu {
         Cpu {
             engines: self.engines - before.engines,
+            first: self.first - before.first,
             zookeeper: self.zookeeper - before.zookeeper,
             load: self.load - before.load,
             zk_requests: self.zk_requests - before.zk_requests,
@@ -941,9 +948,10 @@ impl Cpu {
     fn row(self, run: &str, until: &str, events: u64, elapsed: Duration) -> String {
         let per_event_ms = |s: f64| 1000.0 * s / events.max(1) as f64;
         format!(
-            "| {run} | {until} | {events} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.3} |",
+            "| {run} | {until} | {events} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.3} |",
             elapsed.as_secs_f64(),
             per_event_ms(self.engines),
+            per_event_ms(self.first),
             per_event_ms(self.zookeeper),
             per_event_ms(self.load),
             per_event_ms(self.total()),
@@ -1156,14 +1164,17 @@ async fn throughput_once(ctx: &Ctx, args: &ThroughputArgs) -> Result<Ratios> {
     )
     .await?;
     let s0 = status(&http, &engines[l].base).await.unwrap_or(Value::Null);
-    let replicated = measured_burst(
-        &bases,
-        &engines[l].base,
-        &engines.iter().collect::<Vec<_>>(),
-        &zk_dir,
-        args,
-    )
-    .await?;
+    // The leader first: the CPU table gives its share apart.
+    let leader_first: Vec<&Engine> = std::iter::once(&engines[l])
+        .chain(
+            engines
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != l)
+                .map(|(_, e)| e),
+        )
+        .collect();
+    let replicated = measured_burst(&bases, &engines[l].base, &leader_first, &zk_dir, args).await?;
     let s1 = wait("the leader's counters", Duration::from_secs(10), || async {
         let s = status(&http, &engines[l].base).await?;
         (s["records_replicated"].as_u64()? > s0["records_replicated"].as_u64()?).then_some(s)
@@ -1221,10 +1232,10 @@ async fn throughput_once(ctx: &Ctx, args: &ThroughputArgs) -> Result<Ratios> {
         );
     }
     println!();
-    println!("CPU used (the engines' processes, the ZooKeeper servers', this tool's load), per event, until acknowledged and until projected; cores busy = all of it / wall time; ZooKeeper requests = the packets its servers received from clients (mntr's zk_packets_received, pings included):");
+    println!("CPU used (the engines' processes, the ZooKeeper servers', this tool's load), per event, until acknowledged and until projected; of the engines', the leader's (a single run's one engine); cores busy = all of it / wall time; ZooKeeper requests = the packets its servers received from clients (mntr's zk_packets_received, pings included):");
     println!();
-    println!("| run | until | events | seconds | engines ms/event | ZooKeeper ms/event | load ms/event | all ms/event | cores busy | ZooKeeper requests/event |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("| run | until | events | seconds | engines ms/event | leader ms/event | ZooKeeper ms/event | load ms/event | all ms/event | cores busy | ZooKeeper requests/event |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for (name, m, n) in [
         ("single (standalone)", &single, single_events),
         ("single (ensemble of 3)", &on_ensemble, on_ensemble_events),

@@ -132,7 +132,17 @@ fn the_throughput_tool_reports_acknowledged_and_projected_rates() {
     // The replicated run's tail writes and its followers' reads were
     // counted at the ensemble's servers.
     let requests = cells("| replicated (3 + 3) |", 2);
-    assert!(number(&requests[10]) > 0.0, "{requests:?}");
+    assert!(number(&requests[11]) > 0.0, "{requests:?}");
+    // The leader's share of the engines' CPU is given apart: all of a
+    // single run's, part of a replicated one's (its followers apply every
+    // record too).
+    for until in 1..=2 {
+        let single = cells("| single (standalone) |", until);
+        assert_eq!(single[5], single[6], "{single:?}");
+        let replicated = cells("| replicated (3 + 3) |", until);
+        let (engines, leader) = (number(&replicated[5]), number(&replicated[6]));
+        assert!(leader > 0.0 && leader < engines, "{replicated:?}");
+    }
     // Two repetitions, each with its own tables, then the summary: each
     // repetition's ratios as its own tables gave them, and their medians.
     assert!(stdout.contains("## Repetition 2 of 2"), "{stdout}");
