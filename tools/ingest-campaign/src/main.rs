@@ -20,6 +20,9 @@
 //! `events_behind` at 0), with the CPU used until each (the leader's apart
 //! from its followers').
 //!
+//! `sustained` finds the highest rate each of the same three setups holds
+//! with its answers and its projection keeping up (the `sustained` module).
+//!
 //! Everything runs on loopback and stops by itself: every phase has a
 //! deadline, `--max-seconds` bounds the whole run, and every process it
 //! started is stopped when it ends (also on failure).
@@ -34,6 +37,8 @@ use clap::{Args, Parser, Subcommand};
 use serde_json::Value;
 use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
+
+mod sustained;
 
 const ADMIN: &str = "campaign-admin-token-0123456789";
 /// The ZooKeeper servers' JVM flags unless `INGEST_ZK_JVMFLAGS` is set.
@@ -67,6 +72,8 @@ enum Mode {
     Faults(FaultArgs),
     /// A single engine against the leader of three, in one run.
     Throughput(ThroughputArgs),
+    /// The highest submission rate each setup holds, answers and projection keeping up.
+    Sustained(sustained::SustainedArgs),
 }
 
 #[derive(Debug, Args)]
@@ -168,6 +175,7 @@ async fn run(cli: Cli) -> Result<bool> {
     match cli.mode {
         Mode::Faults(args) => faults(&ctx, args).await,
         Mode::Throughput(args) => throughput(&ctx, args).await,
+        Mode::Sustained(args) => sustained::sustained(&ctx, args).await,
     }
 }
 
@@ -292,6 +300,11 @@ impl Engine {
                 &self.root,
             ])
             .args(["--zk-session-timeout", &ctx.session_timeout.to_string()])
+            // The load is this tool's many connections from one address
+            // (`sustained` keeps up to 8,000 open), not what the limits
+            // guard against.
+            .args(["--max-connections", "9000"])
+            .args(["--max-connections-per-client", "9000"])
             .arg("--working-storage")
             .arg(self.dir.join("work"))
             .env("INGEST_ADMIN_TOKEN", ADMIN)
