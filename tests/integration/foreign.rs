@@ -14,6 +14,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command as Process;
+use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -606,15 +607,26 @@ async fn moves(s: &Server, jid: &str) -> Vec<(String, String)> {
 /// `GET /diff` finds nothing, once the projector has written what the log
 /// holds.
 async fn converged(s: &Server) {
-    eventually("the tree converged to the log", 30, async || {
-        let (status, diff) = s.call(Method::GET, "/diff", ADMIN, None).await;
-        (status == 200
-            && ["missing", "unexpected", "differing"]
-                .iter()
-                .all(|k| diff[*k] == json!([])))
-        .then_some(())
-    })
+    // The last comparison, so that a tree that never converges says how.
+    let last = std::sync::Mutex::new(Value::Null);
+    let done = tokio::time::timeout(
+        Duration::from_secs(30),
+        eventually("the tree converged to the log", 60, async || {
+            let (status, diff) = s.call(Method::GET, "/diff", ADMIN, None).await;
+            let clean = status == 200
+                && ["missing", "unexpected", "differing"]
+                    .iter()
+                    .all(|k| diff[*k] == json!([]));
+            *last.lock().unwrap() = diff;
+            clean.then_some(())
+        }),
+    )
     .await;
+    assert!(
+        done.is_ok(),
+        "the tree did not converge to the log within 30 s; the last /diff: {}",
+        last.lock().unwrap()
+    );
 }
 
 /// Issue 23, adoption mode: a job walked Pending → Completed entirely by
