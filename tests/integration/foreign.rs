@@ -608,7 +608,7 @@ async fn moves(s: &Server, jid: &str) -> Vec<(String, String)> {
 /// holds.
 async fn converged(s: &Server) {
     // The last comparison, so that a tree that never converges says how.
-    let last = std::sync::Mutex::new(Value::Null);
+    let mut last = Value::Null;
     let done = tokio::time::timeout(
         Duration::from_secs(30),
         eventually("the tree converged to the log", 60, async || {
@@ -617,15 +617,14 @@ async fn converged(s: &Server) {
                 && ["missing", "unexpected", "differing"]
                     .iter()
                     .all(|k| diff[*k] == json!([]));
-            *last.lock().unwrap() = diff;
+            last = diff;
             clean.then_some(())
         }),
     )
     .await;
     assert!(
         done.is_ok(),
-        "the tree did not converge to the log within 30 s; the last /diff: {}",
-        last.lock().unwrap()
+        "the tree did not converge to the log within 30 s; the last /diff: {last}"
     );
 }
 
