@@ -14,7 +14,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command as Process;
-use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -607,25 +606,7 @@ async fn moves(s: &Server, jid: &str) -> Vec<(String, String)> {
 /// `GET /diff` finds nothing, once the projector has written what the log
 /// holds.
 async fn converged(s: &Server) {
-    // The last comparison, so that a tree that never converges says how.
-    let mut last = Value::Null;
-    let done = tokio::time::timeout(
-        Duration::from_secs(30),
-        eventually("the tree converged to the log", 60, async || {
-            let (status, diff) = s.call(Method::GET, "/diff", ADMIN, None).await;
-            let clean = status == 200
-                && ["missing", "unexpected", "differing"]
-                    .iter()
-                    .all(|k| diff[*k] == json!([]));
-            last = diff;
-            clean.then_some(())
-        }),
-    )
-    .await;
-    assert!(
-        done.is_ok(),
-        "the tree did not converge to the log within 30 s; the last /diff: {last}"
-    );
+    server::until_no_drift(s, "the tree converged to the log", 30).await;
 }
 
 /// Issue 23, adoption mode: a job walked Pending → Completed entirely by

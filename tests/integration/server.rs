@@ -288,6 +288,28 @@ pub async fn eventually<T>(what: &str, secs: u64, mut check: impl AsyncFnMut() -
     }
 }
 
+/// Waits until the server's `GET /diff` finds no drift (nothing missing,
+/// unexpected or differing) for at most `secs`; fails with `what` and the
+/// last answer, so a tree that never converges says how.
+pub async fn until_no_drift(s: &Server, what: &str, secs: u64) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let (status, diff) = s.call(reqwest::Method::GET, "/diff", ADMIN, None).await;
+        if status == 200
+            && ["missing", "unexpected", "differing"]
+                .iter()
+                .all(|k| diff[*k] == serde_json::json!([]))
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; the last /diff ({status}): {diff}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Records stored object versions in the inventory of the data directory
 /// [`start`] uses under `dir` (before the server starts: it holds the log),
 /// as the recording step would: `(ark, version, file sizes)`, the files

@@ -18,7 +18,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use zookeeper_client as zk;
 
-use crate::server::{eventually, start_with_data, ADMIN};
+use crate::server::{eventually, start_with_data, until_no_drift, ADMIN};
 use crate::zk_server::{shared, unique_root};
 
 fn fixture() -> PathBuf {
@@ -77,15 +77,7 @@ async fn a_tree_and_log_written_by_0_1_0_converge_by_themselves_when_served() {
         &root,
     );
     // No drift left, without a rebuild or a stop.
-    eventually("the upgraded tree has no drift", 60, async || {
-        let (status, diff) = server.call(Method::GET, "/diff", ADMIN, None).await;
-        let clean = status == 200
-            && ["missing", "unexpected", "differing"]
-                .iter()
-                .all(|k| diff[*k] == json!([]));
-        clean.then_some(())
-    })
-    .await;
+    until_no_drift(&server, "the upgraded tree has no drift", 60).await;
     let (after, _) = zk
         .get_data("/jobs/jid0000000004/configuration")
         .await

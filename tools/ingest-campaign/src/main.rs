@@ -226,6 +226,18 @@ impl Drop for ZkGuard<'_> {
     }
 }
 
+/// Starts a standalone ZooKeeper in `dir`; its hosts, and the guard that
+/// stops it.
+fn standalone<'a>(ctx: &'a Ctx, dir: &str) -> Result<(ZkGuard<'a>, String)> {
+    let guard = ZkGuard {
+        ctx,
+        stop: vec!["stop".into(), "--dir".into(), dir.into()],
+    };
+    let port = ctx.zk(&["free-port"])?;
+    ctx.zk(&["start", "--port", &port, "--dir", dir])?;
+    Ok((guard, format!("127.0.0.1:{port}")))
+}
+
 /// Starts an ensemble of three in `dir`; its hosts, and the guard that
 /// stops it.
 fn ensemble<'a>(ctx: &'a Ctx, dir: &str) -> Result<(ZkGuard<'a>, String)> {
@@ -1127,13 +1139,7 @@ async fn throughput_once(ctx: &Ctx, args: &ThroughputArgs) -> Result<Ratios> {
     // A single engine on a standalone ZooKeeper (which it only projects into).
     let single_dir = ctx.work.join("zk-single").to_string_lossy().into_owned();
     let (single, single_events) = {
-        let _zk = ZkGuard {
-            ctx,
-            stop: vec!["stop".into(), "--dir".into(), single_dir.clone()],
-        };
-        let port = ctx.zk(&["free-port"])?;
-        ctx.zk(&["start", "--port", &port, "--dir", &single_dir])?;
-        let hosts = format!("127.0.0.1:{port}");
+        let (_zk, hosts) = standalone(ctx, &single_dir)?;
         single_burst(ctx, args, ("single", "/campaign"), &hosts, &single_dir).await?
     };
     // A single engine on an ensemble of three: what a single-node deployment

@@ -26,8 +26,8 @@ use clap::Args;
 use tokio::sync::Semaphore;
 
 use super::{
-    burst, converged, ensemble, events_behind, http, leader, projected, status, submission, Cpu,
-    Ctx, Engine, ZkGuard, DEPOSITOR,
+    burst, converged, ensemble, events_behind, http, leader, projected, standalone, status,
+    submission, Cpu, Ctx, Engine, DEPOSITOR,
 };
 
 /// A rate is held only if the submissions of a probe's second half were
@@ -418,18 +418,15 @@ async fn fresh_probe(
 
 async fn probe_on(ctx: &Ctx, setup: Setup, rate: f64, args: &SustainedArgs) -> Result<Probe> {
     let http = http();
-    let zk_dir = ctx.work.join("zk").to_string_lossy().into_owned();
+    // Named as `throughput` names them, so `tools/campaign` stops them.
+    let zk_dir = match setup {
+        Setup::Standalone => ctx.work.join("zk-single"),
+        _ => ctx.work.join("zk"),
+    }
+    .to_string_lossy()
+    .into_owned();
     let (_zk, hosts) = match setup {
-        Setup::Standalone => {
-            let dir = zk_dir.clone();
-            let guard = ZkGuard {
-                ctx,
-                stop: vec!["stop".into(), "--dir".into(), dir.clone()],
-            };
-            let port = ctx.zk(&["free-port"])?;
-            ctx.zk(&["start", "--port", &port, "--dir", &dir])?;
-            (guard, format!("127.0.0.1:{port}"))
-        }
+        Setup::Standalone => standalone(ctx, &zk_dir)?,
         Setup::Ensemble | Setup::Replicated => ensemble(ctx, &zk_dir)?,
     };
     let replicas = match setup {
